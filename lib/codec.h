@@ -1,0 +1,66 @@
+/* codec.h: the EXL3 codec (spec ../shared/spec/exl3-format.md §3-§8).
+ * Contract between the codec pieces; each piece lives in its own .c file:
+ *   codebook.c  - 3inst / mcg / mul1: 16-bit state -> fp16 value (§6)
+ *   trellis.c   - tile permutation (§4.2), pack/unpack of 16x16 tiles (§3),
+ *                 decode of a trellis tensor to W~ (§7)
+ *   viterbi.c   - tail-biting Viterbi encoder of 256-value tiles (§8.6),
+ *                 plain C reference + SIMD fast path
+ *   hadamard.c  - blockwise Hadamard-128 (§5.1)
+ *   quant.c     - Hessian finalization, block LDL, LDLQ, regularization,
+ *                 scale search, fallback, proxy error (§5.2, §8) */
+#ifndef X3_CODEC_H
+#define X3_CODEC_H
+
+#include "x3.h"
+
+/* Codebook ids as in ExLlamaV3 (cb = 0/1/2). */
+enum { X3_CB_3INST = 0, X3_CB_MCG = 1, X3_CB_MUL1 = 2, X3_CB_COUNT };
+#define X3_MCG_MULT  0xCBAC1FEDu
+#define X3_MUL1_MULT 0x83DCD12Du
+/* RMS the regularizer normalizes rows to (§5.2 step 7) */
+#define X3_CODEBOOK_SCALE 1.24371088f
+
+int x3_codebook_parse(const char *s, int *cb);   /* "mul1","mcg","3inst" */
+const char *x3_codebook_name(int cb);
+/* fp16 bits of the codebook value of a 16-bit state (bit-exact, §6). */
+uint16_t x3_codebook_f16(int cb, uint32_t state);
+float x3_codebook(int cb, uint32_t state);
+/* Table of all 65536 values as float (static, built once, thread-safe). */
+const float *x3_codebook_table(int cb);
+
+/* ---- tiles ------------------------------------------------------------ */
+/* trellis position i (0..255) -> row-major index 16*r + c in a tile */
+extern const uint8_t x3_tile_perm[256];
+/* row-major index -> trellis position */
+extern const uint8_t x3_tile_iperm[256];
+
+/* Pack 256 states (trellis order) of one tile at K bits into 16*K words
+ * (stored layout of §3.2). Only the low K bits of each state are used. */
+void x3_trellis_pack(int K, const uint16_t *states, uint16_t *words);
+/* Unpack 16*K words into 256 states (§3.3, circular windows). */
+void x3_trellis_unpack(int K, const uint16_t *words, uint16_t *states);
+/* Decode a trellis tensor (k/16, n/16, 16K) int16 to W~ (k x n row-major
+ * float, fp16-exact values). */
+int x3_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k,
+                      int64_t n, float *w /* (k, n) */);
+
+/* ---- Viterbi ---------------------------------------------------------- */
+/* Encode ntiles tiles of 256 target values each (trellis order) at K bits
+ * with codebook cb: tail-biting two-pass Viterbi (§8.6). Writes states
+ * (ntiles x 256, may be NULL) and decoded values (ntiles x 256, may be
+ * NULL). threads <= 0: OpenMP default. Returns X3_OK or an error
+ * (bad K/cb, allocation). x3_viterbi_ref is the plain C reference; the
+ * fast path gives bit-identical output. */
+int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
+                      uint16_t *states, float *values, int threads);
+int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
+                          uint16_t *states, float *values);
+
+/* ---- Hadamard --------------------------------------------------------- */
+/* In-place normalized (1/sqrt(128)) Sylvester H128 over each 128-chunk of
+ * each row: x is (rows, cols) row-major, cols % 128 == 0. */
+void x3_had128_rows(float *x, int64_t rows, int64_t cols);
+/* Same along columns: each column's 128-chunks of rows, rows % 128 == 0. */
+void x3_had128_cols(float *x, int64_t rows, int64_t cols);
+
+#endif

@@ -1,0 +1,53 @@
+/* safetensors.h: reading .safetensors files and HF model directories
+ * (mmap, unaligned data offsets allowed, sharded via
+ * model.safetensors.index.json), and writing them atomically. */
+#ifndef X3_SAFETENSORS_H
+#define X3_SAFETENSORS_H
+
+#include "x3.h"
+
+typedef struct x3_st x3_st;
+
+/* path: a .safetensors file, or a directory holding
+ * model.safetensors.index.json, model.safetensors, or *.safetensors. */
+int x3_st_open(const char *path, x3_st **out);
+int x3_st_count(const x3_st *s);
+/* i-th tensor in file order (shard order, then offset order). The tensor
+ * is borrowed: data points into the mapping; do not free or modify. */
+const x3_tensor *x3_st_get(const x3_st *s, int i);
+/* By name, or NULL (no error message set). */
+const x3_tensor *x3_st_find(const x3_st *s, const char *name);
+/* __metadata__ value of the (first) file, or NULL. */
+const char *x3_st_meta(const x3_st *s, const char *key);
+/* Which file holds tensor i (for messages). */
+const char *x3_st_file(const x3_st *s, int i);
+void x3_st_close(x3_st *s);
+
+/* Is this byte prefix (>= 8 bytes) plausibly a safetensors header?
+ * (Frames are safetensors too; the distinction is made by x3f meta.) */
+
+/* ---- writer ---------------------------------------------------------- */
+typedef struct x3_stw x3_stw;
+
+/* Create a writer. dir_or_file: with shard_bytes == 0 and a path ending in
+ * ".safetensors", a single file; otherwise a directory into which
+ * model.safetensors (one shard) or model-0000i-of-0000N.safetensors plus
+ * model.safetensors.index.json are written. Payloads are spooled to a
+ * temporary file beside the output, so memory stays small. */
+int x3_stw_create(const char *dir_or_file, uint64_t shard_bytes, x3_stw **out);
+/* Start a new module: shards break only between modules. */
+int x3_stw_module(x3_stw *w);
+/* Add a tensor (payload copied to the spool). meta of the tensor is not
+ * written; file-level metadata goes with x3_stw_meta. */
+int x3_stw_add(x3_stw *w, const x3_tensor *t);
+int x3_stw_meta(x3_stw *w, const char *key, const char *val);
+/* Write all files under temporary names, fsync, rename into place.
+ * On failure nothing with a final name is left behind. Frees w. */
+int x3_stw_commit(x3_stw *w);
+/* Drop everything written so far. Frees w. */
+void x3_stw_abort(x3_stw *w);
+
+/* Atomic whole-file write helpers (tmp name in the same dir, fsync, rename). */
+int x3_write_file_atomic(const char *path, const void *buf, size_t n);
+
+#endif

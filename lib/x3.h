@@ -1,0 +1,122 @@
+/* x3.h: core of libexl3kit: status codes, error messages, dtypes, tensors.
+ *
+ * Library functions never print and never exit. They return an int status
+ * (X3_OK or one of the codes below) and leave a human-readable message in a
+ * thread-local buffer that x3_errmsg() returns; a program's main turns that
+ * into "prog: what: why" and an exit status. */
+#ifndef X3_H
+#define X3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- status ---------------------------------------------------------- */
+enum {
+	X3_OK = 0,
+	X3_EOF = 1,      /* clean end of a frame stream (not an error) */
+	X3_EINVAL = 2,   /* bad argument / usage from the caller */
+	X3_EFORMAT = 3,  /* malformed input data */
+	X3_EIO = 4,      /* read/write failure, truncated input */
+	X3_ENOMEM = 5,   /* allocation failed or a size limit was hit */
+	X3_ENUM = 6,     /* numerical failure: NaN/Inf, singular matrix */
+	X3_EUNSUP = 7,   /* valid but unsupported (architecture, option) */
+};
+
+/* The message of the last error on this thread ("" if none). */
+const char *x3_errmsg(void);
+/* Set the message (printf-style) and return code, for "return x3_err(...)". */
+int x3_err(int code, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Prefix the current message with "prefix: " and return code. */
+int x3_errprefix(int code, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ---- dtypes: ids are numbered once and never reused ------------------ */
+typedef enum {
+	X3_F64 = 0, X3_F32 = 1, X3_F16 = 2, X3_BF16 = 3,
+	X3_I64 = 4, X3_I32 = 5, X3_I16 = 6, X3_I8 = 7,
+	X3_U64 = 8, X3_U32 = 9, X3_U16 = 10, X3_U8 = 11,
+	X3_BOOL = 12, X3_F8_E4M3 = 13, X3_F8_E5M2 = 14,
+	X3_DTYPE_COUNT
+} x3_dtype;
+
+struct x3_dtype_info {
+	const char *name;   /* safetensors tag, e.g. "BF16" */
+	size_t size;        /* bytes per element */
+	int is_float;
+};
+const struct x3_dtype_info *x3_dtype_info(x3_dtype t);
+const char *x3_dtype_name(x3_dtype t);
+size_t x3_dtype_size(x3_dtype t);
+/* Parse a tag ("F16", case-insensitive; also "float16", "half", "bfloat16",
+ * "float32", "float"). Returns X3_OK or X3_EFORMAT. */
+int x3_dtype_parse(const char *s, x3_dtype *out);
+
+/* Exact scalar conversions (round to nearest even, NaN preserved as NaN). */
+float x3_f16_to_f32(uint16_t h);
+uint16_t x3_f32_to_f16(float f);
+float x3_bf16_to_f32(uint16_t h);
+uint16_t x3_f32_to_bf16(float f);
+/* Round a float to the nearest fp16 value and back. */
+static inline float x3_round_f16(float f) { return x3_f16_to_f32(x3_f32_to_f16(f)); }
+
+/* Convert n elements. Supported: among F32/F16/BF16 (exact RNE; F16<->BF16
+ * goes through F32, which is exact), any numeric dtype -> F32, and any dtype
+ * to itself (copy). Others return X3_EUNSUP. */
+int x3_convert(void *dst, x3_dtype dt, const void *src, x3_dtype st, size_t n);
+
+/* ---- tensors ---------------------------------------------------------- */
+#define X3_MAX_RANK 8
+
+struct x3_kv { char *key, *val; };
+
+typedef struct x3_tensor {
+	char *name;
+	x3_dtype dtype;
+	int rank;
+	int64_t shape[X3_MAX_RANK];
+	void *data;          /* nbytes of little-endian payload, or NULL */
+	size_t nbytes;
+	int owns_data;       /* free(data) in x3_tensor_free */
+	int nmeta;           /* string metadata, insertion order */
+	struct x3_kv *meta;
+} x3_tensor;
+
+/* New tensor with zeroed, owned data (data NULL if alloc_data is 0).
+ * Returns NULL (with message) on overflow or allocation failure. */
+x3_tensor *x3_tensor_new(const char *name, x3_dtype t, int rank,
+                         const int64_t *shape, int alloc_data);
+/* Convenience: 1-D and 2-D. */
+x3_tensor *x3_tensor_new1(const char *name, x3_dtype t, int64_t n);
+x3_tensor *x3_tensor_new2(const char *name, x3_dtype t, int64_t r, int64_t c);
+void x3_tensor_free(x3_tensor *t);
+int64_t x3_tensor_numel(const x3_tensor *t);
+/* Bytes needed for dtype x shape; X3_ENOMEM on overflow. */
+int x3_shape_nbytes(x3_dtype t, int rank, const int64_t *shape, size_t *out);
+/* Deep copy, optionally converted to another dtype (X3_DTYPE_COUNT = same). */
+x3_tensor *x3_tensor_copy(const x3_tensor *t, x3_dtype to);
+/* Copy of the payload as a freshly malloc'd float array (numel elements). */
+float *x3_tensor_f32(const x3_tensor *t);
+int x3_tensor_rename(x3_tensor *t, const char *name);
+/* "4096x11008" into buf */
+const char *x3_shape_str(const x3_tensor *t, char *buf, size_t len);
+
+const char *x3_meta_get(const x3_tensor *t, const char *key);
+int x3_meta_set(x3_tensor *t, const char *key, const char *val);
+int x3_meta_setf(x3_tensor *t, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int x3_meta_del(x3_tensor *t, const char *key);
+/* Copy all metadata of src into dst (overwriting equal keys). */
+int x3_meta_copy(x3_tensor *dst, const x3_tensor *src);
+/* Numeric getters: X3_OK, or X3_EFORMAT if present but unparsable,
+ * X3_EINVAL if absent (value untouched). */
+int x3_meta_get_i64(const x3_tensor *t, const char *key, int64_t *v);
+int x3_meta_get_f64(const x3_tensor *t, const char *key, double *v);
+
+/* ---- misc ----------------------------------------------------------- */
+/* Shell-glob match (fnmatch semantics) of a tensor name. */
+int x3_glob_match(const char *pattern, const char *name);
+/* XXH3-64 of a buffer. */
+uint64_t x3_hash64(const void *p, size_t n);
+
+#endif
