@@ -1,0 +1,39 @@
+/* util.h: helpers shared by the programs' mains (not part of the library:
+ * only mains print and exit). */
+#ifndef X3_BIN_UTIL_H
+#define X3_BIN_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "x3.h"
+
+extern const char *progname;
+/* Set progname from argv[0]; leaves SIGPIPE at its default. */
+void prog_init(int argc, char **argv);
+/* "prog: msg\n" to stderr */
+void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* warnx then exit(1) */
+_Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "prog: <what>: <x3_errmsg()>" then exit(1) */
+_Noreturn void die_x3(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* print "prog: msg" and the usage line to stderr, exit 2 */
+_Noreturn void usage_error(const char *usage, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Range-checked number parsing; on failure usage_error names the option. */
+long parse_long(const char *usage, const char *opt, const char *s, long lo, long hi);
+double parse_double(const char *usage, const char *opt, const char *s, double lo, double hi);
+
+/* Refuse to write binary frames to a terminal (exit 2). */
+void refuse_tty_stdout(void);
+/* Flush and check stdout; exit(1) with a message on error. */
+void check_stdout(void);
+/* Progress on stderr when it is a terminal and not quiet. */
+extern int quiet;
+void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void progress_done(void);
+double now_seconds(void);
+/* Peak resident set size in bytes (from getrusage). */
+uint64_t peak_rss_bytes(void);
+
+#endif

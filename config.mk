@@ -1,0 +1,25 @@
+# config.mk: build knobs for exl3kit. Override on the command line:
+#   make CC=clang, make CUDA=0, make CUDA_ARCH="80 90", make PREFIX=/opt/x3
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/libexec/exl3kit
+MANDIR ?= $(PREFIX)/share/man
+DESTDIR ?=
+
+CC ?= cc
+OPT ?= -O2
+CFLAGS ?= $(OPT) -g
+WARN = -Wall -Wextra -Wno-unused-parameter
+CPPFLAGS += -D_GNU_SOURCE -Ilib -I/usr/include/x86_64-linux-gnu/openblas-pthread
+X3_CFLAGS = -std=c11 $(WARN) -fopenmp -pthread
+LDLIBS = -lzstd -lxxhash -ljansson -lpcre2-8 -llapacke -lopenblas -lm -fopenmp -pthread
+
+# CUDA: auto-detected (nvcc on PATH or in /usr/local/cuda/bin); CUDA=0 forces
+# the CPU-only toolkit, CUDA=1 requires nvcc.
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(origin CUDA), undefined)
+CUDA := $(if $(NVCC),1,0)
+endif
+CUDA_ARCH ?= 80 89 90
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCCFLAGS ?= -O3 -std=c++17 --expt-relaxed-constexpr -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
