@@ -113,6 +113,17 @@ int x3_meta_copy(x3_tensor *dst, const x3_tensor *src);
 int x3_meta_get_i64(const x3_tensor *t, const char *key, int64_t *v);
 int x3_meta_get_f64(const x3_tensor *t, const char *key, double *v);
 
+/* ---- deterministic random numbers (xoshiro256** seeded by splitmix64) --
+ * Same sequence on every machine for a given (seed, stream). */
+typedef struct { uint64_t s[4]; } x3_rng;
+void x3_rng_seed(x3_rng *r, uint64_t seed, uint64_t stream);
+uint64_t x3_rng_u64(x3_rng *r);
+double x3_rng_uniform(x3_rng *r);          /* [0, 1) with 53 bits */
+double x3_rng_normal(x3_rng *r);           /* N(0,1), Box-Muller */
+double x3_rng_student_t(x3_rng *r, double df);
+/* Stream id for a string (e.g. a tensor name): XXH3 of the bytes. */
+uint64_t x3_rng_stream_of(const char *s);
+
 /* ---- misc ----------------------------------------------------------- */
 /* Shell-glob match (fnmatch semantics) of a tensor name. */
 int x3_glob_match(const char *pattern, const char *name);
