@@ -1,0 +1,751 @@
+/* gpu.c: host side of the CUDA path: device selection, memory, and the
+ * checked wrappers of the codec kernels (Viterbi, decode, reconstruct,
+ * Hadamard) and of the EXL3 linear (fused GEMV or reconstruct + cuBLAS
+ * GEMM). See gpu.h. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "codec.h"
+
+/* ---- device selection (also without CUDA) ---------------------------- */
+
+int x3_device_parse(const char *s, int *dev)
+{
+	if (!s)
+		return x3_err(X3_EINVAL, "missing device name (cpu, cuda or auto)");
+	if (!strcmp(s, "cpu"))
+		*dev = X3_DEVICE_CPU;
+	else if (!strcmp(s, "cuda") || !strcmp(s, "gpu"))
+		*dev = X3_DEVICE_CUDA;
+	else if (!strcmp(s, "auto"))
+		*dev = X3_DEVICE_AUTO;
+	else
+		return x3_err(X3_EINVAL, "unknown device '%s' (cpu, cuda or auto)", s);
+	return X3_OK;
+}
+
+const char *x3_device_name(int dev)
+{
+	return dev == X3_DEVICE_CPU ? "cpu" : dev == X3_DEVICE_CUDA ? "cuda" :
+	       dev == X3_DEVICE_AUTO ? "auto" : "?";
+}
+
+int x3_device_resolve(int want, int *dev)
+{
+	switch (want) {
+	case X3_DEVICE_CPU:
+		*dev = X3_DEVICE_CPU;
+		return X3_OK;
+	case X3_DEVICE_CUDA:
+		if (!x3_gpu_available())
+			return x3_errprefix(X3_EUNSUP, "device cuda");
+		*dev = X3_DEVICE_CUDA;
+		return X3_OK;
+	case X3_DEVICE_AUTO:
+		*dev = x3_gpu_available() ? X3_DEVICE_CUDA : X3_DEVICE_CPU;
+		return X3_OK;
+	default:
+		return x3_err(X3_EINVAL, "bad device id %d", want);
+	}
+}
+
+int x3_device_select(const char *s, int *dev)
+{
+	int want, rc = x3_device_parse(s, &want);
+	return rc ? rc : x3_device_resolve(want, dev);
+}
+
+#ifdef X3_CUDA
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include "gpu_kern.h"
+
+#define RSQRT128 0.08838834764831845f
+
+static int check_kcb(const char *what, int K, int cb)
+{
+	if (K < 1 || K > 8)
+		return x3_err(X3_EINVAL, "%s: K=%d out of range 1..8", what, K);
+	if (cb < 0 || cb >= X3_CB_COUNT)
+		return x3_err(X3_EINVAL, "%s: bad codebook id %d", what, cb);
+	return X3_OK;
+}
+
+
+static int cuerr(int e, const char *what)
+{
+	if (e == cudaSuccess)
+		return X3_OK;
+	(void)cudaGetLastError();   /* clear a non-sticky error */
+	const char *why = cudaGetErrorString((cudaError_t)e);
+	if (e == cudaErrorMemoryAllocation)
+		return x3_err(X3_ENOMEM, "cuda: %s: %s", what, why);
+	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+		return x3_err(X3_EUNSUP, "cuda: %s: %s", what, why);
+	return x3_err(X3_EIO, "cuda: %s: %s", what, why);
+}
+
+static int blaserr(cublasStatus_t s, const char *what)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return X3_OK;
+	if (s == CUBLAS_STATUS_ALLOC_FAILED)
+		return x3_err(X3_ENOMEM, "cublas: %s: out of memory", what);
+	return x3_err(X3_EIO, "cublas: %s: status %d", what, (int)s);
+}
+
+int x3_gpu_available(void)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		x3_err(X3_EUNSUP, "no usable CUDA device: %s", cudaGetErrorString(e));
+		return 0;
+	}
+	if (n < 1) {
+		x3_err(X3_EUNSUP, "no CUDA device found");
+		return 0;
+	}
+	return 1;
+}
+
+int x3_gpu_describe(char *buf, size_t len)
+{
+	if (!x3_gpu_available())
+		return X3_EUNSUP;
+	int dev = 0;
+	struct cudaDeviceProp p;
+	int rc = cuerr(cudaGetDevice(&dev), "get device");
+	if (!rc)
+		rc = cuerr(cudaGetDeviceProperties(&p, dev), "device properties");
+	if (rc)
+		return rc;
+	snprintf(buf, len, "%s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB", p.name, p.major, p.minor,
+	         p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30), p.l2CacheSize >> 20);
+	return X3_OK;
+}
+
+static int need_device(void)
+{
+	return x3_gpu_available() ? X3_OK : X3_EUNSUP;
+}
+
+int x3_gpu_alloc(void **p, size_t bytes)
+{
+	*p = NULL;
+	if (bytes == 0)
+		bytes = 1;
+	return cuerr(cudaMalloc(p, bytes), "allocate device memory");
+}
+
+void x3_gpu_free(void *p)
+{
+	if (p)
+		cudaFree(p);
+}
+
+int x3_gpu_upload(void *dst_d, const void *src, size_t bytes)
+{
+	return bytes ? cuerr(cudaMemcpy(dst_d, src, bytes, cudaMemcpyHostToDevice), "upload") : X3_OK;
+}
+
+int x3_gpu_download(void *dst, const void *src_d, size_t bytes)
+{
+	return bytes ? cuerr(cudaMemcpy(dst, src_d, bytes, cudaMemcpyDeviceToHost), "download") : X3_OK;
+}
+
+int x3_gpu_memset(void *dst_d, int byte, size_t bytes)
+{
+	return bytes ? cuerr(cudaMemset(dst_d, byte, bytes), "memset") : X3_OK;
+}
+
+int x3_gpu_sync(void)
+{
+	return cuerr(cudaDeviceSynchronize(), "synchronize");
+}
+
+int x3_gpu_meminfo(size_t *free_b, size_t *total_b)
+{
+	return cuerr(cudaMemGetInfo(free_b, total_b), "memory info");
+}
+
+/* ---- Viterbi ----------------------------------------------------------- */
+
+struct vrun {
+	int K, cb, nblocks;
+	void *scratch;
+	unsigned long long *bad;
+	size_t scratch_bytes;
+};
+
+/* Plan and allocate scratch for up to max_tiles tiles per launch. */
+static int vrun_init(struct vrun *v, int K, int cb, int64_t max_tiles, size_t max_scratch)
+{
+	memset(v, 0, sizeof *v);
+	v->K = K;
+	v->cb = cb;
+	struct x3k_viterbi_plan p;
+	int rc = cuerr(x3k_viterbi_plan(K, cb, &p), "viterbi plan");
+	if (rc)
+		return rc;
+	int dev, sms;
+	rc = cuerr(cudaGetDevice(&dev), "get device");
+	if (!rc)
+		rc = cuerr(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
+	if (rc)
+		return rc;
+	if (!max_scratch) {
+		size_t fr, tot;
+		rc = x3_gpu_meminfo(&fr, &tot);
+		if (rc)
+			return rc;
+		max_scratch = fr / 4;
+		if (max_scratch > ((size_t)2 << 30))
+			max_scratch = (size_t)2 << 30;
+	}
+	int64_t nb = (int64_t)p.blocks_per_sm * sms;
+	if (nb > max_tiles)
+		nb = max_tiles;
+	if ((size_t)nb * p.scratch_per_block > max_scratch)
+		nb = (int64_t)(max_scratch / p.scratch_per_block);
+	if (nb < 1)
+		return x3_err(X3_ENOMEM, "viterbi: scratch limit %zu bytes is below one block's %zu",
+		              max_scratch, p.scratch_per_block);
+	v->nblocks = (int)nb;
+	v->scratch_bytes = (size_t)nb * p.scratch_per_block;
+	rc = x3_gpu_alloc(&v->scratch, v->scratch_bytes);
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&v->bad, sizeof *v->bad);
+	return rc;
+}
+
+static void vrun_free(struct vrun *v)
+{
+	x3_gpu_free(v->scratch);
+	x3_gpu_free(v->bad);
+	v->scratch = v->bad = NULL;
+}
+
+/* Encode ntiles tiles at x_d; base: index of the first tile for messages. */
+static int vrun_go(struct vrun *v, const float *x_d, int64_t ntiles, uint16_t *st_d,
+                   float *val_d, int64_t base)
+{
+	if (ntiles <= 0)
+		return X3_OK;
+	int rc = x3_gpu_memset(v->bad, 0xff, sizeof *v->bad);
+	if (rc)
+		return rc;
+	rc = cuerr(x3k_viterbi(v->K, v->cb, x_d, ntiles, st_d, val_d, v->scratch, v->nblocks,
+	                       v->bad, NULL), "viterbi launch");
+	if (!rc)
+		rc = cuerr(cudaDeviceSynchronize(), "viterbi");
+	unsigned long long bad = 0;
+	if (!rc)
+		rc = x3_gpu_download(&bad, v->bad, sizeof bad);
+	if (rc)
+		return rc;
+	if (bad != ~0ull) {
+		float xv = NAN;
+		x3_gpu_download(&xv, x_d + bad, sizeof xv);
+		return x3_err(X3_ENUM, "viterbi: tile %lld position %d: target %g is not finite or "
+		              "exceeds 1e16", (long long)(base + (int64_t)(bad / 256)), (int)(bad % 256),
+		              (double)xv);
+	}
+	return X3_OK;
+}
+
+int x3_gpu_viterbi_encode_d(int K, int cb, const float *x_d, int64_t ntiles,
+                            uint16_t *states_d, float *values_d, size_t max_scratch,
+                            size_t *scratch_used)
+{
+	int rc = check_kcb("viterbi", K, cb);
+	if (rc)
+		return rc;
+	if (ntiles < 0 || (ntiles > 0 && !x_d))
+		return x3_err(X3_EINVAL, "viterbi: bad tile count or NULL input");
+	if (scratch_used)
+		*scratch_used = 0;
+	if (ntiles == 0)
+		return X3_OK;
+	if ((rc = need_device()))
+		return rc;
+	struct vrun v;
+	rc = vrun_init(&v, K, cb, ntiles, max_scratch);
+	if (!rc)
+		rc = vrun_go(&v, x_d, ntiles, states_d, values_d, 0);
+	if (scratch_used)
+		*scratch_used = v.scratch_bytes + sizeof *v.bad;
+	vrun_free(&v);
+	return rc;
+}
+
+#define VBATCH 65536   /* tiles per upload (64 MiB of targets) */
+
+int x3_gpu_viterbi_encode(int K, int cb, const float *x, int64_t ntiles, uint16_t *states,
+                          float *values)
+{
+	int rc = check_kcb("viterbi", K, cb);
+	if (rc)
+		return rc;
+	if (ntiles < 0 || (ntiles > 0 && !x))
+		return x3_err(X3_EINVAL, "viterbi: bad tile count or NULL input");
+	if (ntiles == 0)
+		return X3_OK;
+	if ((rc = need_device()))
+		return rc;
+	const int64_t batch = ntiles < VBATCH ? ntiles : VBATCH;
+	float *x_d = NULL, *val_d = NULL;
+	uint16_t *st_d = NULL;
+	struct vrun v;
+	memset(&v, 0, sizeof v);
+	rc = x3_gpu_alloc((void **)&x_d, (size_t)batch * 256 * sizeof(float));
+	if (!rc && states)
+		rc = x3_gpu_alloc((void **)&st_d, (size_t)batch * 256 * sizeof(uint16_t));
+	if (!rc && values)
+		rc = x3_gpu_alloc((void **)&val_d, (size_t)batch * 256 * sizeof(float));
+	if (!rc)
+		rc = vrun_init(&v, K, cb, batch, 0);
+	for (int64_t t0 = 0; !rc && t0 < ntiles; t0 += batch) {
+		const int64_t nt = ntiles - t0 < batch ? ntiles - t0 : batch;
+		rc = x3_gpu_upload(x_d, x + t0 * 256, (size_t)nt * 256 * sizeof(float));
+		if (!rc)
+			rc = vrun_go(&v, x_d, nt, st_d, val_d, t0);
+		if (!rc && states)
+			rc = x3_gpu_download(states + t0 * 256, st_d, (size_t)nt * 256 * sizeof(uint16_t));
+		if (!rc && values)
+			rc = x3_gpu_download(values + t0 * 256, val_d, (size_t)nt * 256 * sizeof(float));
+	}
+	vrun_free(&v);
+	x3_gpu_free(x_d);
+	x3_gpu_free(st_d);
+	x3_gpu_free(val_d);
+	return rc;
+}
+
+/* ---- decode / reconstruct ------------------------------------------------ */
+
+static int check_shape(const char *what, int64_t k, int64_t n, int64_t mult)
+{
+	if (k <= 0 || n <= 0 || k % mult || n % mult)
+		return x3_err(X3_EINVAL, "%s: shape %lldx%lld is not a positive multiple of %lld", what,
+		              (long long)k, (long long)n, (long long)mult);
+	return X3_OK;
+}
+
+int x3_gpu_trellis_decode_d(int K, int cb, const uint16_t *trellis_d, int64_t k, int64_t n,
+                            void *w_d, int out_f16)
+{
+	int rc = check_kcb("decode", K, cb);
+	if (!rc)
+		rc = check_shape("decode", k, n, 16);
+	if (rc)
+		return rc;
+	if (!trellis_d || !w_d)
+		return x3_err(X3_EINVAL, "decode: NULL pointer");
+	if ((rc = need_device()))
+		return rc;
+	rc = cuerr(x3k_decode(K, cb, trellis_d, k, n, w_d, out_f16 != 0, NULL), "decode launch");
+	return rc ? rc : cuerr(cudaDeviceSynchronize(), "decode");
+}
+
+int x3_gpu_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n, float *w)
+{
+	int rc = check_kcb("decode", K, cb);
+	if (!rc)
+		rc = check_shape("decode", k, n, 16);
+	if (rc)
+		return rc;
+	if (!trellis || !w)
+		return x3_err(X3_EINVAL, "decode: NULL pointer");
+	if ((rc = need_device()))
+		return rc;
+	const size_t tb = (size_t)(k / 16) * (size_t)(n / 16) * 16 * (size_t)K * 2;
+	uint16_t *t_d = NULL;
+	float *w_d = NULL;
+	rc = x3_gpu_alloc((void **)&t_d, tb);
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&w_d, (size_t)(k * n) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_upload(t_d, trellis, tb);
+	if (!rc)
+		rc = x3_gpu_trellis_decode_d(K, cb, t_d, k, n, w_d, 0);
+	if (!rc)
+		rc = x3_gpu_download(w, w_d, (size_t)(k * n) * sizeof(float));
+	x3_gpu_free(t_d);
+	x3_gpu_free(w_d);
+	return rc;
+}
+
+static int upload_f16_as_f32(float **dst_d, const uint16_t *h, int64_t n)
+{
+	float *tmp = malloc((size_t)n * sizeof(float));
+	if (!tmp)
+		return x3_err(X3_ENOMEM, "out of memory");
+	for (int64_t i = 0; i < n; i++)
+		tmp[i] = x3_f16_to_f32(h[i]);
+	int rc = x3_gpu_alloc((void **)dst_d, (size_t)n * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_upload(*dst_d, tmp, (size_t)n * sizeof(float));
+	free(tmp);
+	return rc;
+}
+
+int x3_gpu_reconstruct(int K, int cb, const uint16_t *trellis, const uint16_t *suh,
+                       const uint16_t *svh, int64_t k, int64_t n, float *w)
+{
+	int rc = check_kcb("reconstruct", K, cb);
+	if (!rc)
+		rc = check_shape("reconstruct", k, n, 128);
+	if (rc)
+		return rc;
+	if (!trellis || !suh || !svh || !w)
+		return x3_err(X3_EINVAL, "reconstruct: NULL pointer");
+	if ((rc = need_device()))
+		return rc;
+	const size_t tb = (size_t)(k / 16) * (size_t)(n / 16) * 16 * (size_t)K * 2;
+	uint16_t *t_d = NULL;
+	float *w_d = NULL, *su_d = NULL, *sv_d = NULL;
+	rc = x3_gpu_alloc((void **)&t_d, tb);
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&w_d, (size_t)(k * n) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_upload(t_d, trellis, tb);
+	if (!rc)
+		rc = upload_f16_as_f32(&su_d, suh, k);
+	if (!rc)
+		rc = upload_f16_as_f32(&sv_d, svh, n);
+	if (!rc)
+		rc = cuerr(x3k_reconstruct(K, cb, t_d, su_d, sv_d, k, n, w_d, 0, NULL),
+		           "reconstruct launch");
+	if (!rc)
+		rc = cuerr(cudaDeviceSynchronize(), "reconstruct");
+	if (!rc)
+		rc = x3_gpu_download(w, w_d, (size_t)(k * n) * sizeof(float));
+	x3_gpu_free(t_d);
+	x3_gpu_free(w_d);
+	x3_gpu_free(su_d);
+	x3_gpu_free(sv_d);
+	return rc;
+}
+
+/* ---- Hadamard -------------------------------------------------------------- */
+
+static int had_host(float *x, int64_t rows, int64_t cols, int along_cols)
+{
+	if (rows < 0 || cols < 0 || (along_cols ? rows % 128 : cols % 128))
+		return x3_err(X3_EINVAL, "hadamard: %s %lld is not a multiple of 128",
+		              along_cols ? "rows" : "cols", (long long)(along_cols ? rows : cols));
+	if (rows == 0 || cols == 0)
+		return X3_OK;
+	if (!x)
+		return x3_err(X3_EINVAL, "hadamard: NULL pointer");
+	int rc = need_device();
+	if (rc)
+		return rc;
+	float *x_d = NULL;
+	const size_t b = (size_t)(rows * cols) * sizeof(float);
+	rc = x3_gpu_alloc((void **)&x_d, b);
+	if (!rc)
+		rc = x3_gpu_upload(x_d, x, b);
+	if (!rc)
+		rc = cuerr(along_cols ? x3k_had128_cols(x_d, rows, cols, NULL, NULL, RSQRT128, NULL)
+		                      : x3k_had128_rows(x_d, x_d, rows, cols, NULL, NULL, NULL, RSQRT128,
+		                                        NULL), "hadamard launch");
+	if (!rc)
+		rc = x3_gpu_download(x, x_d, b);
+	x3_gpu_free(x_d);
+	return rc;
+}
+
+int x3_gpu_had128_rows(float *x, int64_t rows, int64_t cols) { return had_host(x, rows, cols, 0); }
+int x3_gpu_had128_cols(float *x, int64_t rows, int64_t cols) { return had_host(x, rows, cols, 1); }
+
+/* ---- EXL3 linear ------------------------------------------------------------ */
+
+struct x3_gpu_linear {
+	int K, cb, sms;
+	int64_t k, n;
+	uint16_t *trellis_d;
+	float *suh_d, *svh_d, *bias_d;     /* (k), (n), (n) or NULL */
+	float *xh_d, *y1_d;                /* GEMV: x' (16, k), y' (16, n) */
+	uint16_t *w16_d;                   /* GEMM: reconstructed W (k, n) fp16 */
+	uint16_t *x16_d;                   /* GEMM: x (m, k) fp16 */
+	int64_t x16_rows;
+	float *hx_d, *hy_d;                /* host forward staging */
+	int64_t h_rows;
+	cublasHandle_t blas;
+	size_t bytes;
+};
+
+void x3_gpu_linear_free(x3_gpu_linear *L)
+{
+	if (!L)
+		return;
+	x3_gpu_free(L->trellis_d);
+	x3_gpu_free(L->suh_d);
+	x3_gpu_free(L->svh_d);
+	x3_gpu_free(L->bias_d);
+	x3_gpu_free(L->xh_d);
+	x3_gpu_free(L->y1_d);
+	x3_gpu_free(L->w16_d);
+	x3_gpu_free(L->x16_d);
+	x3_gpu_free(L->hx_d);
+	x3_gpu_free(L->hy_d);
+	if (L->blas)
+		cublasDestroy(L->blas);
+	free(L);
+}
+
+int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
+                         const uint16_t *suh, const uint16_t *svh, const uint16_t *bias,
+                         x3_gpu_linear **out)
+{
+	*out = NULL;
+	int rc = check_kcb("linear", K, cb);
+	if (!rc)
+		rc = check_shape("linear", k, n, 128);
+	if (rc)
+		return rc;
+	if (!trellis || !suh || !svh)
+		return x3_err(X3_EINVAL, "linear: NULL trellis or scales");
+	if ((rc = need_device()))
+		return rc;
+	x3_gpu_linear *L = calloc(1, sizeof *L);
+	if (!L)
+		return x3_err(X3_ENOMEM, "out of memory");
+	L->K = K;
+	L->cb = cb;
+	L->k = k;
+	L->n = n;
+	int dev;
+	const size_t tb = (size_t)(k / 16) * (size_t)(n / 16) * 16 * (size_t)K * 2;
+	rc = cuerr(cudaGetDevice(&dev), "get device");
+	if (!rc)
+		rc = cuerr(cudaDeviceGetAttribute(&L->sms, cudaDevAttrMultiProcessorCount, dev), "SMs");
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&L->trellis_d, tb);
+	if (!rc)
+		rc = x3_gpu_upload(L->trellis_d, trellis, tb);
+	if (!rc)
+		rc = upload_f16_as_f32(&L->suh_d, suh, k);
+	if (!rc)
+		rc = upload_f16_as_f32(&L->svh_d, svh, n);
+	if (!rc && bias)
+		rc = upload_f16_as_f32(&L->bias_d, bias, n);
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&L->xh_d, (size_t)(X3K_GEMV_MAX_M * k) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&L->y1_d, (size_t)(X3K_GEMV_MAX_M * n) * sizeof(float));
+	if (!rc)
+		rc = blaserr(cublasCreate(&L->blas), "create handle");
+	if (rc) {
+		x3_gpu_linear_free(L);
+		return rc;
+	}
+	L->bytes = tb + (size_t)(k + 2 * n) * 4 + (size_t)X3K_GEMV_MAX_M * (size_t)(k + n) * 4;
+	*out = L;
+	return X3_OK;
+}
+
+size_t x3_gpu_linear_bytes(const x3_gpu_linear *L)
+{
+	return L ? L->bytes : 0;
+}
+
+static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d)
+{
+	const int64_t tk = L->k / 16, tn = L->n / 16;
+	/* enough warps for every SM to hold ~48 of them */
+	int64_t ksplit = ((int64_t)L->sms * 48 + tn - 1) / tn;
+	if (ksplit < 1)
+		ksplit = 1;
+	if (ksplit > tk)
+		ksplit = tk;
+	int rc = cuerr(x3k_had128_rows(x_d, L->xh_d, m, L->k, L->suh_d, NULL, NULL, RSQRT128, NULL),
+	               "input hadamard");
+	if (!rc)
+		rc = cuerr(cudaMemsetAsync(L->y1_d, 0, (size_t)(m * L->n) * sizeof(float), NULL),
+		           "memset");
+	if (!rc)
+		rc = cuerr(x3k_gemv(L->K, L->cb, L->trellis_d, L->k, L->n, L->xh_d, m, L->y1_d,
+		                    (int)ksplit, NULL), "gemv launch");
+	if (!rc)
+		rc = cuerr(x3k_had128_rows(L->y1_d, y_d, m, L->n, NULL, L->svh_d, L->bias_d, RSQRT128,
+		                           NULL), "output hadamard");
+	return rc;
+}
+
+static int lin_gemm(x3_gpu_linear *L, const float *x_d, int64_t m, float *y_d)
+{
+	int rc = X3_OK;
+	if (!L->w16_d) {
+		rc = x3_gpu_alloc((void **)&L->w16_d, (size_t)(L->k * L->n) * 2);
+		if (rc)
+			return rc;
+		L->bytes += (size_t)(L->k * L->n) * 2;
+	}
+	if (m > L->x16_rows) {
+		x3_gpu_free(L->x16_d);
+		L->x16_d = NULL;
+		L->x16_rows = 0;
+		rc = x3_gpu_alloc((void **)&L->x16_d, (size_t)(m * L->k) * 2);
+		if (rc)
+			return rc;
+		L->x16_rows = m;
+	}
+	rc = cuerr(x3k_reconstruct(L->K, L->cb, L->trellis_d, L->suh_d, L->svh_d, L->k, L->n,
+	                           L->w16_d, 1, NULL), "reconstruct launch");
+	if (!rc)
+		rc = cuerr(x3k_f32_to_f16(x_d, L->x16_d, m * L->k, NULL), "convert launch");
+	if (rc)
+		return rc;
+	/* row-major Y (m, n) = X (m, k) W (k, n) is column-major
+	 * Y^T (n, m) = W^T (n, k) X^T (k, m) */
+	const float one = 1.0f, zero = 0.0f;
+	rc = blaserr(cublasGemmEx(L->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)L->n, (int)m, (int)L->k,
+	                          &one, L->w16_d, CUDA_R_16F, (int)L->n, L->x16_d, CUDA_R_16F,
+	                          (int)L->k, &zero, y_d, CUDA_R_32F, (int)L->n, CUBLAS_COMPUTE_32F,
+	                          CUBLAS_GEMM_DEFAULT), "gemm");
+	for (int64_t i = 0; !rc && L->bias_d && i < m; i++)
+		rc = cuerr(x3k_add(y_d + i * L->n, L->bias_d, L->n, NULL), "bias launch");
+	return rc;
+}
+
+int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m, float *y_d, int path)
+{
+	if (!L || !x_d || !y_d)
+		return x3_err(X3_EINVAL, "linear: NULL argument");
+	if (m < 0 || m > (int64_t)1 << 30 || path < 0 || path > 2)
+		return x3_err(X3_EINVAL, "linear: bad row count %lld or path %d", (long long)m, path);
+	if (m == 0)
+		return X3_OK;
+	if (path == 1 && m > X3K_GEMV_MAX_M)
+		return x3_err(X3_EINVAL, "linear: the fused GEMV takes at most %d rows, not %lld",
+		              X3K_GEMV_MAX_M, (long long)m);
+	int rc;
+	if (path == 1 || (path == 0 && m <= X3K_GEMV_MAX_M))
+		rc = lin_gemv(L, x_d, (int)m, y_d);
+	else
+		rc = lin_gemm(L, x_d, m, y_d);
+	return rc ? rc : cuerr(cudaDeviceSynchronize(), "linear forward");
+}
+
+int x3_gpu_linear_forward(x3_gpu_linear *L, const float *x, int64_t m, float *y)
+{
+	if (!L || !x || !y)
+		return x3_err(X3_EINVAL, "linear: NULL argument");
+	if (m < 0 || m > (int64_t)1 << 30)
+		return x3_err(X3_EINVAL, "linear: bad row count %lld", (long long)m);
+	if (m == 0)
+		return X3_OK;
+	int rc = X3_OK;
+	if (m > L->h_rows) {
+		x3_gpu_free(L->hx_d);
+		x3_gpu_free(L->hy_d);
+		L->hx_d = L->hy_d = NULL;
+		L->h_rows = 0;
+		rc = x3_gpu_alloc((void **)&L->hx_d, (size_t)(m * L->k) * sizeof(float));
+		if (!rc)
+			rc = x3_gpu_alloc((void **)&L->hy_d, (size_t)(m * L->n) * sizeof(float));
+		if (rc)
+			return rc;
+		L->h_rows = m;
+	}
+	rc = x3_gpu_upload(L->hx_d, x, (size_t)(m * L->k) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_linear_forward_d(L, L->hx_d, m, L->hy_d, 0);
+	if (!rc)
+		rc = x3_gpu_download(y, L->hy_d, (size_t)(m * L->n) * sizeof(float));
+	return rc;
+}
+
+int x3_gpu_linear_weight(x3_gpu_linear *L, int inner, float *w)
+{
+	if (!L || !w)
+		return x3_err(X3_EINVAL, "linear: NULL argument");
+	float *w_d = NULL;
+	int rc = x3_gpu_alloc((void **)&w_d, (size_t)(L->k * L->n) * sizeof(float));
+	if (!rc)
+		rc = cuerr(inner ? x3k_decode(L->K, L->cb, L->trellis_d, L->k, L->n, w_d, 0, NULL)
+		                 : x3k_reconstruct(L->K, L->cb, L->trellis_d, L->suh_d, L->svh_d, L->k,
+		                                   L->n, w_d, 0, NULL), "weight launch");
+	if (!rc)
+		rc = x3_gpu_download(w, w_d, (size_t)(L->k * L->n) * sizeof(float));
+	x3_gpu_free(w_d);
+	return rc;
+}
+
+#else /* !X3_CUDA: the toolkit without CUDA */
+
+#define NOCUDA x3_err(X3_EUNSUP, "built without CUDA")
+
+int x3_gpu_available(void)
+{
+	NOCUDA;
+	return 0;
+}
+int x3_gpu_describe(char *buf, size_t len)
+{
+	if (len)
+		buf[0] = 0;
+	return NOCUDA;
+}
+int x3_gpu_alloc(void **p, size_t bytes)
+{
+	*p = NULL;
+	return NOCUDA;
+}
+void x3_gpu_free(void *p) { (void)p; }
+int x3_gpu_upload(void *dst_d, const void *src, size_t bytes) { return NOCUDA; }
+int x3_gpu_download(void *dst, const void *src_d, size_t bytes) { return NOCUDA; }
+int x3_gpu_memset(void *dst_d, int byte, size_t bytes) { return NOCUDA; }
+int x3_gpu_sync(void) { return NOCUDA; }
+int x3_gpu_meminfo(size_t *free_b, size_t *total_b) { return NOCUDA; }
+int x3_gpu_viterbi_encode(int K, int cb, const float *x, int64_t ntiles, uint16_t *states,
+                          float *values)
+{
+	return NOCUDA;
+}
+int x3_gpu_viterbi_encode_d(int K, int cb, const float *x_d, int64_t ntiles,
+                            uint16_t *states_d, float *values_d, size_t max_scratch,
+                            size_t *scratch_used)
+{
+	return NOCUDA;
+}
+int x3_gpu_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n, float *w)
+{
+	return NOCUDA;
+}
+int x3_gpu_trellis_decode_d(int K, int cb, const uint16_t *trellis_d, int64_t k, int64_t n,
+                            void *w_d, int out_f16)
+{
+	return NOCUDA;
+}
+int x3_gpu_reconstruct(int K, int cb, const uint16_t *trellis, const uint16_t *suh,
+                       const uint16_t *svh, int64_t k, int64_t n, float *w)
+{
+	return NOCUDA;
+}
+int x3_gpu_had128_rows(float *x, int64_t rows, int64_t cols) { return NOCUDA; }
+int x3_gpu_had128_cols(float *x, int64_t rows, int64_t cols) { return NOCUDA; }
+int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
+                         const uint16_t *suh, const uint16_t *svh, const uint16_t *bias,
+                         x3_gpu_linear **out)
+{
+	*out = NULL;
+	return NOCUDA;
+}
+void x3_gpu_linear_free(x3_gpu_linear *L) { (void)L; }
+size_t x3_gpu_linear_bytes(const x3_gpu_linear *L) { return 0; }
+int x3_gpu_linear_forward(x3_gpu_linear *L, const float *x, int64_t m, float *y) { return NOCUDA; }
+int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m, float *y_d, int path)
+{
+	return NOCUDA;
+}
+int x3_gpu_linear_weight(x3_gpu_linear *L, int inner, float *w) { return NOCUDA; }
+
+#endif
