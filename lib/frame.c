@@ -722,7 +722,12 @@ int x3_source_kind(const char *path, int *kind)
 		*kind = X3_SRC_DIR;
 		return X3_OK;
 	}
-	*kind = X3_SRC_SAFETENSORS;
+	/* A file whose header parses as JSON is safetensors unless its
+	 * __metadata__ carries "x3f"; an unparsable one is judged by its name,
+	 * so that the right reader reports what is wrong with it. */
+	size_t pl = strlen(path);
+	int st_name = pl >= 12 && !strcmp(path + pl - 12, ".safetensors");
+	*kind = st_name ? X3_SRC_SAFETENSORS : X3_SRC_FRAMES;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
@@ -737,13 +742,10 @@ int x3_source_kind(const char *path, int *kind)
 		if (hn >= 2 && hn <= X3_FRAME_MAX_HEADER) {
 			char *h = malloc(hn + 1);
 			ssize_t k = h ? read(fd, h, hn) : -1;
-			if (k > 0) {
-				h[k] = 0;
-				/* frames carry "x3f" in __metadata__; plain files don't */
-				json_t *root = json_loadb(h, (size_t)k, 0, NULL);
-				json_t *m = root ? json_object_get(root, "__metadata__") : NULL;
-				if (m && json_object_get(m, "x3f"))
-					*kind = X3_SRC_FRAMES;
+			json_t *root = k == (ssize_t)hn ? json_loadb(h, (size_t)k, 0, NULL) : NULL;
+			if (root) {
+				json_t *m = json_object_get(root, "__metadata__");
+				*kind = m && json_object_get(m, "x3f") ? X3_SRC_FRAMES : X3_SRC_SAFETENSORS;
 				json_decref(root);
 			}
 			free(h);
