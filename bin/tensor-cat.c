@@ -82,10 +82,27 @@ static void add_metas(x3_tensor *t)
 static x3_writer *fw;
 static x3_stw *sw;
 
+/* Shards of a safetensors directory break only between modules: a module is
+ * a name up to its last '.', e.g. model.layers.0.self_attn.q_proj. */
+static void module_of(const char *name)
+{
+	static char last[1024];
+	char cur[1024];
+	snprintf(cur, sizeof cur, "%s", name);
+	char *dot = strrchr(cur, '.');
+	if (dot)
+		*dot = 0;
+	if (strcmp(cur, last)) {
+		x3_stw_module(sw);
+		snprintf(last, sizeof last, "%s", cur);
+	}
+}
+
 static void emit_whole(x3_tensor *t)
 {
 	add_metas(t);
 	if (sw) {
+		module_of(t->name);
 		if (x3_stw_add(sw, t))
 			die_x3("writing '%s'", t->name);
 	} else if (x3_writer_put(fw, t)) {
