@@ -1,0 +1,127 @@
+/* t1730-gpu-gemv: the GPU EXL3 linear (fused decode GEMV for m <= 16,
+ * reconstruct + cuBLAS GEMM above) against a float64 product with the
+ * dequantized weight, for K = 1..8 and all codebooks, with and without
+ * bias. Skips without a device.
+ *
+ * Error budgets (||y - y_ref||_F / ||y_ref||_F), the same for every K since
+ * W~ is decoded exactly and only the arithmetic differs:
+ *   fused GEMV: fp32 Hadamards and fp32 accumulation over k = 1024:
+ *               1e-5 (expected ~1e-6);
+ *   GEMM path:  W and x rounded to fp16 (relative 2^-11 each), fp32
+ *               accumulation: 2e-3 (expected ~4e-4). */
+#include <math.h>
+#include "test.h"
+#include "codec.h"
+#include "gpu.h"
+
+static const double budget_gemv[9] = {0, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
+static const double budget_gemm[9] = {0, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3};
+
+static void had_ref_rows(double *x, int64_t rows, int64_t cols)
+{
+	double t[128];
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+			double *v = x + r * cols + c0;
+			for (int i = 0; i < 128; i++) {
+				double s = 0;
+				for (int j = 0; j < 128; j++)
+					s += (__builtin_popcount(i & j) & 1) ? -v[j] : v[j];
+				t[i] = s / sqrt(128.0);
+			}
+			memcpy(v, t, sizeof t);
+		}
+}
+
+/* dense W (k, n) in float64 from the decoded W~ */
+static void dense_ref(const float *wt, const uint16_t *suh, const uint16_t *svh, int64_t k,
+                      int64_t n, double *W)
+{
+	double *T = malloc(sizeof(double) * k * n);
+	for (int64_t i = 0; i < k * n; i++)
+		W[i] = wt[i];
+	had_ref_rows(W, k, n);
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			T[j * k + i] = W[i * n + j];
+	had_ref_rows(T, n, k);
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			W[i * n + j] = T[j * k + i] * x3_f16_to_f32(suh[i]) * x3_f16_to_f32(svh[j]);
+	free(T);
+}
+
+int main(void)
+{
+	if (!x3_gpu_available()) {
+		SKIP("no CUDA device (%s)", x3_errmsg());
+		TEST_DONE();
+	}
+	x3_rng r;
+	x3_rng_seed(&r, 1730, 0);
+	const int64_t k = 1024, n = 512;
+	const int ms[] = {1, 2, 5, 16, 17, 40};
+	const int64_t mmax = 40;
+	uint16_t *tr = malloc((size_t)(k * n / 256) * 16 * 8 * 2);
+	uint16_t *suh = malloc(2 * k), *svh = malloc(2 * n), *bias = malloc(2 * n);
+	float *wt = malloc(sizeof(float) * k * n), *wg = malloc(sizeof(float) * k * n);
+	double *W = malloc(sizeof(double) * k * n);
+	float *x = malloc(sizeof(float) * mmax * k), *y = malloc(sizeof(float) * mmax * n);
+	double *yr = malloc(sizeof(double) * mmax * n);
+	for (int64_t i = 0; i < k; i++)
+		suh[i] = x3_f32_to_f16((float)((x3_rng_uniform(&r) + 0.5) * (i % 3 ? 0.02 : -0.02)));
+	for (int64_t j = 0; j < n; j++) {
+		svh[j] = x3_f32_to_f16((float)((x3_rng_uniform(&r) + 0.5) * (j % 5 ? 1 : -1)));
+		bias[j] = x3_f32_to_f16((float)x3_rng_normal(&r));
+	}
+	for (int64_t i = 0; i < mmax * k; i++)
+		x[i] = (float)x3_rng_normal(&r);
+
+	for (int K = 1; K <= 8; K++) {
+		const int64_t nw = (k / 16) * (n / 16) * 16 * K;
+		for (int64_t i = 0; i < nw; i++)
+			tr[i] = (uint16_t)x3_rng_u64(&r);
+		for (int cb = 0; cb < X3_CB_COUNT; cb++) {
+			const int with_bias = (K + cb) & 1;
+			CHECK_OK(x3_trellis_decode(K, cb, tr, k, n, wt), "cpu decode");
+			dense_ref(wt, suh, svh, k, n, W);
+			x3_gpu_linear *L = NULL;
+			CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, with_bias ? bias : NULL, &L),
+			         "create K=%d cb=%d", K, cb);
+			if (!L)
+				continue;
+			CHECK_OK(x3_gpu_linear_weight(L, 1, wg), "inner weight");
+			CHECK(!memcmp(wg, wt, sizeof(float) * k * n), "K=%d %s: linear W~ bit-identical", K,
+			      x3_codebook_name(cb));
+			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+				const int m = ms[mi];
+				for (int i = 0; i < m; i++)
+					for (int64_t j = 0; j < n; j++) {
+						double s = with_bias ? x3_f16_to_f32(bias[j]) : 0.0;
+						for (int64_t c = 0; c < k; c++)
+							s += (double)x[i * k + c] * W[c * n + j];
+						yr[i * n + j] = s;
+					}
+				CHECK_OK(x3_gpu_linear_forward(L, x, m, y), "forward m=%d", m);
+				double num = 0, den = 0;
+				for (int64_t i = 0; i < m * n; i++) {
+					num += (y[i] - yr[i]) * (y[i] - yr[i]);
+					den += yr[i] * yr[i];
+				}
+				const double e = sqrt(num / den);
+				const double b = m <= 16 ? budget_gemv[K] : budget_gemm[K];
+				CHECK(e <= b, "K=%d %s m=%d%s (%s): relative error %.3g (budget %g)", K,
+				      x3_codebook_name(cb), m, with_bias ? " +bias" : "",
+				      m <= 16 ? "gemv" : "gemm", e, b);
+			}
+			x3_gpu_linear_free(L);
+		}
+	}
+	uint16_t h[256] = {0};
+	x3_gpu_linear *L = NULL;
+	CHECK(x3_gpu_linear_create(2, 0, 128, 100, tr, h, h, NULL, &L) == X3_EINVAL && !L,
+	      "n=100 refused: %s", x3_errmsg());
+	free(tr), free(suh), free(svh), free(bias), free(wt), free(wg), free(W), free(x), free(y);
+	free(yr);
+	TEST_DONE();
+}
