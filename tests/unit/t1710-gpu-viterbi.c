@@ -23,7 +23,8 @@ static void make_tiles(int K, int cb, float *x)
 	float *s = x + NRAND * 256;
 	for (int i = 0; i < 256; i++) {
 		s[i] = 0.0f;                                   /* all zero: many ties */
-		s[256 + i] = 0.75f;                            /* constant */
+		s[256 + i] = i < 128 ? 0.75f : 3e6f;           /* constant, then huge: d^2's
+		                                                  ulp ~1e6, costs tie */
 		s[512 + i] = x3_codebook(cb, 0x1234);          /* an exact codebook value */
 		s[768 + i] = (i & 1) ? 1e3f : -1e-3f;          /* large and tiny */
 	}
