@@ -78,6 +78,17 @@ __device__ __forceinline__ int x3k_perm_col(int i)
 	return (t >> 2) + 8 * (j >> 2);
 }
 
+/* Row and column of value j (0..7) of lane t, i.e. trellis position
+ * 8t + j (the same mapping as x3k_perm_row/col) */
+__device__ __forceinline__ int x3k_lane_row(int t, int j)
+{
+	return 2 * (t & 3) + (j & 1) + 8 * ((j >> 1) & 1);
+}
+__device__ __forceinline__ int x3k_lane_col(int t, int j)
+{
+	return (t >> 2) + 8 * (j >> 2);
+}
+
 /* The 8 states of lane t (trellis positions 8t .. 8t+7) of one tile, from
  * its 8K little-endian uint32 words U (§3.2-§3.3): state i is the 16
  * stream bits ending at bit (i+1)K, circularly over 256K bits, MSB-first

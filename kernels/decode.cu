@@ -24,10 +24,9 @@ __global__ void decode_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/1
 		const int64_t kb = tile / tn, nb = tile % tn;
 		uint32_t st[8];
 		x3k_lane_states<K>(trellis + tile * 8 * K, lane, st);
-		const int r0 = 2 * (lane & 3), c0 = lane >> 2;
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
-			const int r = r0 + (j & 1) + 8 * ((j >> 1) & 1), c = c0 + 8 * (j >> 2);
+			const int r = x3k_lane_row(lane, j), c = x3k_lane_col(lane, j);
 			const __half h = x3k_cb_from_product<CB>(x3k_cb_product<CB>(st[j]));
 			const int64_t o = (kb * 16 + r) * n + nb * 16 + c;
 			if (out_f16)
@@ -55,10 +54,9 @@ reconstruct_kernel(const uint32_t *__restrict__ trellis, const float *__restrict
 		const int64_t tile = (k0 / 16 + kb) * tn + n0 / 16 + nb;
 		uint32_t st[8];
 		x3k_lane_states<K>(trellis + tile * 8 * K, lane, st);
-		const int r0 = 2 * (lane & 3), c0 = lane >> 2;
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
-			const int r = r0 + (j & 1) + 8 * ((j >> 1) & 1), c = c0 + 8 * (j >> 2);
+			const int r = x3k_lane_row(lane, j), c = x3k_lane_col(lane, j);
 			blk[(kb * 16 + r) * RP + nb * 16 + c] =
 				__half2float(x3k_cb_from_product<CB>(x3k_cb_product<CB>(st[j])));
 		}
