@@ -72,12 +72,93 @@ gemv_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int64_t
 	}
 }
 
+/* D (16x8 f32) += A (16x16 f16, row) B (16x8 f16, col). Fragments (PTX ISA,
+ * "Matrix Fragments for mma.m16n8k16"), g = lane/4, q = lane%4:
+ * a[0] = A[g][2q..2q+1], a[1] = A[g+8][2q..], a[2] = A[g][2q+8..],
+ * a[3] = A[g+8][2q+8..]; b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g];
+ * c[0..1] = D[g][2q..2q+1], c[2..3] = D[g+8][2q..2q+1]. */
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+	             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_h2(__half lo, __half hi)
+{
+	return (uint32_t)__half_as_ushort(lo) | (uint32_t)__half_as_ushort(hi) << 16;
+}
+
+/* shared x' rows are padded by 8 halves so rows g = 0..7 hit distinct banks */
+#define XPAD 8
+
+template <int K, int CB>
+__global__ void __launch_bounds__(GW * 32)
+gemv_mma_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int64_t tk,
+                int64_t tn, const float *__restrict__ x /* (m, k) */, int m,
+                float *y /* (m, n) */, int kbps)
+{
+	extern __shared__ __half xh[];   /* (m, 16 * kbps + XPAD) */
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int64_t k = tk * 16, n = tn * 16;
+	const int64_t kb0 = (int64_t)blockIdx.y * kbps;
+	const int nkb = (int)(tk - kb0 < kbps ? tk - kb0 : kbps);
+	const int ks = 16 * kbps + XPAD, len = 16 * nkb;
+	for (int i = threadIdx.x; i < m * len; i += blockDim.x) {
+		const int mi = i / len, o = i % len;
+		xh[mi * ks + o] = __float2half_rn(x[mi * k + kb0 * 16 + o]);
+	}
+	__syncthreads();
+	const int64_t nb = (int64_t)blockIdx.x * GW + warp;
+	if (nb >= tn || nkb <= 0)
+		return;
+	const int g = lane >> 2, q = lane & 3;
+	const bool lo = g < m, hi = g + 8 < m;
+	const __half *xa = xh + (lo ? g : 0) * ks + 2 * q;
+	const __half *xb = xh + (hi ? g + 8 : 0) * ks + 2 * q;
+	float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	const uint32_t *U = trellis + (kb0 * tn + nb) * 8 * K;
+#pragma unroll 2
+	for (int u = 0; u < nkb; u++, U += tn * 8 * K) {
+		uint32_t st[8];
+		x3k_lane_states<K>(U, lane, st);
+		uint32_t b[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			b[i] = pack_h2(x3k_cb_from_product<CB>(x3k_cb_product<CB>(st[2 * i])),
+			               x3k_cb_from_product<CB>(x3k_cb_product<CB>(st[2 * i + 1])));
+		uint32_t a[4];
+		a[0] = lo ? *(const uint32_t *)(xa + u * 16) : 0u;
+		a[1] = hi ? *(const uint32_t *)(xb + u * 16) : 0u;
+		a[2] = lo ? *(const uint32_t *)(xa + u * 16 + 8) : 0u;
+		a[3] = hi ? *(const uint32_t *)(xb + u * 16 + 8) : 0u;
+		mma16816(c0, a, b[0], b[1]);
+		mma16816(c1, a, b[2], b[3]);
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const float *c = h ? c1 : c0;
+		const int64_t col = nb * 16 + 8 * h + 2 * q;
+		if (lo) {
+			atomicAdd(&y[g * n + col], c[0]);
+			atomicAdd(&y[g * n + col + 1], c[1]);
+		}
+		if (hi) {
+			atomicAdd(&y[(g + 8) * n + col], c[2]);
+			atomicAdd(&y[(g + 8) * n + col + 1], c[3]);
+		}
+	}
+}
+
 typedef void (*gkern_t)(const uint32_t *, int64_t, int64_t, const float *, int, float *, int);
 #define GK(K, CB) gemv_kernel<K, CB>
+#define GKM(K, CB) gemv_mma_kernel<K, CB>
 static const gkern_t gkern[24] = {X3K_TABLE_KCB(GK)};
+static const gkern_t gkern_mma[24] = {X3K_TABLE_KCB(GKM)};
 
 extern "C" int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n,
-                        const float *x, int m, float *y, int ksplit, void *stream)
+                        const float *x, int m, float *y, int ksplit, int use_mma, void *stream)
 {
 	if (K < 1 || K > 8 || cb < 0 || cb > 2 || k % 16 || n % 16 || m < 1 ||
 	    m > X3K_GEMV_MAX_M || ksplit < 1)
@@ -87,15 +168,17 @@ extern "C" int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64
 		return 0;
 	int64_t kbps = (tk + ksplit - 1) / ksplit;
 	/* keep the staged x' slice within 32 KB */
-	const int64_t cap = 32 * 1024 / (4 * 16 * (int64_t)m);
+	const int64_t cap = use_mma ? (32 * 1024 / (2 * (int64_t)m) - XPAD) / 16
+	                            : 32 * 1024 / (4 * 16 * (int64_t)m);
 	if (kbps > cap)
 		kbps = cap;
 	const int64_t splits = (tk + kbps - 1) / kbps;
 	if (splits > 65535)
 		return (int)cudaErrorInvalidValue;
 	dim3 grid((unsigned)((tn + GW - 1) / GW), (unsigned)splits);
-	const size_t smem = (size_t)m * 16 * kbps * sizeof(float);
-	gkern[(K - 1) * 3 + cb]<<<grid, GW * 32, smem, (cudaStream_t)stream>>>(
+	const size_t smem = use_mma ? (size_t)m * (16 * kbps + XPAD) * 2
+	                            : (size_t)m * 16 * kbps * sizeof(float);
+	(use_mma ? gkern_mma : gkern)[(K - 1) * 3 + cb]<<<grid, GW * 32, smem, (cudaStream_t)stream>>>(
 		(const uint32_t *)trellis, tk, tn, x, m, y, (int)kbps);
 	return (int)cudaGetLastError();
 }

@@ -33,7 +33,7 @@
 #include "viterbi.cuh"
 
 template <int K, int CB>
-__global__ void __launch_bounds__(VCfg<K>::T, K == 4 ? 1 : 512 / VCfg<K>::T)
+__global__ void __launch_bounds__(VCfg<K>::T, K == 4 || VCfg<K>::T > 512 ? 1 : 512 / VCfg<K>::T)
 viterbi_kernel(const float *__restrict__ x, int64_t ntiles, uint16_t *states,
                float *values, char *scratch, size_t scratch_per_block,
                int costs_in_smem, unsigned long long *bad)
@@ -181,6 +181,16 @@ extern "C" int x3k_viterbi_plan(int K, int cb, struct x3k_viterbi_plan *p)
 	                                                          p->smem_bytes));
 	if (p->blocks_per_sm < 1)
 		return (int)cudaErrorInvalidConfiguration;
+	if (!p->costs_in_smem) {
+		/* costs in global memory: keep all resident blocks' costs within
+		 * half of the L2, else every step goes to DRAM */
+		int l2 = 0, sms = 1;
+		X3K_CUDA_OK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+		X3K_CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+		const size_t fit = (size_t)l2 / 2 / (cost_bytes * (size_t)sms);
+		if ((size_t)p->blocks_per_sm > fit)
+			p->blocks_per_sm = fit > 0 ? (int)fit : 1;
+	}
 	size_t s = vbp[K] + (p->costs_in_smem ? 0 : cost_bytes);
 	p->scratch_per_block = (s + 255) & ~(size_t)255;
 	return 0;

@@ -11,7 +11,7 @@ template <int K>
 struct VCfg {
 	static constexpr int E = 1 << (16 - K);
 	static constexpr int NK = 1 << K;
-	static constexpr int T = K == 8 ? 64 : K == 7 ? 128 : 256;
+	static constexpr int T = K == 1 ? 1024 : K == 2 ? 512 : K == 8 ? 64 : K == 7 ? 128 : 256;
 	static constexpr int R = E / T;                  /* outputs per thread */
 	static constexpr int CPW = 32 / K;               /* choices per word */
 	static constexpr int W = (R + CPW - 1) / CPW;    /* words per thread */

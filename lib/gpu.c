@@ -556,7 +556,7 @@ size_t x3_gpu_linear_bytes(const x3_gpu_linear *L)
 	return L ? L->bytes : 0;
 }
 
-static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d)
+static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d, int use_mma)
 {
 	const int64_t tk = L->k / 16, tn = L->n / 16;
 	/* enough warps for every SM to hold ~48 of them */
@@ -572,7 +572,7 @@ static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d)
 		           "memset");
 	if (!rc)
 		rc = cuerr(x3k_gemv(L->K, L->cb, L->trellis_d, L->k, L->n, L->xh_d, m, L->y1_d,
-		                    (int)ksplit, NULL), "gemv launch");
+		                    (int)ksplit, use_mma, NULL), "gemv launch");
 	if (!rc)
 		rc = cuerr(x3k_had128_rows(L->y1_d, y_d, m, L->n, NULL, L->svh_d, L->bias_d, RSQRT128,
 		                           NULL), "output hadamard");
@@ -619,16 +619,16 @@ int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m, float
 {
 	if (!L || !x_d || !y_d)
 		return x3_err(X3_EINVAL, "linear: NULL argument");
-	if (m < 0 || m > (int64_t)1 << 30 || path < 0 || path > 2)
+	if (m < 0 || m > (int64_t)1 << 30 || path < 0 || path > 3)
 		return x3_err(X3_EINVAL, "linear: bad row count %lld or path %d", (long long)m, path);
 	if (m == 0)
 		return X3_OK;
-	if (path == 1 && m > X3K_GEMV_MAX_M)
+	if ((path == 1 || path == 3) && m > X3K_GEMV_MAX_M)
 		return x3_err(X3_EINVAL, "linear: the fused GEMV takes at most %d rows, not %lld",
 		              X3K_GEMV_MAX_M, (long long)m);
 	int rc;
-	if (path == 1 || (path == 0 && m <= X3K_GEMV_MAX_M))
-		rc = lin_gemv(L, x_d, (int)m, y_d);
+	if (path == 1 || path == 3 || (path == 0 && m <= X3K_GEMV_MAX_M))
+		rc = lin_gemv(L, x_d, (int)m, y_d, path != 3);
 	else
 		rc = lin_gemm(L, x_d, m, y_d);
 	return rc ? rc : cuerr(cudaDeviceSynchronize(), "linear forward");

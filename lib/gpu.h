@@ -89,12 +89,14 @@ void x3_gpu_linear_free(x3_gpu_linear *L);
 /* Bytes of device memory the linear holds (weights + workspace). */
 size_t x3_gpu_linear_bytes(const x3_gpu_linear *L);
 /* y (m, n) = x (m, k) W (+ bias), host memory. m <= 16: fused decode
- * GEMV (input Hadamard, decode-in-the-loop product, output Hadamard);
+ * GEMV (input Hadamard in fp32, decode-in-the-loop tensor-core product
+ * with x' rounded to fp16 and fp32 accumulation, output Hadamard);
  * m > 16: reconstruct W in fp16 and one cuBLAS GEMM (fp32 accumulate,
- * x rounded to fp16). */
+ * x rounded to fp16). x' and x must stay within the fp16 range. */
 int x3_gpu_linear_forward(x3_gpu_linear *L, const float *x, int64_t m, float *y);
-/* Same with device pointers. path: 0 auto, 1 force the fused GEMV (m <=
- * 16), 2 force reconstruct + GEMM. */
+/* Same with device pointers. path: 0 auto, 1 the fused GEMV (m <= 16),
+ * 2 reconstruct + GEMM, 3 the fused GEMV with fp32 x' and fp32 FMAs
+ * (slower, no fp16 rounding; m <= 16). */
 int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m,
                             float *y_d, int path);
 /* Dense weight (k, n) in the EXL3 orientation (inner = 0: original basis

@@ -64,10 +64,11 @@ int x3k_had128_cols(float *x, int64_t rows, int64_t cols, const float *pre,
 /* ---- gemv.cu --------------------------------------------------------- */
 /* y (m, n) += x (m, k) W~ for 1 <= m <= 16, decoding the trellis inside
  * the loop; y must be zeroed by the caller (partial sums are added
- * atomically). ksplit: number of k-slices (>= 1). */
+ * atomically). ksplit: number of k-slices (>= 1). use_mma: tensor-core
+ * product with x rounded to fp16 (1), or fp32 FMAs (0). */
 #define X3K_GEMV_MAX_M 16
 int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n,
-             const float *x, int m, float *y, int ksplit, void *stream);
+             const float *x, int m, float *y, int ksplit, int use_mma, void *stream);
 
 /* ---- util.cu --------------------------------------------------------- */
 int x3k_f32_to_f16(const float *x, uint16_t *y, int64_t n, void *stream);

@@ -5,17 +5,26 @@
  *
  * Error budgets (||y - y_ref||_F / ||y_ref||_F), the same for every K since
  * W~ is decoded exactly and only the arithmetic differs:
- *   fused GEMV: fp32 Hadamards and fp32 accumulation over k = 1024:
- *               1e-5 (expected ~1e-6);
- *   GEMM path:  W and x rounded to fp16 (relative 2^-11 each), fp32
- *               accumulation: 2e-3 (expected ~4e-4). */
+ *   fused GEMV, tensor cores (path 1, the default for m <= 16): x' rounded
+ *               to fp16 (relative 2^-11), fp32 accumulation: 2e-3
+ *               (expected ~3e-4);
+ *   fused GEMV, fp32 FMAs (path 3): fp32 Hadamards and accumulation over
+ *               k = 1024: 1e-5 (expected ~1e-6);
+ *   GEMM path (2, the default above 16 rows): W and x rounded to fp16,
+ *               fp32 accumulation: 2e-3 (expected ~4e-4). */
 #include <math.h>
 #include "test.h"
 #include "codec.h"
 #include "gpu.h"
 
-static const double budget_gemv[9] = {0, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
-static const double budget_gemm[9] = {0, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3};
+/* [path][K] */
+static const double budget[4][9] = {
+	{0},
+	{0, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3},
+	{0, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3},
+	{0, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5},
+};
+static const char *path_name[4] = {"auto", "gemv-mma", "gemm", "gemv-fma"};
 
 static void had_ref_rows(double *x, int64_t rows, int64_t cols)
 {
@@ -76,6 +85,9 @@ int main(void)
 	}
 	for (int64_t i = 0; i < mmax * k; i++)
 		x[i] = (float)x3_rng_normal(&r);
+	float *x_d = NULL, *y_d = NULL;
+	CHECK_OK(x3_gpu_alloc((void **)&x_d, sizeof(float) * mmax * k), "alloc x");
+	CHECK_OK(x3_gpu_alloc((void **)&y_d, sizeof(float) * mmax * n), "alloc y");
 
 	for (int K = 1; K <= 8; K++) {
 		const int64_t nw = (k / 16) * (n / 16) * 16 * K;
@@ -102,17 +114,28 @@ int main(void)
 							s += (double)x[i * k + c] * W[c * n + j];
 						yr[i * n + j] = s;
 					}
-				CHECK_OK(x3_gpu_linear_forward(L, x, m, y), "forward m=%d", m);
-				double num = 0, den = 0;
-				for (int64_t i = 0; i < m * n; i++) {
-					num += (y[i] - yr[i]) * (y[i] - yr[i]);
-					den += yr[i] * yr[i];
+				for (int path = 0; path <= 3; path++) {
+					if (m > 16 && (path == 1 || path == 3))
+						continue;
+					if (path == 0)
+						CHECK_OK(x3_gpu_linear_forward(L, x, m, y), "forward m=%d", m);
+					else {
+						CHECK_OK(x3_gpu_upload(x_d, x, sizeof(float) * m * k), "upload");
+						CHECK_OK(x3_gpu_linear_forward_d(L, x_d, m, y_d, path), "forward_d");
+						CHECK_OK(x3_gpu_download(y, y_d, sizeof(float) * m * n), "download");
+					}
+					double num = 0, den = 0;
+					for (int64_t i = 0; i < m * n; i++) {
+						num += (y[i] - yr[i]) * (y[i] - yr[i]);
+						den += yr[i] * yr[i];
+					}
+					const double e = sqrt(num / den);
+					const int pe = path ? path : m <= 16 ? 1 : 2;
+					CHECK(e <= budget[pe][K], "K=%d %s m=%d%s %s: relative error %.3g (budget %g)",
+					      K, x3_codebook_name(cb), m, with_bias ? " +bias" : "",
+					      path ? path_name[path] : pe == 1 ? "auto=gemv-mma" : "auto=gemm", e,
+					      budget[pe][K]);
 				}
-				const double e = sqrt(num / den);
-				const double b = m <= 16 ? budget_gemv[K] : budget_gemm[K];
-				CHECK(e <= b, "K=%d %s m=%d%s (%s): relative error %.3g (budget %g)", K,
-				      x3_codebook_name(cb), m, with_bias ? " +bias" : "",
-				      m <= 16 ? "gemv" : "gemm", e, b);
 			}
 			x3_gpu_linear_free(L);
 		}
@@ -123,5 +146,7 @@ int main(void)
 	      "n=100 refused: %s", x3_errmsg());
 	free(tr), free(suh), free(svh), free(bias), free(wt), free(wg), free(W), free(x), free(y);
 	free(yr);
+	x3_gpu_free(x_d);
+	x3_gpu_free(y_d);
 	TEST_DONE();
 }
