@@ -129,7 +129,13 @@ int x3_block_ldl(float *A, int64_t k)
 	/* Row-major lower L with A = L L^T is column-major upper U = L^T with
 	 * A = U^T U: factor in column-major 'U' to avoid LAPACKE's transposed
 	 * copy of the whole matrix. */
+	/* OpenBLAS's threaded potrf blocks differently from its sequential
+	 * one, which changes the rounding: factor on one thread so that the
+	 * result does not depend on the thread count. */
+	int nthr = openblas_get_num_threads();
+	openblas_set_num_threads(1);
 	lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, A, (lapack_int)k);
+	openblas_set_num_threads(nthr);
 	if (info != 0)
 		return x3_err(X3_ENUM, "cholesky failed (%s %d)",
 		              info > 0 ? "leading minor not positive definite at" : "bad argument",
