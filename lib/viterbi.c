@@ -42,6 +42,9 @@
 #include "codec.h"
 
 #define TARGET_MAX 1e16f   /* |d|^2 * 256 stays far below FLT_MAX */
+/* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
+ * bound by memory traffic and layout A measured slightly faster */
+#define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
 #define PAD 16             /* floats past the end of a cost buffer */
 
 static int check_args(int K, int cb, const float *x, int64_t ntiles)
@@ -259,14 +262,87 @@ TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *
 	}
 }
 
+/* Layout B (AVX-512, K with LAYOUT_B(K)): lanes are 16 consecutive
+ * predecessor groups gv = e >> K, so the predecessor costs k*ks + gv are
+ * one contiguous load shared by the NK candidates j = e & (NK-1) of every
+ * gv, with no expand permute. The NK result vectors R_j (lane gv) are then
+ * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
+ *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
+ *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
+TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float *pb,
+                            size_t ks, int poff, float *out, uint16_t *bp,
+                            int g0, int g1)
+{
+	const int NK = 1 << K;
+	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
+	const __m512 vw = _mm512_set1_ps(w);
+	const __m512i zl = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i zh = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+	                                    25, 9, 24, 8);
+	bp += (size_t)b0 * (NK - 1) * NK;
+	for (int b = b0; b < b1; b++, out += 16 * NK) {
+		const float *c = cbo + (size_t)b * NK * NK * 16;
+		const float *p = pb + 16 * b - poff;
+		__m512 m[8], t[8];
+		__m512 P = _mm512_loadu_ps(p);
+#pragma GCC unroll 8
+		for (int j = 0; j < NK; j++) {
+			__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+			m[j] = _mm512_fmadd_ps(d, d, P);
+		}
+		c += 16 * NK;
+#pragma GCC unroll 8
+		for (int k = 1; k < NK; k++, c += 16 * NK, bp += NK) {
+			P = _mm512_loadu_ps(p + k * ks);
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++) {
+				__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+				__m512 v = _mm512_fmadd_ps(d, d, P);
+				STORE_MASK(bp + j, _mm512_cmp_ps_mask(v, m[j], _CMP_LT_OQ));
+				m[j] = _mm512_min_ps(v, m[j]);
+			}
+		}
+		/* round: t[2i], t[2i+1] = zip_lo, zip_hi of m[i], m[i + NK/2] */
+#pragma GCC unroll 3
+		for (int r = 0; r < K; r++) {
+#pragma GCC unroll 4
+			for (int i = 0; i < NK / 2; i++) {
+				t[2 * i] = _mm512_permutex2var_ps(m[i], zl, m[i + NK / 2]);
+				t[2 * i + 1] = _mm512_permutex2var_ps(m[i], zh, m[i + NK / 2]);
+			}
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++)
+				m[j] = t[j];
+		}
+#pragma GCC unroll 8
+		for (int j = 0; j < NK; j++)
+			_mm512_store_ps(out + 16 * j, m[j]);
+	}
+}
+
 TGT512 static void step_avx512(int K, const float *cbo, float w, const float *pb,
                                size_t ks, int poff, float *out, uint16_t *bp,
                                int g0, int g1)
 {
 	switch (K) {   /* one instance per K: shifts and trip counts constant */
-	case 1: body512(1, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 2: body512(2, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 3: body512(3, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 1:
+		if (LAYOUT_B(1))
+			body512b(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 2:
+		if (LAYOUT_B(2))
+			body512b(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 3:
+		if (LAYOUT_B(3))
+			body512b(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
 	case 4: body512(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
 	case 5: body512(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
 	case 6: body512(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
@@ -401,14 +477,26 @@ static step_fn pick_step(void)
 	}
 }
 
-/* k of the winner at edge e from the masks of one position */
-static inline int bp_k(int K, const uint16_t *bpp, int e)
+/* k of the winner at edge e from the masks of one position (layout A or
+ * B): the largest k whose mask bit is set, or 0 */
+static inline int bp_k(int K, int lb, const uint16_t *bpp, int e)
 {
 	const int NK = 1 << K;
-	int blk = e >> 4, lane = e & 15, g = blk >> 2, u = blk & 3;
-	const uint16_t *q = bpp + (size_t)g * (NK - 1) * 4 + u;
+	const uint16_t *q;
+	int lane, stride;
+	if (lb) {
+		int gv = e >> K, j = e & (NK - 1);
+		q = bpp + (size_t)(gv >> 4) * (NK - 1) * NK + j;
+		lane = gv & 15;
+		stride = NK;
+	} else {
+		int blk = e >> 4, g = blk >> 2, u = blk & 3;
+		q = bpp + (size_t)g * (NK - 1) * 4 + u;
+		lane = e & 15;
+		stride = 4;
+	}
 	for (int k = NK - 1; k >= 1; k--)
-		if (q[(k - 1) * 4] >> lane & 1)
+		if (q[(k - 1) * stride] >> lane & 1)
 			return k;
 	return 0;
 }
@@ -467,8 +555,8 @@ static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
 	return prev;
 }
 
-static void fast_tile(step_fn step, int K, const float *cbo, const float *x,
-                      struct work *wk, uint16_t *st)
+static void fast_tile(step_fn step, int K, int lb, const float *cbo,
+                      const float *x, struct work *wk, uint16_t *st)
 {
 	const int E = 1 << (16 - K), NK = 1 << K;
 	const size_t ps = (size_t)(E / 16) * (NK - 1);
@@ -482,7 +570,7 @@ static void fast_tile(step_fn step, int K, const float *cbo, const float *x,
 		if (fin[i] < fin[e])
 			e = i;
 	for (int p = 127; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
 		e = (int)(s >> K);
 	}
 	const int pre = e;
@@ -493,7 +581,7 @@ static void fast_tile(step_fn step, int K, const float *cbo, const float *x,
 	run_pass(step, K, cbo, x, 0, wk);
 	e = pre;
 	for (int p = 255; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
 		st[p] = (uint16_t)s;
 		e = (int)(s >> K);
 	}
@@ -512,11 +600,22 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	float *cbo = aligned_alloc(64, sizeof(float) * 65536);
 	if (!cbo)
 		return x3_err(X3_ENOMEM, "viterbi: out of memory");
-	for (int g = 0; g < ng; g++)
-		for (int k = 0; k < NK; k++)
-			for (int j = 0; j < 64; j++)
-				cbo[((size_t)g * NK + k) * 64 + j] =
-					tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
+	const int isa = x3_viterbi_isa();
+	const int lb = isa == X3_ISA_AVX512 && LAYOUT_B(K);
+	if (lb) {
+		for (int b = 0; b < E / (16 * NK); b++)
+			for (int k = 0; k < NK; k++)
+				for (int j = 0; j < NK; j++)
+					for (int l = 0; l < 16; l++)
+						cbo[(((size_t)b * NK + k) * NK + j) * 16 + l] =
+							tab[(uint32_t)k << (16 - K) | (uint32_t)(16 * b + l) << K | (uint32_t)j];
+	} else {
+		for (int g = 0; g < ng; g++)
+			for (int k = 0; k < NK; k++)
+				for (int j = 0; j < 64; j++)
+					cbo[((size_t)g * NK + k) * 64 + j] =
+						tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
+	}
 	step_fn step = pick_step();
 	int nt = threads > 0 ? threads : omp_get_max_threads();
 	if (nt > ntiles)
@@ -548,7 +647,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			if (!ok)
 				continue;
 			uint16_t st[256];
-			fast_tile(step, K, cbo, x + t * 256, &wk, st);
+			fast_tile(step, K, lb, cbo, x + t * 256, &wk, st);
 			for (int i = 0; i < 256; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
