@@ -199,12 +199,19 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 	e->k = e->in = k;
 	e->n = e->out = n;
 	size_t tb = tr->nbytes;
-	e->trellis = aligned_alloc(64, (tb + 63) / 64 * 64);
-	if (!e->trellis) {
+	/* padding: the SIMD kernels read whole windows around each tile */
+	e->trellis_mem = aligned_alloc(64, 64 + (tb + 63) / 64 * 64 + 128);
+	if (!e->trellis_mem) {
 		x3_exl3_free(e);
 		return x3_err(X3_ENOMEM, "'%s': out of memory (%zu bytes)", tr->name, tb);
 	}
-	memcpy(e->trellis, tr->data, tb);
+	memset(e->trellis_mem, 0, 64 + (tb + 63) / 64 * 64 + 128);
+	e->trellis = (uint16_t *)((char *)e->trellis_mem + 64);
+	size_t tw = (size_t)16 * e->K * 2;   /* bytes per tile */
+	for (int64_t kb = 0; kb < k / 16; kb++)
+		for (int64_t nb = 0; nb < n / 16; nb++)
+			memcpy((char *)e->trellis + (size_t)(nb * (k / 16) + kb) * tw,
+			       (const char *)tr->data + (size_t)(kb * (n / 16) + nb) * tw, tw);
 	rc = suh ? load_vec(suh, k, &e->suh) : load_signs(su, k, &e->suh);
 	if (!rc)
 		rc = svh ? load_vec(svh, n, &e->svh) : load_signs(sv, n, &e->svh);
@@ -251,7 +258,7 @@ void x3_exl3_free(x3_exl3 *e)
 	if (!e)
 		return;
 	free(e->key);
-	free(e->trellis);
+	free(e->trellis_mem);
 	free(e->suh);
 	free(e->svh);
 	free(e->bias);
@@ -286,7 +293,18 @@ int x3_exl3_has_bias(const x3_exl3 *e) { return e->bias != NULL; }
 
 int x3_exl3_inner(const x3_exl3 *e, float *wt)
 {
-	int rc = x3_trellis_decode(e->K, e->cb, e->trellis, e->k, e->n, wt);
+	/* back to the stored (k/16, n/16, 16K) order for the codec's decoder */
+	int64_t ntk = e->k / 16, ntn = e->n / 16;
+	size_t tw = (size_t)16 * e->K;
+	uint16_t *t = malloc((size_t)(ntk * ntn) * tw * sizeof *t);
+	if (!t)
+		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", e->key);
+	for (int64_t kb = 0; kb < ntk; kb++)
+		for (int64_t nb = 0; nb < ntn; nb++)
+			memcpy(t + (size_t)(kb * ntn + nb) * tw, e->trellis + (size_t)(nb * ntk + kb) * tw,
+			       tw * sizeof *t);
+	int rc = x3_trellis_decode(e->K, e->cb, t, e->k, e->n, wt);
+	free(t);
 	return rc ? x3_errprefix(rc, "tensor '%s'", e->key) : X3_OK;
 }
 

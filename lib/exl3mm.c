@@ -59,7 +59,7 @@ static int isa_supported(int isa)
 	if (isa == ISA_AVX2)
 		return 1;
 	if (isa == ISA_AVX512)
-		return __builtin_cpu_supports("avx512f");
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 #endif
 	return 0;
 }
@@ -112,12 +112,14 @@ int x3_exl3_simd_set(const char *name)
  * (earlier) word, of the low word, and the right/left shift counts. */
 #define EXT_WORDS (8 * 8 + 1 + 16)
 struct xtab {
+	int nwrap;            /* groups 0..nwrap-1 have base 0 */
 	int32_t base[32];
 	int32_t hi[32][16], lo[32][16], sr[32][16], sl[32][16];
 };
 
 static void xtab_init(struct xtab *T, int K, int W)
 {
+	T->nwrap = 0;
 	for (int g = 0; g < 256 / W; g++)
 		for (int j = 0; j < W; j++) {
 			int B = (g * W + j + 1) * K + 32;   /* end bit in ext */
@@ -129,13 +131,20 @@ static void xtab_init(struct xtab *T, int K, int W)
 			T->sr[g][j] = 32 * (w1 + 1) - B;
 			T->sl[g][j] = 32 - T->sr[g][j];
 		}
+	while (T->nwrap < 256 / W && T->base[T->nwrap] == 0)
+		T->nwrap++;
+}
+
+static inline const uint32_t *tile_u32(const struct x3_exl3 *e, int64_t kb, int64_t nb)
+{
+	return (const uint32_t *)(e->trellis + (nb * (e->k / 16) + kb) * 16 * e->K);
 }
 
 /* Tile (kb, nb) as ext[0..8K] (see the top comment). */
 static inline void load_ext(const struct x3_exl3 *e, int64_t kb, int64_t nb,
                             uint32_t *ext)
 {
-	const uint16_t *w = e->trellis + (kb * (e->n / 16) + nb) * 16 * e->K;
+	const uint16_t *w = e->trellis + (nb * (e->k / 16) + kb) * 16 * e->K;
 	memcpy(ext + 1, w, (size_t)32 * e->K);
 	ext[0] = ext[8 * e->K];
 }
@@ -185,6 +194,7 @@ static void mm_scalar(const struct x3_exl3 *e, const float *xh, int64_t rows,
 /* fp16 constants of MUL1 (§6.3) and the 3INST/MCG multipliers (§6.1-6.2) */
 #define MUL1_KINV 0.00676727294921875f     /* half 0x1EEE = 887/131072 */
 #define MUL1_KBIAS (-10.3828125f)          /* half 0xC931 */
+#define MUL1_C0 (-3.453125f)               /* 1024·K_INV + K_BIAS, exact */
 #define INST3_MULT 89226354u
 #define INST3_ADD 64248484u
 
@@ -192,9 +202,22 @@ static void mm_scalar(const struct x3_exl3 *e, const float *xh, int64_t rows,
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE_AVX2 static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-INLINE_AVX2 __m256i states8(const uint32_t *ext, const struct xtab *T, int g)
+/* The window of group g: ext[base .. base+8) read straight from the tile
+ * (ext[j] = U[j-1] for j >= 1; the trellis buffer is padded on both sides);
+ * groups with base 0 use w0, the window at 0 with U[8K-1] in lane 0. */
+INLINE_AVX2 __m256i window8(const uint32_t *U, __m256i w0, const struct xtab *T, int g)
 {
-	__m256i win = _mm256_loadu_si256((const __m256i *)(ext + T->base[g]));
+	return g < T->nwrap ? w0 : _mm256_loadu_si256((const __m256i *)(U - 1 + T->base[g]));
+}
+
+INLINE_AVX2 __m256i window8_0(const uint32_t *U, int K)
+{
+	return _mm256_blend_epi32(_mm256_loadu_si256((const __m256i *)(U - 1)),
+	                          _mm256_set1_epi32((int)U[8 * K - 1]), 1);
+}
+
+INLINE_AVX2 __m256i states8(__m256i win, const struct xtab *T, int g)
+{
 	__m256i hi = _mm256_permutevar8x32_epi32(win, _mm256_loadu_si256((const __m256i *)T->hi[g]));
 	__m256i lo = _mm256_permutevar8x32_epi32(win, _mm256_loadu_si256((const __m256i *)T->lo[g]));
 	__m256i s = _mm256_or_si256(
@@ -211,15 +234,13 @@ INLINE_AVX2 __m256 round16_avx2(__m256 f)
 INLINE_AVX2 __m256 codebook8(int cb, __m256i s)
 {
 	if (cb == X3_CB_MUL1) {
+		/* byte sum S: u8 x 1 pairs to 16 bits, then pairs to 32 bits;
+		 * S·K_INV + (1024·K_INV + K_BIAS) is exact in fp32 */
 		__m256i x = _mm256_mullo_epi32(s, _mm256_set1_epi32((int)X3_MUL1_MULT));
-		__m256i m = _mm256_set1_epi32(0x00FF00FF);
-		__m256i t = _mm256_add_epi32(_mm256_and_si256(x, m),
-		                             _mm256_and_si256(_mm256_srli_epi32(x, 8), m));
-		__m256i S = _mm256_add_epi32(_mm256_and_si256(t, _mm256_set1_epi32(0xFFFF)),
-		                             _mm256_srli_epi32(t, 16));
-		__m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(S, _mm256_set1_epi32(1024)));
-		return round16_avx2(_mm256_fmadd_ps(f, _mm256_set1_ps(MUL1_KINV),
-		                                    _mm256_set1_ps(MUL1_KBIAS)));
+		__m256i S = _mm256_madd_epi16(_mm256_maddubs_epi16(x, _mm256_set1_epi8(1)),
+		                              _mm256_set1_epi16(1));
+		return round16_avx2(_mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_set1_ps(MUL1_KINV),
+		                                    _mm256_set1_ps(MUL1_C0)));
 	}
 	__m256i x = _mm256_mullo_epi32(s, _mm256_set1_epi32(
 		(int)(cb == X3_CB_MCG ? X3_MCG_MULT : INST3_MULT)));
@@ -240,29 +261,31 @@ INLINE_AVX2 __m256 codebook8(int cb, __m256i s)
 INLINE_AVX2 void gemv_avx2_cb(const struct x3_exl3 *e, int cb, const float *xq,
                               float *yh, const struct xtab *T, int64_t nb0, int64_t nb1)
 {
-	int64_t ntk = e->k / 16, ntn = e->n / 16;
+	int64_t ntk = e->k / 16;
 	int K = e->K;
 	for (int64_t nb = nb0; nb < nb1; nb++) {
-		uint32_t ext[EXT_WORDS] __attribute__((aligned(64))) = { 0 };
 		__m256 acc[8];
 		for (int c = 0; c < 8; c++)
 			acc[c] = _mm256_setzero_ps();
 		for (int64_t kb = 0; kb < ntk; kb++) {
 			if (kb + 4 < ntk) {
-				const char *pf = (const char *)(e->trellis + ((kb + 4) * ntn + nb) * 16 * K);
+				const char *pf = (const char *)tile_u32(e, kb + 4, nb);
 				for (int o = 0; o < 32 * K; o += 64)
 					_mm_prefetch(pf + o, _MM_HINT_T0);
 			}
-			load_ext(e, kb, nb, ext);
+			const uint32_t *U = tile_u32(e, kb, nb);
+			__m256i w0 = window8_0(U, K);
 			const float *xp = xq + kb * 32;
 			__m256 x0 = _mm256_loadu_ps(xp), x1 = _mm256_loadu_ps(xp + 8);
 			__m256 x2 = _mm256_loadu_ps(xp + 16), x3 = _mm256_loadu_ps(xp + 24);
+#define DQ8(g) codebook8(cb, states8(window8(U, w0, T, (g)), T, (g)))
+#pragma GCC unroll 8
 			for (int c = 0; c < 8; c++) {
 				__m256 a = acc[c];
-				a = _mm256_fmadd_ps(codebook8(cb, states8(ext, T, 4 * c + 0)), x0, a);
-				a = _mm256_fmadd_ps(codebook8(cb, states8(ext, T, 4 * c + 1)), x1, a);
-				a = _mm256_fmadd_ps(codebook8(cb, states8(ext, T, 4 * c + 2)), x2, a);
-				a = _mm256_fmadd_ps(codebook8(cb, states8(ext, T, 4 * c + 3)), x3, a);
+				a = _mm256_fmadd_ps(DQ8(4 * c + 0), x0, a);
+				a = _mm256_fmadd_ps(DQ8(4 * c + 1), x1, a);
+				a = _mm256_fmadd_ps(DQ8(4 * c + 2), x2, a);
+				a = _mm256_fmadd_ps(DQ8(4 * c + 3), x3, a);
 				acc[c] = a;
 			}
 		}
@@ -301,17 +324,18 @@ INLINE_AVX2 void gemm_avx2_cb(const struct x3_exl3 *e, int cb, const float *xt,
 	int64_t ntk = e->k / 16;
 	static const int off[16] = { OFF_LIST };
 	for (int64_t nbb = nb0; nbb < nb1; nbb += NBLK) {
-		uint32_t ext[EXT_WORDS] __attribute__((aligned(64))) = { 0 };
 		float v[NBLK][256] __attribute__((aligned(64)));
 		for (int64_t kb = 0; kb < ntk; kb++) {
 			for (int u = 0; u < NBLK; u++) {
-				load_ext(e, kb, nbb + u, ext);
+				const uint32_t *U = tile_u32(e, kb, nbb + u);
+				__m256i w0 = window8_0(U, e->K);
 				for (int g = 0; g < 32; g++)
-					_mm256_store_ps(v[u] + 8 * g, codebook8(cb, states8(ext, T, g)));
+					_mm256_store_ps(v[u] + 8 * g, DQ8(g));
 			}
 			for (int64_t ch = 0; ch < nch; ch++) {
 				const float *xp = xt + (ch * e->k + 16 * kb) * 8;
 				__m256 x[16];
+#pragma GCC unroll 16
 				for (int r = 0; r < 16; r++)
 					x[r] = _mm256_load_ps(xp + 8 * r);
 				for (int u = 0; u < NBLK; u++) {
@@ -319,6 +343,7 @@ INLINE_AVX2 void gemm_avx2_cb(const struct x3_exl3 *e, int cb, const float *xt,
 					for (int c = 0; c < 8; c++) {
 						const float *vc = v[u] + 32 * c;
 						__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+#pragma GCC unroll 8
 						for (int r = 0; r < 16; r += 2) {
 							a0 = _mm256_fmadd_ps(x[r], _mm256_broadcast_ss(vc + off[r]), a0);
 							b0 = _mm256_fmadd_ps(x[r], _mm256_broadcast_ss(vc + 4 + off[r]), b0);
@@ -346,12 +371,22 @@ T_AVX2 static void gemm_avx2(const struct x3_exl3 *e, const float *xt, int64_t n
 }
 
 /* ---- AVX-512 (16 states per group) ----------------------------------- */
-#define T_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-#define INLINE_AVX512 static inline __attribute__((always_inline, target("avx512f,avx2,fma,f16c")))
+#define T_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+#define INLINE_AVX512 static inline __attribute__((always_inline, target("avx512f,avx512bw,avx2,fma,f16c")))
 
-INLINE_AVX512 __m512i states16(const uint32_t *ext, const struct xtab *T, int g)
+INLINE_AVX512 __m512i window16(const uint32_t *U, __m512i w0, const struct xtab *T, int g)
 {
-	__m512i win = _mm512_loadu_si512((const void *)(ext + T->base[g]));
+	return g < T->nwrap ? w0 : _mm512_loadu_si512((const void *)(U - 1 + T->base[g]));
+}
+
+INLINE_AVX512 __m512i window16_0(const uint32_t *U, int K)
+{
+	return _mm512_mask_set1_epi32(_mm512_loadu_si512((const void *)(U - 1)), 1,
+	                              (int)U[8 * K - 1]);
+}
+
+INLINE_AVX512 __m512i states16(__m512i win, const struct xtab *T, int g)
+{
 	__m512i hi = _mm512_permutexvar_epi32(_mm512_loadu_si512((const void *)T->hi[g]), win);
 	__m512i lo = _mm512_permutexvar_epi32(_mm512_loadu_si512((const void *)T->lo[g]), win);
 	__m512i s = _mm512_or_si512(
@@ -369,14 +404,10 @@ INLINE_AVX512 __m512 codebook16(int cb, __m512i s)
 {
 	if (cb == X3_CB_MUL1) {
 		__m512i x = _mm512_mullo_epi32(s, _mm512_set1_epi32((int)X3_MUL1_MULT));
-		__m512i m = _mm512_set1_epi32(0x00FF00FF);
-		__m512i t = _mm512_add_epi32(_mm512_and_si512(x, m),
-		                             _mm512_and_si512(_mm512_srli_epi32(x, 8), m));
-		__m512i S = _mm512_add_epi32(_mm512_and_si512(t, _mm512_set1_epi32(0xFFFF)),
-		                             _mm512_srli_epi32(t, 16));
-		__m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(S, _mm512_set1_epi32(1024)));
-		return round16_avx512(_mm512_fmadd_ps(f, _mm512_set1_ps(MUL1_KINV),
-		                                      _mm512_set1_ps(MUL1_KBIAS)));
+		__m512i S = _mm512_madd_epi16(_mm512_maddubs_epi16(x, _mm512_set1_epi8(1)),
+		                              _mm512_set1_epi16(1));
+		return round16_avx512(_mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_set1_ps(MUL1_KINV),
+		                                      _mm512_set1_ps(MUL1_C0)));
 	}
 	__m512i x = _mm512_mullo_epi32(s, _mm512_set1_epi32(
 		(int)(cb == X3_CB_MCG ? X3_MCG_MULT : INST3_MULT)));
@@ -385,40 +416,46 @@ INLINE_AVX512 __m512 codebook16(int cb, __m512i s)
 	/* (x & 0x8FFF8FFF) ^ 0x3B603B60: ternary logic imm = (A & B) ^ C = 0x6A */
 	x = _mm512_ternarylogic_epi32(x, _mm512_set1_epi32((int)0x8FFF8FFFu),
 	                              _mm512_set1_epi32(0x3B603B60), 0x6A);
-	const __m512i bias = _mm512_set1_epi32(0x38000000);
-	__m512i lo = _mm512_or_si512(
-		_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x8000)), 16),
-		_mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFF)), 13), bias));
-	__m512i hi = _mm512_or_si512(
-		_mm512_and_si512(x, _mm512_set1_epi32((int)0x80000000u)),
-		_mm512_add_epi32(_mm512_srli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFF0000)), 3), bias));
+	/* fp32 bits of each half h: sign to bit 31, exponent and mantissa
+	 * (h & 0x7FFF) << 13, exponent rebias +112 << 23 = 0x38000000, which
+	 * is an OR because the half exponent is 12..15 (bit 4 clear).
+	 * sel(m, a, b) = (a & m) | (b & ~m) is ternary logic 0xCA with m first. */
+	const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+	const __m512i mbits = _mm512_set1_epi32(0x0FFFE000), bias = _mm512_set1_epi32(0x38000000);
+	/* (b & m) | c: imm 0xEA with (b, m, c) */
+	__m512i lo = _mm512_ternarylogic_epi32(_mm512_slli_epi32(x, 13), mbits, bias, 0xEA);
+	lo = _mm512_ternarylogic_epi32(sign, _mm512_slli_epi32(x, 16), lo, 0xCA);
+	__m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 3), mbits, bias, 0xEA);
+	hi = _mm512_ternarylogic_epi32(sign, x, hi, 0xCA);
 	return round16_avx512(_mm512_add_ps(_mm512_castsi512_ps(lo), _mm512_castsi512_ps(hi)));
 }
 
 INLINE_AVX512 void gemv_avx512_cb(const struct x3_exl3 *e, int cb, const float *xq,
                                   float *yh, const struct xtab *T, int64_t nb0, int64_t nb1)
 {
-	int64_t ntk = e->k / 16, ntn = e->n / 16;
+	int64_t ntk = e->k / 16;
 	int K = e->K;
 	for (int64_t nb = nb0; nb < nb1; nb++) {
-		uint32_t ext[EXT_WORDS] __attribute__((aligned(64))) = { 0 };
 		__m512 acc[8];
 		for (int c = 0; c < 8; c++)
 			acc[c] = _mm512_setzero_ps();
 		for (int64_t kb = 0; kb < ntk; kb++) {
 			if (kb + 4 < ntk) {
-				const char *pf = (const char *)(e->trellis + ((kb + 4) * ntn + nb) * 16 * K);
+				const char *pf = (const char *)tile_u32(e, kb + 4, nb);
 				for (int o = 0; o < 32 * K; o += 64)
 					_mm_prefetch(pf + o, _MM_HINT_T0);
 			}
-			load_ext(e, kb, nb, ext);
+			const uint32_t *U = tile_u32(e, kb, nb);
+			__m512i w0 = window16_0(U, K);
 			/* group p = lanes 2p, 2p+1: q = t%4 = 2(p&1) + lane/8 */
 			const float *xp = xq + kb * 32;
 			__m512 x0 = _mm512_loadu_ps(xp), x1 = _mm512_loadu_ps(xp + 16);
+#define DQ16(g) codebook16(cb, states16(window16(U, w0, T, (g)), T, (g)))
+#pragma GCC unroll 8
 			for (int c = 0; c < 8; c++) {
 				__m512 a = acc[c];
-				a = _mm512_fmadd_ps(codebook16(cb, states16(ext, T, 2 * c)), x0, a);
-				a = _mm512_fmadd_ps(codebook16(cb, states16(ext, T, 2 * c + 1)), x1, a);
+				a = _mm512_fmadd_ps(DQ16(2 * c), x0, a);
+				a = _mm512_fmadd_ps(DQ16(2 * c + 1), x1, a);
 				acc[c] = a;
 			}
 		}
@@ -452,24 +489,27 @@ INLINE_AVX512 void gemm_avx512_cb(const struct x3_exl3 *e, int cb, const float *
 	int64_t ntk = e->k / 16;
 	static const int off[16] = { OFF_LIST };
 	for (int64_t nbb = nb0; nbb < nb1; nbb += NBLK) {
-		uint32_t ext[EXT_WORDS] __attribute__((aligned(64))) = { 0 };
 		float v[NBLK][256] __attribute__((aligned(64)));
 		for (int64_t kb = 0; kb < ntk; kb++) {
 			for (int u = 0; u < NBLK; u++) {
-				load_ext(e, kb, nbb + u, ext);
+				const uint32_t *U = tile_u32(e, kb, nbb + u);
+				__m512i w0 = window16_0(U, e->K);
 				for (int g = 0; g < 16; g++)
-					_mm512_store_ps(v[u] + 16 * g, codebook16(cb, states16(ext, T, g)));
+					_mm512_store_ps(v[u] + 16 * g, DQ16(g));
 			}
 			for (int64_t ch = 0; ch < nch; ch++) {
 				const float *xp = xt + (ch * e->k + 16 * kb) * 16;
 				__m512 x[16];
+#pragma GCC unroll 16
 				for (int r = 0; r < 16; r++)
 					x[r] = _mm512_load_ps(xp + 16 * r);
 				for (int u = 0; u < NBLK; u++) {
 					float *y = yt + (ch * e->n + 16 * (nbb + u)) * 16;
+#pragma GCC unroll 4
 					for (int c = 0; c < 8; c++) {
 						const float *vc = v[u] + 32 * c;
 						__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+#pragma GCC unroll 8
 						for (int r = 0; r < 16; r += 2) {
 							a0 = _mm512_fmadd_ps(x[r], _mm512_set1_ps(vc[off[r]]), a0);
 							b0 = _mm512_fmadd_ps(x[r], _mm512_set1_ps(vc[4 + off[r]]), b0);
