@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
+#include <omp.h>
 #include "codec.h"
 #include "exl3_impl.h"
 
@@ -328,9 +329,23 @@ int x3_exl3_dequant(const x3_exl3 *e, float *w)
 	return X3_OK;
 }
 
+/* Hadamard over the 128-chunks of each row, rows split over our own
+ * threads (threads <= 0: the library's default). Keeps small calls
+ * single-threaded when the caller asked for one thread. */
+static void had_rows(float *x, int64_t rows, int64_t cols, int threads)
+{
+	if (threads <= 0) {
+		x3_had128_rows(x, rows, cols);
+		return;
+	}
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && rows * cols >= 32768)
+	for (int64_t r = 0; r < rows; r++)
+		x3_had128_rows(x + r * cols, 1, cols);
+}
+
 /* x' = had128(x ⊙ suh), zero-extended to k: xh is (rows, k). */
 static int prologue(const x3_exl3 *e, const float *x, int64_t rows,
-                    int64_t xc, float **xh)
+                    int64_t xc, float **xh, int threads)
 {
 	if (xc != e->in && xc != e->k)
 		return x3_err(X3_EINVAL, "tensor '%s': input has %lld columns, "
@@ -349,15 +364,15 @@ static int prologue(const x3_exl3 *e, const float *x, int64_t rows,
 		for (int64_t i = xc; i < e->k; i++)
 			d[i] = 0.0f;
 	}
-	x3_had128_rows(h, rows, e->k);
+	had_rows(h, rows, e->k, threads);
 	*xh = h;
 	return X3_OK;
 }
 
 /* y = had128(y') ⊙ svh + bias, trimmed to out_features. */
-static void epilogue(const x3_exl3 *e, float *yh, int64_t rows, float *y)
+static void epilogue(const x3_exl3 *e, float *yh, int64_t rows, float *y, int threads)
 {
-	x3_had128_rows(yh, rows, e->n);
+	had_rows(yh, rows, e->n, threads);
 	for (int64_t r = 0; r < rows; r++) {
 		const float *s = yh + r * e->n;
 		float *d = y + r * e->out;
@@ -370,7 +385,7 @@ int x3_exl3_matmul_ref(const x3_exl3 *e, const float *x, int64_t rows,
                        int64_t xc, float *y)
 {
 	float *xh = NULL, *yh = NULL, *wt = NULL;
-	int rc = prologue(e, x, rows, xc, &xh);
+	int rc = prologue(e, x, rows, xc, &xh, 0);
 	if (rc)
 		return rc;
 	yh = malloc((size_t)rows * (size_t)e->n * sizeof *yh);
@@ -384,7 +399,7 @@ int x3_exl3_matmul_ref(const x3_exl3 *e, const float *x, int64_t rows,
 	/* (rows, k) · (k, n) */
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)e->n,
 	            (int)e->k, 1.0f, xh, (int)e->k, wt, (int)e->n, 0.0f, yh, (int)e->n);
-	epilogue(e, yh, rows, y);
+	epilogue(e, yh, rows, y, 0);
 out:
 	free(xh);
 	free(yh);
@@ -396,7 +411,9 @@ int x3_exl3_matmul(const x3_exl3 *e, const float *x, int64_t rows, int64_t xc,
                    float *y, int threads)
 {
 	float *xh = NULL;
-	int rc = prologue(e, x, rows, xc, &xh);
+	if (threads <= 0)
+		threads = omp_get_max_threads();
+	int rc = prologue(e, x, rows, xc, &xh, threads);
 	if (rc)
 		return rc;
 	float *yh = malloc((size_t)rows * (size_t)e->n * sizeof *yh);
@@ -406,7 +423,7 @@ int x3_exl3_matmul(const x3_exl3 *e, const float *x, int64_t rows, int64_t xc,
 	}
 	rc = x3__exl3_mm_fast(e, xh, rows, yh, threads);
 	if (!rc)
-		epilogue(e, yh, rows, y);
+		epilogue(e, yh, rows, y, threads);
 	free(xh);
 	free(yh);
 	return rc;
