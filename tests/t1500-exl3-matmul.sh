@@ -75,6 +75,22 @@ exl3-matmul --in 64 --out 172 --dequant <p.fr >wp.fr
 check "--check takes the shape from REF" \
 	sh -c 'exl3-matmul --check wp.fr <p.fr | jq -e ".shape == [172,64] and .padded == [256,128] and .rel_fro_err == 0" >/dev/null'
 
+# a model directory: original sizes from config.json by module name
+# (stories260K-like: hidden 64, intermediate 172, 8 heads, 4 kv heads)
+mkdir -p cfgm
+printf '{"model_type":"llama","hidden_size":64,"intermediate_size":172,"num_attention_heads":8,"num_key_value_heads":4,"vocab_size":512}' >cfgm/config.json
+D=model.layers.0.mlp.down_proj; Q=model.layers.0.self_attn.k_proj
+{ tensor-gen -d uniform -t I16 --scale 32768 -s 21 $D.trellis=16x8x32
+  tensor-gen -t F16 --scale 0.05 -s 22 $D.suh=256 $D.svh=128
+  tensor-gen -d uniform -t I16 --scale 32768 -s 23 $Q.trellis=8x8x32
+  tensor-gen -t F16 --scale 0.05 -s 24 $Q.suh=128 $Q.svh=128; } | tensor-cat - -o cfgm/model.safetensors 2>/dev/null
+check "config.json: down_proj is 64x172" \
+	test "$(exl3-matmul --model cfgm --tensor $D --dequant | tensor-ls - | jq -c .shape)" = '[64,172]'
+check "config.json: k_proj is 32x64" \
+	test "$(exl3-matmul --model cfgm --tensor $Q --dequant | tensor-ls - | jq -c .shape)" = '[32,64]'
+check "--in/--out override config.json" \
+	test "$(exl3-matmul --model cfgm --tensor $Q --in 128 --out 100 --dequant | tensor-ls - | jq -c .shape)" = '[100,128]'
+
 # bad input: exit 1 with a message naming the tensor
 tensor-gen -d uniform -t I16 --scale 32768 -s 1 L.trellis=16x24x48 >nosuh.fr
 tensor-gen -t F16 -s 2 L.svh=384 >>nosuh.fr
