@@ -91,6 +91,22 @@ check "config.json: k_proj is 32x64" \
 check "--in/--out override config.json" \
 	test "$(exl3-matmul --model cfgm --tensor $Q --in 128 --out 100 --dequant | tensor-ls - | jq -c .shape)" = '[100,128]'
 
+# end to end with the encoder (when it is built): a real weight, quantized at
+# K = 3, must come back with the error the codebook allows (sqrt of the
+# i.i.d. MSE 0.0176 is 0.133; the model's Hessian-free fallback is close)
+if have_shared && command -v trellis-encode >/dev/null && command -v had-rotate >/dev/null; then
+	W=model.layers.0.mlp.down_proj.weight
+	tensor-cat "$SHARED/models/stories260K" $W >sw.fr
+	had-rotate <sw.fr | trellis-encode -q -K 3 >sq.fr
+	check "stories260K down_proj at K=3: --check error 0.10..0.16" \
+		sh -c 'exl3-matmul --check sw.fr <sq.fr | jq -e ".shape == [64,172] and .rel_fro_err > 0.10 and .rel_fro_err < 0.16" >/dev/null'
+	check "stories260K down_proj: --dequant has the original shape" \
+		test "$(exl3-matmul --dequant <sq.fr | tensor-ls - | jq -c .shape)" = '[64,172]'
+else
+	skip "end to end with trellis-encode (not built or no shared model)"
+	skip "end to end --dequant shape"
+fi
+
 # bad input: exit 1 with a message naming the tensor
 tensor-gen -d uniform -t I16 --scale 32768 -s 1 L.trellis=16x24x48 >nosuh.fr
 tensor-gen -t F16 -s 2 L.svh=384 >>nosuh.fr
