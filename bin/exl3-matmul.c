@@ -365,7 +365,9 @@ int main(int argc, char **argv)
 	if (opt_dequant) {
 		do_dequant(e, w);
 	} else {
-		if (opt_x) {
+		if (opt_x && !strcmp(opt_x, "-") && in) {
+			/* X on stdin after the group: the default */
+		} else if (opt_x) {
 			/* the weight came from stdin: frames after its group are not read */
 			x3_tensor_free(next);
 			next = NULL;

@@ -19,6 +19,7 @@ check "matmul from one stream (group, then X)" sh -c 'cat g.fr x.fr | exl3-matmu
 check "Y is 5x384 F32 named after X" test "$(stat_of y1.fr '"\(.name) \(.dtype) \(.shape)"')" = 'x F32 [5,384]'
 check "Y carries exl3_tensor metadata" test "$(stat_of y1.fr '.meta.exl3_tensor')" = L
 check "-x FILE gives the same bytes" sh -c 'exl3-matmul -x x.fr <g.fr >y2.fr && cmp y1.fr y2.fr'
+check "-x - reads X after the group" sh -c 'cat g.fr x.fr | exl3-matmul -x - | cmp - y1.fr'
 check "-t 1 gives the same bytes" sh -c 'exl3-matmul -t 1 -x x.fr <g.fr >y3.fr && cmp y1.fr y3.fr'
 check "--reference path runs" sh -c 'exl3-matmul --reference -x x.fr <g.fr >yr.fr'
 # fast and reference agree (both fp32, different summation order)
