@@ -555,6 +555,9 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 {
 	if (threads <= 0)
 		threads = omp_get_max_threads();
+	/* below ~1M weight decodes a fork/join costs more than it saves */
+	if (e->k * e->n * ((rows + 15) / 16) < ((int64_t)1 << 20))
+		threads = 1;
 	int isa = isa_get();
 	if (isa == ISA_SCALAR) {
 		mm_scalar(e, xh, rows, yh, threads);
