@@ -2,24 +2,32 @@
  * §4.2, §6). Tiles are decoded inside the loop, never the whole weight.
  *
  * Work split: OpenMP over output tiles nb (16 columns each); each thread
- * walks all kb of its columns, so the accumulators stay in registers.
+ * walks all kb of its columns, so the accumulators stay in registers. The
+ * object keeps the tiles in column-major tile order (exl3.c), so that walk
+ * reads memory sequentially (with the stored row-major order every tile was
+ * a new cache line 32K·n/16 bytes away, and the loop was latency-bound).
  *
  * State extraction (§3.3): state s_i of a tile is the 16 stream bits ending
- * at bit (i+1)K, circularly. We copy the tile's 8K uint32 words U into
- * ext[1..8K] and put U[8K-1] in ext[0]; then every window lies in two
- * adjacent words of ext (the wrap of tail-biting only ever reaches back into
- * the last word). For a group of W consecutive states the needed words lie
- * within W dwords of a per-group base, so one unaligned load plus two
- * permutes and two variable shifts give W states at once, for any K; the
- * patterns are precomputed per K (tables below).
+ * at bit (i+1)K, circularly. In "ext" coordinates, ext[0] = U[8K-1] and
+ * ext[1..8K] = U (the tile's 8K uint32 words), every window lies in two
+ * adjacent words (the tail-biting wrap only reaches back into the last
+ * word). For a group of W consecutive states (W = 8 or 16) the words lie
+ * within W dwords of a per-group base, so one unaligned load, two permutes
+ * and two variable shifts give W states at once, for any K (patterns
+ * precomputed per K in struct xtab). The load is made straight from the
+ * tile (the buffer is padded on both sides); only groups whose base is 0
+ * take a window with U[8K-1] inserted in lane 0. (Copying tiles to a small
+ * buffer first made every load a store-forwarding stall.)
  *
- * Codebooks are computed, not looked up (a 65536-entry float table is
- * 256 KiB: out of L1, and a gather per weight costs more than the ~8
- * integer ops of the formula). The fp16 results are bit-exact (§6):
- * 3INST/MCG halves have biased exponents 12..15, always normal, so their
- * float bits are formed with shifts; their sum is exact in fp32 and one
- * cvtps2ph rounds it like __hadd. MUL1's (1024+S)·887/2^17 - 10.3828125 is
- * exact in fp32 (21 significant bits), then rounded once to fp16.
+ * Codebooks are computed, not looked up: a 65536-entry float table is
+ * 256 KiB, out of L1, and AVX-512 gathers from it measured 1.9x slower at
+ * batch 1 than the ~12 vector ops of the formula. The fp16 results are
+ * bit-exact (§6): 3INST/MCG halves have biased exponents 12..15, always
+ * normal, so their float bits are formed with shifts and ternary logic; the
+ * sum of two is exact in fp32 and one cvtps2ph rounds it like __hadd.
+ * MUL1's byte sum S comes from maddubs/madd (u8·1 pairs, then pairs), and
+ * S·K_INV + (1024·K_INV + K_BIAS) is exact in fp32 (21 significant bits),
+ * then rounded once to fp16.
  *
  * Consumption (§4.2): trellis position i = 8t + j holds row
  * r = 2(t%4) + (j&1) + 8((j>>1)&1), column c = t/4 + 8(j>>2).
@@ -29,7 +37,8 @@
  *    vector per column pair (c, c+8); reduced once per column tile.
  *  - batch > 1 (GEMM): rows of X are the SIMD lanes (X' transposed into
  *    chunks of W rows); each decoded weight is broadcast and multiplied with
- *    the X'ᵀ row of its input channel, accumulating per output column. */
+ *    the X'ᵀ row of its input channel, accumulating per output column; the
+ *    16 X'ᵀ rows of a tile row stay in registers across NBLK tiles. */
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
@@ -140,7 +149,7 @@ static inline const uint32_t *tile_u32(const struct x3_exl3 *e, int64_t kb, int6
 	return (const uint32_t *)(e->trellis + (nb * (e->k / 16) + kb) * 16 * e->K);
 }
 
-/* Tile (kb, nb) as ext[0..8K] (see the top comment). */
+/* Tile (kb, nb) copied to ext[0..8K] (scalar path). */
 static inline void load_ext(const struct x3_exl3 *e, int64_t kb, int64_t nb,
                             uint32_t *ext)
 {
