@@ -319,6 +319,59 @@ T_AVX2 static void gemv_avx2(const struct x3_exl3 *e, const float *xq, float *yh
 	}
 }
 
+/* 2..GEMV_ROWS rows: the same decode, once per tile, and per row the FMAs
+ * of the one-row kernel into accumulators kept in L1 (8 vectors a row).
+ * xq is (nr, k/16, 32), yh is (nr, n). */
+#define GEMV_ROWS 4   /* above, the GEMM kernel measured faster */
+INLINE_AVX2 void gemvm_avx2_cb(const struct x3_exl3 *e, int cb, const float *xq, int nr,
+                               float *yh, const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	int64_t ntk = e->k / 16;
+	int K = e->K;
+	__m256 acc[GEMV_ROWS * 8];
+	for (int64_t nb = nb0; nb < nb1; nb++) {
+		for (int i = 0; i < nr * 8; i++)
+			acc[i] = _mm256_setzero_ps();
+		for (int64_t kb = 0; kb < ntk; kb++) {
+			const uint32_t *U = tile_u32(e, kb, nb);
+			__m256i w0 = window8_0(U, K);
+			for (int c = 0; c < 8; c++) {
+				__m256 v0 = DQ8(4 * c), v1 = DQ8(4 * c + 1);
+				__m256 v2 = DQ8(4 * c + 2), v3 = DQ8(4 * c + 3);
+				for (int m = 0; m < nr; m++) {
+					const float *xp = xq + (m * ntk + kb) * 32;
+					__m256 a = acc[m * 8 + c];
+					a = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xp), a);
+					a = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xp + 8), a);
+					a = _mm256_fmadd_ps(v2, _mm256_loadu_ps(xp + 16), a);
+					a = _mm256_fmadd_ps(v3, _mm256_loadu_ps(xp + 24), a);
+					acc[m * 8 + c] = a;
+				}
+			}
+		}
+		for (int m = 0; m < nr; m++) {
+			float s[8][8];
+			for (int c = 0; c < 8; c++)
+				_mm256_storeu_ps(s[c], acc[m * 8 + c]);
+			float *y = yh + m * e->n + 16 * nb;
+			for (int c = 0; c < 8; c++) {
+				y[c] = (s[c][0] + s[c][1]) + (s[c][2] + s[c][3]);
+				y[c + 8] = (s[c][4] + s[c][5]) + (s[c][6] + s[c][7]);
+			}
+		}
+	}
+}
+
+T_AVX2 static void gemvm_avx2(const struct x3_exl3 *e, const float *xq, int nr, float *yh,
+                              const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	switch (e->cb) {
+	case X3_CB_3INST: gemvm_avx2_cb(e, X3_CB_3INST, xq, nr, yh, T, nb0, nb1); break;
+	case X3_CB_MCG: gemvm_avx2_cb(e, X3_CB_MCG, xq, nr, yh, T, nb0, nb1); break;
+	default: gemvm_avx2_cb(e, X3_CB_MUL1, xq, nr, yh, T, nb0, nb1); break;
+	}
+}
+
 /* Row offsets within a 32-position column slab: trellis index of (r, c) is
  * 32(c%8) + 4(c/8) + off[r] (§4.2 inverse). */
 #define OFF_LIST 0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19, 26, 27
@@ -491,6 +544,55 @@ T_AVX512 static void gemv_avx512(const struct x3_exl3 *e, const float *xq, float
 	}
 }
 
+INLINE_AVX512 void gemvm_avx512_cb(const struct x3_exl3 *e, int cb, const float *xq, int nr,
+                                   float *yh, const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	int64_t ntk = e->k / 16;
+	int K = e->K;
+	__m512 acc[GEMV_ROWS * 8];
+	for (int64_t nb = nb0; nb < nb1; nb++) {
+		for (int i = 0; i < nr * 8; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (int64_t kb = 0; kb < ntk; kb++) {
+			const uint32_t *U = tile_u32(e, kb, nb);
+			__m512i w0 = window16_0(U, K);
+#pragma GCC unroll 8
+			for (int c = 0; c < 8; c++) {
+				__m512 v0 = DQ16(2 * c), v1 = DQ16(2 * c + 1);
+				for (int m = 0; m < nr; m++) {
+					const float *xp = xq + (m * ntk + kb) * 32;
+					__m512 a = acc[m * 8 + c];
+					a = _mm512_fmadd_ps(v0, _mm512_loadu_ps(xp), a);
+					a = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xp + 16), a);
+					acc[m * 8 + c] = a;
+				}
+			}
+		}
+		for (int m = 0; m < nr; m++) {
+			float s[8][16];
+			for (int c = 0; c < 8; c++)
+				_mm512_storeu_ps(s[c], acc[m * 8 + c]);
+			float *y = yh + m * e->n + 16 * nb;
+			for (int c = 0; c < 8; c++) {
+				y[c] = ((s[c][0] + s[c][1]) + (s[c][2] + s[c][3])) +
+				       ((s[c][8] + s[c][9]) + (s[c][10] + s[c][11]));
+				y[c + 8] = ((s[c][4] + s[c][5]) + (s[c][6] + s[c][7])) +
+				           ((s[c][12] + s[c][13]) + (s[c][14] + s[c][15]));
+			}
+		}
+	}
+}
+
+T_AVX512 static void gemvm_avx512(const struct x3_exl3 *e, const float *xq, int nr, float *yh,
+                                  const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	switch (e->cb) {
+	case X3_CB_3INST: gemvm_avx512_cb(e, X3_CB_3INST, xq, nr, yh, T, nb0, nb1); break;
+	case X3_CB_MCG: gemvm_avx512_cb(e, X3_CB_MCG, xq, nr, yh, T, nb0, nb1); break;
+	default: gemvm_avx512_cb(e, X3_CB_MUL1, xq, nr, yh, T, nb0, nb1); break;
+	}
+}
+
 INLINE_AVX512 void gemm_avx512_cb(const struct x3_exl3 *e, int cb, const float *xt,
                                   int64_t nch, float *yt, const struct xtab *T,
                                   int64_t nb0, int64_t nb1)
@@ -580,26 +682,32 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 	xtab_init(T, e->K, W);
 	int64_t k = e->k, n = e->n;
 	int rc = X3_OK;
-	if (rows == 1) {
-		/* xq[kb][q][j]: x'[16kb + 2q + {0,1,8,9}[j%4]] (§4.2, lane t%4 = q) */
-		float *xq = aligned_alloc(64, (size_t)k * 2 * sizeof *xq);
+	if (rows <= GEMV_ROWS) {
+		/* xq[m][kb][q][j]: x'[m][16kb + 2q + {0,1,8,9}[j%4]] (§4.2, lane t%4 = q) */
+		float *xq = aligned_alloc(64, (size_t)rows * (size_t)k * 2 * sizeof *xq);
 		if (!xq) {
 			rc = x3_err(X3_ENOMEM, "tensor '%s': out of memory", e->key);
 			goto out;
 		}
 		static const int rj[4] = { 0, 1, 8, 9 };
-		for (int64_t kb = 0; kb < k / 16; kb++)
-			for (int q = 0; q < 4; q++)
-				for (int j = 0; j < 8; j++)
-					xq[kb * 32 + q * 8 + j] = xh[16 * kb + 2 * q + rj[j % 4]];
+		for (int64_t m = 0; m < rows; m++)
+			for (int64_t kb = 0; kb < k / 16; kb++)
+				for (int q = 0; q < 4; q++)
+					for (int j = 0; j < 8; j++)
+						xq[(m * (k / 16) + kb) * 32 + q * 8 + j] =
+							xh[m * k + 16 * kb + 2 * q + rj[j % 4]];
 #pragma omp parallel num_threads(threads)
 		{
 			int64_t nb0, nb1;
 			split(n / 16, 1, &nb0, &nb1);
-			if (isa == ISA_AVX512)
+			if (rows == 1 && isa == ISA_AVX512)
 				gemv_avx512(e, xq, yh, T, nb0, nb1);
-			else
+			else if (rows == 1)
 				gemv_avx2(e, xq, yh, T, nb0, nb1);
+			else if (isa == ISA_AVX512)
+				gemvm_avx512(e, xq, (int)rows, yh, T, nb0, nb1);
+			else
+				gemvm_avx2(e, xq, (int)rows, yh, T, nb0, nb1);
 		}
 		free(xq);
 	} else {
