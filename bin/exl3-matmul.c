@@ -51,17 +51,26 @@ static x3_exl3 *read_group(x3_reader *r, const char *want, x3_tensor **next)
 	*next = NULL;
 	for (;;) {
 		x3_tensor *t;
-		int rc = x3_reader_next(r, &t);
+		int rc = x3_reader_next_header(r, &t);
 		if (rc == X3_EOF)
 			break;
 		if (rc)
 			die("%s", x3_errmsg());
 		int part = x3_exl3_is_part(t->name, k2, sizeof k2);
+		if (!ng && (!part || (want && strcmp(k2, want)))) {
+			/* before the group: skip the payload unread */
+			if (x3_reader_skip(r))
+				die("%s", x3_errmsg());
+			x3_tensor_free(t);
+			continue;
+		}
+		t->data = malloc(t->nbytes + 1);
+		t->owns_data = 1;
+		if (!t->data)
+			die("frame '%s': out of memory (%zu bytes)", t->name, t->nbytes);
+		if (t->nbytes && x3_reader_data(r, t->data, t->nbytes))
+			die("%s", x3_errmsg());
 		if (!ng) {
-			if (!part || (want && strcmp(k2, want))) {
-				x3_tensor_free(t);
-				continue;
-			}
 			strcpy(key, k2);
 		} else if (!part || strcmp(k2, key)) {
 			*next = t;
