@@ -455,8 +455,10 @@ int main(int argc, char **argv)
 		plan_t = json_object_get(plan, "tensors");
 		if (!json_is_object(plan_t))
 			die("%s: no \"tensors\" object (not a bitalloc plan)", plan_path);
+		/* the plan's head_bits, except for a tied model whose plan has
+		 * no lm_head entry (then no head is stored) */
 		json_t *hb = json_object_get(plan, "head_bits");
-		if (!head_opt && json_is_integer(hb))
+		if (!head_opt && json_is_integer(hb) && (!arch.tied || json_object_get(plan_t, "lm_head")))
 			head_opt = (long)json_integer_value(hb);
 		const char *k;
 		json_t *v;
