@@ -535,7 +535,7 @@ int main(int argc, char **argv)
 		for (size_t left = t->nbytes; left;) {
 			size_t k = left < bufsz ? left : bufsz;
 			if (x3_reader_data(rd, buf, k))
-				die_x3("stdin: tensor '%s'", t->name);
+				die("%s", x3_errmsg());   /* names stdin, frame and tensor */
 			if (full_write(spool, buf, k))
 				die("spooling tensor '%s' to %s: %s", t->name, tmpdir, strerror(errno));
 			left -= k;
@@ -544,7 +544,7 @@ int main(int argc, char **argv)
 		progress("%d frames read", nin);
 	}
 	if (rc != X3_EOF)
-		die_x3("stdin");
+		die("%s", x3_errmsg());
 	x3_reader_close(rd);
 	free(buf);
 	progress_done();
