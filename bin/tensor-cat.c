@@ -82,10 +82,27 @@ static void add_metas(x3_tensor *t)
 static x3_writer *fw;
 static x3_stw *sw;
 
+/* Shards of a safetensors directory break only between modules: a module is
+ * a name up to its last '.', e.g. model.layers.0.self_attn.q_proj. */
+static void module_of(const char *name)
+{
+	static char last[1024];
+	char cur[1024];
+	snprintf(cur, sizeof cur, "%s", name);
+	char *dot = strrchr(cur, '.');
+	if (dot)
+		*dot = 0;
+	if (strcmp(cur, last)) {
+		x3_stw_module(sw);
+		snprintf(last, sizeof last, "%s", cur);
+	}
+}
+
 static void emit_whole(x3_tensor *t)
 {
 	add_metas(t);
 	if (sw) {
+		module_of(t->name);
 		if (x3_stw_add(sw, t))
 			die_x3("writing '%s'", t->name);
 	} else if (x3_writer_put(fw, t)) {
@@ -167,15 +184,15 @@ static void from_frames(const char *path)
 			/* pass-through: re-declare the input's checksum and stream the
 			 * payload in chunks (bounded memory). The reader verifies the
 			 * checksum when the payload ends; so does the next reader. */
-			static unsigned char buf[1 << 20];
 			add_metas(t);
 			if (x3_writer_put_header(fw, t, x3_reader_checksum(r)))
 				die_x3("writing frame '%s'", t->name);
 			for (size_t left = t->nbytes; left;) {
-				size_t k = left < sizeof buf ? left : sizeof buf;
-				if (x3_reader_data(r, buf, k))
+				const void *p;
+				size_t k;
+				if (x3_reader_peek(r, &p, left, &k))
 					die("%s", x3_errmsg());
-				if (x3_writer_put_data(fw, buf, k))
+				if (x3_writer_put_data(fw, p, k))
 					die_x3("writing frame '%s'", t->name);
 				left -= k;
 			}

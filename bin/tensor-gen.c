@@ -105,8 +105,9 @@ int main(int argc, char **argv)
 		case O_SCALE: scale = parse_double(usage, "--scale", optarg, -1e30, 1e30); break;
 		case O_MEAN: mean = parse_double(usage, "--mean", optarg, -1e30, 1e30); break;
 		case O_DF: df = parse_double(usage, "--df", optarg, 1e-3, 1e9); break;
-		case O_VALUE: value = parse_double(usage, "--value", optarg, -INFINITY, INFINITY);
-			if (!strcasecmp(optarg, "nan")) value = NAN;
+		case O_VALUE:
+			value = !strcasecmp(optarg, "nan") ? NAN
+			      : parse_double(usage, "--value", optarg, -INFINITY, INFINITY);
 			break;
 		case O_META:
 			if (!strchr(optarg, '=') || optarg[0] == '=')
