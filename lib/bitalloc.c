@@ -62,10 +62,18 @@ static void init_tensor(x3_ba_tensor *t)
 	t->importance = NAN;
 }
 
-int x3_ba_add(x3_ba *ba, const char *tensor, int K, double err, int64_t numel)
+int x3_ba_add(x3_ba *ba, const char *name, int K, double err, int64_t numel)
 {
-	if (!tensor || !*tensor)
+	if (!name || !*name)
 		return x3_err(X3_EFORMAT, "empty tensor name");
+	/* keys are module keys: accept "KEY.weight" too */
+	char tensor[512];
+	size_t len = strlen(name);
+	if (len >= sizeof tensor)
+		return x3_err(X3_EFORMAT, "tensor name of %zu bytes is too long", len);
+	memcpy(tensor, name, len + 1);
+	if (len > 7 && !strcmp(tensor + len - 7, ".weight"))
+		tensor[len - 7] = 0;
 	if (K < 1 || K > X3_BA_KMAX)
 		return x3_err(X3_EFORMAT, "tensor '%s': K=%d is not in 1..%d", tensor, K, X3_BA_KMAX);
 	if (isnan(err))
@@ -213,7 +221,12 @@ static int importance_line(x3_ba *ba, json_t *o, const char *label, long lineno)
 	if (!isfinite(x) || x < 0)
 		return x3_err(X3_EFORMAT, "%s:%ld: tensor '%s': importance %g is not a finite number >= 0",
 		              label, lineno, name, x);
-	x3_ba_tensor *t = is_head(name) && ba->has_head ? &ba->head : find(ba, name);
+	char key[512];
+	snprintf(key, sizeof key, "%s", name);
+	size_t len = strlen(key);
+	if (len > 7 && !strcmp(key + len - 7, ".weight"))
+		key[len - 7] = 0;
+	x3_ba_tensor *t = is_head(key) && ba->has_head ? &ba->head : find(ba, key);
 	if (!t)
 		return x3_err(X3_EFORMAT, "%s:%ld: tensor '%s': importance given for a tensor without "
 		              "measurements", label, lineno, name);

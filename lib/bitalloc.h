@@ -54,7 +54,8 @@ enum { X3_BA_AUTO = 0, X3_BA_DP = 1, X3_BA_LAGRANGE = 2, X3_BA_EXL3 = 3 };
 x3_ba *x3_ba_create(void);
 void x3_ba_free(x3_ba *ba);
 
-/* Add one measurement. Re-measuring the same (tensor, K) with the same
+/* Add one measurement (a trailing ".weight" of the name is dropped: plans
+ * use module keys). Re-measuring the same (tensor, K) with the same
  * error is tolerated; a different error or numel is an error. */
 int x3_ba_add(x3_ba *ba, const char *tensor, int K, double proxy_err, int64_t numel);
 /* Parse JSON lines (one object per non-blank line) from f; label names

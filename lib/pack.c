@@ -43,6 +43,15 @@ int x3_pack_arch_parse(const char *text, x3_pack_arch *a)
 	json_t *tc = json_object_get(o, "text_config");
 	json_t *c = json_is_object(tc) && !json_object_get(o, "num_hidden_layers") ? tc : o;
 	int64_t layers = 0;
+	static const char *const moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
+	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
+		json_t *e = json_object_get(c, moe[i]);
+		if (json_is_integer(e) && json_integer_value(e) > 0) {
+			json_decref(o);
+			return x3_err(X3_EUNSUP, "config.json: \"%s\": mixture-of-experts models are not "
+			              "supported yet (dense Llama family only)", moe[i]);
+		}
+	}
 	int rc = get_int(c, "num_hidden_layers", -1, &layers);
 	if (!rc) rc = get_int(c, "hidden_size", -1, &a->hidden);
 	if (!rc) rc = get_int(c, "intermediate_size", -1, &a->inter);

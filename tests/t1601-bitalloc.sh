@@ -31,6 +31,9 @@ check "Lagrangian plan within the target and no better than the DP" \
 check "stdin input same as file" cmp -s <(bitalloc -q --bits 3.5 <m.jsonl) plan.json
 check "summary on stderr" bash -c 'bitalloc --bits 3.5 m.jsonl 2>&1 >/dev/null | grep -q "bpw (target 3.5)"'
 
+sed 's/"numel"/"x": 1, "numel"/; s/_proj"/_proj.weight"/' m.jsonl >mw.jsonl
+check "names with .weight and extra fields give the same plan" cmp -s <(bitalloc -q --bits 3.5 mw.jsonl) plan.json
+
 # constraints
 bitalloc -q --bits 4.2 --set 'mlp\.down_proj$=6' --hq m.jsonl >c.json
 check "--set fixes down_proj at 6" \

@@ -118,4 +118,34 @@ check "padding is zero (energy $so vs $ss)" jq -en "($so - $ss) | fabs < 1e-3 * 
 check "3inst: no marker, codebook 3inst" \
 	test "$(jq -r "$qc.codebook" bout/config.json)" = 3inst -a "$(tensor-ls bout | jq -r .name | grep -c 'mcg$\|mul1$')" -eq 0
 
+# --- the real stories260K layout: tied, 5 layers, intermediate 172 ------
+if have_shared; then
+	S=$SHARED/models/stories260K
+	for ((l = 0; l < 5; l++)); do
+		p=model.layers.$l
+		gen_linear $p.self_attn.q_proj 64 64 4 mul1
+		gen_linear $p.self_attn.k_proj 64 32 4 mul1
+		gen_linear $p.self_attn.v_proj 64 32 4 mul1
+		gen_linear $p.self_attn.o_proj 64 64 4 mul1
+		gen_linear $p.mlp.gate_proj 64 172 3 mul1
+		gen_linear $p.mlp.up_proj 64 172 3 mul1
+		gen_linear $p.mlp.down_proj 172 64 5 mul1
+	done >s.frames
+	check "stories260K: pack-write" pack-write -q --model "$S" --passthrough st <s.frames
+	check "stories260K: down_proj trellis padded (256/16, 128/16, 80)" \
+		test "$(tensor-ls st | jq -c 'select(.name=="model.layers.4.mlp.down_proj.trellis").shape')" = '[16,8,80]'
+	# numel-weighted: (2*4096*4 + 2*2048*4 + 2*11008*3 + 11008*5) / (2*4096 + 2*2048 + 3*11008)
+	want=$(jq -n '(2*4096*4 + 2*2048*4 + 2*11008*3 + 11008*5) / (2*4096 + 2*2048 + 3*11008) * 100 | round / 100')
+	check "stories260K: bits = $want (numel-weighted integer K)" test "$(jq .quantization_config.bits st/config.json)" = "$want"
+	check "stories260K: tied, no lm_head; embedding F16" \
+		test "$(tensor-ls st | jq -r 'select(.name | startswith("lm_head")) | .name' | wc -l)" -eq 0 -a \
+		"$(tensor-ls st | jq -r 'select(.name=="model.embed_tokens.weight").dtype')" = F16
+	check "stories260K: tokenizer copied, .bin skipped" \
+		test -f st/tokenizer.json -a -f st/tokenizer_config.json -a ! -e st/stories260K.bin -a ! -e st/tok512.bin
+	check "stories260K: 5 x 7 EXL3 modules in tensor_storage" \
+		test "$(jq '[.tensor_storage[] | select(.quant_format == "exl3")] | length' st/quantization_config.json)" -eq 35
+else
+	skip "stories260K not available"
+fi
+
 done_testing

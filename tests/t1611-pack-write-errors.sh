@@ -96,6 +96,9 @@ fails "tied model: --head-bits 6 needs a quantized head" "missing linear 'lm_hea
 mkdir nolayers && cp src/model.safetensors nolayers/ && jq 'del(.num_hidden_layers)' src/config.json >nolayers/config.json
 fails "config.json without num_hidden_layers" 'missing "num_hidden_layers"' \
 	pack-write -q --model nolayers --passthrough <q.frames
+mkdir moe && cp src/model.safetensors moe/ && jq '.num_local_experts = 8' src/config.json >moe/config.json
+fails "MoE config refused clearly" "num_local_experts.*mixture-of-experts models are not supported" \
+	pack-write -q --model moe --passthrough <q.frames
 check_fail "--model is required" 2 "--model SRC is required" pack-write out <q.frames
 check_fail "OUT is required" 2 "missing OUT" pack-write --model src <q.frames
 check_fail "bad --codebook" 2 "--codebook: 'foo'" pack-write --model src --codebook foo out <q.frames
