@@ -616,6 +616,11 @@ int main(int argc, char **argv)
 			if (x3_meta_get_i64(P[P_TRELLIS], "K", &mk) == X3_OK && mk != K)
 				problem("tensor '%s': metadata K=%lld but the shape says K=%d",
 				        P[P_TRELLIS]->name, (long long)mk, K);
+			/* a missing marker would silently decode as 3INST */
+			const char *mcb = x3_meta_get(P[P_TRELLIS], "codebook");
+			if (mcb && strcmp(mcb, cb_name(cb)))
+				problem("linear '%s': the trellis metadata says codebook %s, the stream has %s",
+				        L->key, mcb, cb == X3_CB_3INST ? "no marker (3inst)" : cb_name(cb));
 			json_t *pk = plan_t ? json_object_get(plan_t, L->key) : NULL;
 			if (pk && json_integer_value(pk) != K)
 				problem("linear '%s': K=%d in the stream, the plan says %lld", L->key, K,

@@ -73,6 +73,13 @@ fails "decoder linear unquantized" "self_attn.o_proj': stored unquantized" "${PW
 	tensor-gen -t I32 -d constant --value -2082680531 model.layers.0.mlp.gate_proj.mul1=scalar
 } >meta.frames
 fails "metadata K disagrees with the shape" "metadata K=4 but the shape says K=3" "${PW[@]}" <meta.frames
+{
+	gen_quant 2 3 mul1 model.layers.0.mlp.gate_proj
+	tensor-gen -t I16 --meta K=3 --meta codebook=mul1 model.layers.0.mlp.gate_proj.trellis=8x8x48
+	tensor-gen -t F16 model.layers.0.mlp.gate_proj.suh=128 model.layers.0.mlp.gate_proj.svh=128
+} >nomark.frames
+fails "trellis says mul1 but the marker is missing" "metadata says codebook mul1, the stream has no marker" \
+	"${PW[@]}" <nomark.frames
 head -c 30000 q.frames >trunc.frames
 fails "truncated stream" "stdin" "${PW[@]}" <trunc.frames
 
