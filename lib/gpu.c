@@ -500,9 +500,15 @@ void x3_gpu_linear_free(x3_gpu_linear *L)
 	free(L);
 }
 
-int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
-                         const uint16_t *suh, const uint16_t *svh, const uint16_t *bias,
-                         x3_gpu_linear **out)
+static int upload_f32(float **dst_d, const float *h, int64_t n)
+{
+	int rc = x3_gpu_alloc((void **)dst_d, (size_t)n * sizeof(float));
+	return rc ? rc : x3_gpu_upload(*dst_d, h, (size_t)n * sizeof(float));
+}
+
+int x3_gpu_linear_create_f32(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
+                             const float *suh, const float *svh, const float *bias,
+                             x3_gpu_linear **out)
 {
 	*out = NULL;
 	int rc = check_kcb("linear", K, cb);
@@ -531,11 +537,11 @@ int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *tr
 	if (!rc)
 		rc = x3_gpu_upload(L->trellis_d, trellis, tb);
 	if (!rc)
-		rc = upload_f16_as_f32(&L->suh_d, suh, k);
+		rc = upload_f32(&L->suh_d, suh, k);
 	if (!rc)
-		rc = upload_f16_as_f32(&L->svh_d, svh, n);
+		rc = upload_f32(&L->svh_d, svh, n);
 	if (!rc && bias)
-		rc = upload_f16_as_f32(&L->bias_d, bias, n);
+		rc = upload_f32(&L->bias_d, bias, n);
 	if (!rc)
 		rc = x3_gpu_alloc((void **)&L->xh_d, (size_t)(X3K_GEMV_MAX_M * k) * sizeof(float));
 	if (!rc)
@@ -549,6 +555,37 @@ int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *tr
 	L->bytes = tb + (size_t)(k + 2 * n) * 4 + (size_t)X3K_GEMV_MAX_M * (size_t)(k + n) * 4;
 	*out = L;
 	return X3_OK;
+}
+
+static float *f16_to_f32_array(const uint16_t *h, int64_t n)
+{
+	float *f = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+	if (f)
+		for (int64_t i = 0; i < n; i++)
+			f[i] = x3_f16_to_f32(h[i]);
+	return f;
+}
+
+int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
+                         const uint16_t *suh, const uint16_t *svh, const uint16_t *bias,
+                         x3_gpu_linear **out)
+{
+	*out = NULL;
+	int rc = check_kcb("linear", K, cb);
+	if (!rc)
+		rc = check_shape("linear", k, n, 128);
+	if (rc)
+		return rc;
+	if (!trellis || !suh || !svh)
+		return x3_err(X3_EINVAL, "linear: NULL trellis or scales");
+	float *su = f16_to_f32_array(suh, k), *sv = f16_to_f32_array(svh, n);
+	float *b = bias ? f16_to_f32_array(bias, n) : NULL;
+	if (!su || !sv || (bias && !b))
+		rc = x3_err(X3_ENOMEM, "out of memory");
+	else
+		rc = x3_gpu_linear_create_f32(K, cb, k, n, trellis, su, sv, b, out);
+	free(su), free(sv), free(b);
+	return rc;
 }
 
 size_t x3_gpu_linear_bytes(const x3_gpu_linear *L)
@@ -735,6 +772,13 @@ int x3_gpu_had128_cols(float *x, int64_t rows, int64_t cols) { return NOCUDA; }
 int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
                          const uint16_t *suh, const uint16_t *svh, const uint16_t *bias,
                          x3_gpu_linear **out)
+{
+	*out = NULL;
+	return NOCUDA;
+}
+int x3_gpu_linear_create_f32(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
+                             const float *suh, const float *svh, const float *bias,
+                             x3_gpu_linear **out)
 {
 	*out = NULL;
 	return NOCUDA;

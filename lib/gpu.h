@@ -85,6 +85,16 @@ int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n,
                          const uint16_t *trellis, const uint16_t *suh,
                          const uint16_t *svh, const uint16_t *bias,
                          x3_gpu_linear **out);
+/* Same with fp32 scale vectors (and bias). */
+int x3_gpu_linear_create_f32(int K, int cb, int64_t k, int64_t n,
+                             const uint16_t *trellis, const float *suh,
+                             const float *svh, const float *bias,
+                             x3_gpu_linear **out);
+/* From a CPU layer of exl3.h (lib/gpu_exl3.c). Inputs to the forward
+ * functions must then be k wide (zero-extend in_features) and outputs are
+ * n wide (trim to out_features). */
+struct x3_exl3;
+int x3_gpu_linear_from_exl3(const struct x3_exl3 *e, x3_gpu_linear **out);
 void x3_gpu_linear_free(x3_gpu_linear *L);
 /* Bytes of device memory the linear holds (weights + workspace). */
 size_t x3_gpu_linear_bytes(const x3_gpu_linear *L);

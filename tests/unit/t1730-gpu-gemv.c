@@ -16,6 +16,7 @@
 #include "test.h"
 #include "codec.h"
 #include "gpu.h"
+#include "exl3.h"
 
 /* [path][K] */
 static const double budget[4][9] = {
@@ -139,6 +140,52 @@ int main(void)
 			}
 			x3_gpu_linear_free(L);
 		}
+	}
+	/* the same layer through exl3.h: GPU forward vs x3_exl3_matmul */
+	{
+		const int K = 3, rows = 3;
+		const int64_t shp[3] = {k / 16, n / 16, 16 * K};
+		x3_tensor *tt = x3_tensor_new("l.trellis", X3_I16, 3, shp, 1);
+		x3_tensor *ts = x3_tensor_new1("l.suh", X3_F16, k), *tv = x3_tensor_new1("l.svh", X3_F16, n);
+		x3_tensor *tm = x3_tensor_new("l.mul1", X3_I32, 0, shp, 1);
+		for (int64_t i = 0; i < (k / 16) * (n / 16) * 16 * K; i++)
+			((uint16_t *)tt->data)[i] = (uint16_t)x3_rng_u64(&r);
+		memcpy(ts->data, suh, 2 * k);
+		memcpy(tv->data, svh, 2 * n);
+		*(int32_t *)tm->data = (int32_t)X3_MUL1_MULT;
+		const x3_tensor *parts[4] = {tt, ts, tv, tm};
+		x3_exl3 *e = NULL;
+		CHECK_OK(x3_exl3_from_tensors("l", parts, 4, &e), "exl3 layer");
+		x3_gpu_linear *G = NULL;
+		if (e)
+			CHECK_OK(x3_gpu_linear_from_exl3(e, &G), "gpu layer from exl3");
+		if (e && G) {
+			float *yc = malloc(sizeof(float) * rows * n);
+			CHECK_OK(x3_exl3_matmul(e, x, rows, k, yc, 0), "cpu matmul");
+			CHECK_OK(x3_gpu_linear_forward(G, x, rows, y), "gpu forward");
+			double num = 0, den = 0;
+			for (int64_t i = 0; i < rows * n; i++) {
+				num += ((double)y[i] - yc[i]) * ((double)y[i] - yc[i]);
+				den += (double)yc[i] * yc[i];
+			}
+			CHECK(sqrt(num / den) <= 2e-3, "gpu vs x3_exl3_matmul: relative error %.3g (budget 2e-3)",
+			      sqrt(num / den));
+			float *wh = malloc(sizeof(float) * k * n);
+			CHECK_OK(x3_exl3_dequant(e, wh), "cpu dequant (out x in)");
+			CHECK_OK(x3_gpu_linear_weight(G, 0, wg), "gpu weight (k x n)");
+			double md = 0, mw = 0;
+			for (int64_t i = 0; i < k; i++)
+				for (int64_t j = 0; j < n; j++) {
+					md = fmax(md, fabs((double)wg[i * n + j] - wh[j * k + i]));
+					mw = fmax(mw, fabs((double)wh[j * k + i]));
+				}
+			CHECK(md <= 1e-5 * mw, "gpu weight vs x3_exl3_dequant: max error %.3g of max |W|",
+			      md / mw);
+			free(yc), free(wh);
+		}
+		x3_gpu_linear_free(G);
+		x3_exl3_free(e);
+		x3_tensor_free(tt), x3_tensor_free(ts), x3_tensor_free(tv), x3_tensor_free(tm);
 	}
 	uint16_t h[256] = {0};
 	x3_gpu_linear *L = NULL;

@@ -2,103 +2,13 @@
  * references: Hessian X^T X (fp32 SSYRK vs float64, within fp32 rounding),
  * block LDL (cuSOLVER vs LAPACK, as quant.c's x3_block_ldl computes it),
  * the damping retries, and LDLQ: without feedback bit-identical to the CPU
- * Viterbi of each block row; with feedback the same proxy error as a CPU
- * LDLQ of the same structure within 2%. Skips without a device. */
+ * Viterbi of each block row; with feedback the same proxy error as the CPU
+ * x3_ldlq within 2%. Skips without a device. */
 #include <math.h>
-#include <cblas.h>
-#include <lapacke.h>
 #include "test.h"
 #include "codec.h"
 #include "gpu.h"
-
-/* quant.c's x3_block_ldl, for comparison (LAPACK Cholesky, normalization
- * by the 16x16 diagonal blocks, upper part zeroed) */
-static int cpu_block_ldl(float *A, int64_t k)
-{
-	if (LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, A, (lapack_int)k))
-		return -1;
-	float D[256];
-	for (int64_t b = 0; b < k; b += 16) {
-		for (int r = 0; r < 16; r++)
-			for (int c = 0; c < 16; c++)
-				D[r * 16 + c] = c <= r ? A[(b + r) * k + b + c] : 0.0f;
-		cblas_strsm(CblasRowMajor, CblasRight, CblasLower, CblasNoTrans, CblasNonUnit,
-		            (int)(k - b), 16, 1.0f, D, 16, A + b * k + b, (int)k);
-	}
-	for (int64_t i = 0; i < k; i++) {
-		int64_t c0 = i / 16 * 16;
-		memset(A + i * k + c0, 0, (size_t)(k - c0) * sizeof(float));
-	}
-	return 0;
-}
-
-static void get_tiles(const float *X, int64_t n, float *tiles)
-{
-	for (int64_t t = 0; t < n / 16; t++)
-		for (int i = 0; i < 256; i++) {
-			int p = x3_tile_perm[i];
-			tiles[t * 256 + i] = X[(p / 16) * n + t * 16 + p % 16];
-		}
-}
-
-/* quant.c's x3_ldlq structure on the CPU */
-static void cpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int cb,
-                     uint16_t *st, float *Q)
-{
-	const int64_t tn = n / 16;
-	float *tiles = malloc(sizeof(float) * n * 16), *vals = malloc(sizeof(float) * n * 16);
-	float *X = malloc(sizeof(float) * 16 * n), *E = malloc(sizeof(float) * k * n);
-	float *P = malloc(sizeof(float) * 128 * n);
-	for (int64_t s1 = k; s1 > 0; s1 -= 128) {
-		const int64_t s0 = s1 - 128;
-		if (L && s1 < k)
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 128, (int)n, (int)(k - s1), 1.0f,
-			            L + s1 * k + s0, (int)k, E + s1 * n, (int)n, 0.0f, P, (int)n);
-		else
-			memset(P, 0, sizeof(float) * 128 * n);
-		for (int64_t b1 = s1; b1 > s0; b1 -= 16) {
-			const int64_t b0 = b1 - 16;
-			memcpy(X, W + b0 * n, sizeof(float) * 16 * n);
-			if (L) {
-				for (int64_t i = 0; i < 16 * n; i++)
-					X[i] += P[(b0 - s0) * n + i];
-				if (b1 < s1)
-					cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 16, (int)n,
-					            (int)(s1 - b1), 1.0f, L + b1 * k + b0, (int)k, E + b1 * n,
-					            (int)n, 1.0f, X, (int)n);
-			}
-			get_tiles(X, n, tiles);
-			x3_viterbi_encode(K, cb, tiles, tn, st + (b0 / 16) * tn * 256, vals, 0);
-			for (int64_t t = 0; t < tn; t++)
-				for (int i = 0; i < 256; i++) {
-					int p = x3_tile_perm[i];
-					Q[(b0 + p / 16) * n + t * 16 + p % 16] = vals[256 * t + i];
-				}
-			for (int64_t i = b0 * n; i < b1 * n; i++)
-				E[i] = W[i] - Q[i];
-		}
-	}
-	free(tiles), free(vals), free(X), free(E), free(P);
-}
-
-static double proxy(const float *W, const float *Q, const float *H, int64_t k, int64_t n)
-{
-	double num = 0, den = 0;
-	double *e = malloc(sizeof(double) * k), *w = malloc(sizeof(double) * k);
-	for (int64_t j = 0; j < n; j++) {
-		for (int64_t i = 0; i < k; i++) {
-			e[i] = (double)W[i * n + j] - Q[i * n + j];
-			w[i] = W[i * n + j];
-		}
-		for (int64_t a = 0; a < k; a++)
-			for (int64_t b = 0; b < k; b++) {
-				num += e[a] * H[a * k + b] * e[b];
-				den += w[a] * H[a * k + b] * w[b];
-			}
-	}
-	free(e), free(w);
-	return num / den;
-}
+#include "quant.h"
 
 int main(void)
 {
@@ -152,7 +62,7 @@ int main(void)
 	float *Lc = malloc(sizeof(float) * k * k), *Lg = malloc(sizeof(float) * k * k);
 	memcpy(Lc, H, sizeof(float) * k * k);
 	memcpy(Lg, H, sizeof(float) * k * k);
-	CHECK(cpu_block_ldl(Lc, k) == 0, "cpu block LDL");
+	CHECK_OK(x3_block_ldl(Lc, k), "cpu block LDL");
 	CHECK_OK(x3_gpu_block_ldl(Lg, k), "gpu block LDL");
 	m = d = 0;
 	int upper = 1;
@@ -186,11 +96,11 @@ int main(void)
 	uint16_t *sc = malloc(2 * k * n), *sg = malloc(2 * k * n);
 	for (int64_t i = 0; i < k * n; i++)
 		W[i] = (float)(x3_rng_normal(&r) * X3_CODEBOOK_SCALE);
-	cpu_ldlq(W, k, n, NULL, K, cb, sc, Qc);
+	CHECK_OK(x3_ldlq(W, k, n, NULL, K, cb, 0, sc, Qc), "cpu ldlq without feedback");
 	CHECK_OK(x3_gpu_ldlq(W, k, n, NULL, K, cb, sg, Qg), "gpu ldlq without feedback");
 	CHECK(!memcmp(sc, sg, 2 * k * n) && !memcmp(Qc, Qg, sizeof(float) * k * n),
 	      "without feedback: states and Q bit-identical to the CPU");
-	cpu_ldlq(W, k, n, Lc, K, cb, sc, Qc);
+	CHECK_OK(x3_ldlq(W, k, n, Lc, K, cb, 0, sc, Qc), "cpu ldlq with feedback");
 	CHECK_OK(x3_gpu_ldlq(W, k, n, Lc, K, cb, sg, Qg), "gpu ldlq with feedback");
 	int okq = 1;
 	for (int64_t i = 0; i < k * n && okq; i++) {
@@ -200,7 +110,9 @@ int main(void)
 			okq = 0;
 	}
 	CHECK(okq, "Q is the decode of the GPU states");
-	const double pc = proxy(W, Qc, H, k, n), pg = proxy(W, Qg, H, k, n);
+	double pc = 0, pg = 0;
+	CHECK_OK(x3_proxy_error(W, Qc, H, k, n, &pc), "cpu proxy error");
+	CHECK_OK(x3_proxy_error(W, Qg, H, k, n, &pg), "gpu proxy error");
 	CHECK(fabs(pg - pc) <= 0.02 * pc, "proxy error gpu %.5f vs cpu %.5f (within 2%%)", pg, pc);
 	int same = 0;
 	for (int64_t i = 0; i < k * n; i++)
