@@ -55,6 +55,14 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
                       uint16_t *states, float *values, int threads);
 int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
                           uint16_t *states, float *values);
+/* Optional replacement of x3_viterbi_encode, e.g. the bit-identical GPU
+ * encoder of gpu.h (x3_gpu_viterbi_backend): while set, x3_viterbi_encode
+ * (and with it everything in quant.h) calls fn after checking its
+ * arguments; NULL restores the CPU encoder. Set it once, before encoding.
+ * (Added by the cuda branch.) */
+typedef int (*x3_viterbi_backend_fn)(int K, int cb, const float *x, int64_t ntiles,
+                                     uint16_t *states, float *values);
+void x3_viterbi_set_backend(x3_viterbi_backend_fn fn);
 /* Instruction set of the fast path: chosen at run time from the CPU
  * (AVX-512 F/BW/VL, else AVX2+FMA, else portable scalar). set_isa forces
  * one (X3_ISA_AUTO restores the automatic choice; X3_EUNSUP if the CPU

@@ -326,6 +326,18 @@ int x3_gpu_viterbi_encode(int K, int cb, const float *x, int64_t ntiles, uint16_
 	return rc;
 }
 
+int x3_gpu_viterbi_backend(int on)
+{
+	if (!on) {
+		x3_viterbi_set_backend(NULL);
+		return X3_OK;
+	}
+	if (!x3_gpu_available())
+		return X3_EUNSUP;
+	x3_viterbi_set_backend(x3_gpu_viterbi_encode);
+	return X3_OK;
+}
+
 /* ---- decode / reconstruct ------------------------------------------------ */
 
 static int check_shape(const char *what, int64_t k, int64_t n, int64_t mult)
@@ -768,6 +780,14 @@ int x3_gpu_reconstruct(int K, int cb, const uint16_t *trellis, const uint16_t *s
 	return NOCUDA;
 }
 int x3_gpu_had128_rows(float *x, int64_t rows, int64_t cols) { return NOCUDA; }
+int x3_gpu_viterbi_backend(int on)
+{
+	if (!on) {
+		x3_viterbi_set_backend(NULL);
+		return X3_OK;
+	}
+	return NOCUDA;
+}
 int x3_gpu_had128_cols(float *x, int64_t rows, int64_t cols) { return NOCUDA; }
 int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
                          const uint16_t *suh, const uint16_t *svh, const uint16_t *bias,

@@ -61,6 +61,12 @@ int x3_gpu_viterbi_encode_d(int K, int cb, const float *x_d, int64_t ntiles,
                             uint16_t *states_d, float *values_d,
                             size_t max_scratch, size_t *scratch_used);
 
+/* Route every x3_viterbi_encode (and so the scale search and LDLQ of
+ * quant.h, i.e. trellis-encode) to the GPU encoder (on = 1) or back to the
+ * CPU (on = 0). Results are bit-identical either way. X3_EUNSUP without a
+ * usable device. */
+int x3_gpu_viterbi_backend(int on);
+
 /* ---- decode (codec.h x3_trellis_decode, bit-identical) ---------------- */
 int x3_gpu_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k,
                           int64_t n, float *w /* (k, n) */);

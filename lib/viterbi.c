@@ -587,12 +587,22 @@ static void fast_tile(step_fn step, int K, int lb, const float *cbo,
 	}
 }
 
+/* codec.h x3_viterbi_set_backend (added by the cuda branch) */
+static x3_viterbi_backend_fn backend;
+
+void x3_viterbi_set_backend(x3_viterbi_backend_fn fn)
+{
+	backend = fn;
+}
+
 int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
                       uint16_t *states, float *values, int threads)
 {
 	int rc = check_args(K, cb, x, ntiles);
 	if (rc)
 		return rc;
+	if (backend && ntiles > 0)
+		return backend(K, cb, x, ntiles, states, values);
 	if (ntiles == 0)
 		return X3_OK;
 	const float *tab = x3_codebook_table(cb);

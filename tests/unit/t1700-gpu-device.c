@@ -54,6 +54,8 @@ int main(void)
 		x3_gpu_hessian *H = (x3_gpu_hessian *)1;
 		CHECK(x3_gpu_hessian_create(128, &H) == X3_EUNSUP && H == NULL,
 		      "hessian without a device -> X3_EUNSUP");
+		CHECK(x3_gpu_viterbi_backend(1) == X3_EUNSUP, "GPU Viterbi backend refused");
+		CHECK(x3_gpu_viterbi_backend(0) == X3_OK, "CPU Viterbi backend always available");
 		void *p = (void *)1;
 		CHECK(x3_gpu_alloc(&p, 16) != X3_OK && p == NULL, "alloc without a device fails");
 		TEST_DONE();

@@ -119,6 +119,42 @@ int main(void)
 		same += sc[i] == sg[i];
 	printf("# %.1f%% of states equal to the CPU's\n", 100.0 * same / (double)(k * n));
 
+	/* the whole x3_quantize with the GPU as Viterbi backend: byte-identical
+	 * to the CPU (the rest runs on the CPU either way) */
+	{
+		float sign[256];
+		for (int64_t i = 0; i < k; i++)
+			sign[i] = (i * 7 % 3) ? 1.0f : -1.0f;
+		float *Hs = malloc(sizeof(float) * k * k);
+		for (int64_t i = 0; i < k * k; i++)
+			Hs[i] = (float)Hr[i];
+		x3_qhess *qh = NULL;
+		CHECK_OK(x3_qhess_finalize(Hs, k, k, (double)rows, sign, &qh), "qhess");
+		float *Wq = malloc(sizeof(float) * k * n), *su = malloc(sizeof(float) * k),
+		      *sv = malloc(sizeof(float) * n);
+		memcpy(Wq, W, sizeof(float) * k * n);
+		for (int64_t i = 0; i < k; i++)
+			su[i] = 1.0f;
+		for (int64_t j = 0; j < n; j++)
+			sv[j] = 1.0f;
+		x3_qweight *qw = x3_qweight_wrap(k, n, k, n, Wq, su, sv);
+		x3_qresult *rc_cpu = NULL, *rc_gpu = NULL;
+		CHECK_OK(x3_quantize(qw, qh, 2, X3_CB_MUL1, 0, 0, &rc_cpu), "x3_quantize on the CPU");
+		CHECK_OK(x3_gpu_viterbi_backend(1), "GPU Viterbi backend on");
+		CHECK_OK(x3_quantize(qw, qh, 2, X3_CB_MUL1, 0, 0, &rc_gpu), "x3_quantize, GPU Viterbi");
+		CHECK_OK(x3_gpu_viterbi_backend(0), "backend off");
+		if (rc_cpu && rc_gpu)
+			CHECK(rc_cpu->g == rc_gpu->g && rc_cpu->proxy_err == rc_gpu->proxy_err &&
+			      !memcmp(rc_cpu->trellis, rc_gpu->trellis, (size_t)(k * n / 16 * 2) * 2),
+			      "identical trellis, scale %.4f and proxy error %.5f", rc_gpu->g,
+			      rc_gpu->proxy_err);
+		x3_qresult_free(rc_cpu);
+		x3_qresult_free(rc_gpu);
+		x3_qweight_free(qw);
+		x3_qhess_free(qh);
+		free(Hs);
+	}
+
 	free(x), free(H), free(Hr), free(Lc), free(Lg), free(A), free(LA);
 	free(W), free(Qc), free(Qg), free(sc), free(sg);
 	TEST_DONE();
