@@ -157,6 +157,20 @@ typedef void (*gkern_t)(const uint32_t *, int64_t, int64_t, const float *, int, 
 static const gkern_t gkern[24] = {X3K_TABLE_KCB(GK)};
 static const gkern_t gkern_mma[24] = {X3K_TABLE_KCB(GKM)};
 
+extern "C" int x3k_gemv_ksplit(int64_t k, int64_t n)
+{
+	int dev = 0, sms = 1;
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+		sms = 1;
+	const int64_t tk = k / 16, tn = n / 16 > 0 ? n / 16 : 1;
+	/* enough warps (one per tile column and k-slice) for ~48 per SM */
+	int64_t ks = ((int64_t)sms * 48 + tn - 1) / tn;
+	if (ks > tk)
+		ks = tk;
+	return ks < 1 ? 1 : (int)ks;
+}
+
 extern "C" int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n,
                         const float *x, int m, float *y, int ksplit, int use_mma, void *stream)
 {

@@ -607,13 +607,7 @@ size_t x3_gpu_linear_bytes(const x3_gpu_linear *L)
 
 static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d, int use_mma)
 {
-	const int64_t tk = L->k / 16, tn = L->n / 16;
-	/* enough warps for every SM to hold ~48 of them */
-	int64_t ksplit = ((int64_t)L->sms * 48 + tn - 1) / tn;
-	if (ksplit < 1)
-		ksplit = 1;
-	if (ksplit > tk)
-		ksplit = tk;
+	const int ksplit = x3k_gemv_ksplit(L->k, L->n);
 	int rc = cuerr(x3k_had128_rows(x_d, L->xh_d, m, L->k, L->suh_d, NULL, NULL, RSQRT128, NULL),
 	               "input hadamard");
 	if (!rc)
@@ -621,7 +615,7 @@ static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d, int u
 		           "memset");
 	if (!rc)
 		rc = cuerr(x3k_gemv(L->K, L->cb, L->trellis_d, L->k, L->n, L->xh_d, m, L->y1_d,
-		                    (int)ksplit, use_mma, NULL), "gemv launch");
+		                    ksplit, use_mma, NULL), "gemv launch");
 	if (!rc)
 		rc = cuerr(x3k_had128_rows(L->y1_d, y_d, m, L->n, NULL, L->svh_d, L->bias_d, RSQRT128,
 		                           NULL), "output hadamard");

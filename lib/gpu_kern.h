@@ -67,6 +67,8 @@ int x3k_had128_cols(float *x, int64_t rows, int64_t cols, const float *pre,
  * atomically). ksplit: number of k-slices (>= 1). use_mma: tensor-core
  * product with x rounded to fp16 (1), or fp32 FMAs (0). */
 #define X3K_GEMV_MAX_M 16
+/* default ksplit for a (k, n) weight on the current device */
+int x3k_gemv_ksplit(int64_t k, int64_t n);
 int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n,
              const float *x, int m, float *y, int ksplit, int use_mma, void *stream);
 

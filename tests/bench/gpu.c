@@ -6,7 +6,8 @@
  *     8192x28672 (k x n), cycling through enough copies of the weights to
  *     exceed 4x the L2, as GB/s of trellis bytes and as % of the measured
  *     device-to-device copy bandwidth (2 x bytes / time), against the cuBLAS
- *     fp16 GEMV (cublasGemmEx, n x 1) on the dense fp16 weight;
+ *     fp16 GEMV (cublasGemmEx, n x 1) on the dense fp16 weight; also the
+ *     latency of the whole forward call;
  *   - the large-batch path (reconstruct + cuBLAS GEMM) at m=256.
  * Prints a table, then one JSON line. Options: -t TILES (encoder tiles,
  * default 229376), -r REPS (GEMV calls per measurement, default 200),
@@ -21,6 +22,7 @@
 #include "x3.h"
 #include "codec.h"
 #include "gpu.h"
+#include "gpu_kern.h"
 
 #ifdef X3_CUDA
 #include <cuda_runtime.h>
@@ -131,7 +133,10 @@ static void bench_encoder(int K, int64_t ntiles, double *wps)
 	x3_gpu_free(x_d), x3_gpu_free(v_d), x3_gpu_free(s_d);
 }
 
-/* returns GB/s of trellis bytes */
+/* Batch-1 GEMV: the decode-in-the-loop kernel alone (async launches
+ * cycling through copies of the trellis, more than 4x the L2), and the
+ * whole x3_gpu_linear_forward_d call (2 Hadamards + memset + kernel +
+ * synchronize) on one copy. Returns the kernel's seconds per call. */
 static double bench_gemv(int K, int64_t k, int64_t n, int reps, double copy_gbs, int l2)
 {
 	const int cb = X3_CB_MUL1;
@@ -148,32 +153,52 @@ static double bench_gemv(int K, int64_t k, int64_t n, int reps, double copy_gbs,
 		suh[i] = x3_f32_to_f16(0.01f);
 	for (int64_t i = 0; i < n; i++)
 		svh[i] = x3_f32_to_f16(1.0f);
-	x3_gpu_linear **L = calloc((size_t)copies, sizeof *L);
+	uint16_t **t_d = calloc((size_t)copies, sizeof *t_d);
 	for (int c = 0; c < copies; c++)
-		if (x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L[c]))
-			DIE("linear K=%d copy %d", K, c);
+		if (x3_gpu_alloc((void **)&t_d[c], tbytes) || x3_gpu_upload(t_d[c], tr, tbytes))
+			DIE("trellis copy %d", c);
 	float *x_d = NULL, *y_d = NULL;
 	if (x3_gpu_alloc((void **)&x_d, sizeof(float) * (size_t)k) ||
 	    x3_gpu_alloc((void **)&y_d, sizeof(float) * (size_t)n) ||
-	    x3_gpu_memset(x_d, 0, sizeof(float) * (size_t)k))
+	    x3_gpu_memset(x_d, 0, sizeof(float) * (size_t)k) ||
+	    x3_gpu_memset(y_d, 0, sizeof(float) * (size_t)n))
 		DIE("gemv buffers");
+	const int ks = x3k_gemv_ksplit(k, n);
 	for (int c = 0; c < copies; c++)
-		if (x3_gpu_linear_forward_d(L[c], x_d, 1, y_d, 1))
+		if (x3k_gemv(K, cb, t_d[c], k, n, x_d, 1, y_d, ks, 1, NULL))
 			DIE("gemv warm-up");
+	cudaDeviceSynchronize();
 	double t0 = now();
 	for (int i = 0; i < reps; i++)
-		if (x3_gpu_linear_forward_d(L[i % copies], x_d, 1, y_d, 1))
-			DIE("gemv");
-	double t = (now() - t0) / reps;
-	double gbs = (double)tbytes / t / 1e9;
+		x3k_gemv(K, cb, t_d[i % copies], k, n, x_d, 1, y_d, ks, 1, NULL);
+	if (cudaDeviceSynchronize() != cudaSuccess)
+		DIE("gemv kernel");
+	const double t = (now() - t0) / reps;
+	const double gbs = (double)tbytes / t / 1e9;
+	/* the whole call */
+	x3_gpu_linear *L = NULL;
+	if (x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L) ||
+	    x3_gpu_linear_forward_d(L, x_d, 1, y_d, 1))
+		DIE("linear");
+	const int rf = reps < 50 ? reps : 50;
+	double t1 = now();
+	for (int i = 0; i < rf; i++)
+		if (x3_gpu_linear_forward_d(L, x_d, 1, y_d, 1))
+			DIE("forward");
+	const double tf = (now() - t1) / rf;
 	char what[96], note[96];
-	snprintf(what, sizeof what, "gemv m=1 K=%d %lldx%lld", K, (long long)k, (long long)n);
-	snprintf(note, sizeof note, "%.1f us/call, %.1f%% of copy bw, %d copies", t * 1e6,
-	         100.0 * gbs / copy_gbs, copies);
+	snprintf(what, sizeof what, "gemv m=1 K=%d %lldx%lld (kernel)", K, (long long)k, (long long)n);
+	snprintf(note, sizeof note, "%.1f us, %.1f%% of copy bw, %d copies, ksplit %d", t * 1e6,
+	         100.0 * gbs / copy_gbs, copies, ks);
 	add(what, gbs, "GB/s", note);
+	snprintf(what, sizeof what, "gemv m=1 K=%d %lldx%lld (whole call)", K, (long long)k,
+	         (long long)n);
+	snprintf(note, sizeof note, "hadamards + memset + kernel + sync, one copy (L2-warm)");
+	add(what, tf * 1e6, "us", note);
+	x3_gpu_linear_free(L);
 	for (int c = 0; c < copies; c++)
-		x3_gpu_linear_free(L[c]);
-	free(L), free(tr), free(suh), free(svh);
+		x3_gpu_free(t_d[c]);
+	free(t_d), free(tr), free(suh), free(svh);
 	x3_gpu_free(x_d), x3_gpu_free(y_d);
 	return t;
 }
