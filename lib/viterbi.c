@@ -501,6 +501,24 @@ static inline int bp_k(int K, int lb, const uint16_t *bpp, int e)
 	return 0;
 }
 
+/* Per-thread workspace, kept between calls (OpenMP reuses its threads):
+ * allocating and freeing the 1-2.5 MB on every call lets glibc hand the
+ * memory back to the kernel and fault it in again, which costs more than
+ * encoding a few tiles (LDLQ encodes one 16-row block of tiles per call).
+ * One block per thread that ever encoded; never freed. */
+static _Thread_local char *ws_mem;
+static _Thread_local size_t ws_cap;
+
+static void *ws_get(size_t n)
+{
+	if (n > ws_cap) {
+		free(ws_mem);
+		ws_mem = aligned_alloc(64, (n + 63) & ~(size_t)63);
+		ws_cap = ws_mem ? n : 0;
+	}
+	return ws_mem;
+}
+
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
 	float *mid;        /* FUSE_B + PAD floats: fused intermediate costs */
@@ -624,18 +642,22 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const size_t bpn = (size_t)256 * (E / 16) * (NK - 1);
 	const size_t cbytes = ((sizeof(float) * (E + PAD)) + 63) & ~(size_t)63;
 
+	const size_t ma = (sizeof(float) * (FUSE_B + PAD) + 63) & ~(size_t)63;
+	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
+
 	#pragma omp parallel num_threads(nt)
 	{
 		struct work wk;
-		wk.ca = aligned_alloc(64, cbytes);
-		wk.cb = aligned_alloc(64, cbytes);
-		wk.mid = aligned_alloc(64, sizeof(float) * (FUSE_B + PAD));
-		wk.bp = aligned_alloc(64, (bpn * sizeof(uint16_t) + 63) & ~(size_t)63);
-		int ok = wk.ca && wk.cb && wk.mid && wk.bp;
+		char *mem = ws_get(2 * cbytes + ma + ba);
+		int ok = mem != NULL;
 		if (!ok) {
 			#pragma omp atomic write
 			failed = 1;
 		} else {
+			wk.ca = (float *)mem;
+			wk.cb = (float *)(mem + cbytes);
+			wk.mid = (float *)(mem + 2 * cbytes);
+			wk.bp = (uint16_t *)(mem + 2 * cbytes + ma);
 			/* pads are read by the expand loads but never selected */
 			for (int i = 0; i < E + PAD; i++)
 				wk.ca[i] = wk.cb[i] = 0.0f;
@@ -655,10 +677,6 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 					values[t * 256 + i] = tab[st[i]];
 			}
 		}
-		free(wk.ca);
-		free(wk.cb);
-		free(wk.mid);
-		free(wk.bp);
 	}
 	free(cbo);
 	if (failed)
