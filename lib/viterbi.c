@@ -370,26 +370,31 @@ TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb
 	bp += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
-		const float *pp[8];
+		/* (64g + 8h) >> K == (64g >> K) + (8h >> K) for K <= 8 */
+		const float *p = pb + ((64 * g) >> K) - poff;
 		__m256 m[8];
+#pragma GCC unroll 8
 		for (int h = 0; h < 8; h++) {
-			pp[h] = pb + ((64 * g + 8 * h) >> K) - poff;
 			__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
-			m[h] = _mm256_fmadd_ps(d, d, pv256(K, pp[h], ix));
+			m[h] = _mm256_fmadd_ps(d, d, pv256(K, p + ((8 * h) >> K), ix));
 		}
 		c += 64;
 		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
-			const size_t o = k * ks;
-			int bits[8];
+			const float *pk = p + k * ks;
+			unsigned bits[8];
+#pragma GCC unroll 8
 			for (int h = 0; h < 8; h++) {
 				__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
-				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pp[h] + o, ix));
-				bits[h] = _mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
+				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pk + ((8 * h) >> K), ix));
+				bits[h] = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
 				m[h] = _mm256_min_ps(v, m[h]);
 			}
-			for (int u = 0; u < 4; u++)
-				bp[u] = (uint16_t)(bits[2 * u] | bits[2 * u + 1] << 8);
+			/* one 64-bit store of the four 16-bit masks */
+			uint64_t q = (uint64_t)(bits[0] | bits[1] << 8 | bits[2] << 16 | bits[3] << 24) |
+			             (uint64_t)(bits[4] | bits[5] << 8 | bits[6] << 16 | bits[7] << 24) << 32;
+			memcpy(bp, &q, 8);
 		}
+#pragma GCC unroll 8
 		for (int h = 0; h < 8; h++)
 			_mm256_store_ps(out + 8 * h, m[h]);
 	}
@@ -532,7 +537,9 @@ struct work {
  * other block needs; they are computed into the scratch mid and consumed
  * at once, so intermediate costs never leave L1. The arithmetic is the
  * same as two plain steps. */
+#ifndef FUSE_B
 #define FUSE_B 1024
+#endif
 
 static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
                       const float *prev, float *next, float *mid, uint16_t *bp0,
