@@ -20,8 +20,9 @@
 #include "codec.h"
 
 static const char usage[] =
-	"usage: viterbi [-c CODEBOOK] [-K LIST] [-n TILES] [-r REPS] [-t THREADS] [-f FLOOR] [-R]\n"
+	"usage: viterbi [-c CODEBOOK] [-i ISA] [-K LIST] [-n TILES] [-r REPS] [-t THREADS] [-f FLOOR] [-R]\n"
 	"  -c  codebook (mul1, mcg, 3inst; default mul1)\n"
+	"  -i  fast path: avx512, avx2 or scalar (default: the best this CPU has)\n"
 	"  -K  comma list of K (default 1,2,3,4,5,6,7,8)\n"
 	"  -n  tiles per thread per run (default 16)\n"
 	"  -r  runs per measurement, best taken (default 5)\n"
@@ -84,7 +85,7 @@ int main(int argc, char **argv)
 			doref = 0;
 			continue;
 		}
-		if (!val || a[0] != '-' || strlen(a) != 2 || !strchr("cKnrtf", a[1])) {
+		if (!val || a[0] != '-' || strlen(a) != 2 || !strchr("ciKnrtf", a[1])) {
 			fputs(usage, stderr);
 			return 2;
 		}
@@ -96,6 +97,15 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'i': {
+			int isa = !strcmp(val, "avx512") ? X3_ISA_AVX512 : !strcmp(val, "avx2") ? X3_ISA_AVX2
+			          : !strcmp(val, "scalar") ? X3_ISA_SCALAR : -1;
+			if (x3_viterbi_set_isa(isa) != X3_OK) {
+				fprintf(stderr, "viterbi: -i %s: %s\n", val, x3_errmsg());
+				return 2;
+			}
+			break;
+		}
 		case 'K': snprintf(klist, sizeof klist, "%s", val); break;
 		case 'n': ntile = atoi(val); break;
 		case 'r': reps = atoi(val); break;
@@ -162,8 +172,11 @@ int main(int argc, char **argv)
 			minc = w1;
 		if (wc < minc)
 			minc = wc;
-		printf("%2d %12.0f %12.0f %12.0f %10.5f %12.0f %7.1fx\n", K, w1, wc, wn, mse, wr,
-		       w1 / wr);
+		if (doref)
+			printf("%2d %12.0f %12.0f %12.0f %10.5f %12.0f %7.1fx\n", K, w1, wc, wn, mse, wr,
+			       w1 / wr);
+		else
+			printf("%2d %12.0f %12.0f %12.0f %10.5f %12s %8s\n", K, w1, wc, wn, mse, "-", "-");
 		jl += snprintf(json + jl, sizeof json - jl, "%s\"%d\":{\"wps_1thr\":%.0f,"
 		               "\"wps_all_wall\":%.0f,\"wps_core\":%.0f,\"mse\":%.6f,\"ref_wps\":%.0f}",
 		               i ? "," : "", K, w1, wn, wc, mse, doref ? wr : 0.0);
