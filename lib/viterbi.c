@@ -45,6 +45,7 @@
 /* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
  * bound by memory traffic and layout A measured slightly faster */
 #define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
+#define FUSE_B 1024        /* edges per block of the fused step pair (K <= 3) */
 #define PAD 16             /* floats past the end of a cost buffer */
 
 static int check_args(int K, int cb, const float *x, int64_t ntiles)
@@ -160,6 +161,11 @@ int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
 typedef void (*step_fn)(int K, const float *cbo, float w, const float *pb,
                         size_t ks, int poff, float *out, uint16_t *bp,
                         int g0, int g1);
+
+/* a fused pair of steps (K <= 3), see two_steps() */
+typedef void (*fused_fn)(int K, const float *cbo, float w0, float w1,
+                         const float *prev, float *next, float *mid,
+                         uint16_t *bp0, uint16_t *bp1);
 
 static void step_scalar(int K, const float *cbo, float w, const float *pb,
                         size_t ks, int poff, float *out, uint16_t *bp,
@@ -351,6 +357,42 @@ TGT512 static void step_avx512(int K, const float *cbo, float w, const float *pb
 	}
 }
 
+/* The fused step pair of two_steps() with the kernels inlined: one call
+ * per pair of steps instead of NK + 1 calls per 1024-edge block. */
+TGT512 INLINE void fused512(const int K, const float *cbo, float w0, float w1,
+                            const float *prev, float *next, float *mid,
+                            uint16_t *bp0, uint16_t *bp1)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B / NK;
+	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			if (LAYOUT_B(K))
+				body512b(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+			else
+				body512(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+		}
+		if (LAYOUT_B(K))
+			body512b(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			         (e0 + FUSE_B) / 64);
+		else
+			body512(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			        (e0 + FUSE_B) / 64);
+	}
+}
+
+TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
+                                const float *prev, float *next, float *mid,
+                                uint16_t *bp0, uint16_t *bp1)
+{
+	switch (K) {
+	case 1: fused512(1, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	case 2: fused512(2, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	default: fused512(3, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	}
+}
+
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
 TGT2 INLINE __m256 pv256(const int K, const float *p, __m256i ix)
 {
@@ -537,9 +579,6 @@ struct work {
  * other block needs; they are computed into the scratch mid and consumed
  * at once, so intermediate costs never leave L1. The arithmetic is the
  * same as two plain steps. */
-#ifndef FUSE_B
-#define FUSE_B 1024
-#endif
 
 static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
                       const float *prev, float *next, float *mid, uint16_t *bp0,
@@ -558,8 +597,8 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
 
 /* 256 steps at positions (i + roll) & 255 from the costs in *pprev;
  * returns the buffer holding the final costs. */
-static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
-                       int roll, struct work *wk)
+static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
+                       const float *x, int roll, struct work *wk)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
 	const size_t ps = (size_t)(E / 16) * (NK - 1);   /* masks per position */
@@ -568,8 +607,12 @@ static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
 		int p = (i + roll) & 255;
 		if (K <= 3) {
 			int q = (p + 1) & 255;
-			two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
-			          wk->bp + q * ps);
+			if (fused)
+				fused(K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
+				      wk->bp + q * ps);
+			else
+				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
+				          wk->bp + q * ps);
 			i += 2;
 		} else {
 			step(K, cbo, x[p], prev, G, 0, next, wk->bp + p * ps, 0, E / 64);
@@ -580,7 +623,7 @@ static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
 	return prev;
 }
 
-static void fast_tile(step_fn step, int K, int lb, const float *cbo,
+static void fast_tile(step_fn step, fused_fn fused, int K, int lb, const float *cbo,
                       const float *x, struct work *wk, uint16_t *st)
 {
 	const int E = 1 << (16 - K), NK = 1 << K;
@@ -589,7 +632,7 @@ static void fast_tile(step_fn step, int K, int lb, const float *cbo,
 	/* pass 1: positions 128..255, 0..127, unconstrained start */
 	for (int e = 0; e < E; e++)
 		wk->ca[e] = 0.0f;
-	const float *fin = run_pass(step, K, cbo, x, 128, wk);
+	const float *fin = run_pass(step, fused, K, cbo, x, 128, wk);
 	int e = 0;
 	for (int i = 1; i < E; i++)
 		if (fin[i] < fin[e])
@@ -603,7 +646,7 @@ static void fast_tile(step_fn step, int K, int lb, const float *cbo,
 	/* pass 2: start and end at edge pre */
 	for (int i = 0; i < E; i++)
 		wk->ca[i] = i == pre ? 0.0f : INFINITY;
-	run_pass(step, K, cbo, x, 0, wk);
+	run_pass(step, fused, K, cbo, x, 0, wk);
 	e = pre;
 	for (int p = 255; p >= 0; p--) {
 		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
@@ -642,6 +685,11 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 						tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
 	}
 	step_fn step = pick_step();
+	fused_fn fused = NULL;
+#ifdef X3_X86
+	if (isa == X3_ISA_AVX512)
+		fused = fused_avx512;
+#endif
 	int nt = threads > 0 ? threads : omp_get_max_threads();
 	if (nt > ntiles)
 		nt = (int)ntiles;
@@ -676,7 +724,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			if (!ok)
 				continue;
 			uint16_t st[256];
-			fast_tile(step, K, lb, cbo, x + t * 256, &wk, st);
+			fast_tile(step, fused, K, lb, cbo, x + t * 256, &wk, st);
 			for (int i = 0; i < 256; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
