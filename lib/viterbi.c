@@ -29,7 +29,14 @@
  * back-pointers (2^K - 1 bits per edge): the winner is the largest k whose
  * mask bit is set, or 0, which is exactly the strict-< argmin. vminps
  * returns its first operand iff it is strictly less, so min and the blend
- * agree bit for bit (costs are never NaN or -0). */
+ * agree bit for bit (costs are never NaN or -0).
+ * K <= 3: two steps are fused per 1024-edge block so the intermediate
+ * costs stay in L1 (two_steps); AVX-512 uses layout B at K = 2, 3
+ * (body512b). Kernels are instantiated per K. Dispatch is at run time
+ * (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no -march.
+ * What did not help on the build host (measured, not kept): two tiles in
+ * lock step sharing the codebook stream, an fp16 copy of the codebook,
+ * eight chains in flight at K >= 4, larger or smaller fused blocks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
