@@ -88,7 +88,7 @@ int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n)
 	unsigned char *ok = malloc((size_t)(rows > 0 ? rows : 1));
 	if (!ok)
 		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
-	#pragma omp parallel for schedule(static) reduction(+:bad)
+	#pragma omp parallel for if(rows * n > (1 << 16)) schedule(static) reduction(+:bad)
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * n;
 		int fin = 1;

@@ -69,7 +69,7 @@ int x3_linear_apply(const x3_linear *l, const float *x, int64_t rows, float *y)
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)l->out, (int)l->in,
 	            1.0f, x, (int)l->in, l->w, (int)l->in, 0.0f, y, (int)l->out);
 	if (l->b) {
-		#pragma omp parallel for schedule(static)
+		#pragma omp parallel for if(rows * l->out > (1 << 16)) schedule(static)
 		for (int64_t r = 0; r < rows; r++)
 			for (int64_t o = 0; o < l->out; o++)
 				y[r * l->out + o] += l->b[o];

@@ -132,15 +132,11 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 	int rc = x3_config_load(dir, &m->cfg);
 	if (rc)
 		goto fail;
-	if ((rc = x3_st_open(dir, &m->st))) {
-		x3_errprefix(rc, "%s", dir);
+	if ((rc = x3_st_open(dir, &m->st)))
 		goto fail;
-	}
 	if (opts && opts->overlay_dir) {
-		if ((rc = x3_st_open(opts->overlay_dir, &m->ov))) {
-			x3_errprefix(rc, "%s", opts->overlay_dir);
+		if ((rc = x3_st_open(opts->overlay_dir, &m->ov)))
 			goto fail;
-		}
 		m->ov_first = opts->overlay_first;
 		m->ov_last = opts->overlay_last;
 	}
@@ -201,7 +197,7 @@ void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m)
 /* y = rmsnorm(x) * w over rows of n (HF: x * rsqrt(mean(x^2) + eps) * w) */
 static void rmsnorm(float *y, const float *x, const float *w, int64_t rows, int64_t n, double eps)
 {
-	#pragma omp parallel for schedule(static)
+	#pragma omp parallel for if(rows * n > (1 << 16)) schedule(static)
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * n;
 		float *yr = y + r * n;
@@ -246,7 +242,7 @@ static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t c
                        const float *cosv, const float *sinv)
 {
 	int64_t half = hd / 2;
-	#pragma omp parallel for schedule(static)
+	#pragma omp parallel for if(ntok * nh * hd > (1 << 16)) schedule(static)
 	for (int64_t t = 0; t < ntok; t++) {
 		const float *cp = cosv + (t % cols) * half, *sp = sinv + (t % cols) * half;
 		for (int64_t h = 0; h < nh; h++) {
@@ -268,7 +264,7 @@ static int attention(const float *q, const float *k, const float *v, float *out,
 	int64_t grp = nq / nkv;
 	float scale = (float)(1.0 / sqrt((double)hd));
 	int fail = 0;
-	#pragma omp parallel
+	#pragma omp parallel if(nrows * nq * cols * cols * hd > (1 << 20))
 	{
 		float *s = malloc((size_t)cols * sizeof *s);
 		float *acc = malloc((size_t)hd * sizeof *acc);
@@ -384,7 +380,7 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	/* o_proj output into xn (free now), then the residual */
 	if ((rc = x3_linear_apply(w->lin[L_O], f->a, nt, f->xn)))
 		return rc;
-	#pragma omp parallel for schedule(static)
+	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
 		x[i] += f->xn[i];
 
@@ -394,7 +390,7 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	if ((rc = x3_linear_apply(w->lin[L_GATE], f->xn, nt, f->g)) ||
 	    (rc = x3_linear_apply(w->lin[L_UP], f->xn, nt, f->u)))
 		return rc;
-	#pragma omp parallel for schedule(static)
+	#pragma omp parallel for if(nt * inter > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * inter; i++) {
 		float gv = f->g[i];
 		f->g[i] = gv / (1.0f + expf(-gv)) * f->u[i];
@@ -404,7 +400,7 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 		return rc;
 	if ((rc = x3_linear_apply(w->lin[L_DOWN], f->g, nt, f->xn)))
 		return rc;
-	#pragma omp parallel for schedule(static)
+	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
 		x[i] += f->xn[i];
 	return X3_OK;
