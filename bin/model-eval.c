@@ -172,7 +172,7 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 			forward_logits(q, rid, nr, cols, lq, X3_LOGITS_ALL);
 		double s_nll = 0, s_nllq = 0, s_kl = 0;
 		long long s_agree = 0;
-		#pragma omp parallel for schedule(static) reduction(+:s_nll, s_nllq, s_kl, s_agree)
+		#pragma omp parallel for if(nr * cols * V > (1 << 16)) schedule(static) reduction(+:s_nll, s_nllq, s_kl, s_agree)
 		for (long p = 0; p < nr * cols; p++) {
 			if (p % cols == cols - 1)
 				continue;       /* no next token in this row */
