@@ -1,6 +1,7 @@
 /* hessian-capture: input Hessians H = Σ xᵀx of every linear of a model over
  * calibration text (spec §9), or merged from Hessian streams, or from
  * activation frames. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +17,10 @@
 static const char usage[] =
 	"usage: hessian-capture --model DIR (--text FILE... | --tokens FRAMES) [--rows R]\n"
 	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
-	"                       [--stream] [--strict] [--chunk N] [--f64] [-z LEVEL] [-q] > HESSIANS\n"
-	"       hessian-capture --merge [--f64] [-z LEVEL] [FILE...] > HESSIANS\n"
+	"                       [--stream] [--strict] [--chunk N] [--f64] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
+	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
-	"                       [-z LEVEL] [FILE...] > HESSIANS\n"
+	"                       [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"  --model DIR      Hugging Face model directory (Llama, Mistral, Qwen2, Qwen3)\n"
 	"  --text FILE      calibration text, plain or zstd ('-': stdin); repeatable\n"
 	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
@@ -39,9 +40,17 @@ static const char usage[] =
 	"  --name NAME      Hessian name for --activations (default: the frame's\n"
 	"                   'group' metadata, else its name)\n"
 	"  --members LIST   members metadata for --activations\n"
-	"  -z LEVEL         zstd-compress the output (1..22)\n"
+	"  -o FILE          write to FILE (atomically) instead of stdout\n"
+	"  --zstd[=LEVEL]   zstd-compress the output (level 1..22, default 3)\n"
 	"  -q               no progress\n"
 	"  -h               this help\n";
+
+static char *atexit_tmp;
+static void remove_tmp(void)
+{
+	if (atexit_tmp)
+		unlink(atexit_tmp);
+}
 
 /* ---- accumulators by name (first-seen order) -------------------------- */
 struct hset {
@@ -100,7 +109,7 @@ static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt)
 struct cap {
 	struct hset set;
 	x3_writer *w;
-	int f64;
+	int f64, tied, n_layers;
 	double t0;
 	long long ntok;
 };
@@ -109,8 +118,13 @@ static int cap_hook(void *ctx, const struct x3_capture *c)
 {
 	struct cap *k = ctx;
 	x3_hess *h = hset_find(&k->set, c->name);
-	if (!h)
+	if (!h) {
 		h = hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer);
+		/* the head of a tied model reads the embedding matrix */
+		if (c->layer == k->n_layers && k->tied &&
+		    x3_hess_set_meta(h, "tied", "model.embed_tokens.weight"))
+			return X3_ENOMEM;
+	}
 	return x3_hess_add_rows(h, c->x, c->ntok, c->in);
 }
 
@@ -246,7 +260,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);
 
-	struct cap k = { .w = w, .f64 = f64, .t0 = now_seconds(), .ntok = (long long)rows * cols };
+	struct cap k = { .w = w, .f64 = f64, .tied = cfg.tied, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols };
 	struct x3_forward_opts fo;
 	x3_forward_opts_init(&fo, m);
 	fo.hook = cap_hook;
@@ -291,6 +305,13 @@ static void do_merge(char **files, int nfiles, int f64, x3_writer *w)
 				int64_t layer = -1;
 				x3_meta_get_i64(t, "layer", &layer);
 				h = hset_add(&s, t->name, t->shape[0], 1, mem, (int)layer);
+				for (int j = 0; j < t->nmeta; j++)
+					if (!x3_hess_meta_is_computed(t->meta[j].key) &&
+					    x3_hess_set_meta(h, t->meta[j].key, t->meta[j].val))
+						die_x3("%s", files[i]);
+			} else if (mem && strcmp(mem, x3_hess_members(h) ? x3_hess_members(h) : "")) {
+				die("%s: frame '%s': members '%s' differ from the first stream's",
+				    files[i], t->name, mem);
 			}
 			if (x3_hess_add_frame(h, t))
 				die_x3("%s", files[i]);
@@ -357,7 +378,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
-	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK };
+	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -367,19 +388,21 @@ int main(int argc, char **argv)
 		{ "name", required_argument, 0, O_NAME }, { "members", required_argument, 0, O_MEMBERS },
 		{ "split", required_argument, 0, O_SPLIT }, { "stream", no_argument, 0, O_STREAM },
 		{ "strict", no_argument, 0, O_STRICT }, { "chunk", required_argument, 0, O_CHUNK },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "zstd", optional_argument, 0, O_ZSTD }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
-	const char *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
+	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, strict = 0, zlevel = 0;
 	long rows = 0, cols = 0, chunk = 4096;
 	int c;
-	while ((c = getopt_long(argc, argv, "hqz:", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
 		switch (c) {
 		case 'h': fputs(usage, stdout); return 0;
 		case 'q': quiet = 1; break;
-		case 'z': zlevel = (int)parse_long(usage, "-z", optarg, 1, 22); break;
+		case 'o': outfile = optarg; break;
+		case O_ZSTD: zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3; break;
 		case O_MODEL: model = optarg; break;
 		case O_TEXT: texts[ntexts++] = optarg; break;
 		case O_TOKENS: tokens = optarg; break;
@@ -425,10 +448,22 @@ int main(int argc, char **argv)
 		if (quant && la == 0)
 			usage_error(usage, "--quantized needs --layers A-B with A > 0");
 	}
-	refuse_tty_stdout();
+	/* -o: a temporary name beside FILE, renamed when complete */
+	int fd = STDOUT_FILENO;
+	char *tmp = NULL;
+	if (outfile) {
+		tmp = malloc(strlen(outfile) + 16);
+		sprintf(tmp, "%s.tmpXXXXXX", outfile);
+		if ((fd = mkstemp(tmp)) < 0)
+			die("%s: %s", tmp, strerror(errno));
+		atexit_tmp = tmp;
+		atexit(remove_tmp);
+	} else {
+		refuse_tty_stdout();
+	}
 	x3_writer *w;
-	if (x3_writer_open_fd(STDOUT_FILENO, zlevel, &w))
-		die_x3("stdout");
+	if (x3_writer_open_fd(fd, zlevel, &w))
+		die_x3("%s", outfile ? outfile : "stdout");
 	if (merge)
 		do_merge(argv + optind, argc - optind, f64, w);
 	else if (act)
@@ -437,7 +472,13 @@ int main(int argc, char **argv)
 		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
 		           strict, chunk, f64, w);
 	if (x3_writer_close(w))
-		die_x3("stdout");
+		die_x3("%s", outfile ? outfile : "stdout");
+	if (outfile) {
+		if (fsync(fd) || close(fd) || rename(tmp, outfile))
+			die("%s: %s", outfile, strerror(errno));
+		atexit_tmp = NULL;
+		free(tmp);
+	}
 	check_stdout();
 	free(texts);
 	return 0;

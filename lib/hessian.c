@@ -11,7 +11,48 @@ struct x3_hess {
 	int64_t n, count, dropped;
 	float *hf;      /* (n, n), upper triangle accumulated, or NULL */
 	double *hd;     /* (n, n) in f64 mode */
+	struct x3_kv *extra;
+	int nextra;
 };
+
+static const char *const computed[] = { "role", "count", "dropped", "members", "layer",
+                                        "x3f", "xxh3" };
+
+int x3_hess_set_meta(x3_hess *h, const char *key, const char *val)
+{
+	for (size_t i = 0; i < sizeof computed / sizeof *computed; i++)
+		if (!strcmp(key, computed[i]))
+			return x3_err(X3_EINVAL, "hessian '%s': metadata '%s' is computed", h->name, key);
+	for (int i = 0; i < h->nextra; i++)
+		if (!strcmp(h->extra[i].key, key)) {
+			char *v = strdup(val);
+			if (!v)
+				return x3_err(X3_ENOMEM, "out of memory");
+			free(h->extra[i].val);
+			h->extra[i].val = v;
+			return X3_OK;
+		}
+	struct x3_kv *e = realloc(h->extra, (size_t)(h->nextra + 1) * sizeof *e);
+	if (!e)
+		return x3_err(X3_ENOMEM, "out of memory");
+	h->extra = e;
+	e[h->nextra].key = strdup(key);
+	e[h->nextra].val = strdup(val);
+	if (!e[h->nextra].key || !e[h->nextra].val) {
+		free(e[h->nextra].key), free(e[h->nextra].val);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	h->nextra++;
+	return X3_OK;
+}
+
+int x3_hess_meta_is_computed(const char *key)
+{
+	for (size_t i = 0; i < sizeof computed / sizeof *computed; i++)
+		if (!strcmp(key, computed[i]))
+			return 1;
+	return 0;
+}
 
 int x3_hess_new(const char *name, int64_t n, int f64, const char *members, int layer,
                 x3_hess **out)
@@ -43,11 +84,15 @@ void x3_hess_free(x3_hess *h)
 	if (!h)
 		return;
 	free(h->name), free(h->members), free(h->hf), free(h->hd);
+	for (int i = 0; i < h->nextra; i++)
+		free(h->extra[i].key), free(h->extra[i].val);
+	free(h->extra);
 	free(h);
 }
 
 const char *x3_hess_name(const x3_hess *h) { return h->name; }
 int64_t x3_hess_count(const x3_hess *h) { return h->count; }
+const char *x3_hess_members(const x3_hess *h) { return h->members; }
 int64_t x3_hess_dropped(const x3_hess *h) { return h->dropped; }
 
 int x3_hess_too_many_dropped(const x3_hess *h)
@@ -185,5 +230,10 @@ x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
 		x3_tensor_free(t);
 		return NULL;
 	}
+	for (int i = 0; i < h->nextra; i++)
+		if (x3_meta_set(t, h->extra[i].key, h->extra[i].val)) {
+			x3_tensor_free(t);
+			return NULL;
+		}
 	return t;
 }

@@ -21,6 +21,7 @@ int x3_hess_new(const char *name, int64_t n, int f64, const char *members,
 void x3_hess_free(x3_hess *h);
 const char *x3_hess_name(const x3_hess *h);
 int64_t x3_hess_count(const x3_hess *h);
+const char *x3_hess_members(const x3_hess *h);   /* or NULL */
 int64_t x3_hess_dropped(const x3_hess *h);
 
 /* H += xᵀx over the rows of x (rows, n); rows holding any non-finite value
@@ -29,6 +30,11 @@ int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n);
 /* Add another Hessian frame (F32/F64 (n, n), metadata count/dropped):
  * H, count and dropped add up. Errors name the frame. */
 int x3_hess_add_frame(x3_hess *h, const x3_tensor *t);
+/* Extra metadata copied onto the frame (e.g. "tied"); keys role, count,
+ * dropped, members, layer are computed and cannot be set here. */
+int x3_hess_set_meta(x3_hess *h, const char *key, const char *val);
+/* Is key one of the computed ones (or a frame-format key x3f/xxh3)? */
+int x3_hess_meta_is_computed(const char *key);
 /* Over the limit of ExLlamaV3 (more than 10% of the rows dropped)? */
 int x3_hess_too_many_dropped(const x3_hess *h);
 /* The finished frame: symmetrized H in dtype (X3_F32 or X3_F64) with the

@@ -495,12 +495,11 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		free(norm);
 		goto out;
 	}
-	const char *hm = c->tied ? "model.embed_tokens.weight" : "lm_head.weight";
 	for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
 		int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows, nt = nr * cols;
 		float *xr = x + r0 * cols * H;
 		rmsnorm(f.xn, xr, norm, nt, H, c->rms_eps);
-		if ((rc = hook(&f, n, "lm_head.input", hm, f.xn, nt, H)))
+		if ((rc = hook(&f, n, "lm_head.input", "lm_head.weight", f.xn, nt, H)))
 			break;
 		if (o->logits_mode == X3_LOGITS_ALL) {
 			rc = x3_linear_apply(head, f.xn, nt, o->logits + r0 * cols * c->vocab);

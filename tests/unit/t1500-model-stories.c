@@ -66,7 +66,7 @@ static int hook(void *ctx, const struct x3_capture *c)
 		h->head_calls++;
 		h->head_tok += c->ntok;
 		if (strcmp(c->name, "lm_head.input") || c->in != 64 ||
-		    strcmp(c->members, "model.embed_tokens.weight"))
+		    strcmp(c->members, "lm_head.weight"))
 			h->bad++;
 		return 0;
 	}
