@@ -237,7 +237,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 {
 	x3_model_config cfg;
 	if (x3_config_load(model, &cfg))
-		die_x3("%s", model);
+		die("%s", x3_errmsg());
 	int n = (int)cfg.n_layers;
 	if (lb > n)
 		lb = n;
@@ -252,7 +252,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	}
 	x3_model *m;
 	if (x3_model_open(model, &mo, &m))
-		die_x3("%s", model);
+		die("%s", x3_errmsg());
 	if (cols <= 0 && !tokens)
 		cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
 	int32_t *ids = get_rows(model, texts, ntexts, tokens, split, stream, &rows, &cols, strict);

@@ -143,9 +143,9 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 {
 	x3_model *m, *q = NULL;
 	if (x3_model_open(model, NULL, &m))
-		die_x3("%s", model);
+		die("%s", x3_errmsg());
 	if (qdir && x3_model_open(qdir, NULL, &q))
-		die_x3("%s", qdir);
+		die("%s", x3_errmsg());
 	int64_t V = x3_model_cfg(m)->vocab;
 	if (q && x3_model_cfg(q)->vocab != V)
 		die("%s: vocabulary of %lld, %s has %lld", qdir, (long long)x3_model_cfg(q)->vocab,
@@ -231,7 +231,7 @@ static void generate(const char *model, long ntok, const char *prompt, int print
 	x3_model *m;
 	x3_tok *tok;
 	if (x3_model_open(model, NULL, &m))
-		die_x3("%s", model);
+		die("%s", x3_errmsg());
 	if (x3_tok_load(model, &tok))
 		die_x3("%s: tokenizer", model);
 	int32_t *p = NULL;
@@ -340,7 +340,7 @@ int main(int argc, char **argv)
 			usage_error(usage, "give either --text or --tokens");
 		x3_model_config cfg;
 		if (x3_config_load(model, &cfg))
-			die_x3("%s", model);
+			die("%s", x3_errmsg());
 		if (cols <= 0 && !tokens)
 			cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
 		int32_t *tk = get_rows(model, texts, ntexts, tokens, split, &rows, &cols, strict);
