@@ -4,7 +4,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$ROOT/tests/synth-model.sh"
 cd "$TMP"
-jqc() { jq -e "$@" >/dev/null; }
+jqc() { jqc "$@" >/dev/null; }
+jqc() { jqc "$@" >/dev/null; }
 
 synth_model m 32 48 2 4 2 64 1 || notok "synthetic model"
 synth_tokens tok 3 24 64 2
@@ -16,19 +17,19 @@ check_fail "no input" 2 "either --text or --tokens" model-eval --model m
 check_fail "--prompt without --generate" 2 "go with --generate" model-eval --model m --tokens tok --prompt x
 
 model-eval --model m --tokens tok >one.json
-check "perplexity alone: one JSON object" jq -e '.rows == 3 and .cols == 24 and .positions == 69 and (.quantized | not)' one.json
-check "perplexity = exp(nll), finite, > 1" jq -e '(.perplexity - (.nll | exp) | fabs) < 1e-6 * .perplexity and .perplexity > 1' one.json
+check "perplexity alone: one JSON object" jqc '.rows == 3 and .cols == 24 and .positions == 69 and (.quantized | not)' one.json
+check "perplexity = exp(nll), finite, > 1" jqc '(.perplexity - (.nll | exp) | fabs) < 1e-6 * .perplexity and .perplexity > 1' one.json
 model-eval --model m --quantized m --tokens tok >self.json
 check "model against itself: KL 0, top-1 1, equal perplexities" \
 	jq -e '.kl_divergence == 0 and .top1_agreement == 1 and .perplexity == .perplexity_quantized' self.json
 model-eval --model m --quantized b16 --tokens tok >b16.json
-check "against its BF16 copy: small positive KL" jq -e '.kl_divergence > 0 and .kl_divergence < 0.01' b16.json
-check "against its BF16 copy: mostly the same top-1" jq -e '.top1_agreement > 0.8' b16.json
+check "against its BF16 copy: small positive KL" jqc '.kl_divergence > 0 and .kl_divergence < 0.01' b16.json
+check "against its BF16 copy: mostly the same top-1" jqc '.top1_agreement > 0.8' b16.json
 model-eval --model m --quantized other --tokens tok >other.json
-check "against another model: larger KL" jq -e --slurpfile b b16.json '.kl_divergence > 10 * $b[0].kl_divergence' other.json
+check "against another model: larger KL" jqc --slurpfile b b16.json '.kl_divergence > 10 * $b[0].kl_divergence' other.json
 check "batching does not change the result" \
 	test "$(model-eval --model m --quantized b16 --tokens tok --batch 1 | jq -c 'del(.model, .quantized)')" = "$(jq -c 'del(.model, .quantized)' b16.json)"
-check "--rows takes the first rows" jq -e '.rows == 2 and .positions == 46' <(model-eval --model m --tokens tok --rows 2)
+check "--rows takes the first rows" jqc '.rows == 2 and .positions == 46' <(model-eval --model m --tokens tok --rows 2)
 model-eval --model m --tokens tok --rows 5 >/dev/null 2>err
 check "more rows asked than given: warning" grep -q "only 3 rows" err
 check_fail "... or an error with --strict" 1 "fewer than the 5 requested" model-eval --model m --tokens tok --rows 5 --strict
