@@ -33,6 +33,8 @@ int x3_reader_next(x3_reader *r, x3_tensor **out);
  * that completes the payload returns X3_EFORMAT on mismatch). */
 int x3_reader_next_header(x3_reader *r, x3_tensor **out);
 int x3_reader_data(x3_reader *r, void *buf, size_t n);
+/* The checksum the current frame's header declares. */
+uint64_t x3_reader_checksum(const x3_reader *r);
 /* Skip the rest of the current payload (still verifying it). */
 int x3_reader_skip(x3_reader *r);
 /* Frame index (0-based) of the last header read, for messages. */
@@ -52,6 +54,11 @@ int x3_writer_put_data(x3_writer *w, const void *buf, size_t n);
 int x3_writer_flush(x3_writer *w);
 /* Flush and free; returns the first error seen. */
 int x3_writer_close(x3_writer *w);
+
+/* What a SOURCE argument is: "-" and zstd or frame files are frame
+ * streams; directories are model directories; other files safetensors. */
+enum { X3_SRC_FRAMES = 1, X3_SRC_SAFETENSORS = 2, X3_SRC_DIR = 3 };
+int x3_source_kind(const char *path, int *kind);
 
 /* Read every frame of a stream into an array (for small streams).
  * *out is a malloc'd array of *n tensors. */

@@ -1,0 +1,346 @@
+/* tensor-cat: select tensors from a safetensors file, a model directory or
+ * a frame stream, and write them as frames or as a safetensors file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include "frame.h"
+#include "safetensors.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: tensor-cat [-o FILE] [--dtype T] [--zstd[=LEVEL]] [--regex] [--meta KEY=VAL]...\n"
+	"                  [--shard-size MB] [-q] SOURCE [PATTERN...]\n";
+
+static char **pats;
+static int npats, use_regex;
+static regex_t *res;
+static int *hits;
+static x3_dtype to_dtype = X3_DTYPE_COUNT;
+static char **metas;
+static int nmetas;
+
+static int selected(const char *name)
+{
+	if (!npats)
+		return 1;
+	int any = 0;
+	for (int i = 0; i < npats; i++) {
+		int m = use_regex ? regexec(&res[i], name, 0, NULL, 0) == 0 : x3_glob_match(pats[i], name);
+		if (m) {
+			hits[i]++;
+			any = 1;
+		}
+	}
+	return any;
+}
+
+static int is_fbh(x3_dtype t) { return t == X3_F32 || t == X3_F16 || t == X3_BF16; }
+
+/* Output dtype of a tensor: --dtype applies to floating-point tensors only. */
+static x3_dtype out_dtype(x3_dtype src)
+{
+	if (to_dtype == X3_DTYPE_COUNT || !x3_dtype_info(src)->is_float)
+		return src;
+	return to_dtype;
+}
+
+/* Convert n elements, through F32 when there is no direct path. */
+static void convert(void *dst, x3_dtype dt, const void *src, x3_dtype st, size_t n, const char *name)
+{
+	if (dt == st || dt == X3_F32 || (is_fbh(dt) && is_fbh(st))) {
+		if (x3_convert(dst, dt, src, st, n))
+			die_x3("tensor '%s'", name);
+		return;
+	}
+	float *tmp = malloc(n * sizeof *tmp + 1);
+	if (!tmp)
+		die("out of memory");
+	if (x3_convert(tmp, X3_F32, src, st, n) || x3_convert(dst, dt, tmp, X3_F32, n))
+		die_x3("tensor '%s'", name);
+	free(tmp);
+}
+
+static void add_metas(x3_tensor *t)
+{
+	for (int i = 0; i < nmetas; i++) {
+		char *eq = strchr(metas[i], '=');
+		*eq = 0;
+		if (x3_meta_set(t, metas[i], eq + 1))
+			die_x3("metadata");
+		*eq = '=';
+	}
+}
+
+/* sinks */
+static x3_writer *fw;
+static x3_stw *sw;
+
+/* Shards of a safetensors directory break only between modules: a module is
+ * a name up to its last '.', e.g. model.layers.0.self_attn.q_proj. */
+static void module_of(const char *name)
+{
+	static char last[1024];
+	char cur[1024];
+	snprintf(cur, sizeof cur, "%s", name);
+	char *dot = strrchr(cur, '.');
+	if (dot)
+		*dot = 0;
+	if (strcmp(cur, last)) {
+		x3_stw_module(sw);
+		snprintf(last, sizeof last, "%s", cur);
+	}
+}
+
+static void emit_whole(x3_tensor *t)
+{
+	add_metas(t);
+	if (sw) {
+		module_of(t->name);
+		if (x3_stw_add(sw, t))
+			die_x3("writing '%s'", t->name);
+	} else if (x3_writer_put(fw, t)) {
+		die_x3("writing frame '%s'", t->name);
+	}
+}
+
+/* A tensor whose payload is in memory (mmap): stream it to frames without
+ * copying, converting in chunks (two passes: hash, then write). */
+static void emit_mapped(const x3_tensor *src)
+{
+	x3_dtype dt = out_dtype(src->dtype);
+	x3_tensor *h = x3_tensor_new(src->name, dt, src->rank, src->shape, 0);
+	if (!h)
+		die_x3("tensor '%s'", src->name);
+	x3_meta_copy(h, src);
+	if (sw) {
+		h->data = malloc(h->nbytes + 1);
+		h->owns_data = 1;
+		if (!h->data)
+			die("out of memory for '%s'", src->name);
+		convert(h->data, dt, src->data, src->dtype, (size_t)x3_tensor_numel(src), src->name);
+		emit_whole(h);
+		x3_tensor_free(h);
+		return;
+	}
+	add_metas(h);
+	size_t n = (size_t)x3_tensor_numel(src), es = x3_dtype_size(src->dtype), ed = x3_dtype_size(dt);
+	const size_t CH = 1 << 18;   /* elements per chunk */
+	if (dt == src->dtype) {
+		if (x3_writer_put_header(fw, h, XXH3_64bits(src->data, src->nbytes)) ||
+		    (src->nbytes && x3_writer_put_data(fw, src->data, src->nbytes)))
+			die_x3("writing frame '%s'", src->name);
+	} else {
+		unsigned char *buf = malloc(CH * ed);
+		XXH3_state_t *hs = XXH3_createState();
+		if (!buf || !hs)
+			die("out of memory");
+		XXH3_64bits_reset(hs);
+		for (size_t i = 0; i < n; i += CH) {
+			size_t k = n - i < CH ? n - i : CH;
+			convert(buf, dt, (const char *)src->data + i * es, src->dtype, k, src->name);
+			XXH3_64bits_update(hs, buf, k * ed);
+		}
+		if (x3_writer_put_header(fw, h, XXH3_64bits_digest(hs)))
+			die_x3("writing frame '%s'", src->name);
+		for (size_t i = 0; i < n; i += CH) {
+			size_t k = n - i < CH ? n - i : CH;
+			convert(buf, dt, (const char *)src->data + i * es, src->dtype, k, src->name);
+			if (x3_writer_put_data(fw, buf, k * ed))
+				die_x3("writing frame '%s'", src->name);
+		}
+		free(buf);
+		XXH3_freeState(hs);
+	}
+	x3_tensor_free(h);
+}
+
+static void from_frames(const char *path)
+{
+	x3_reader *r;
+	if (x3_reader_open(path, &r))
+		die_x3("%s", path);
+	for (;;) {
+		x3_tensor *t;
+		int rc = x3_reader_next_header(r, &t);
+		if (rc == X3_EOF)
+			break;
+		if (rc)
+			die("%s", x3_errmsg());
+		if (!selected(t->name)) {
+			if (x3_reader_skip(r))
+				die("%s", x3_errmsg());
+			x3_tensor_free(t);
+			continue;
+		}
+		x3_dtype dt = out_dtype(t->dtype);
+		if (!sw && dt == t->dtype) {
+			/* pass-through: re-declare the input's checksum and stream the
+			 * payload in chunks (bounded memory). The reader verifies the
+			 * checksum when the payload ends; so does the next reader. */
+			static unsigned char buf[1 << 20];
+			add_metas(t);
+			if (x3_writer_put_header(fw, t, x3_reader_checksum(r)))
+				die_x3("writing frame '%s'", t->name);
+			for (size_t left = t->nbytes; left;) {
+				size_t k = left < sizeof buf ? left : sizeof buf;
+				if (x3_reader_data(r, buf, k))
+					die("%s", x3_errmsg());
+				if (x3_writer_put_data(fw, buf, k))
+					die_x3("writing frame '%s'", t->name);
+				left -= k;
+			}
+			x3_tensor_free(t);
+			continue;
+		}
+		t->data = malloc(t->nbytes + 1);
+		t->owns_data = 1;
+		if (!t->data)
+			die("out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
+		if (t->nbytes && x3_reader_data(r, t->data, t->nbytes))
+			die("%s", x3_errmsg());
+		if (dt != t->dtype) {
+			x3_tensor *c = x3_tensor_new(t->name, dt, t->rank, t->shape, 1);
+			if (!c)
+				die_x3("tensor '%s'", t->name);
+			x3_meta_copy(c, t);
+			convert(c->data, dt, t->data, t->dtype, (size_t)x3_tensor_numel(t), t->name);
+			x3_tensor_free(t);
+			t = c;
+		}
+		emit_whole(t);
+		x3_tensor_free(t);
+	}
+	x3_reader_close(r);
+}
+
+static void from_st(const char *path)
+{
+	x3_st *s;
+	if (x3_st_open(path, &s))
+		die("%s", x3_errmsg());
+	for (int i = 0; i < x3_st_count(s); i++) {
+		const x3_tensor *t = x3_st_get(s, i);
+		if (selected(t->name))
+			emit_mapped(t);
+	}
+	x3_st_close(s);
+}
+
+int main(int argc, char **argv)
+{
+	prog_init(argc, argv);
+	const char *outp = NULL;
+	int zlevel = 0;
+	long shard_mb = 0;
+	enum { O_DTYPE = 256, O_ZSTD, O_REGEX, O_META, O_SHARD };
+	static const struct option lo[] = {
+		{"output", required_argument, 0, 'o'}, {"dtype", required_argument, 0, O_DTYPE},
+		{"zstd", optional_argument, 0, O_ZSTD}, {"regex", no_argument, 0, O_REGEX},
+		{"meta", required_argument, 0, O_META}, {"shard-size", required_argument, 0, O_SHARD},
+		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int c;
+	metas = calloc(argc, sizeof *metas);
+	while ((c = getopt_long(argc, argv, "o:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'o': outp = optarg; break;
+		case 'q': quiet = 1; break;
+		case 'h': fputs(usage, stdout); return 0;
+		case O_DTYPE:
+			if (x3_dtype_parse(optarg, &to_dtype) || !x3_dtype_info(to_dtype)->is_float ||
+			    to_dtype == X3_F64 || to_dtype == X3_F8_E4M3 || to_dtype == X3_F8_E5M2)
+				usage_error(usage, "--dtype: '%s' is not one of F32, F16, BF16", optarg);
+			break;
+		case O_ZSTD: zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3; break;
+		case O_REGEX: use_regex = 1; break;
+		case O_META:
+			if (!strchr(optarg, '=') || optarg[0] == '=')
+				usage_error(usage, "--meta: expected KEY=VALUE, got '%s'", optarg);
+			metas[nmetas++] = optarg;
+			break;
+		case O_SHARD: shard_mb = parse_long(usage, "--shard-size", optarg, 1, 1L << 30); break;
+		default: fputs(usage, stderr); return 2;
+		}
+	}
+	if (optind >= argc)
+		usage_error(usage, "missing SOURCE");
+	const char *src = argv[optind++];
+	npats = argc - optind;
+	pats = argv + optind;
+	hits = calloc(npats + 1, sizeof *hits);
+	if (use_regex) {
+		res = calloc(npats + 1, sizeof *res);
+		for (int i = 0; i < npats; i++)
+			if (regcomp(&res[i], pats[i], REG_EXTENDED | REG_NOSUB))
+				usage_error(usage, "--regex: invalid regular expression '%s'", pats[i]);
+	}
+	int kind;
+	if (x3_source_kind(src, &kind))
+		die("%s", x3_errmsg());
+
+	/* output: safetensors file/dir, a frame file, or stdout */
+	char tmp[4096] = "";
+	int fd = STDOUT_FILENO;
+	size_t ol = outp ? strlen(outp) : 0;
+	struct stat st;
+	int out_dir = outp && stat(outp, &st) == 0 && S_ISDIR(st.st_mode);
+	if (outp && (out_dir || (ol > 12 && !strcmp(outp + ol - 12, ".safetensors")))) {
+		if (zlevel)
+			usage_error(usage, "--zstd applies to frame output, not safetensors");
+		if (x3_stw_create(outp, out_dir ? (uint64_t)shard_mb << 20 : 0, &sw))
+			die("%s", x3_errmsg());
+	} else {
+		if (shard_mb)
+			usage_error(usage, "--shard-size needs -o DIR");
+		if (outp) {
+			snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", outp);
+			fd = mkstemp(tmp);
+			if (fd < 0)
+				die("%s: %s", outp, strerror(errno));
+		} else {
+			refuse_tty_stdout();
+		}
+		if (x3_writer_open_fd(fd, zlevel, &fw))
+			die("%s", x3_errmsg());
+	}
+
+	if (kind == X3_SRC_FRAMES)
+		from_frames(src);
+	else
+		from_st(src);
+
+	for (int i = 0; i < npats; i++)
+		if (!hits[i]) {
+			if (sw)
+				x3_stw_abort(sw);
+			if (tmp[0])
+				unlink(tmp);
+			die("%s: no tensor matches '%s'", src, pats[i]);
+		}
+	if (sw) {
+		if (x3_stw_commit(sw))
+			die("%s", x3_errmsg());
+	} else {
+		if (x3_writer_close(fw)) {
+			if (tmp[0])
+				unlink(tmp);
+			die("%s: %s", outp ? outp : "stdout", x3_errmsg());
+		}
+		if (tmp[0]) {
+			if (fsync(fd) || close(fd) || rename(tmp, outp)) {
+				unlink(tmp);
+				die("%s: %s", outp, strerror(errno));
+			}
+			chmod(outp, 0644);
+		}
+	}
+	if (!outp)
+		check_stdout();
+	return 0;
+}

@@ -1,0 +1,759 @@
+/* safetensors.c: reading safetensors files and model directories through
+ * mmap, and writing them atomically (spool file, tmp names, fsync, rename). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <jansson.h>
+#include "frame.h"
+#include "safetensors.h"
+
+struct stfile {
+	char *path;
+	unsigned char *map;
+	size_t size;
+	json_t *meta;
+};
+
+struct x3_st {
+	struct stfile *files;
+	int nfiles;
+	x3_tensor **t;        /* tensors in file order */
+	int *tfile;           /* file index of each tensor */
+	int n;
+	int *byname;          /* indices sorted by name */
+};
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int add_tensor(x3_st *s, x3_tensor *t, int fi)
+{
+	if ((s->n & (s->n - 1)) == 0 || s->n == 0) {
+		int cap = s->n ? s->n * 2 : 16;
+		x3_tensor **nt = realloc(s->t, cap * sizeof *nt);
+		int *nf = realloc(s->tfile, cap * sizeof *nf);
+		if (nt) s->t = nt;
+		if (nf) s->tfile = nf;
+		if (!nt || !nf)
+			return x3_err(X3_ENOMEM, "out of memory");
+	}
+	s->t[s->n] = t;
+	s->tfile[s->n] = fi;
+	s->n++;
+	return X3_OK;
+}
+
+struct ent { x3_tensor *t; uint64_t off; };
+static int cmp_ent(const void *a, const void *b)
+{
+	const struct ent *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static int open_file(x3_st *s, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		close(fd);
+		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return x3_err(X3_EFORMAT, "%s: not a regular file", path);
+	}
+	size_t size = (size_t)st.st_size;
+	if (size < 8) {
+		close(fd);
+		return x3_err(X3_EFORMAT, "%s: truncated: %zu bytes is too short for a safetensors file", path, size);
+	}
+	unsigned char *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED)
+		return x3_err(X3_EIO, "%s: mmap: %s", path, strerror(errno));
+	uint64_t hn = 0;
+	for (int i = 7; i >= 0; i--)
+		hn = hn << 8 | map[i];
+	int rc = X3_EFORMAT;
+	json_t *root = NULL;
+	struct ent *ents = NULL;
+	size_t ne = 0;
+	if (hn > X3_FRAME_MAX_HEADER || hn < 2) {
+		x3_err(rc, "%s: bad magic: header length %" PRIu64 " is outside 2..%u", path, hn, X3_FRAME_MAX_HEADER);
+		goto fail;
+	}
+	if (hn > size - 8) {
+		x3_err(rc, "%s: truncated header: %" PRIu64 " bytes declared, %zu present", path, hn, size - 8);
+		goto fail;
+	}
+	if (map[8] != '{') {
+		x3_err(rc, "%s: bad magic: header does not start with '{'", path);
+		goto fail;
+	}
+	json_error_t je;
+	root = json_loadb((const char *)map + 8, hn, JSON_REJECT_DUPLICATES, &je);
+	if (!root || !json_is_object(root)) {
+		x3_err(rc, "%s: invalid JSON header: %s", path, root ? "not an object" : je.text);
+		goto fail;
+	}
+	uint64_t dsize = size - 8 - hn;
+	const unsigned char *base = map + 8 + hn;
+	const char *k;
+	json_t *v;
+	ents = calloc(json_object_size(root) + 1, sizeof *ents);
+	if (!ents) {
+		rc = x3_err(X3_ENOMEM, "out of memory");
+		goto fail;
+	}
+	json_object_foreach(root, k, v) {
+		if (!strcmp(k, "__metadata__"))
+			continue;
+		json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
+		       *jo = json_object_get(v, "data_offsets");
+		x3_dtype dt;
+		if (!json_is_string(jd) || x3_dtype_parse(json_string_value(jd), &dt) ||
+		    strcmp(x3_dtype_name(dt), json_string_value(jd))) {
+			x3_err(rc, "%s: tensor '%s': missing or unknown dtype", path, k);
+			goto fail;
+		}
+		if (!json_is_array(js) || json_array_size(js) > X3_MAX_RANK) {
+			x3_err(rc, "%s: tensor '%s': missing shape or rank above %d", path, k, X3_MAX_RANK);
+			goto fail;
+		}
+		int64_t shape[X3_MAX_RANK];
+		int rank = (int)json_array_size(js);
+		for (int i = 0; i < rank; i++) {
+			json_t *d = json_array_get(js, i);
+			if (!json_is_integer(d) || json_integer_value(d) < 0) {
+				x3_err(rc, "%s: tensor '%s': bad dimension %d", path, k, i);
+				goto fail;
+			}
+			shape[i] = json_integer_value(d);
+		}
+		size_t nb;
+		if (x3_shape_nbytes(dt, rank, shape, &nb)) {
+			x3_errprefix(rc, "%s: tensor '%s'", path, k);
+			goto fail;
+		}
+		if (!json_is_array(jo) || json_array_size(jo) != 2 ||
+		    !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1))) {
+			x3_err(rc, "%s: tensor '%s': bad data_offsets", path, k);
+			goto fail;
+		}
+		json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
+		if (b < 0 || e < b || (uint64_t)e > dsize) {
+			x3_err(rc, "%s: tensor '%s': data_offsets [%lld, %lld] outside the %" PRIu64
+			       "-byte data section (truncated file?)", path, k, (long long)b, (long long)e, dsize);
+			goto fail;
+		}
+		if ((uint64_t)(e - b) != nb) {
+			x3_err(rc, "%s: tensor '%s': shape/length disagreement: %s shape needs %zu bytes, "
+			       "data_offsets span %lld", path, k, x3_dtype_name(dt), nb, (long long)(e - b));
+			goto fail;
+		}
+		x3_tensor *t = x3_tensor_new(k, dt, rank, shape, 0);
+		if (!t) {
+			rc = X3_ENOMEM;
+			goto fail;
+		}
+		t->data = (void *)(base + b);
+		ents[ne].t = t;
+		ents[ne].off = (uint64_t)b;
+		ne++;
+	}
+	qsort(ents, ne, sizeof *ents, cmp_ent);
+	struct stfile *nf = realloc(s->files, (s->nfiles + 1) * sizeof *nf);
+	if (!nf) {
+		rc = x3_err(X3_ENOMEM, "out of memory");
+		goto fail;
+	}
+	s->files = nf;
+	int fi = s->nfiles++;
+	s->files[fi].path = strdup(path);
+	s->files[fi].map = map;
+	s->files[fi].size = size;
+	s->files[fi].meta = json_incref(json_object_get(root, "__metadata__"));
+	map = NULL;
+	for (size_t i = 0; i < ne; i++) {
+		if ((rc = add_tensor(s, ents[i].t, fi))) {
+			for (size_t j = i; j < ne; j++)
+				x3_tensor_free(ents[j].t);
+			free(ents);
+			json_decref(root);
+			return rc;
+		}
+	}
+	free(ents);
+	json_decref(root);
+	return X3_OK;
+fail:
+	for (size_t i = 0; i < ne; i++)
+		x3_tensor_free(ents[i].t);
+	free(ents);
+	json_decref(root);
+	if (map)
+		munmap(map, size);
+	return rc;
+}
+
+static const x3_st *sort_ctx;
+static int cmp_byname(const void *a, const void *b)
+{
+	return strcmp(sort_ctx->t[*(const int *)a]->name, sort_ctx->t[*(const int *)b]->name);
+}
+
+static int build_index(x3_st *s)
+{
+	s->byname = malloc((s->n + 1) * sizeof *s->byname);
+	if (!s->byname)
+		return x3_err(X3_ENOMEM, "out of memory");
+	for (int i = 0; i < s->n; i++)
+		s->byname[i] = i;
+	sort_ctx = s;   /* qsort has no context argument in C11 */
+	qsort(s->byname, s->n, sizeof *s->byname, cmp_byname);
+	for (int i = 1; i < s->n; i++)
+		if (!strcmp(s->t[s->byname[i]]->name, s->t[s->byname[i - 1]]->name))
+			return x3_err(X3_EFORMAT, "tensor '%s' appears in both %s and %s",
+			              s->t[s->byname[i]]->name, s->files[s->tfile[s->byname[i - 1]]].path,
+			              s->files[s->tfile[s->byname[i]]].path);
+	return X3_OK;
+}
+
+static int open_dir(x3_st *s, const char *dir)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+	if (access(path, F_OK) == 0) {
+		json_error_t je;
+		json_t *idx = json_load_file(path, 0, &je);
+		if (!idx)
+			return x3_err(X3_EFORMAT, "%s: invalid JSON: %s (line %d)", path, je.text, je.line);
+		json_t *wm = json_object_get(idx, "weight_map");
+		if (!json_is_object(wm)) {
+			json_decref(idx);
+			return x3_err(X3_EFORMAT, "%s: no weight_map object", path);
+		}
+		/* distinct file names, sorted */
+		size_t nw = json_object_size(wm), nf = 0;
+		const char **files = calloc(nw + 1, sizeof *files);
+		const char *k;
+		json_t *v;
+		int rc = X3_OK;
+		json_object_foreach(wm, k, v) {
+			if (!json_is_string(v) || strchr(json_string_value(v), '/')) {
+				rc = x3_err(X3_EFORMAT, "%s: weight_map entry '%s' is not a file name", path, k);
+				break;
+			}
+			files[nf++] = json_string_value(v);
+		}
+		if (!rc) {
+			qsort(files, nf, sizeof *files, cmp_str);
+			for (size_t i = 0; i < nf && !rc; i++) {
+				if (i && !strcmp(files[i], files[i - 1]))
+					continue;
+				char fp[PATH_MAX];
+				snprintf(fp, sizeof fp, "%s/%s", dir, files[i]);
+				if (access(fp, F_OK) != 0)
+					rc = x3_err(X3_EIO, "%s: missing shard '%s' listed in model.safetensors.index.json",
+					            dir, files[i]);
+				else
+					rc = open_file(s, fp);
+			}
+		}
+		free(files);
+		if (!rc)
+			rc = build_index(s);
+		if (!rc) {
+			json_object_foreach(wm, k, v) {
+				if (!x3_st_find(s, k)) {
+					rc = x3_err(X3_EFORMAT, "%s: tensor '%s' listed in the index is missing from '%s'",
+					            dir, k, json_string_value(v));
+					break;
+				}
+			}
+		}
+		json_decref(idx);
+		return rc;
+	}
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	if (access(path, F_OK) == 0) {
+		int rc = open_file(s, path);
+		return rc ? rc : build_index(s);
+	}
+	DIR *d = opendir(dir);
+	if (!d)
+		return x3_err(X3_EIO, "%s: %s", dir, strerror(errno));
+	char **names = NULL;
+	size_t n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors") && de->d_name[0] != '.') {
+			char **nn = realloc(names, (n + 1) * sizeof *nn);
+			if (!nn)
+				break;
+			names = nn;
+			names[n++] = strdup(de->d_name);
+		}
+	}
+	closedir(d);
+	int rc = X3_OK;
+	if (n == 0)
+		rc = x3_err(X3_EIO, "%s: no .safetensors files in this directory", dir);
+	qsort(names, n, sizeof *names, cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		if (!rc) {
+			snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+			rc = open_file(s, path);
+		}
+		free(names[i]);
+	}
+	free(names);
+	return rc ? rc : build_index(s);
+}
+
+int x3_st_open(const char *path, x3_st **out)
+{
+	*out = NULL;
+	x3_st *s = calloc(1, sizeof *s);
+	if (!s)
+		return x3_err(X3_ENOMEM, "out of memory");
+	struct stat st;
+	int rc;
+	if (stat(path, &st) != 0)
+		rc = x3_err(X3_EIO, "%s: %s", path, strerror(errno));
+	else if (S_ISDIR(st.st_mode))
+		rc = open_dir(s, path);
+	else {
+		rc = open_file(s, path);
+		if (!rc)
+			rc = build_index(s);
+	}
+	if (rc) {
+		x3_st_close(s);
+		return rc;
+	}
+	*out = s;
+	return X3_OK;
+}
+
+int x3_st_count(const x3_st *s) { return s->n; }
+const x3_tensor *x3_st_get(const x3_st *s, int i) { return i >= 0 && i < s->n ? s->t[i] : NULL; }
+const char *x3_st_file(const x3_st *s, int i) { return i >= 0 && i < s->n ? s->files[s->tfile[i]].path : NULL; }
+
+const x3_tensor *x3_st_find(const x3_st *s, const char *name)
+{
+	int lo = 0, hi = s->n - 1;
+	if (!s->byname)
+		return NULL;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2, c = strcmp(name, s->t[s->byname[mid]]->name);
+		if (!c)
+			return s->t[s->byname[mid]];
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+const char *x3_st_meta(const x3_st *s, const char *key)
+{
+	if (!s->nfiles || !s->files[0].meta)
+		return NULL;
+	json_t *v = json_object_get(s->files[0].meta, key);
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+void x3_st_close(x3_st *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->n; i++)
+		x3_tensor_free(s->t[i]);
+	for (int i = 0; i < s->nfiles; i++) {
+		if (s->files[i].map)
+			munmap(s->files[i].map, s->files[i].size);
+		json_decref(s->files[i].meta);
+		free(s->files[i].path);
+	}
+	free(s->files);
+	free(s->t);
+	free(s->tfile);
+	free(s->byname);
+	free(s);
+}
+
+/* ---- writer ------------------------------------------------------------ */
+struct went {
+	char *name;
+	x3_dtype dtype;
+	int rank;
+	int64_t shape[X3_MAX_RANK];
+	uint64_t nbytes, spool_off;
+	int module;
+};
+
+struct x3_stw {
+	char *path;          /* file or directory */
+	int single;          /* write exactly one file at path */
+	uint64_t shard_bytes;
+	char spool_path[PATH_MAX];
+	int spool_fd;
+	uint64_t spool_len;
+	struct went *e;
+	int n, cap;
+	int module;
+	json_t *meta;
+};
+
+static int full_write(int fd, const void *p, size_t n, const char *what)
+{
+	const unsigned char *c = p;
+	while (n) {
+		ssize_t k = write(fd, c, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return x3_err(X3_EIO, "writing %s: %s", what, strerror(errno));
+		c += k;
+		n -= (size_t)k;
+	}
+	return X3_OK;
+}
+
+static void dir_of(const char *path, char *dir, size_t n)
+{
+	snprintf(dir, n, "%s", path);
+	char *sl = strrchr(dir, '/');
+	if (sl)
+		*(sl == dir ? sl + 1 : sl) = 0;
+	else
+		snprintf(dir, n, ".");
+}
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return x3_err(X3_EIO, "%s: %s", dir, strerror(errno));
+	int rc = fsync(fd) != 0 && errno != EINVAL ? x3_err(X3_EIO, "fsync %s: %s", dir, strerror(errno)) : X3_OK;
+	close(fd);
+	return rc;
+}
+
+/* mkstemp makes 0600 files; give finished outputs the usual 0666 & ~umask */
+static void chmod_default(const char *p)
+{
+	mode_t um = umask(022);
+	umask(um);
+	chmod(p, 0666 & ~um);
+}
+
+int x3_write_file_atomic(const char *path, const void *buf, size_t n)
+{
+	char tmp[PATH_MAX], dir[PATH_MAX];
+	if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp)
+		return x3_err(X3_EINVAL, "%s: path too long", path);
+	int fd = mkstemp(tmp);
+	if (fd < 0)
+		return x3_err(X3_EIO, "%s: cannot create a temporary file: %s", path, strerror(errno));
+	int rc = full_write(fd, buf, n, path);
+	if (!rc && fsync(fd) != 0)
+		rc = x3_err(X3_EIO, "fsync %s: %s", path, strerror(errno));
+	if (close(fd) != 0 && !rc)
+		rc = x3_err(X3_EIO, "close %s: %s", path, strerror(errno));
+	if (!rc)
+		chmod_default(tmp);
+	if (!rc && rename(tmp, path) != 0)
+		rc = x3_err(X3_EIO, "rename to %s: %s", path, strerror(errno));
+	if (rc) {
+		unlink(tmp);
+		return rc;
+	}
+	dir_of(path, dir, sizeof dir);
+	return fsync_dir(dir);
+}
+
+int x3_stw_create(const char *path, uint64_t shard_bytes, x3_stw **out)
+{
+	*out = NULL;
+	x3_stw *w = calloc(1, sizeof *w);
+	if (!w || !(w->path = strdup(path)) || !(w->meta = json_object())) {
+		if (w) free(w->path);
+		free(w);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	size_t l = strlen(path);
+	w->single = shard_bytes == 0 && l > 12 && !strcmp(path + l - 12, ".safetensors");
+	w->shard_bytes = shard_bytes;
+	char dir[PATH_MAX];
+	if (w->single)
+		dir_of(path, dir, sizeof dir);
+	else
+		snprintf(dir, sizeof dir, "%s", path);
+	struct stat st;
+	if (!w->single && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+		int rc = x3_err(X3_EIO, "%s: not a directory", dir);
+		json_decref(w->meta);
+		free(w->path);
+		free(w);
+		return rc;
+	}
+	snprintf(w->spool_path, sizeof w->spool_path, "%s/.x3spool-XXXXXX", dir);
+	w->spool_fd = mkstemp(w->spool_path);
+	if (w->spool_fd < 0) {
+		int rc = x3_err(X3_EIO, "%s: cannot create a spool file: %s", dir, strerror(errno));
+		json_decref(w->meta);
+		free(w->path);
+		free(w);
+		return rc;
+	}
+	*out = w;
+	return X3_OK;
+}
+
+int x3_stw_module(x3_stw *w)
+{
+	if (w->n && w->e[w->n - 1].module == w->module)
+		w->module++;
+	return X3_OK;
+}
+
+int x3_stw_meta(x3_stw *w, const char *key, const char *val)
+{
+	return json_object_set_new(w->meta, key, json_string(val)) ? x3_err(X3_EINVAL, "bad metadata") : X3_OK;
+}
+
+int x3_stw_add(x3_stw *w, const x3_tensor *t)
+{
+	if (!t->data && t->nbytes)
+		return x3_err(X3_EINVAL, "tensor '%s' has no data", t->name);
+	for (int i = 0; i < w->n; i++)
+		if (!strcmp(w->e[i].name, t->name))
+			return x3_err(X3_EINVAL, "tensor '%s' added twice", t->name);
+	if (w->n == w->cap) {
+		int cap = w->cap ? 2 * w->cap : 64;
+		struct went *ne = realloc(w->e, cap * sizeof *ne);
+		if (!ne)
+			return x3_err(X3_ENOMEM, "out of memory");
+		w->e = ne;
+		w->cap = cap;
+	}
+	int rc = full_write(w->spool_fd, t->data, t->nbytes, w->spool_path);
+	if (rc)
+		return x3_errprefix(rc, "tensor '%s'", t->name);
+	struct went *e = &w->e[w->n];
+	memset(e, 0, sizeof *e);
+	if (!(e->name = strdup(t->name)))
+		return x3_err(X3_ENOMEM, "out of memory");
+	e->dtype = t->dtype;
+	e->rank = t->rank;
+	memcpy(e->shape, t->shape, sizeof e->shape);
+	e->nbytes = t->nbytes;
+	e->spool_off = w->spool_len;
+	e->module = w->module;
+	w->spool_len += t->nbytes;
+	w->n++;
+	return X3_OK;
+}
+
+static void stw_free(x3_stw *w)
+{
+	if (w->spool_fd >= 0) {
+		close(w->spool_fd);
+		unlink(w->spool_path);
+	}
+	for (int i = 0; i < w->n; i++)
+		free(w->e[i].name);
+	free(w->e);
+	json_decref(w->meta);
+	free(w->path);
+	free(w);
+}
+
+void x3_stw_abort(x3_stw *w)
+{
+	if (w)
+		stw_free(w);
+}
+
+/* Write tensors [a, b) as one safetensors file at tmp path. */
+static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, size_t tmplen)
+{
+	json_t *root = json_object();
+	uint64_t off = 0;
+	for (int i = a; i < b; i++) {
+		json_t *ent = json_object(), *shape = json_array(), *jo = json_array();
+		for (int d = 0; d < w->e[i].rank; d++)
+			json_array_append_new(shape, json_integer(w->e[i].shape[d]));
+		json_array_append_new(jo, json_integer((json_int_t)off));
+		json_array_append_new(jo, json_integer((json_int_t)(off + w->e[i].nbytes)));
+		json_object_set_new(ent, "dtype", json_string(x3_dtype_name(w->e[i].dtype)));
+		json_object_set_new(ent, "shape", shape);
+		json_object_set_new(ent, "data_offsets", jo);
+		json_object_set_new(root, w->e[i].name, ent);
+		off += w->e[i].nbytes;
+	}
+	if (json_object_size(w->meta))
+		json_object_set(root, "__metadata__", w->meta);
+	char *hs = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	if (!hs)
+		return x3_err(X3_EFORMAT, "cannot encode the header of %s", final);
+	size_t hn = strlen(hs), pad = (8 - hn % 8) % 8;
+	snprintf(tmp, tmplen, "%s.tmp-XXXXXX", final);
+	int fd = mkstemp(tmp);
+	if (fd < 0) {
+		free(hs);
+		return x3_err(X3_EIO, "%s: cannot create: %s", final, strerror(errno));
+	}
+	unsigned char lb[8];
+	for (int i = 0; i < 8; i++)
+		lb[i] = (unsigned char)((hn + pad) >> (8 * i));
+	int rc = full_write(fd, lb, 8, final);
+	if (!rc) rc = full_write(fd, hs, hn, final);
+	if (!rc) rc = full_write(fd, "        ", pad, final);
+	free(hs);
+	static const size_t CH = 1 << 20;
+	unsigned char *buf = rc ? NULL : malloc(CH);
+	if (!rc && !buf)
+		rc = x3_err(X3_ENOMEM, "out of memory");
+	for (int i = a; i < b && !rc; i++) {
+		uint64_t left = w->e[i].nbytes, so = w->e[i].spool_off;
+		while (left && !rc) {
+			size_t k = left < CH ? (size_t)left : CH;
+			ssize_t got = pread(w->spool_fd, buf, k, (off_t)so);
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got <= 0) {
+				rc = x3_err(X3_EIO, "reading spool %s: %s", w->spool_path, got < 0 ? strerror(errno) : "short read");
+				break;
+			}
+			rc = full_write(fd, buf, (size_t)got, final);
+			left -= (uint64_t)got;
+			so += (uint64_t)got;
+		}
+	}
+	free(buf);
+	if (!rc && fsync(fd) != 0)
+		rc = x3_err(X3_EIO, "fsync %s: %s", final, strerror(errno));
+	if (close(fd) != 0 && !rc)
+		rc = x3_err(X3_EIO, "close %s: %s", final, strerror(errno));
+	if (rc)
+		unlink(tmp);
+	else
+		chmod_default(tmp);
+	return rc;
+}
+
+int x3_stw_commit(x3_stw *w)
+{
+	int rc = X3_OK, nsh = 0;
+	int *start = calloc(w->n + 2, sizeof *start);   /* shard s = [start[s], start[s+1]) */
+	if (!start) {
+		stw_free(w);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	/* assign whole modules to shards */
+	uint64_t cur = 0;
+	start[0] = 0;
+	nsh = 1;
+	for (int i = 0; i < w->n;) {
+		int j = i;
+		uint64_t msize = 0;
+		while (j < w->n && w->e[j].module == w->e[i].module)
+			msize += w->e[j++].nbytes;
+		if (!w->single && w->shard_bytes && cur > 0 && cur + msize > w->shard_bytes) {
+			start[nsh++] = i;
+			cur = 0;
+		}
+		cur += msize;
+		i = j;
+	}
+	start[nsh] = w->n;
+	char (*finals)[PATH_MAX] = calloc(nsh, PATH_MAX);
+	char (*tmps)[PATH_MAX] = calloc(nsh, PATH_MAX);
+	if (!finals || !tmps) {
+		rc = x3_err(X3_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int s = 0; s < nsh; s++) {
+		if (w->single)
+			snprintf(finals[s], PATH_MAX, "%s", w->path);
+		else if (nsh == 1)
+			snprintf(finals[s], PATH_MAX, "%s/model.safetensors", w->path);
+		else
+			snprintf(finals[s], PATH_MAX, "%s/model-%05d-of-%05d.safetensors", w->path, s + 1, nsh);
+	}
+	int done = 0;
+	for (; done < nsh && !rc; done++)
+		if ((rc = write_shard(w, start[done], start[done + 1], finals[done], tmps[done], PATH_MAX)))
+			break;
+	if (rc) {
+		for (int s = 0; s < done; s++)
+			unlink(tmps[s]);
+		goto out;
+	}
+	if (nsh > 1) {
+		json_t *idx = json_object(), *md = json_object(), *wm = json_object();
+		uint64_t total = 0;
+		for (int s = 0; s < nsh; s++)
+			for (int i = start[s]; i < start[s + 1]; i++) {
+				const char *base = strrchr(finals[s], '/');
+				json_object_set_new(wm, w->e[i].name, json_string(base ? base + 1 : finals[s]));
+				total += w->e[i].nbytes;
+			}
+		json_object_set_new(md, "total_size", json_integer((json_int_t)total));
+		json_object_set_new(idx, "metadata", md);
+		json_object_set_new(idx, "weight_map", wm);
+		char *txt = json_dumps(idx, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		json_decref(idx);
+		char ip[PATH_MAX];
+		snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", w->path);
+		/* shards first, index last: a reader never sees an index without its shards */
+		for (int s = 0; s < nsh && !rc; s++)
+			if (rename(tmps[s], finals[s]) != 0)
+				rc = x3_err(X3_EIO, "rename to %s: %s", finals[s], strerror(errno));
+		if (!rc)
+			rc = txt ? x3_write_file_atomic(ip, txt, strlen(txt)) : x3_err(X3_ENOMEM, "out of memory");
+		free(txt);
+		if (rc)
+			for (int s = 0; s < nsh; s++) {
+				unlink(tmps[s]);
+				unlink(finals[s]);
+			}
+	} else {
+		if (rename(tmps[0], finals[0]) != 0) {
+			rc = x3_err(X3_EIO, "rename to %s: %s", finals[0], strerror(errno));
+			unlink(tmps[0]);
+		}
+	}
+	if (!rc) {
+		char dir[PATH_MAX];
+		if (w->single)
+			dir_of(w->path, dir, sizeof dir);
+		else
+			snprintf(dir, sizeof dir, "%s", w->path);
+		rc = fsync_dir(dir);
+	}
+out:
+	free(finals);
+	free(tmps);
+	free(start);
+	stw_free(w);
+	return rc;
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Golden bad inputs (tests/golden): each rejected with exit 1 and its message,
+# through stdin (frame reader) and by name; the good ones accepted.
+. "$(dirname "$0")/lib.sh"
+G=$ROOT/tests/golden
+check "good.frames reads" test "$(tensor-ls < $G/good.frames | wc -l)" -eq 2
+check "good.safetensors reads" test "$(tensor-ls $G/good.safetensors | wc -l)" -eq 2
+while IFS=$'\t' read -r f pat; do
+	case $f in '#'*|'') continue;; esac
+	if [[ $f == *.frames ]]; then
+		check_fail "$f on stdin" 1 "$pat" sh -c "tensor-ls < $G/$f"
+		check_fail "$f through tensor-cat" 1 "$pat" sh -c "tensor-cat - < $G/$f > /dev/null"
+	fi
+	# by name a frame without a checksum is simply a plain safetensors file
+	[ "$f" = no-checksum.frames ] && continue
+	check_fail "$f by name" 1 "$pat" tensor-ls "$G/$f"
+done < "$G/expected.txt"
+done_testing
