@@ -229,25 +229,28 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 static void generate(const char *model, long ntok, const char *prompt, int print_ids)
 {
 	x3_model *m;
-	x3_tok *tok;
+	x3_tok *tok = NULL;
 	if (x3_model_open(model, NULL, &m))
 		die("%s", x3_errmsg());
-	if (x3_tok_load(model, &tok))
+	/* ids from BOS need no tokenizer */
+	if ((prompt || !print_ids) && x3_tok_load(model, &tok))
 		die_x3("%s: tokenizer", model);
 	int32_t *p = NULL;
 	size_t np = 0;
-	if (x3_tok_encode(tok, prompt ? prompt : "", prompt ? strlen(prompt) : 0, 1, &p, &np))
+	if (tok && x3_tok_encode(tok, prompt ? prompt : "", prompt ? strlen(prompt) : 0, 1, &p, &np))
 		die_x3("tokenizing the prompt");
 	if (!np) {
-		int32_t bos = x3_tok_bos(tok) >= 0 ? x3_tok_bos(tok) : (int32_t)x3_model_cfg(m)->bos_id;
+		int32_t bos = tok && x3_tok_bos(tok) >= 0 ? x3_tok_bos(tok)
+		                                          : (int32_t)x3_model_cfg(m)->bos_id;
 		if (bos < 0)
-			die("--generate needs a prompt: the tokenizer has no BOS");
+			die("--generate needs a prompt: no BOS id in the tokenizer or config");
 		free(p);
 		p = malloc(sizeof *p);
 		p[0] = bos;
 		np = 1;
 	}
-	int64_t V = x3_model_cfg(m)->vocab, eos = x3_tok_eos(tok);
+	int64_t V = x3_model_cfg(m)->vocab;
+	int64_t eos = tok ? x3_tok_eos(tok) : x3_model_cfg(m)->eos_id;
 	int32_t *ids = malloc((np + (size_t)ntok) * sizeof *ids);
 	float *lg = malloc((size_t)V * sizeof *lg);
 	if (!ids || !lg)
@@ -278,7 +281,8 @@ static void generate(const char *model, long ntok, const char *prompt, int print
 		free(text);
 	}
 	free(ids), free(lg), free(p);
-	x3_tok_free(tok);
+	if (tok)
+		x3_tok_free(tok);
 	x3_model_close(m);
 }
 

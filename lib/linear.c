@@ -3,12 +3,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
+#include "exl3.h"
 #include "linear.h"
+
+/* Batches of at least this many rows multiply an EXL3 linear through a
+ * dense reconstruction made once (sgemm beats decoding tiles per call);
+ * smaller ones (generation) use the decode-in-the-loop matmul. */
+#define EXL3_DENSE_ROWS 64
 
 struct x3_linear {
 	int64_t in, out;
 	float *w;       /* (out, in) dense weight, or NULL */
 	float *b;       /* (out) or NULL */
+	x3_exl3 *q;     /* EXL3 linear, or NULL */
+	char *key;
 };
 
 static int is_float(x3_dtype t) { return t == X3_F32 || t == X3_F16 || t == X3_BF16; }
@@ -31,6 +39,45 @@ static int check_tensor(const x3_tensor *t, const char *name, int rank, int64_t 
 	return X3_OK;
 }
 
+/* The EXL3 group of key: padded sizes k, n are multiples of 128 that hold
+ * in, out with less than 128 of padding (spec §1). */
+static int open_exl3(x3_st *st, const char *key, int64_t in, int64_t out, int bias,
+                     int check_only, x3_linear **lin)
+{
+	x3_exl3 *q;
+	int rc = x3_exl3_from_st(st, key, &q);
+	if (rc)
+		return rc;
+	int64_t k = x3_exl3_k(q), n = x3_exl3_n(q);
+	if (k < in || n < out || k - in >= 128 || n - out >= 128) {
+		x3_exl3_free(q);
+		return x3_err(X3_EFORMAT, "tensor '%s.trellis': padded size %lldx%lld does not "
+		              "hold %lldx%lld (in x out) from the config", key, (long long)k,
+		              (long long)n, (long long)in, (long long)out);
+	}
+	if (bias && !x3_exl3_has_bias(q)) {
+		x3_exl3_free(q);
+		return x3_err(X3_EFORMAT, "tensor '%s.bias' is missing", key);
+	}
+	if ((rc = x3_exl3_set_orig(q, in, out))) {
+		x3_exl3_free(q);
+		return x3_errprefix(rc, "tensor '%s.trellis'", key);
+	}
+	if (check_only) {
+		x3_exl3_free(q);
+		return X3_OK;
+	}
+	x3_linear *l = calloc(1, sizeof *l);
+	if (!l || !(l->key = strdup(key))) {
+		free(l);
+		x3_exl3_free(q);
+		return x3_err(X3_ENOMEM, "tensor '%s.trellis': out of memory", key);
+	}
+	l->in = in, l->out = out, l->q = q;
+	*lin = l;
+	return X3_OK;
+}
+
 int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias,
                    int check_only, x3_linear **lin)
 {
@@ -40,7 +87,7 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 	snprintf(tn, sizeof tn, "%s.trellis", key);
 	const x3_tensor *w = x3_st_find(st, wn);
 	if (!w && x3_st_find(st, tn))
-		return x3_err(X3_EUNSUP, "tensor '%s': EXL3 linears are not supported yet", tn);
+		return open_exl3(st, key, in, out, bias, check_only, lin);
 	int rc = check_tensor(w, wn, 2, out, in);
 	const x3_tensor *b = NULL;
 	if (!rc && bias) {
@@ -62,10 +109,32 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 	return X3_OK;
 }
 
-int x3_linear_apply(const x3_linear *l, const float *x, int64_t rows, float *y)
+int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y)
 {
 	if (rows <= 0)
 		return X3_OK;
+	if (l->q && !l->w && rows < EXL3_DENSE_ROWS) {
+		int rc = x3_exl3_matmul(l->q, x, rows, l->in, y, 0);
+		return rc ? x3_errprefix(rc, "linear '%s'", l->key) : X3_OK;
+	}
+	if (l->q && !l->w) {
+		/* dense reconstruction, once; the bias comes from the matmul of
+		 * a zero row (y = 0·Wᵀ + b) */
+		l->w = malloc((size_t)(l->out * l->in) * sizeof *l->w);
+		float *z = calloc((size_t)l->in, sizeof *z);
+		if (x3_exl3_has_bias(l->q))
+			l->b = malloc((size_t)l->out * sizeof *l->b);
+		int rc = !l->w || !z || (x3_exl3_has_bias(l->q) && !l->b)
+		         ? x3_err(X3_ENOMEM, "out of memory") : x3_exl3_dequant(l->q, l->w);
+		if (!rc && l->b)
+			rc = x3_exl3_matmul(l->q, z, 1, l->in, l->b, 1);
+		free(z);
+		if (rc) {
+			free(l->w), free(l->b);
+			l->w = l->b = NULL;
+			return x3_errprefix(rc, "linear '%s'", l->key);
+		}
+	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)l->out, (int)l->in,
 	            1.0f, x, (int)l->in, l->w, (int)l->in, 0.0f, y, (int)l->out);
 	if (l->b) {
@@ -77,7 +146,7 @@ int x3_linear_apply(const x3_linear *l, const float *x, int64_t rows, float *y)
 	return X3_OK;
 }
 
-int x3_linear_is_exl3(const x3_linear *l) { (void)l; return 0; }
+int x3_linear_is_exl3(const x3_linear *l) { return l->q != NULL; }
 
 void x3_linear_free(x3_linear *l)
 {
@@ -85,5 +154,7 @@ void x3_linear_free(x3_linear *l)
 		return;
 	free(l->w);
 	free(l->b);
+	free(l->key);
+	x3_exl3_free(l->q);
 	free(l);
 }

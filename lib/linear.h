@@ -16,8 +16,10 @@ typedef struct x3_linear x3_linear;
  * *out untouched (out may be NULL). Errors name the tensor. */
 int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out,
                    int bias, int check_only, x3_linear **lin);
-/* y (rows, out) = x (rows, in) · Wᵀ (+ bias) */
-int x3_linear_apply(const x3_linear *l, const float *x, int64_t rows, float *y);
+/* y (rows, out) = x (rows, in) · Wᵀ (+ bias). An EXL3 linear multiplies
+ * small batches from the packed trellis and larger ones through a dense
+ * reconstruction made on first use (so l is not const). */
+int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y);
 int x3_linear_is_exl3(const x3_linear *l);
 void x3_linear_free(x3_linear *l);
 
