@@ -37,4 +37,19 @@ synth_model v2 32 48 2 4 2 80 1
 check_fail "different vocabularies" 1 "vocabulary of 80" model-eval --model m --quantized v2 --tokens tok
 tensor-gen -d constant --value 1 -t I32 tokens=1x4 >short
 check_fail "--cols larger than the input" 1 "fewer than one row of 8" model-eval --model m --tokens short --cols 8
+
+if have_shared; then
+	S=$SHARED/models/stories260K
+	ref="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high"
+	model-eval --model "$S" --generate 64 >gen.txt
+	check "stories260K: greedy text from BOS is llama2.c's sample" grep -qF "$ref" gen.txt
+	check "... from the start" test "$(head -c 20 gen.txt)" = "Once upon a time, th"
+	check "--prompt continues the prompt" grep -q "^Lily and Tom" <(model-eval --model "$S" --generate 5 --prompt "Lily and Tom")
+	check "--ids starts with BOS" grep -q "^1 " <(model-eval --model "$S" --generate 3 --ids)
+	printf '%s' "$ref" >ref.txt
+	model-eval --model "$S" --text ref.txt --cols 40 >ppl.json
+	check "stories260K on its own sample: low perplexity" jqc '.rows == 1 and .perplexity < 3' ppl.json
+else
+	skip "stories260K not available"
+fi
 done_testing
