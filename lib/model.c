@@ -257,7 +257,9 @@ static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t c
 }
 
 /* Causal attention of nrows rows of cols tokens. q, out: (ntok, nq, hd);
- * k, v: (ntok, nkv, hd). */
+ * k, v: (ntok, nkv, hd). One task per (row, head): the head's keys and
+ * values are first transposed to (hd, cols) so that the inner loops run
+ * over contiguous positions (SIMD), whatever head_dim is. */
 static int attention(const float *q, const float *k, const float *v, float *out,
                      int64_t nrows, int64_t cols, int64_t nq, int64_t nkv, int64_t hd)
 {
@@ -267,50 +269,63 @@ static int attention(const float *q, const float *k, const float *v, float *out,
 	#pragma omp parallel if(nrows * nq * cols * cols * hd > (1 << 20))
 	{
 		float *s = malloc((size_t)cols * sizeof *s);
-		float *acc = malloc((size_t)hd * sizeof *acc);
-		if (!s || !acc) {
+		float *kt = malloc((size_t)(hd * cols) * sizeof *kt);   /* (hd, cols) */
+		float *vt = malloc((size_t)(hd * cols) * sizeof *vt);   /* (hd, cols) */
+		float *qs = malloc((size_t)hd * sizeof *qs);
+		if (!s || !kt || !vt || !qs) {
 			#pragma omp atomic write
 			fail = 1;
 		}
 		#pragma omp for collapse(2) schedule(dynamic, 1)
 		for (int64_t r = 0; r < nrows; r++)
 			for (int64_t h = 0; h < nq; h++) {
-				if (!s || !acc)
+				if (!s || !kt || !vt || !qs)
 					continue;
 				int64_t kh = h / grp;
+				const float *kr = k + (r * cols * nkv + kh) * hd;
+				const float *vr = v + (r * cols * nkv + kh) * hd;
+				for (int64_t j = 0; j < cols; j++)
+					for (int64_t e = 0; e < hd; e++) {
+						kt[e * cols + j] = kr[j * nkv * hd + e];
+						vt[e * cols + j] = vr[j * nkv * hd + e];
+					}
 				for (int64_t i = 0; i < cols; i++) {
 					const float *qi = q + ((r * cols + i) * nq + h) * hd;
-					float mx = -INFINITY;
-					for (int64_t j = 0; j <= i; j++) {
-						const float *kj = k + ((r * cols + j) * nkv + kh) * hd;
-						float d = 0;
-						for (int64_t e = 0; e < hd; e++)
-							d += qi[e] * kj[e];
-						s[j] = d * scale;
-						if (s[j] > mx)
-							mx = s[j];
+					int64_t n = i + 1;   /* keys 0..i */
+					for (int64_t e = 0; e < hd; e++)
+						qs[e] = qi[e] * scale;
+					#pragma omp simd
+					for (int64_t j = 0; j < n; j++)
+						s[j] = qs[0] * kt[j];
+					for (int64_t e = 1; e < hd; e++) {
+						const float *ke = kt + e * cols;
+						float qe = qs[e];
+						#pragma omp simd
+						for (int64_t j = 0; j < n; j++)
+							s[j] += qe * ke[j];
 					}
-					double sum = 0;
-					for (int64_t j = 0; j <= i; j++) {
+					float mx = -INFINITY;
+					for (int64_t j = 0; j < n; j++)
+						mx = s[j] > mx ? s[j] : mx;
+					float sum = 0;
+					#pragma omp simd reduction(+:sum)
+					for (int64_t j = 0; j < n; j++) {
 						s[j] = expf(s[j] - mx);
 						sum += s[j];
 					}
-					for (int64_t e = 0; e < hd; e++)
-						acc[e] = 0;
-					for (int64_t j = 0; j <= i; j++) {
-						const float *vj = v + ((r * cols + j) * nkv + kh) * hd;
-						float p = s[j];
-						for (int64_t e = 0; e < hd; e++)
-							acc[e] += p * vj[e];
-					}
-					float inv = (float)(1.0 / sum);
+					float inv = 1.0f / sum;
 					float *o = out + ((r * cols + i) * nq + h) * hd;
-					for (int64_t e = 0; e < hd; e++)
-						o[e] = acc[e] * inv;
+					for (int64_t e = 0; e < hd; e++) {
+						const float *ve = vt + e * cols;
+						float acc = 0;
+						#pragma omp simd reduction(+:acc)
+						for (int64_t j = 0; j < n; j++)
+							acc += s[j] * ve[j];
+						o[e] = acc * inv;
+					}
 				}
 			}
-		free(s);
-		free(acc);
+		free(s), free(kt), free(vt), free(qs);
 	}
 	return fail ? x3_err(X3_ENOMEM, "attention: out of memory") : X3_OK;
 }
