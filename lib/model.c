@@ -114,11 +114,12 @@ fail:
 	return rc;
 }
 
-/* The head: lm_head.weight, or the embedding when tied. */
+/* The head: lm_head (dense or EXL3: an EXL3 conversion of a tied model
+ * stores its quantized head there), else the embedding when tied. */
 static int head_open(const x3_model *m, int check, x3_linear **out)
 {
 	const x3_model_config *c = &m->cfg;
-	if (c->tied)
+	if (c->tied && !x3_st_find(m->st, "lm_head.weight") && !x3_st_find(m->st, "lm_head.trellis"))
 		return x3_linear_open(m->st, "model.embed_tokens", c->hidden, c->vocab, 0, check, out);
 	return x3_linear_open(m->st, "lm_head", c->hidden, c->vocab, 0, check, out);
 }

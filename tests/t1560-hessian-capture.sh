@@ -65,4 +65,24 @@ check_fail "--activations of a 3-D frame" 1 "rows x k" bash -c 'tensor-gen a=2x2
 check_fail "--merge of a non-square frame" 1 "not a square matrix" bash -c 'tensor-gen a=2x3 | hessian-capture --merge'
 check_fail "--merge without count" 1 "no metadata 'count'" bash -c 'tensor-gen -d spd a=4x4 | hessian-capture --merge'
 check_fail "--merge of different sizes" 1 "shape 5x5, expected 4x4" bash -c '{ tensor-gen -d spd --meta count=1 a=4x4; tensor-gen -d spd --meta count=1 a=5x5; } | hessian-capture --merge'
+
+# calibration text through the model's tokenizer
+if have_shared; then
+	S=$SHARED/models/stories260K
+	zstd -dc "$SHARED/data/sotu.txt.zst" | head -n 12 >cal.txt
+	hessian-capture --model "$S" --text cal.txt --rows 6 --cols 128 --layers 0-0 >ht 2>err
+	check "--text: 6 rows of 128 tokens" test "$(tensor-ls ht | jq -r .meta.count | sort -u)" = 768
+	check "--text: no warning when the text suffices" test ! -s err
+	hessian-capture --model "$S" --text cal.txt --rows 6 --cols 128 --layers 0-0 --zstd >htz
+	check "--zstd output decodes to the same frames" cmp -s <(tensor-cat htz) <(tensor-cat ht)
+	head -c 300 cal.txt >short.txt
+	hessian-capture --model "$S" --text short.txt --rows 6 --cols 32 --layers 0-0 --stream >hs 2>err
+	check "--text short: warns" grep -q "calibration text gives only" err
+	n=$(tensor-ls hs | jq -r .meta.count | sort -u)
+	check "--text short: uses the rows there are ($n tokens)" test "$n" -gt 0 -a "$n" -lt 192
+	check_fail "--text short with --strict" 1 "fewer than the 6 requested" hessian-capture --model "$S" --text short.txt --rows 6 --cols 32 --stream --strict
+	check "--text from stdin, zstd" test "$(zstd -c cal.txt | hessian-capture --model "$S" --text - --rows 2 --cols 64 --layers 5 | tensor-ls | jq -r .meta.count)" = 128
+else
+	skip "stories260K not available"
+fi
 done_testing
