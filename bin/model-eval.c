@@ -138,6 +138,12 @@ static void forward_logits(x3_model *m, const int32_t *ids, long nr, long cols, 
 		die_x3("forward");
 }
 
+/* a JSON number, or null when not finite (a diverging model) */
+static json_t *num(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
+}
+
 static void evaluate(const char *model, const char *qdir, const int32_t *ids, long rows,
                      long cols, long batch)
 {
@@ -209,12 +215,12 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 	json_object_set_new(o, "rows", json_integer(rows));
 	json_object_set_new(o, "cols", json_integer(cols));
 	json_object_set_new(o, "positions", json_integer(npos));
-	json_object_set_new(o, "nll", json_real(nll / npos));
-	json_object_set_new(o, "perplexity", json_real(exp(nll / npos)));
+	json_object_set_new(o, "nll", num(nll / npos));
+	json_object_set_new(o, "perplexity", num(exp(nll / npos)));
 	if (q) {
-		json_object_set_new(o, "nll_quantized", json_real(nllq / npos));
-		json_object_set_new(o, "perplexity_quantized", json_real(exp(nllq / npos)));
-		json_object_set_new(o, "kl_divergence", json_real(kl / npos));
+		json_object_set_new(o, "nll_quantized", num(nllq / npos));
+		json_object_set_new(o, "perplexity_quantized", num(exp(nllq / npos)));
+		json_object_set_new(o, "kl_divergence", num(kl / npos));
 		json_object_set_new(o, "top1_agreement", json_real((double)agree / npos));
 	}
 	json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));

@@ -17,12 +17,20 @@ struct x3_model {
 
 const x3_model_config *x3_model_cfg(const x3_model *m) { return &m->cfg; }
 
-/* Source of the tensors of a layer (-1: embedding/norm/head). */
+/* Source of the linears of a layer: the overlay for overlay layers. */
 static x3_st *layer_src(const x3_model *m, int layer)
 {
 	if (m->ov && layer >= m->ov_first && layer <= m->ov_last)
 		return m->ov;
 	return m->st;
+}
+
+/* Source of a norm vector of a layer: the overlay when it has it (an EXL3
+ * directory does; a directory of quantized linears alone may not). */
+static x3_st *norm_src(const x3_model *m, int layer, const char *name)
+{
+	x3_st *st = layer_src(m, layer);
+	return st == m->ov && !x3_st_find(st, name) ? m->st : st;
 }
 
 /* ---- per-layer weights ------------------------------------------------ */
@@ -95,17 +103,17 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			goto fail;
 	}
 	snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-	if ((rc = load_vec(st, name, c->hidden, check ? NULL : &w->in_norm)))
+	if ((rc = load_vec(norm_src(m, l, name), name, c->hidden, check ? NULL : &w->in_norm)))
 		goto fail;
 	snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-	if ((rc = load_vec(st, name, c->hidden, check ? NULL : &w->post_norm)))
+	if ((rc = load_vec(norm_src(m, l, name), name, c->hidden, check ? NULL : &w->post_norm)))
 		goto fail;
 	if (c->qk_norm) {
 		snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
-		if ((rc = load_vec(st, name, c->head_dim, check ? NULL : &w->q_norm)))
+		if ((rc = load_vec(norm_src(m, l, name), name, c->head_dim, check ? NULL : &w->q_norm)))
 			goto fail;
 		snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
-		if ((rc = load_vec(st, name, c->head_dim, check ? NULL : &w->k_norm)))
+		if ((rc = load_vec(norm_src(m, l, name), name, c->head_dim, check ? NULL : &w->k_norm)))
 			goto fail;
 	}
 	return X3_OK;
