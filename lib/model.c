@@ -70,6 +70,9 @@ static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
 		return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lld", name,
 		              x3_shape_str(t, b, sizeof b), (long long)n);
 	}
+	if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
+		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)", name,
+		              x3_dtype_name(t->dtype));
 	if (!out)
 		return X3_OK;
 	*out = x3_tensor_f32(t);
