@@ -1,4 +1,4 @@
-/* t1501: config.json parsing: architectures, defaults, rope_scaling,
+/* t1551: config.json parsing: architectures, defaults, rope_scaling,
  * unsupported options (X3_EUNSUP naming them), malformed input. */
 #include "test.h"
 #include "model.h"
