@@ -191,33 +191,13 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 	x3_tok *tok;
 	if (x3_tok_load(model, &tok))
 		die_x3("%s: tokenizer", model);
-	char **bufs = calloc((size_t)ntexts, sizeof *bufs);
-	const char **docs = NULL;
-	size_t *dlens = NULL, ndocs = 0;
-	for (int i = 0; i < ntexts; i++) {
-		size_t len, *off, *lens, nd;
-		if (x3_text_read(texts[i], 0, &bufs[i], &len))
-			die_x3("%s", texts[i]);
-		if (x3_tok_split_docs(bufs[i], len, split, &off, &lens, &nd))
-			die_x3("%s", texts[i]);
-		docs = realloc(docs, (ndocs + nd + 1) * sizeof *docs);
-		dlens = realloc(dlens, (ndocs + nd + 1) * sizeof *dlens);
-		if (!docs || !dlens)
-			die("out of memory");
-		for (size_t j = 0; j < nd; j++) {
-			docs[ndocs + j] = bufs[i] + off[j];
-			dlens[ndocs + j] = lens[j];
-		}
-		ndocs += nd;
-		free(off), free(lens);
-	}
 	struct x3_tok_pack_opts po;
 	x3_tok_pack_defaults(tok, &po);
 	po.mode = stream ? X3_PACK_STREAM : X3_PACK_ARTICLES;
 	po.even_odd = even_odd;
 	size_t got = 0;
-	if (x3_tok_pack_rows(tok, docs, dlens, ndocs, (size_t)want, (size_t)*cols, &po, &ids, &got))
-		die_x3("packing calibration rows");
+	if (x3_text_rows(tok, texts, ntexts, split, &po, (size_t)want, (size_t)*cols, &ids, &got))
+		die_x3("calibration text");
 	if ((long)got < want) {
 		if (strict || got == 0)
 			die("calibration text gives %zu rows of %ld tokens, fewer than the %ld requested",
@@ -226,9 +206,6 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		      "using them", got, *cols, want);
 		*rows = (long)got;
 	}
-	for (int i = 0; i < ntexts; i++)
-		free(bufs[i]);
-	free(bufs), free(docs), free(dlens);
 	x3_tok_free(tok);
 	return ids;
 }
