@@ -139,6 +139,7 @@ typedef struct {
 
 typedef struct {
 	char *s; size_t n; int32_t id;
+	char *m; size_t mn;   /* what is matched: s, normalized when normalized */
 	int special, lstrip, rstrip, single_word, normalized;
 } added_t;
 
@@ -445,6 +446,10 @@ static pre_t *new_pre(x3_tok *t)
 /* GPT-2's pre-tokenization regex (ByteLevel with use_regex) */
 static const char GPT2_RE[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+/* a word character (the regex crate's Unicode \w), for single_word added
+ * tokens */
+static const char ALNUM_RE[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]";
 
 static int add_pre(x3_tok *t, json_t *o)
 {
@@ -790,21 +795,43 @@ static int load_added(x3_tok *t, json_t *a)
 	return X3_OK;
 }
 
-/* buckets of added tokens by first byte, longest first (leftmost-longest) */
+static int normalize(x3_tok *t, const char *s, size_t n, const char **r, size_t *rn);
+
+/* buckets of added tokens by first byte, longest first (leftmost-longest);
+ * tokens with normalized=true are matched in their normalized form */
 static int index_added(x3_tok *t)
 {
+	size_t nvocab = t->vocab.cnt;
 	for (size_t i = 0; i < t->nadded; i++) {
 		added_t *d = &t->added[i];
-		int g = d->normalized, c = (unsigned char)d->s[0];
+		/* the reference gives an added token the vocabulary's id, or a new
+		 * one above the vocabulary: refuse files that disagree */
+		int32_t vid = smap_get(&t->vocab, d->s, d->n);
+		if ((vid >= 0 && vid != d->id) || (vid < 0 && (size_t)d->id < nvocab && t->piece[d->id]))
+			return x3_err(X3_EFORMAT, "%s: added token '%s' has id %d, but the vocabulary %s %d",
+			              t->label, d->s, (int)d->id, vid >= 0 ? "gives it" : "uses that id for",
+			              vid >= 0 ? (int)vid : (int)d->id);
+		int g = d->normalized, rc;
+		if ((rc = set_piece(t, d->id, d->s, d->n))) return rc;
+		t->special[d->id] = (unsigned char)d->special;
+		d->m = d->s;
+		d->mn = d->n;
+		if (g) {
+			const char *ns;
+			size_t nn;
+			if ((rc = normalize(t, d->s, d->n, &ns, &nn))) return rc;
+			if (!nn) continue;
+			if (!(d->m = dupn(ns, nn))) return x3_err(X3_ENOMEM, "out of memory");
+			d->mn = nn;
+		}
+		int c = (unsigned char)d->m[0];
 		int32_t *b = realloc(t->abucket[g][c], (t->abn[g][c] + 1) * sizeof *b);
 		if (!b) return x3_err(X3_ENOMEM, "out of memory");
 		size_t j = t->abn[g][c]++;
-		while (j > 0 && t->added[b[j - 1]].n < d->n) { b[j] = b[j - 1]; j--; }
+		while (j > 0 && t->added[b[j - 1]].mn < d->mn) { b[j] = b[j - 1]; j--; }
 		b[j] = (int32_t)i;
 		t->abucket[g][c] = b;
 		t->agroup[g] = 1;
-		if (set_piece(t, d->id, d->s, d->n)) return X3_ENOMEM;
-		t->special[d->id] = (unsigned char)d->special;
 	}
 	return X3_OK;
 }
@@ -914,13 +941,13 @@ static int x3_tok_load_mem2(const char *json, size_t len, const char *cfg, size_
 	if (!json_is_object(root)) { rc = x3_err(X3_EFORMAT, "%s: not a JSON object", t->label); goto fail; }
 	if ((rc = load_added(t, json_object_get(root, "added_tokens")))) goto fail;
 	if ((rc = load_model(t, json_object_get(root, "model")))) goto fail;
-	if ((rc = index_added(t))) goto fail;
 	if ((rc = add_norm(t, json_object_get(root, "normalizer")))) goto fail;
+	if ((rc = index_added(t))) goto fail;
 	if ((rc = add_pre(t, json_object_get(root, "pre_tokenizer")))) goto fail;
 	if ((rc = add_dec(t, json_object_get(root, "decoder")))) goto fail;
 	if ((rc = add_post(t, json_object_get(root, "post_processor")))) goto fail;
 	if ((rc = finish_special(t, cfg, cfg_len, mcfg, mcfg_len))) goto fail;
-	if ((rc = pat_regex(t, &t->alnum, "[\\p{Alphabetic}\\p{N}]", 22, "single_word"))) goto fail;
+	if ((rc = pat_regex(t, &t->alnum, ALNUM_RE, sizeof ALNUM_RE - 1, "single_word"))) goto fail;
 	/* GPT-2's byte-to-unicode table: printable Latin-1 bytes stand for
 	 * themselves, the others get 256, 257, ... in byte order */
 	for (int b = 0, k = 0; b < 256; b++)
@@ -993,7 +1020,10 @@ void x3_tok_free(x3_tok *t)
 	free(t->piece); free(t->plen); free(t->special);
 	free(t->vocab.e); free(t->mm);
 	free(t->cprefix); free(t->suffix);
-	for (i = 0; i < t->nadded; i++) free(t->added[i].s);
+	for (i = 0; i < t->nadded; i++) {
+		if (t->added[i].m != t->added[i].s) free(t->added[i].m);
+		free(t->added[i].s);
+	}
 	free(t->added);
 	for (int g = 0; g < 2; g++) for (int c = 0; c < 256; c++) free(t->abucket[g][c]);
 	for (i = 0; i < t->nnorm; i++) { pat_free(&t->norm[i].pat); free(t->norm[i].str); }
@@ -1221,10 +1251,10 @@ static int added_split(x3_tok *t, int g, const char *s, size_t n, asegv *out)
 			const added_t *best = NULL;
 			for (size_t k = 0; k < t->abn[g][c]; k++) {
 				const added_t *a = &t->added[t->abucket[g][c][k]];
-				if (a->n <= n - i && !memcmp(s + i, a->s, a->n)) { best = a; break; }
+				if (a->mn <= n - i && !memcmp(s + i, a->m, a->mn)) { best = a; break; }
 			}
 			if (!best) { i++; continue; }
-			size_t ms = i, me = i + best->n;
+			size_t ms = i, me = i + best->mn;
 			i = me;
 			if (best->single_word && ((ms > 0 && ends_with_word(t, s, ms)) ||
 			                          (me < n && starts_with_word(t, s + me, n - me))))
