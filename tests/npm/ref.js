@@ -46,8 +46,9 @@ function documents(text) {
       out.push(e.getIds().join(' '));
     }
   } else if (mode === 'decode') {
-    for (const l of buf.toString('utf8').split('\n')) {
-      if (l === '') continue;
+    const lines = buf.toString('utf8').split('\n');
+    if (lines[lines.length - 1] === '') lines.pop();
+    for (const l of lines) {
       const ids = l.trim() === '' ? [] : l.trim().split(/\s+/).map(Number);
       out.push(await tok.decode(ids, opt('--skip-special')));
     }
