@@ -395,7 +395,7 @@ static int add_norm(x3_tok *t, json_t *o)
 {
 	const char *type;
 	int rc;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "normalizer", &type))) return rc;
 	if (!strcmp(type, "Sequence")) {
 		json_t *a = json_object_get(o, "normalizers"), *v;
@@ -456,7 +456,7 @@ static int add_pre(x3_tok *t, json_t *o)
 	const char *type, *s;
 	int rc;
 	pre_t *p;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "pre_tokenizer", &type))) return rc;
 	if (!strcmp(type, "Sequence")) {
 		json_t *a = json_object_get(o, "pretokenizers"), *v;
@@ -511,7 +511,7 @@ static int add_dec(x3_tok *t, json_t *o)
 	const char *type, *s;
 	size_t n;
 	int rc;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "decoder", &type))) return rc;
 	t->has_decoder = 1;
 	if (!strcmp(type, "Sequence")) {
@@ -572,7 +572,7 @@ static int add_post(x3_tok *t, json_t *o)
 {
 	const char *type;
 	int rc;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "post_processor", &type))) return rc;
 	if (!strcmp(type, "Sequence")) {
 		json_t *a = json_object_get(o, "processors"), *v;
