@@ -184,15 +184,15 @@ static void from_frames(const char *path)
 			/* pass-through: re-declare the input's checksum and stream the
 			 * payload in chunks (bounded memory). The reader verifies the
 			 * checksum when the payload ends; so does the next reader. */
-			static unsigned char buf[1 << 20];
 			add_metas(t);
 			if (x3_writer_put_header(fw, t, x3_reader_checksum(r)))
 				die_x3("writing frame '%s'", t->name);
 			for (size_t left = t->nbytes; left;) {
-				size_t k = left < sizeof buf ? left : sizeof buf;
-				if (x3_reader_data(r, buf, k))
+				const void *p;
+				size_t k;
+				if (x3_reader_peek(r, &p, left, &k))
 					die("%s", x3_errmsg());
-				if (x3_writer_put_data(fw, buf, k))
+				if (x3_writer_put_data(fw, p, k))
 					die_x3("writing frame '%s'", t->name);
 				left -= k;
 			}

@@ -105,6 +105,15 @@ static int src_read(x3_reader *r, void *dst, size_t n, size_t *got)
 	return X3_OK;
 }
 
+/* Pipes default to 64 KiB; 1 MiB lets both ends move whole chunks per
+ * system call. Failure (not a pipe, over the user's limit) is harmless. */
+static void grow_pipe(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode))
+		(void)fcntl(fd, F_SETPIPE_SZ, 1 << 20);
+}
+
 int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 {
 	x3_reader *r = calloc(1, sizeof *r);
@@ -115,6 +124,7 @@ int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 	r->fd = fd;
 	r->own_fd = own_fd;
 	r->index = -1;
+	grow_pipe(fd);
 	/* sniff the zstd magic in the first 4 bytes */
 	while (r->rlen < 4 && !r->eof) {
 		ssize_t n = read(fd, r->raw + r->rlen, RAW_CAP - r->rlen);
@@ -412,6 +422,56 @@ int x3_reader_data(x3_reader *r, void *buf, size_t n)
 	return X3_OK;
 }
 
+int x3_reader_peek(x3_reader *r, const void **p, size_t max, size_t *got)
+{
+	*got = 0;
+	if (!r->cur || !r->left)
+		return x3_err(X3_EINVAL, "%s: read past the end of the payload", r->label);
+	if (max > r->left)
+		max = (size_t)r->left;
+	const unsigned char *src;
+	size_t avail;
+	if (!r->zstd) {
+		int rc = fill_raw(r);
+		if (rc)
+			return rc;
+		src = r->raw + r->rpos;
+		avail = r->rlen - r->rpos;
+	} else {
+		if (r->opos == r->olen) {   /* let src_read refill through a 0-byte read */
+			unsigned char one;
+			size_t g;
+			int rc = src_read(r, &one, 1, &g);
+			if (rc)
+				return rc;
+			if (g == 1) {   /* put it back */
+				r->opos--;
+				r->total--;
+			}
+		}
+		src = r->out + r->opos;
+		avail = r->olen - r->opos;
+	}
+	if (avail == 0)   /* end of input inside the payload: report as truncation */
+		return x3_reader_data(r, (void *)&avail, 1);
+	size_t k = avail < max ? avail : max;
+	XXH3_64bits_update(r->hs, src, k);
+	if (!r->zstd)
+		r->rpos += k;
+	else
+		r->opos += k;
+	r->total += k;
+	r->left -= k;
+	*p = src;
+	*got = k;
+	if (r->left == 0) {
+		int rc = finish_payload(r);
+		r->cur = NULL;
+		return rc;
+	}
+	return X3_OK;
+}
+
 int x3_reader_skip(x3_reader *r)
 {
 	static _Thread_local unsigned char tmp[1 << 16];
@@ -501,10 +561,11 @@ static int wbytes(x3_writer *w, const void *p, size_t n)
 	if (w->err)
 		return w->err;
 	if (!w->zc) {
-		if (w->len + n > RAW_CAP) {
+		if (w->len + n > RAW_CAP || n >= (1u << 16)) {
+			/* large chunks go straight to the fd, without a copy */
 			if (wflush_plain(w))
 				return w->err;
-			if (n >= RAW_CAP)
+			if (n >= (1u << 16))
 				return write_all(w, p, n);
 		}
 		memcpy(w->buf + w->len, p, n);
@@ -531,6 +592,7 @@ int x3_writer_open_fd(int fd, int zstd_level, x3_writer **out)
 		return x3_err(X3_ENOMEM, "out of memory");
 	}
 	w->fd = fd;
+	grow_pipe(fd);
 	if (zstd_level > 0) {
 		w->zc = ZSTD_createCCtx();
 		if (!w->zc) {

@@ -35,6 +35,10 @@ int x3_reader_next_header(x3_reader *r, x3_tensor **out);
 int x3_reader_data(x3_reader *r, void *buf, size_t n);
 /* The checksum the current frame's header declares. */
 uint64_t x3_reader_checksum(const x3_reader *r);
+/* Zero-copy variant of x3_reader_data: *p points to up to max payload bytes
+ * inside the reader's buffer (valid until the next call), *got says how many
+ * (at least 1 unless an error is returned). */
+int x3_reader_peek(x3_reader *r, const void **p, size_t max, size_t *got);
 /* Skip the rest of the current payload (still verifying it). */
 int x3_reader_skip(x3_reader *r);
 /* Frame index (0-based) of the last header read, for messages. */

@@ -19,6 +19,13 @@ tensor-cat x.safetensors | tensor-cat --zstd=5 - | tensor-cat - -o z.safetensors
 check "the same through zstd" cmp -s x.safetensors z.safetensors
 tensor-cat all.frames | zstd -q -c | tensor-cat - -o w.safetensors
 check "zstd from the zstd tool is detected by magic" cmp -s x.safetensors w.safetensors
+tensor-cat all.frames | tensor-cat --zstd - | tensor-cat - | tensor-cat - -o zp.safetensors
+check "zstd frames pass through tensor-cat" cmp -s x.safetensors zp.safetensors
+head -c 20000 all.frames >cut.frames
+check_fail "a truncated stream through the pass-through path" 1 "frame 2 'c': truncated payload: got [0-9]+ of 32768 bytes" \
+	sh -c "tensor-cat - < cut.frames > /dev/null"
+zstd -q -c all.frames | head -c 3000 >cut.zst
+check_fail "a truncated zstd stream" 1 "truncated" sh -c "tensor-cat - < cut.zst > /dev/null"
 tensor-cat all.frames | tensor-cat - >pass.frames
 check "frames pass through unchanged" cmp -s all.frames pass.frames
 check "names, shapes and dtypes kept" \
