@@ -185,6 +185,7 @@ struct x3_tok {
 	asegv as1, as2;
 	ablk *arena;
 	char **extra; size_t nextra;
+	int sp_cut;   /* words may be cut before a "▁" that follows another character */
 };
 
 /* ---- arena for transformed pieces ----------------------------------------- */
@@ -796,6 +797,7 @@ static int load_added(x3_tok *t, json_t *a)
 }
 
 static int normalize(x3_tok *t, const char *s, size_t n, const char **r, size_t *rn);
+static int meta_cut_ok(const x3_tok *t);
 
 /* buckets of added tokens by first byte, longest first (leftmost-longest);
  * tokens with normalized=true are matched in their normalized form */
@@ -954,6 +956,7 @@ static int x3_tok_load_mem2(const char *json, size_t len, const char *cfg, size_
 		t->b2u[b] = ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) ? (uint32_t)b : (uint32_t)(256 + k++);
 	for (int c = 0; c < 324; c++) t->u2b[c] = -1;
 	for (int b = 0; b < 256; b++) t->u2b[t->b2u[b]] = (int16_t)b;
+	t->sp_cut = !t->bytelevel && meta_cut_ok(t);
 	t->cache = calloc(CACHE_SLOTS, sizeof *t->cache);
 	if (!t->cache) { rc = x3_err(X3_ENOMEM, "out of memory"); goto fail; }
 	{
@@ -1193,7 +1196,46 @@ static void cache_clear(x3_tok *t)
 	t->ncache = 0;
 }
 
+static int bpe_piece(x3_tok *t, const char *w, size_t n, ivec *out);
+
+/* SentencePiece-style tokenizers run BPE on whole texts (no pre-tokenizer).
+ * When no vocabulary token has a "▁" right after another character, no
+ * merge can cross the place before such a "▁": the word is cut there and
+ * the pieces, which repeat, go through the cache. Same result, much faster. */
+#define META "\xE2\x96\x81"
+static int meta_cut_ok(const x3_tok *t)
+{
+	if (smap_get(&t->vocab, META, 3) < 0) return 0;
+	for (size_t id = 0; id < t->nid; id++) {
+		const char *p = t->piece[id], *q;
+		size_t n = t->plen[id], off = 1;
+		if (!p) continue;
+		while (off < n && (q = memmem(p + off, n - off, META, 3))) {
+			size_t i = (size_t)(q - p);
+			if (i < 3 || memcmp(p + i - 3, META, 3)) return 0;
+			off = i + 3;
+		}
+	}
+	return 1;
+}
+
 static int bpe_cached(x3_tok *t, const char *w, size_t n, ivec *out)
+{
+	if (!t->sp_cut) return bpe_piece(t, w, n, out);
+	size_t start = 0, i = 1;
+	const char *q;
+	int rc;
+	while (i < n && (q = memmem(w + i, n - i, META, 3))) {
+		size_t k = (size_t)(q - w);
+		if (k >= 3 && !memcmp(w + k - 3, META, 3)) { i = k + 3; continue; }
+		if ((rc = bpe_piece(t, w + start, k - start, out))) return rc;
+		start = k;
+		i = k + 3;
+	}
+	return bpe_piece(t, w + start, n - start, out);
+}
+
+static int bpe_piece(x3_tok *t, const char *w, size_t n, ivec *out)
 {
 	if (n > CACHE_MAXWORD) return bpe_word(t, w, n, out);
 	uint64_t h = hstr(w, n);
