@@ -43,6 +43,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elt)
 }
 static int iv_add(ivec *a, const int32_t *x, size_t n)
 {
+	if (!n) return X3_OK;
 	int rc = grow((void **)&a->v, &a->cap, a->n + n, sizeof *a->v);
 	if (rc) return rc;
 	memcpy(a->v + a->n, x, n * sizeof *x);
@@ -1256,7 +1257,7 @@ static int bpe_piece(x3_tok *t, const char *w, size_t n, ivec *out)
 	if (!key) return X3_OK;   /* caching is optional */
 	memcpy(key, w, n);
 	int32_t *ids = (int32_t *)(void *)(key + off);   /* ids follow the text, aligned */
-	memcpy(ids, out->v + before, k * sizeof *ids);
+	if (k) memcpy(ids, out->v + before, k * sizeof *ids);
 	t->cache[i] = (cent){ h, key, (uint32_t)n, (uint32_t)k, ids };
 	t->ncache++;
 	return X3_OK;
