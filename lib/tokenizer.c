@@ -204,12 +204,20 @@ static char *arena_alloc(x3_tok *t, size_t n)
 	b->used += n;
 	return p;
 }
+/* Empty the arena; if it grew past one block, replace the blocks by one
+ * block as large as all of them, so that similar texts need no more. */
 static void arena_reset(x3_tok *t)
 {
 	ablk *b = t->arena;
 	if (!b) return;
-	while (b->next) { ablk *n = b->next; b->next = n->next; free(n); }
-	b->used = 0;
+	if (!b->next) { b->used = 0; return; }
+	size_t cap = 0;
+	while (b) { ablk *n = b->next; cap += b->cap; free(b); b = n; }
+	t->arena = NULL;
+	if ((b = malloc(sizeof *b + cap))) {
+		b->next = NULL; b->used = 0; b->cap = cap;
+		t->arena = b;
+	}
 }
 
 /* ---- patterns --------------------------------------------------------------- */
