@@ -812,18 +812,19 @@ static int meta_cut_ok(const x3_tok *t);
  * tokens with normalized=true are matched in their normalized form */
 static int index_added(x3_tok *t)
 {
-	size_t nvocab = t->vocab.cnt;
 	for (size_t i = 0; i < t->nadded; i++) {
 		added_t *d = &t->added[i];
 		/* the reference gives an added token the vocabulary's id, or a new
-		 * one above the vocabulary: refuse files that disagree */
+		 * one outside the vocabulary: refuse files that disagree */
 		int32_t vid = smap_get(&t->vocab, d->s, d->n);
-		if ((vid >= 0 && vid != d->id) || (vid < 0 && (size_t)d->id < nvocab && t->piece[d->id]))
+		int vocab_owns = t->piece[d->id] && smap_get(&t->vocab, t->piece[d->id], t->plen[d->id]) == d->id;
+		if ((vid >= 0 && vid != d->id) || (vid < 0 && vocab_owns))
 			return x3_err(X3_EFORMAT, "%s: added token '%s' has id %d, but the vocabulary %s %d",
-			              t->label, d->s, (int)d->id, vid >= 0 ? "gives it" : "uses that id for",
+			              t->label, d->s, (int)d->id, vid >= 0 ? "gives it" : "uses that id for another token,",
 			              vid >= 0 ? (int)vid : (int)d->id);
 		int g = d->normalized, rc;
-		if ((rc = set_piece(t, d->id, d->s, d->n))) return rc;
+		/* (the vocabulary's own string stays: its map points at it) */
+		if (!vocab_owns && (rc = set_piece(t, d->id, d->s, d->n))) return rc;
 		t->special[d->id] = (unsigned char)d->special;
 		d->m = d->s;
 		d->mn = d->n;
