@@ -9,7 +9,6 @@
  *   RNE_fp16((1024 + S) * 887/131072 - 10.3828125). The numerator
  *   (1024+S)*887 - 10.3828125*131072 is an integer below 2^21, so the value
  *   is exact in fp32 before the one rounding to fp16. */
-#include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <strings.h>
@@ -26,59 +25,11 @@
 #define MUL1_NUM_INV  887
 #define MUL1_NUM_BIAS 1360896
 
-/* fp16 bits -> float, exact (normals, subnormals, inf, NaN). */
-static float f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	int exp = (h >> 10) & 0x1F;
-	uint32_t man = h & 0x3FF;
-	float v;
-	if (exp == 0)
-		v = ldexpf((float)man, -24);
-	else if (exp == 31)
-		v = man ? NAN : INFINITY;
-	else
-		v = ldexpf((float)(man | 0x400), exp - 25);
-	union { float f; uint32_t u; } c = { v };
-	c.u |= sign;
-	return c.f;
-}
-
-/* float -> fp16 bits, round to nearest even (finite inputs; overflow to
- * inf). Used only on codebook sums, which are always finite. */
-static uint16_t f32_to_f16(float f)
-{
-	union { float f; uint32_t u; } c = { f };
-	uint16_t sign = (c.u >> 16) & 0x8000;
-	float a = fabsf(f);
-	if (isnan(f))
-		return sign | 0x7E00;
-	if (a >= 65520.0f)   /* rounds to inf */
-		return sign | 0x7C00;
-	if (a < 6.103515625e-05f) {
-		/* subnormal range: units of 2^-24; rintf rounds to even */
-		return sign | (uint16_t)rintf(a * 16777216.0f);
-	}
-	int e;
-	frexpf(a, &e);             /* a = m * 2^e, m in [0.5, 1) */
-	/* 11 significant bits: units of 2^(e-11) */
-	float q = rintf(ldexpf(a, 11 - e));   /* in [1024, 2048] */
-	uint32_t m = (uint32_t)q;
-	int be = e - 1 + 15;       /* biased exponent of 2^(e-1) */
-	if (m == 2048) {
-		m = 1024;
-		be++;
-	}
-	if (be >= 31)
-		return sign | 0x7C00;
-	return sign | (uint16_t)((uint32_t)be << 10 | (m & 0x3FF));
-}
-
 static uint16_t lop3_sum(uint32_t x)
 {
 	x = (x & LOP3_MASK) ^ LOP3_XOR;
-	float sum = f16_to_f32((uint16_t)(x & 0xFFFF)) + f16_to_f32((uint16_t)(x >> 16));
-	return f32_to_f16(sum);
+	float sum = x3_f16_to_f32((uint16_t)(x & 0xFFFF)) + x3_f16_to_f32((uint16_t)(x >> 16));
+	return x3_f32_to_f16(sum);
 }
 
 uint16_t x3_codebook_f16(int cb, uint32_t state)
@@ -94,7 +45,7 @@ uint16_t x3_codebook_f16(int cb, uint32_t state)
 		int S = (int)(x & 0xFF) + (int)((x >> 8) & 0xFF) +
 		        (int)((x >> 16) & 0xFF) + (int)(x >> 24);
 		int num = (1024 + S) * MUL1_NUM_INV - MUL1_NUM_BIAS;
-		return f32_to_f16((float)num / 131072.0f);
+		return x3_f32_to_f16((float)num / 131072.0f);
 	}
 	default:
 		return 0x7E00;   /* NaN for an invalid codebook id */
@@ -103,7 +54,7 @@ uint16_t x3_codebook_f16(int cb, uint32_t state)
 
 float x3_codebook(int cb, uint32_t state)
 {
-	return f16_to_f32(x3_codebook_f16(cb, state));
+	return x3_f16_to_f32(x3_codebook_f16(cb, state));
 }
 
 static float cb_table[X3_CB_COUNT][65536];

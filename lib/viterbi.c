@@ -29,7 +29,14 @@
  * back-pointers (2^K - 1 bits per edge): the winner is the largest k whose
  * mask bit is set, or 0, which is exactly the strict-< argmin. vminps
  * returns its first operand iff it is strictly less, so min and the blend
- * agree bit for bit (costs are never NaN or -0). */
+ * agree bit for bit (costs are never NaN or -0).
+ * K <= 3: two steps are fused per 1024-edge block so the intermediate
+ * costs stay in L1 (two_steps); AVX-512 uses layout B at K = 2, 3
+ * (body512b). Kernels are instantiated per K. Dispatch is at run time
+ * (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no -march.
+ * What did not help on the build host (measured, not kept): two tiles in
+ * lock step sharing the codebook stream, an fp16 copy of the codebook,
+ * eight chains in flight at K >= 4, larger or smaller fused blocks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +49,10 @@
 #include "codec.h"
 
 #define TARGET_MAX 1e16f   /* |d|^2 * 256 stays far below FLT_MAX */
+/* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
+ * bound by memory traffic and layout A measured slightly faster */
+#define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
+#define FUSE_B 1024        /* edges per block of the fused step pair (K <= 3) */
 #define PAD 16             /* floats past the end of a cost buffer */
 
 static int check_args(int K, int cb, const float *x, int64_t ntiles)
@@ -149,27 +160,39 @@ int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
  *  codebook, consumption order: cbo[((g*NK + k)*4 + u)*16 + lane]
  *      = cb[(k << (16-K)) | (64g + 16u + lane)]
  *  masks of one position: bp[(g*(NK-1) + k-1)*4 + u], bit lane set iff
- *      candidate k beat the running min of candidates 0..k-1. */
-typedef void (*step_fn)(int K, const float *cbo, float w, const float *prev,
-                        float *next, uint16_t *bp);
+ *      candidate k beat the running min of candidates 0..k-1.
+ * A step kernel computes the output groups g0 <= g < g1 into out[0..] and
+ * reads the cost of predecessor edge (k << (16-2K)) | (e >> K) at
+ * pb[k*ks + (e >> K) - poff]: for a whole step pb = prev, ks = 2^(16-2K),
+ * poff = 0; the fused two-step scheme below points it into an L1 scratch. */
+typedef void (*step_fn)(int K, const float *cbo, float w, const float *pb,
+                        size_t ks, int poff, float *out, uint16_t *bp,
+                        int g0, int g1);
 
-static void step_scalar(int K, const float *cbo, float w, const float *prev,
-                        float *next, uint16_t *bp)
+/* a fused pair of steps (K <= 3), see two_steps() */
+typedef void (*fused_fn)(int K, const float *cbo, float w0, float w1,
+                         const float *prev, float *next, float *mid,
+                         uint16_t *bp0, uint16_t *bp1);
+
+static void step_scalar(int K, const float *cbo, float w, const float *pb,
+                        size_t ks, int poff, float *out, uint16_t *bp,
+                        int g0, int g1)
 {
-	const int NK = 1 << K, ng = 1 << (10 - K), sh = 16 - 2 * K;
-	for (int g = 0; g < ng; g++) {
+	const int NK = 1 << K;
+	bp += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
+		const float *p = pb - poff;
 		float m[64];
-		for (int u = 0; u < 4; u++)
-			for (int l = 0; l < 16; l++) {
-				float d = c[16 * u + l] - w;
-				m[16 * u + l] = fmaf(d, d, prev[(64 * g + 16 * u + l) >> K]);
-			}
+		for (int l = 0; l < 64; l++) {
+			float d = c[l] - w;
+			m[l] = fmaf(d, d, p[(64 * g + l) >> K]);
+		}
 		c += 64;
 		for (int k = 1; k < NK; k++, c += 64, bp += 4)
 			for (int u = 0; u < 4; u++) {
 				unsigned mask = 0;
-				const float *pv = prev + ((size_t)k << sh);
+				const float *pv = p + k * ks;
 				for (int l = 0; l < 16; l++) {
 					float d = c[16 * u + l] - w;
 					float v = fmaf(d, d, pv[(64 * g + 16 * u + l) >> K]);
@@ -180,145 +203,265 @@ static void step_scalar(int K, const float *cbo, float w, const float *prev,
 				}
 				bp[u] = (uint16_t)mask;
 			}
-		memcpy(next + 64 * g, m, sizeof m);
+		memcpy(out, m, sizeof m);
 	}
 }
 
 #ifdef X3_X86
 #define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define TGT2 __attribute__((target("avx2,fma")))
+#define INLINE static inline __attribute__((always_inline))
 
 /* Store a mask register straight to memory (kmovw m16, k). Without this
  * gcc merges the four 16-bit stores through general registers (kmovw to a
  * GPR, shifts, ors), which costs more than the arithmetic. */
 #define STORE_MASK(ptr, m) __asm__("kmovw %1, %0" : "=m"(*(ptr)) : "k"(m))
 
-/* K >= 4: the 16 lanes of a block share one predecessor (broadcast).
- * K < 4: lane l needs prev[base + (l >> K)] (expand permute). */
-TGT512 static void step_avx512(int K, const float *cbo, float w,
-                               const float *prev, float *next, uint16_t *bp)
+/* Predecessor costs of 16 lanes. K >= 4: the lanes of a block share one
+ * predecessor (broadcast). K < 4: lane l needs p[l >> K] (expand). */
+TGT512 INLINE __m512 pv512(const int K, const float *p, __m512i ix)
 {
-	const int NK = 1 << K, ng = 1 << (10 - K), sh = 16 - 2 * K;
+	if (K >= 4)
+		return _mm512_set1_ps(*p);
+	return _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p));
+}
+
+/* One group: four independent running-min chains over k. */
+TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *pb,
+                           size_t ks, int poff, float *out, uint16_t *bp,
+                           int g0, int g1)
+{
+	const int NK = 1 << K;
 	const __m512 vw = _mm512_set1_ps(w);
-	if (K >= 4) {
-		for (int g = 0; g < ng; g++) {
-			const float *c = cbo + (size_t)g * NK * 64;
-			const float *p0 = prev + ((64 * g) >> K), *p1 = prev + ((64 * g + 16) >> K);
-			const float *p2 = prev + ((64 * g + 32) >> K), *p3 = prev + ((64 * g + 48) >> K);
-			__m512 d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-			__m512 d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-			__m512 d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-			__m512 d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-			__m512 m0 = _mm512_fmadd_ps(d0, d0, _mm512_set1_ps(*p0));
-			__m512 m1 = _mm512_fmadd_ps(d1, d1, _mm512_set1_ps(*p1));
-			__m512 m2 = _mm512_fmadd_ps(d2, d2, _mm512_set1_ps(*p2));
-			__m512 m3 = _mm512_fmadd_ps(d3, d3, _mm512_set1_ps(*p3));
-			c += 64;
-			for (int k = 1; k < NK; k++, c += 64, bp += 4) {
-				const size_t o = (size_t)k << sh;
-				d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-				d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-				d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-				d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-				__m512 v0 = _mm512_fmadd_ps(d0, d0, _mm512_set1_ps(p0[o]));
-				__m512 v1 = _mm512_fmadd_ps(d1, d1, _mm512_set1_ps(p1[o]));
-				__m512 v2 = _mm512_fmadd_ps(d2, d2, _mm512_set1_ps(p2[o]));
-				__m512 v3 = _mm512_fmadd_ps(d3, d3, _mm512_set1_ps(p3[o]));
-				STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
-				STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
-				STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
-				STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
-				m0 = _mm512_min_ps(v0, m0);
-				m1 = _mm512_min_ps(v1, m1);
-				m2 = _mm512_min_ps(v2, m2);
-				m3 = _mm512_min_ps(v3, m3);
-			}
-			_mm512_store_ps(next + 64 * g, m0);
-			_mm512_store_ps(next + 64 * g + 16, m1);
-			_mm512_store_ps(next + 64 * g + 32, m2);
-			_mm512_store_ps(next + 64 * g + 48, m3);
+	const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+	                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0));
+	bp += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++, out += 64) {
+		const float *c = cbo + (size_t)g * NK * 64;
+		const float *p0 = pb + ((64 * g) >> K) - poff, *p1 = pb + ((64 * g + 16) >> K) - poff;
+		const float *p2 = pb + ((64 * g + 32) >> K) - poff, *p3 = pb + ((64 * g + 48) >> K) - poff;
+		__m512 d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
+		__m512 d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
+		__m512 d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
+		__m512 d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
+		__m512 m0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0, ix));
+		__m512 m1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1, ix));
+		__m512 m2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2, ix));
+		__m512 m3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3, ix));
+		c += 64;
+		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
+			const size_t o = k * ks;
+			d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
+			d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
+			d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
+			d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
+			__m512 v0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0 + o, ix));
+			__m512 v1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1 + o, ix));
+			__m512 v2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2 + o, ix));
+			__m512 v3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3 + o, ix));
+			STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
+			STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
+			STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
+			STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
+			m0 = _mm512_min_ps(v0, m0);
+			m1 = _mm512_min_ps(v1, m1);
+			m2 = _mm512_min_ps(v2, m2);
+			m3 = _mm512_min_ps(v3, m3);
 		}
-	} else {
-		const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-		                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)K);
-		for (int g = 0; g < ng; g++) {
-			const float *c = cbo + (size_t)g * NK * 64;
-			const float *p0 = prev + ((64 * g) >> K), *p1 = prev + ((64 * g + 16) >> K);
-			const float *p2 = prev + ((64 * g + 32) >> K), *p3 = prev + ((64 * g + 48) >> K);
-			__m512 d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-			__m512 d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-			__m512 d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-			__m512 d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-			__m512 m0 = _mm512_fmadd_ps(d0, d0, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p0)));
-			__m512 m1 = _mm512_fmadd_ps(d1, d1, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p1)));
-			__m512 m2 = _mm512_fmadd_ps(d2, d2, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p2)));
-			__m512 m3 = _mm512_fmadd_ps(d3, d3, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p3)));
-			c += 64;
-			for (int k = 1; k < NK; k++, c += 64, bp += 4) {
-				const size_t o = (size_t)k << sh;
-				d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-				d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-				d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-				d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-				__m512 v0 = _mm512_fmadd_ps(d0, d0, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p0 + o)));
-				__m512 v1 = _mm512_fmadd_ps(d1, d1, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p1 + o)));
-				__m512 v2 = _mm512_fmadd_ps(d2, d2, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p2 + o)));
-				__m512 v3 = _mm512_fmadd_ps(d3, d3, _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p3 + o)));
-				STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
-				STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
-				STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
-				STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
-				m0 = _mm512_min_ps(v0, m0);
-				m1 = _mm512_min_ps(v1, m1);
-				m2 = _mm512_min_ps(v2, m2);
-				m3 = _mm512_min_ps(v3, m3);
-			}
-			_mm512_store_ps(next + 64 * g, m0);
-			_mm512_store_ps(next + 64 * g + 16, m1);
-			_mm512_store_ps(next + 64 * g + 32, m2);
-			_mm512_store_ps(next + 64 * g + 48, m3);
+		_mm512_store_ps(out, m0);
+		_mm512_store_ps(out + 16, m1);
+		_mm512_store_ps(out + 32, m2);
+		_mm512_store_ps(out + 48, m3);
+	}
+}
+
+/* Layout B (AVX-512, K with LAYOUT_B(K)): lanes are 16 consecutive
+ * predecessor groups gv = e >> K, so the predecessor costs k*ks + gv are
+ * one contiguous load shared by the NK candidates j = e & (NK-1) of every
+ * gv, with no expand permute. The NK result vectors R_j (lane gv) are then
+ * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
+ *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
+ *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
+TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float *pb,
+                            size_t ks, int poff, float *out, uint16_t *bp,
+                            int g0, int g1)
+{
+	const int NK = 1 << K;
+	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
+	const __m512 vw = _mm512_set1_ps(w);
+	const __m512i zl = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i zh = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+	                                    25, 9, 24, 8);
+	bp += (size_t)b0 * (NK - 1) * NK;
+	for (int b = b0; b < b1; b++, out += 16 * NK) {
+		const float *c = cbo + (size_t)b * NK * NK * 16;
+		const float *p = pb + 16 * b - poff;
+		__m512 m[8], t[8];
+		__m512 P = _mm512_loadu_ps(p);
+#pragma GCC unroll 8
+		for (int j = 0; j < NK; j++) {
+			__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+			m[j] = _mm512_fmadd_ps(d, d, P);
 		}
+		c += 16 * NK;
+#pragma GCC unroll 8
+		for (int k = 1; k < NK; k++, c += 16 * NK, bp += NK) {
+			P = _mm512_loadu_ps(p + k * ks);
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++) {
+				__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+				__m512 v = _mm512_fmadd_ps(d, d, P);
+				STORE_MASK(bp + j, _mm512_cmp_ps_mask(v, m[j], _CMP_LT_OQ));
+				m[j] = _mm512_min_ps(v, m[j]);
+			}
+		}
+		/* round: t[2i], t[2i+1] = zip_lo, zip_hi of m[i], m[i + NK/2] */
+#pragma GCC unroll 3
+		for (int r = 0; r < K; r++) {
+#pragma GCC unroll 4
+			for (int i = 0; i < NK / 2; i++) {
+				t[2 * i] = _mm512_permutex2var_ps(m[i], zl, m[i + NK / 2]);
+				t[2 * i + 1] = _mm512_permutex2var_ps(m[i], zh, m[i + NK / 2]);
+			}
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++)
+				m[j] = t[j];
+		}
+#pragma GCC unroll 8
+		for (int j = 0; j < NK; j++)
+			_mm512_store_ps(out + 16 * j, m[j]);
+	}
+}
+
+TGT512 static void step_avx512(int K, const float *cbo, float w, const float *pb,
+                               size_t ks, int poff, float *out, uint16_t *bp,
+                               int g0, int g1)
+{
+	switch (K) {   /* one instance per K: shifts and trip counts constant */
+	case 1:
+		if (LAYOUT_B(1))
+			body512b(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 2:
+		if (LAYOUT_B(2))
+			body512b(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 3:
+		if (LAYOUT_B(3))
+			body512b(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 4: body512(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 5: body512(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 6: body512(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 7: body512(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	default: body512(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	}
+}
+
+/* The fused step pair of two_steps() with the kernels inlined: one call
+ * per pair of steps instead of NK + 1 calls per 1024-edge block. */
+TGT512 INLINE void fused512(const int K, const float *cbo, float w0, float w1,
+                            const float *prev, float *next, float *mid,
+                            uint16_t *bp0, uint16_t *bp1)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B / NK;
+	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			if (LAYOUT_B(K))
+				body512b(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+			else
+				body512(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+		}
+		if (LAYOUT_B(K))
+			body512b(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			         (e0 + FUSE_B) / 64);
+		else
+			body512(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			        (e0 + FUSE_B) / 64);
+	}
+}
+
+TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
+                                const float *prev, float *next, float *mid,
+                                uint16_t *bp0, uint16_t *bp1)
+{
+	switch (K) {
+	case 1: fused512(1, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	case 2: fused512(2, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	default: fused512(3, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
 	}
 }
 
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
-TGT2 static inline __m256 avx2_prev(int K, const float *p, __m256i ix)
+TGT2 INLINE __m256 pv256(const int K, const float *p, __m256i ix)
 {
 	if (K >= 3)
 		return _mm256_broadcast_ss(p);
 	return _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), ix);
 }
 
-TGT2 static void step_avx2(int K, const float *cbo, float w, const float *prev,
-                           float *next, uint16_t *bp)
+TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb,
+                         size_t ks, int poff, float *out, uint16_t *bp,
+                         int g0, int g1)
 {
-	const int NK = 1 << K, ng = 1 << (10 - K), sh = 16 - 2 * K;
+	const int NK = 1 << K;
 	const __m256 vw = _mm256_set1_ps(w);
-	const __m256i ix = _mm256_srli_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), K);
-	for (int g = 0; g < ng; g++) {
+	const __m256i ix = _mm256_srli_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
+	                                     K < 3 ? K : 0);
+	bp += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
-		const float *pp[8];
+		/* (64g + 8h) >> K == (64g >> K) + (8h >> K) for K <= 8 */
+		const float *p = pb + ((64 * g) >> K) - poff;
 		__m256 m[8];
+#pragma GCC unroll 8
 		for (int h = 0; h < 8; h++) {
-			pp[h] = prev + ((64 * g + 8 * h) >> K);
 			__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
-			m[h] = _mm256_fmadd_ps(d, d, avx2_prev(K, pp[h], ix));
+			m[h] = _mm256_fmadd_ps(d, d, pv256(K, p + ((8 * h) >> K), ix));
 		}
 		c += 64;
 		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
-			const size_t o = (size_t)k << sh;
-			int bits[8];
+			const float *pk = p + k * ks;
+			unsigned bits[8];
+#pragma GCC unroll 8
 			for (int h = 0; h < 8; h++) {
 				__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
-				__m256 v = _mm256_fmadd_ps(d, d, avx2_prev(K, pp[h] + o, ix));
-				bits[h] = _mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
+				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pk + ((8 * h) >> K), ix));
+				bits[h] = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
 				m[h] = _mm256_min_ps(v, m[h]);
 			}
-			for (int u = 0; u < 4; u++)
-				bp[u] = (uint16_t)(bits[2 * u] | bits[2 * u + 1] << 8);
+			/* one 64-bit store of the four 16-bit masks */
+			uint64_t q = (uint64_t)(bits[0] | bits[1] << 8 | bits[2] << 16 | bits[3] << 24) |
+			             (uint64_t)(bits[4] | bits[5] << 8 | bits[6] << 16 | bits[7] << 24) << 32;
+			memcpy(bp, &q, 8);
 		}
+#pragma GCC unroll 8
 		for (int h = 0; h < 8; h++)
-			_mm256_store_ps(next + 64 * g + 8 * h, m[h]);
+			_mm256_store_ps(out + 8 * h, m[h]);
+	}
+}
+
+TGT2 static void step_avx2(int K, const float *cbo, float w, const float *pb,
+                           size_t ks, int poff, float *out, uint16_t *bp,
+                           int g0, int g1)
+{
+	switch (K) {
+	case 1: body256(1, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 2: body256(2, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 3: body256(3, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 4: body256(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 5: body256(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 6: body256(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 7: body256(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	default: body256(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
 	}
 }
 #endif
@@ -388,58 +531,132 @@ static step_fn pick_step(void)
 	}
 }
 
-/* k of the winner at edge e from the masks of one position */
-static inline int bp_k(int K, const uint16_t *bpp, int e)
+/* k of the winner at edge e from the masks of one position (layout A or
+ * B): the largest k whose mask bit is set, or 0 */
+static inline int bp_k(int K, int lb, const uint16_t *bpp, int e)
 {
 	const int NK = 1 << K;
-	int blk = e >> 4, lane = e & 15, g = blk >> 2, u = blk & 3;
-	const uint16_t *q = bpp + (size_t)g * (NK - 1) * 4 + u;
+	const uint16_t *q;
+	int lane, stride;
+	if (lb) {
+		int gv = e >> K, j = e & (NK - 1);
+		q = bpp + (size_t)(gv >> 4) * (NK - 1) * NK + j;
+		lane = gv & 15;
+		stride = NK;
+	} else {
+		int blk = e >> 4, g = blk >> 2, u = blk & 3;
+		q = bpp + (size_t)g * (NK - 1) * 4 + u;
+		lane = e & 15;
+		stride = 4;
+	}
 	for (int k = NK - 1; k >= 1; k--)
-		if (q[(k - 1) * 4] >> lane & 1)
+		if (q[(k - 1) * stride] >> lane & 1)
 			return k;
 	return 0;
 }
 
+/* Per-thread workspace, kept between calls (OpenMP reuses its threads):
+ * allocating and freeing the 1-2.5 MB on every call lets glibc hand the
+ * memory back to the kernel and fault it in again, which costs more than
+ * encoding a few tiles (LDLQ encodes one 16-row block of tiles per call).
+ * One block per thread that ever encoded; never freed. */
+static _Thread_local char *ws_mem;
+static _Thread_local size_t ws_cap;
+
+static void *ws_get(size_t n)
+{
+	if (n > ws_cap) {
+		free(ws_mem);
+		ws_mem = aligned_alloc(64, (n + 63) & ~(size_t)63);
+		ws_cap = ws_mem ? n : 0;
+	}
+	return ws_mem;
+}
+
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
+	float *mid;        /* FUSE_B + PAD floats: fused intermediate costs */
 	uint16_t *bp;      /* 256 positions x E/16 x (2^K - 1) masks */
 };
 
-static void fast_tile(step_fn step, int K, const float *cbo, const float *x,
-                      struct work *wk, uint16_t *st)
+/* Fused pair of steps for K <= 3, where the cost buffers (128/64/32 KB) do
+ * not fit in L1 next to the codebook stream. Output edges e of the second
+ * step in a block [e0, e0 + FUSE_B) need exactly the intermediate edges
+ * (k << (16-2K)) | (e >> K), i.e. NK ranges of FUSE_B/NK edges that no
+ * other block needs; they are computed into the scratch mid and consumed
+ * at once, so intermediate costs never leave L1. The arithmetic is the
+ * same as two plain steps. */
+
+static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
+                      const float *prev, float *next, float *mid, uint16_t *bp0,
+                      uint16_t *bp1)
 {
-	const int E = 1 << (16 - K), NK = 1 << K;
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B / NK;   /* a multiple of 64 for K <= 3 */
+	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			step(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+		}
+		step(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64, (e0 + FUSE_B) / 64);
+	}
+}
+
+/* 256 steps at positions (i + roll) & 255 from the costs in *pprev;
+ * returns the buffer holding the final costs. */
+static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
+                       const float *x, int roll, struct work *wk)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
 	const size_t ps = (size_t)(E / 16) * (NK - 1);   /* masks per position */
 	float *prev = wk->ca, *next = wk->cb, *t;
-
-	/* pass 1: positions 128..255, 0..127, unconstrained start */
-	for (int e = 0; e < E + PAD; e++)
-		prev[e] = 0.0f;
-	for (int i = 0; i < 256; i++) {
-		int p = (i + 128) & 255;
-		step(K, cbo, x[p], prev, next, wk->bp + p * ps);
+	for (int i = 0; i < 256;) {
+		int p = (i + roll) & 255;
+		if (K <= 3) {
+			int q = (p + 1) & 255;
+			if (fused)
+				fused(K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
+				      wk->bp + q * ps);
+			else
+				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
+				          wk->bp + q * ps);
+			i += 2;
+		} else {
+			step(K, cbo, x[p], prev, G, 0, next, wk->bp + p * ps, 0, E / 64);
+			i++;
+		}
 		t = prev; prev = next; next = t;
 	}
+	return prev;
+}
+
+static void fast_tile(step_fn step, fused_fn fused, int K, int lb, const float *cbo,
+                      const float *x, struct work *wk, uint16_t *st)
+{
+	const int E = 1 << (16 - K), NK = 1 << K;
+	const size_t ps = (size_t)(E / 16) * (NK - 1);
+
+	/* pass 1: positions 128..255, 0..127, unconstrained start */
+	for (int e = 0; e < E; e++)
+		wk->ca[e] = 0.0f;
+	const float *fin = run_pass(step, fused, K, cbo, x, 128, wk);
 	int e = 0;
 	for (int i = 1; i < E; i++)
-		if (prev[i] < prev[e])
+		if (fin[i] < fin[e])
 			e = i;
 	for (int p = 127; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
 		e = (int)(s >> K);
 	}
 	const int pre = e;
 
 	/* pass 2: start and end at edge pre */
 	for (int i = 0; i < E; i++)
-		prev[i] = i == pre ? 0.0f : INFINITY;
-	for (int p = 0; p < 256; p++) {
-		step(K, cbo, x[p], prev, next, wk->bp + p * ps);
-		t = prev; prev = next; next = t;
-	}
+		wk->ca[i] = i == pre ? 0.0f : INFINITY;
+	run_pass(step, fused, K, cbo, x, 0, wk);
 	e = pre;
 	for (int p = 255; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
 		st[p] = (uint16_t)s;
 		e = (int)(s >> K);
 	}
@@ -458,12 +675,28 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	float *cbo = aligned_alloc(64, sizeof(float) * 65536);
 	if (!cbo)
 		return x3_err(X3_ENOMEM, "viterbi: out of memory");
-	for (int g = 0; g < ng; g++)
-		for (int k = 0; k < NK; k++)
-			for (int j = 0; j < 64; j++)
-				cbo[((size_t)g * NK + k) * 64 + j] =
-					tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
+	const int isa = x3_viterbi_isa();
+	const int lb = isa == X3_ISA_AVX512 && LAYOUT_B(K);
+	if (lb) {
+		for (int b = 0; b < E / (16 * NK); b++)
+			for (int k = 0; k < NK; k++)
+				for (int j = 0; j < NK; j++)
+					for (int l = 0; l < 16; l++)
+						cbo[(((size_t)b * NK + k) * NK + j) * 16 + l] =
+							tab[(uint32_t)k << (16 - K) | (uint32_t)(16 * b + l) << K | (uint32_t)j];
+	} else {
+		for (int g = 0; g < ng; g++)
+			for (int k = 0; k < NK; k++)
+				for (int j = 0; j < 64; j++)
+					cbo[((size_t)g * NK + k) * 64 + j] =
+						tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
+	}
 	step_fn step = pick_step();
+	fused_fn fused = NULL;
+#ifdef X3_X86
+	if (isa == X3_ISA_AVX512)
+		fused = fused_avx512;
+#endif
 	int nt = threads > 0 ? threads : omp_get_max_threads();
 	if (nt > ntiles)
 		nt = (int)ntiles;
@@ -471,27 +704,34 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const size_t bpn = (size_t)256 * (E / 16) * (NK - 1);
 	const size_t cbytes = ((sizeof(float) * (E + PAD)) + 63) & ~(size_t)63;
 
+	const size_t ma = (sizeof(float) * (FUSE_B + PAD) + 63) & ~(size_t)63;
+	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
+
 	#pragma omp parallel num_threads(nt)
 	{
 		struct work wk;
-		wk.ca = aligned_alloc(64, cbytes);
-		wk.cb = aligned_alloc(64, cbytes);
-		wk.bp = aligned_alloc(64, (bpn * sizeof(uint16_t) + 63) & ~(size_t)63);
-		int ok = wk.ca && wk.cb && wk.bp;
+		char *mem = ws_get(2 * cbytes + ma + ba);
+		int ok = mem != NULL;
 		if (!ok) {
 			#pragma omp atomic write
 			failed = 1;
 		} else {
+			wk.ca = (float *)mem;
+			wk.cb = (float *)(mem + cbytes);
+			wk.mid = (float *)(mem + 2 * cbytes);
+			wk.bp = (uint16_t *)(mem + 2 * cbytes + ma);
 			/* pads are read by the expand loads but never selected */
 			for (int i = 0; i < E + PAD; i++)
 				wk.ca[i] = wk.cb[i] = 0.0f;
+			for (int i = 0; i < FUSE_B + PAD; i++)
+				wk.mid[i] = 0.0f;
 		}
 		#pragma omp for schedule(dynamic, 1)
 		for (int64_t t = 0; t < ntiles; t++) {
 			if (!ok)
 				continue;
 			uint16_t st[256];
-			fast_tile(step, K, cbo, x + t * 256, &wk, st);
+			fast_tile(step, fused, K, lb, cbo, x + t * 256, &wk, st);
 			for (int i = 0; i < 256; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
@@ -499,9 +739,6 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 					values[t * 256 + i] = tab[st[i]];
 			}
 		}
-		free(wk.ca);
-		free(wk.cb);
-		free(wk.bp);
 	}
 	free(cbo);
 	if (failed)

@@ -89,10 +89,8 @@ int main(void)
 	x3_had128_rows(m, R3, C3);
 	x3_had128_cols(m, R3, C3);
 	e = 0;
-	double n0 = 0;
 	for (int i = 0; i < R3 * C3; i++) {
 		e = fmax(e, fabs(m[i] - m0[i]));
-		n0 += (double)m0[i] * m0[i];
 	}
 	CHECK(e < 1e-5, "384x512: cols, rows, rows, cols returns the input (max err %.3g)", e);
 	free(m);
