@@ -43,6 +43,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elt)
 }
 static int iv_add(ivec *a, const int32_t *x, size_t n)
 {
+	if (!n) return X3_OK;
 	int rc = grow((void **)&a->v, &a->cap, a->n + n, sizeof *a->v);
 	if (rc) return rc;
 	memcpy(a->v + a->n, x, n * sizeof *x);
@@ -139,6 +140,7 @@ typedef struct {
 
 typedef struct {
 	char *s; size_t n; int32_t id;
+	char *m; size_t mn;   /* what is matched: s, normalized when normalized */
 	int special, lstrip, rstrip, single_word, normalized;
 } added_t;
 
@@ -184,6 +186,7 @@ struct x3_tok {
 	asegv as1, as2;
 	ablk *arena;
 	char **extra; size_t nextra;
+	int sp_cut;   /* words may be cut before a "▁" that follows another character */
 };
 
 /* ---- arena for transformed pieces ----------------------------------------- */
@@ -201,12 +204,20 @@ static char *arena_alloc(x3_tok *t, size_t n)
 	b->used += n;
 	return p;
 }
+/* Empty the arena; if it grew past one block, replace the blocks by one
+ * block as large as all of them, so that similar texts need no more. */
 static void arena_reset(x3_tok *t)
 {
 	ablk *b = t->arena;
 	if (!b) return;
-	while (b->next) { ablk *n = b->next; b->next = n->next; free(n); }
-	b->used = 0;
+	if (!b->next) { b->used = 0; return; }
+	size_t cap = 0;
+	while (b) { ablk *n = b->next; cap += b->cap; free(b); b = n; }
+	t->arena = NULL;
+	if ((b = malloc(sizeof *b + cap))) {
+		b->next = NULL; b->used = 0; b->cap = cap;
+		t->arena = b;
+	}
 }
 
 /* ---- patterns --------------------------------------------------------------- */
@@ -394,7 +405,7 @@ static int add_norm(x3_tok *t, json_t *o)
 {
 	const char *type;
 	int rc;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "normalizer", &type))) return rc;
 	if (!strcmp(type, "Sequence")) {
 		json_t *a = json_object_get(o, "normalizers"), *v;
@@ -446,12 +457,16 @@ static pre_t *new_pre(x3_tok *t)
 static const char GPT2_RE[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
+/* a word character (the regex crate's Unicode \w), for single_word added
+ * tokens */
+static const char ALNUM_RE[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]";
+
 static int add_pre(x3_tok *t, json_t *o)
 {
 	const char *type, *s;
 	int rc;
 	pre_t *p;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "pre_tokenizer", &type))) return rc;
 	if (!strcmp(type, "Sequence")) {
 		json_t *a = json_object_get(o, "pretokenizers"), *v;
@@ -506,7 +521,7 @@ static int add_dec(x3_tok *t, json_t *o)
 	const char *type, *s;
 	size_t n;
 	int rc;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "decoder", &type))) return rc;
 	t->has_decoder = 1;
 	if (!strcmp(type, "Sequence")) {
@@ -567,7 +582,7 @@ static int add_post(x3_tok *t, json_t *o)
 {
 	const char *type;
 	int rc;
-	if (json_is_null(o)) return X3_OK;
+	if (!o || json_is_null(o)) return X3_OK;
 	if ((rc = jtype(t, o, "post_processor", &type))) return rc;
 	if (!strcmp(type, "Sequence")) {
 		json_t *a = json_object_get(o, "processors"), *v;
@@ -790,21 +805,45 @@ static int load_added(x3_tok *t, json_t *a)
 	return X3_OK;
 }
 
-/* buckets of added tokens by first byte, longest first (leftmost-longest) */
+static int normalize(x3_tok *t, const char *s, size_t n, const char **r, size_t *rn);
+static int meta_cut_ok(const x3_tok *t);
+
+/* buckets of added tokens by first byte, longest first (leftmost-longest);
+ * tokens with normalized=true are matched in their normalized form */
 static int index_added(x3_tok *t)
 {
 	for (size_t i = 0; i < t->nadded; i++) {
 		added_t *d = &t->added[i];
-		int g = d->normalized, c = (unsigned char)d->s[0];
+		/* the reference gives an added token the vocabulary's id, or a new
+		 * one outside the vocabulary: refuse files that disagree */
+		int32_t vid = smap_get(&t->vocab, d->s, d->n);
+		int vocab_owns = t->piece[d->id] && smap_get(&t->vocab, t->piece[d->id], t->plen[d->id]) == d->id;
+		if ((vid >= 0 && vid != d->id) || (vid < 0 && vocab_owns))
+			return x3_err(X3_EFORMAT, "%s: added token '%s' has id %d, but the vocabulary %s %d",
+			              t->label, d->s, (int)d->id, vid >= 0 ? "gives it" : "uses that id for another token,",
+			              vid >= 0 ? (int)vid : (int)d->id);
+		int g = d->normalized, rc;
+		/* (the vocabulary's own string stays: its map points at it) */
+		if (!vocab_owns && (rc = set_piece(t, d->id, d->s, d->n))) return rc;
+		t->special[d->id] = (unsigned char)d->special;
+		d->m = d->s;
+		d->mn = d->n;
+		if (g) {
+			const char *ns;
+			size_t nn;
+			if ((rc = normalize(t, d->s, d->n, &ns, &nn))) return rc;
+			if (!nn) continue;
+			if (!(d->m = dupn(ns, nn))) return x3_err(X3_ENOMEM, "out of memory");
+			d->mn = nn;
+		}
+		int c = (unsigned char)d->m[0];
 		int32_t *b = realloc(t->abucket[g][c], (t->abn[g][c] + 1) * sizeof *b);
 		if (!b) return x3_err(X3_ENOMEM, "out of memory");
 		size_t j = t->abn[g][c]++;
-		while (j > 0 && t->added[b[j - 1]].n < d->n) { b[j] = b[j - 1]; j--; }
+		while (j > 0 && t->added[b[j - 1]].mn < d->mn) { b[j] = b[j - 1]; j--; }
 		b[j] = (int32_t)i;
 		t->abucket[g][c] = b;
 		t->agroup[g] = 1;
-		if (set_piece(t, d->id, d->s, d->n)) return X3_ENOMEM;
-		t->special[d->id] = (unsigned char)d->special;
 	}
 	return X3_OK;
 }
@@ -914,19 +953,20 @@ static int x3_tok_load_mem2(const char *json, size_t len, const char *cfg, size_
 	if (!json_is_object(root)) { rc = x3_err(X3_EFORMAT, "%s: not a JSON object", t->label); goto fail; }
 	if ((rc = load_added(t, json_object_get(root, "added_tokens")))) goto fail;
 	if ((rc = load_model(t, json_object_get(root, "model")))) goto fail;
-	if ((rc = index_added(t))) goto fail;
 	if ((rc = add_norm(t, json_object_get(root, "normalizer")))) goto fail;
+	if ((rc = index_added(t))) goto fail;
 	if ((rc = add_pre(t, json_object_get(root, "pre_tokenizer")))) goto fail;
 	if ((rc = add_dec(t, json_object_get(root, "decoder")))) goto fail;
 	if ((rc = add_post(t, json_object_get(root, "post_processor")))) goto fail;
 	if ((rc = finish_special(t, cfg, cfg_len, mcfg, mcfg_len))) goto fail;
-	if ((rc = pat_regex(t, &t->alnum, "[\\p{Alphabetic}\\p{N}]", 22, "single_word"))) goto fail;
+	if ((rc = pat_regex(t, &t->alnum, ALNUM_RE, sizeof ALNUM_RE - 1, "single_word"))) goto fail;
 	/* GPT-2's byte-to-unicode table: printable Latin-1 bytes stand for
 	 * themselves, the others get 256, 257, ... in byte order */
 	for (int b = 0, k = 0; b < 256; b++)
 		t->b2u[b] = ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) ? (uint32_t)b : (uint32_t)(256 + k++);
 	for (int c = 0; c < 324; c++) t->u2b[c] = -1;
 	for (int b = 0; b < 256; b++) t->u2b[t->b2u[b]] = (int16_t)b;
+	t->sp_cut = !t->bytelevel && meta_cut_ok(t);
 	t->cache = calloc(CACHE_SLOTS, sizeof *t->cache);
 	if (!t->cache) { rc = x3_err(X3_ENOMEM, "out of memory"); goto fail; }
 	{
@@ -993,7 +1033,10 @@ void x3_tok_free(x3_tok *t)
 	free(t->piece); free(t->plen); free(t->special);
 	free(t->vocab.e); free(t->mm);
 	free(t->cprefix); free(t->suffix);
-	for (i = 0; i < t->nadded; i++) free(t->added[i].s);
+	for (i = 0; i < t->nadded; i++) {
+		if (t->added[i].m != t->added[i].s) free(t->added[i].m);
+		free(t->added[i].s);
+	}
 	free(t->added);
 	for (int g = 0; g < 2; g++) for (int c = 0; c < 256; c++) free(t->abucket[g][c]);
 	for (i = 0; i < t->nnorm; i++) { pat_free(&t->norm[i].pat); free(t->norm[i].str); }
@@ -1163,7 +1206,46 @@ static void cache_clear(x3_tok *t)
 	t->ncache = 0;
 }
 
+static int bpe_piece(x3_tok *t, const char *w, size_t n, ivec *out);
+
+/* SentencePiece-style tokenizers run BPE on whole texts (no pre-tokenizer).
+ * When no vocabulary token has a "▁" right after another character, no
+ * merge can cross the place before such a "▁": the word is cut there and
+ * the pieces, which repeat, go through the cache. Same result, much faster. */
+#define META "\xE2\x96\x81"
+static int meta_cut_ok(const x3_tok *t)
+{
+	if (smap_get(&t->vocab, META, 3) < 0) return 0;
+	for (size_t id = 0; id < t->nid; id++) {
+		const char *p = t->piece[id], *q;
+		size_t n = t->plen[id], off = 1;
+		if (!p) continue;
+		while (off < n && (q = memmem(p + off, n - off, META, 3))) {
+			size_t i = (size_t)(q - p);
+			if (i < 3 || memcmp(p + i - 3, META, 3)) return 0;
+			off = i + 3;
+		}
+	}
+	return 1;
+}
+
 static int bpe_cached(x3_tok *t, const char *w, size_t n, ivec *out)
+{
+	if (!t->sp_cut) return bpe_piece(t, w, n, out);
+	size_t start = 0, i = 1;
+	const char *q;
+	int rc;
+	while (i < n && (q = memmem(w + i, n - i, META, 3))) {
+		size_t k = (size_t)(q - w);
+		if (k >= 3 && !memcmp(w + k - 3, META, 3)) { i = k + 3; continue; }
+		if ((rc = bpe_piece(t, w + start, k - start, out))) return rc;
+		start = k;
+		i = k + 3;
+	}
+	return bpe_piece(t, w + start, n - start, out);
+}
+
+static int bpe_piece(x3_tok *t, const char *w, size_t n, ivec *out)
 {
 	if (n > CACHE_MAXWORD) return bpe_word(t, w, n, out);
 	uint64_t h = hstr(w, n);
@@ -1184,7 +1266,7 @@ static int bpe_cached(x3_tok *t, const char *w, size_t n, ivec *out)
 	if (!key) return X3_OK;   /* caching is optional */
 	memcpy(key, w, n);
 	int32_t *ids = (int32_t *)(void *)(key + off);   /* ids follow the text, aligned */
-	memcpy(ids, out->v + before, k * sizeof *ids);
+	if (k) memcpy(ids, out->v + before, k * sizeof *ids);
 	t->cache[i] = (cent){ h, key, (uint32_t)n, (uint32_t)k, ids };
 	t->ncache++;
 	return X3_OK;
@@ -1221,10 +1303,10 @@ static int added_split(x3_tok *t, int g, const char *s, size_t n, asegv *out)
 			const added_t *best = NULL;
 			for (size_t k = 0; k < t->abn[g][c]; k++) {
 				const added_t *a = &t->added[t->abucket[g][c][k]];
-				if (a->n <= n - i && !memcmp(s + i, a->s, a->n)) { best = a; break; }
+				if (a->mn <= n - i && !memcmp(s + i, a->m, a->mn)) { best = a; break; }
 			}
 			if (!best) { i++; continue; }
-			size_t ms = i, me = i + best->n;
+			size_t ms = i, me = i + best->mn;
 			i = me;
 			if (best->single_word && ((ms > 0 && ends_with_word(t, s, ms)) ||
 			                          (me < n && starts_with_word(t, s + me, n - me))))

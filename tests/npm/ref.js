@@ -24,15 +24,16 @@ const blank = (s) => /^[ \t\r\n\f\v]*$/.test(s);
 
 function documents(text) {
   if (split === 'whole') return blank(text) ? [] : [text];
-  const lines = text.split('\n').map((l) => (l.endsWith('\r') ? l.slice(0, -1) : l));
-  if (split === 'lines') return lines.filter((l) => !blank(l));
+  const raw = text.split('\n');
+  const chomp = (l) => (l.endsWith('\r') ? l.slice(0, -1) : l);
+  if (split === 'lines') return raw.map(chomp).filter((l) => !blank(l));
   if (split !== 'blank') throw new Error('bad --split ' + split);
+  // paragraphs keep their inner line ends verbatim; the last one's \r goes
   const docs = [];
   let cur = [];
-  for (const l of lines) {
-    if (blank(l)) { if (cur.length) docs.push(cur.join('\n')); cur = []; } else cur.push(l);
-  }
-  if (cur.length) docs.push(cur.join('\n'));
+  const flush = () => { if (cur.length) docs.push(chomp(cur.join('\n'))); cur = []; };
+  for (const l of raw) { if (blank(l)) flush(); else cur.push(l); }
+  flush();
   return docs;
 }
 
@@ -45,8 +46,9 @@ function documents(text) {
       out.push(e.getIds().join(' '));
     }
   } else if (mode === 'decode') {
-    for (const l of buf.toString('utf8').split('\n')) {
-      if (l === '') continue;
+    const lines = buf.toString('utf8').split('\n');
+    if (lines[lines.length - 1] === '') lines.pop();
+    for (const l of lines) {
       const ids = l.trim() === '' ? [] : l.trim().split(/\s+/).map(Number);
       out.push(await tok.decode(ids, opt('--skip-special')));
     }
