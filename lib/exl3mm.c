@@ -649,16 +649,13 @@ T_AVX512 static void gemm_avx512(const struct x3_exl3 *e, const float *xt, int64
 #endif /* X3_HAVE_X86 */
 
 #ifdef X3_HAVE_X86
-/* This thread's share [*b0, *b1) of ntn column tiles, in units of blk
+/* Work units of UNIT column tiles, handed out dynamically: a thread that
+ * the OS starts late (a busy machine) finds less left to do instead of
+ * holding the others up with a fixed share. Each tile column is computed
+ * by one thread in a fixed order, so results do not depend on the split.
  * (OpenMP regions stay outside the target-attributed kernels: clang does
- * not carry the target attribute into outlined parallel regions). */
-static void split(int64_t ntn, int64_t blk, int64_t *b0, int64_t *b1)
-{
-	int64_t units = ntn / blk;
-	int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-	*b0 = units * tid / nt * blk;
-	*b1 = units * (tid + 1) / nt * blk;
-}
+ * not carry the target attribute into outlined parallel regions.) */
+#define UNIT 8
 #endif
 
 int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
@@ -696,10 +693,9 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 					for (int j = 0; j < 8; j++)
 						xq[(m * (k / 16) + kb) * 32 + q * 8 + j] =
 							xh[m * k + 16 * kb + 2 * q + rj[j % 4]];
-#pragma omp parallel num_threads(threads)
-		{
-			int64_t nb0, nb1;
-			split(n / 16, 1, &nb0, &nb1);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+		for (int64_t u = 0; u < n / 16 / UNIT; u++) {
+			int64_t nb0 = u * UNIT, nb1 = nb0 + UNIT;
 			if (rows == 1 && isa == ISA_AVX512)
 				gemv_avx512(e, xq, yh, T, nb0, nb1);
 			else if (rows == 1)
@@ -729,10 +725,9 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 					xt[(ch * k + i) * W + m] = row < rows ? xh[row * k + i] : 0.0f;
 				}
 		memset(yt, 0, yn * sizeof *yt);
-#pragma omp parallel num_threads(threads)
-		{
-			int64_t nb0, nb1;
-			split(n / 16, NBLK, &nb0, &nb1);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+		for (int64_t u = 0; u < n / 16 / UNIT; u++) {
+			int64_t nb0 = u * UNIT, nb1 = nb0 + UNIT;   /* a multiple of NBLK */
 			if (isa == ISA_AVX512)
 				gemm_avx512(e, xt, nch, yt, T, nb0, nb1);
 			else

@@ -92,6 +92,30 @@ check "config.json: k_proj is 32x64" \
 check "--in/--out override config.json" \
 	test "$(exl3-matmul --model cfgm --tensor $Q --in 128 --out 100 --dequant | tensor-ls - | jq -c .shape)" = '[100,128]'
 
+# a directory written by pack-write for stories260K (random valid layers):
+# sizes from its config.json, same Y as the frames with --in/--out
+if have_shared && command -v pack-write >/dev/null; then
+	q() { tensor-gen -d uniform -t I16 --scale 32768 -s $4 $1.trellis=$(($2/16))x$(($3/16))x32
+	      tensor-gen -t F16 --scale 0.05 -s $4 $1.suh=$2 $1.svh=$3
+	      tensor-gen -t I32 -d constant --value -2082680531 $1.mul1=; }
+	s=0
+	for l in 0 1 2 3 4; do
+		p=model.layers.$l
+		for m in q k v o; do q $p.self_attn.${m}_proj 128 128 $((s += 1)); done
+		q $p.mlp.gate_proj 128 256 $((s += 1)); q $p.mlp.up_proj 128 256 $((s += 1))
+		q $p.mlp.down_proj 256 128 $((s += 1))
+	done >sq.fr
+	check "pack-write a stories260K-shaped EXL3 model" pack-write -q --model "$SHARED/models/stories260K" --passthrough pw <sq.fr
+	D=model.layers.3.mlp.down_proj
+	check "pack-write dir: down_proj dequantizes to 64x172" \
+		test "$(exl3-matmul --model pw --tensor $D --dequant | tensor-ls - | jq -c .shape)" = '[64,172]'
+	tensor-gen -s 8 xs=3x172 >x172.fr
+	check "pack-write dir: Y equals the frames' Y" sh -c \
+		"exl3-matmul --model pw --tensor $D -x x172.fr >ya.fr && exl3-matmul --tensor $D --in 172 --out 64 -x x172.fr <sq.fr | cmp - ya.fr"
+else
+	skip "pack-write (not built or no shared model)"; skip "pack-write dir shape"; skip "pack-write dir Y"
+fi
+
 # end to end with the encoder (when it is built): a real weight, quantized at
 # K = 3, must come back with the error the codebook allows (sqrt of the
 # i.i.d. MSE 0.0176 is 0.133; the model's Hessian-free fallback is close)
