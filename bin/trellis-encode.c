@@ -13,13 +13,14 @@
 #include <unistd.h>
 #include "codec.h"
 #include "frame.h"
+#include "gpu.h"
 #include "quant.h"
 #include "util.h"
 
 static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                      [-q] [--zstd[=LEVEL]] < frames > frames\n"
+	"                      [--device cpu|cuda|auto] [-q] [--zstd[=LEVEL]] < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [options] < frames > json-lines\n";
 
 static const char help[] =
@@ -30,6 +31,8 @@ static const char help[] =
 	"  --measure LIST    quantize at each K of LIST, print one JSON line per K\n"
 	"                    (tensor, K, proxy_err, numel, bytes, seconds), no frames\n"
 	"  -t THREADS        threads (default: all); results do not depend on it\n"
+	"  --device D        cpu (default), cuda or auto: where the Viterbi encoder runs;\n"
+	"                    the output is byte-identical either way\n"
 	"  --json            also print each tensor's summary as a JSON line on stderr\n"
 	"  -q                no warnings\n"
 	"  --zstd[=LEVEL]    compress the output stream (level 1..22, default 3)\n"
@@ -367,11 +370,12 @@ int main(int argc, char **argv)
 		{ "hessian", required_argument, 0, 'H' },
 		{ "out-scales", required_argument, 0, 'o' },
 		{ "zstd", optional_argument, 0, 'z' },
+		{ "device", required_argument, 0, 'D' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hfile = NULL;
-	int K = 0, c;
+	int K = 0, c, want_device = X3_DEVICE_CPU, device;
 	while ((c = getopt_long(argc, argv, "K:t:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'K':
@@ -387,6 +391,10 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			json_summary = 1;
+			break;
+		case 'D':
+			if (x3_device_parse(optarg, &want_device))
+				usage_error(usage, "--device: '%s' is not cpu, cuda or auto", optarg);
 			break;
 		case 's':
 			seed = (uint64_t)parse_long(usage, "--seed", optarg, 0, INT64_MAX);
@@ -421,6 +429,11 @@ int main(int argc, char **argv)
 		usage_error(usage, "-K and --measure exclude each other");
 	if (!measure && !K)
 		usage_error(usage, "-K N (1..8) or --measure LIST is required");
+	/* the GPU encoder is bit-identical: only the Viterbi moves */
+	if (x3_device_resolve(want_device, &device))
+		die("%s", x3_errmsg());
+	if (device == X3_DEVICE_CUDA && x3_gpu_viterbi_backend(1))
+		die("--device cuda: %s", x3_errmsg());
 	if (!measure) {
 		Ks[0] = K;
 		nK = 1;
