@@ -78,6 +78,14 @@ __device__ __forceinline__ int x3k_perm_col(int i)
 	return (t >> 2) + 8 * (j >> 2);
 }
 
+/* read-only cached load in device code; a plain load in host builds of
+ * this header (tests/gpu/kernel-sim.cpp) */
+#ifdef __CUDA_ARCH__
+#define X3K_LDG(p) __ldg(p)
+#else
+#define X3K_LDG(p) (*(p))
+#endif
+
 /* Row and column of value j (0..7) of lane t, i.e. trellis position
  * 8t + j (the same mapping as x3k_perm_row/col) */
 __device__ __forceinline__ int x3k_lane_row(int t, int j)
@@ -110,7 +118,7 @@ __device__ __forceinline__ void x3k_lane_states(const uint32_t *U, int t,
 		int w = w0 + j;
 		if (w >= NWORDS)
 			w -= NWORDS;
-		win[j] = U[w];
+		win[j] = X3K_LDG(U + w);
 	}
 	uint32_t a[NA];
 #pragma unroll

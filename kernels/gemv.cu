@@ -38,7 +38,8 @@ gemv_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int64_t
 		acc[mi][0] = acc[mi][1] = 0.0f;
 	const int r0 = 2 * (lane & 3);
 	const uint32_t *U = trellis + (kb0 * tn + nb) * 8 * K;
-#pragma unroll 2
+/* 4 tiles per iteration: more loads in flight per warp */
+#pragma unroll 4
 	for (int u = 0; u < nkb; u++, U += tn * 8 * K) {
 		uint32_t st[8];
 		x3k_lane_states<K>(U, lane, st);
@@ -119,7 +120,8 @@ gemv_mma_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int
 	const __half *xb = xh + (hi ? g + 8 : 0) * ks + 2 * q;
 	float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	const uint32_t *U = trellis + (kb0 * tn + nb) * 8 * K;
-#pragma unroll 2
+/* 4 tiles per iteration: more loads in flight per warp */
+#pragma unroll 4
 	for (int u = 0; u < nkb; u++, U += tn * 8 * K) {
 		uint32_t st[8];
 		x3k_lane_states<K>(U, lane, st);
@@ -164,8 +166,8 @@ extern "C" int x3k_gemv_ksplit(int64_t k, int64_t n)
 	    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
 		sms = 1;
 	const int64_t tk = k / 16, tn = n / 16 > 0 ? n / 16 : 1;
-	/* enough warps (one per tile column and k-slice) for ~48 per SM */
-	int64_t ks = ((int64_t)sms * 48 + tn - 1) / tn;
+	/* enough warps (one per tile column and k-slice) for ~64 per SM */
+	int64_t ks = ((int64_t)sms * 64 + tn - 1) / tn;
 	if (ks > tk)
 		ks = tk;
 	return ks < 1 ? 1 : (int)ks;
