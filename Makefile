@@ -36,6 +36,8 @@ all: $(LIB) $(PROGS) $(UNIT) $(BENCH)
 
 kernels/%.o: kernels/%.cu
 	$(call say,NVCC,$@)$(NVCC) $(GENCODE) $(NVCCFLAGS) -Ilib -DX3_CUDA=1 -c -o $@ $<
+# nvcc writes no dependency files: every kernel depends on the shared headers
+$(CU_OBJ): $(wildcard kernels/*.cuh) lib/gpu_kern.h
 
 $(LIB): $(LIB_OBJ) $(CU_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
