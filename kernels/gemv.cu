@@ -10,6 +10,7 @@
  * one adds the partial sum to y atomically (k-slices add up). */
 #include "common.cuh"
 #include "gpu_kern.h"
+#include "gemv.cuh"
 
 #define GW 4   /* warps per block */
 
@@ -86,13 +87,6 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_h2(__half lo, __half hi)
-{
-	return (uint32_t)__half_as_ushort(lo) | (uint32_t)__half_as_ushort(hi) << 16;
-}
-
-/* shared x' rows are padded by 8 halves so rows g = 0..7 hit distinct banks */
-#define XPAD 8
 
 template <int K, int CB>
 __global__ void __launch_bounds__(GW * 32)
@@ -114,43 +108,26 @@ gemv_mma_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int
 	const int64_t nb = (int64_t)blockIdx.x * GW + warp;
 	if (nb >= tn || nkb <= 0)
 		return;
-	const int g = lane >> 2, q = lane & 3;
-	const bool lo = g < m, hi = g + 8 < m;
-	const __half *xa = xh + (lo ? g : 0) * ks + 2 * q;
-	const __half *xb = xh + (hi ? g + 8 : 0) * ks + 2 * q;
-	float c0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 	const uint32_t *U = trellis + (kb0 * tn + nb) * 8 * K;
 /* 4 tiles per iteration: more loads in flight per warp */
 #pragma unroll 4
 	for (int u = 0; u < nkb; u++, U += tn * 8 * K) {
-		uint32_t st[8];
-		x3k_lane_states<K>(U, lane, st);
-		uint32_t b[4];
-#pragma unroll
-		for (int i = 0; i < 4; i++)
-			b[i] = pack_h2(x3k_cb_from_product<CB>(x3k_cb_product<CB>(st[2 * i])),
-			               x3k_cb_from_product<CB>(x3k_cb_product<CB>(st[2 * i + 1])));
-		uint32_t a[4];
-		a[0] = lo ? *(const uint32_t *)(xa + u * 16) : 0u;
-		a[1] = hi ? *(const uint32_t *)(xb + u * 16) : 0u;
-		a[2] = lo ? *(const uint32_t *)(xa + u * 16 + 8) : 0u;
-		a[3] = hi ? *(const uint32_t *)(xb + u * 16 + 8) : 0u;
-		mma16816(c0, a, b[0], b[1]);
-		mma16816(c1, a, b[2], b[3]);
+		uint32_t a[4], b[4];
+		gemv_b_frags<K, CB>(U, lane, b);
+		gemv_a_frags(xh, ks, m, lane, u, a);
+		mma16816(c[0], a, b[0], b[1]);
+		mma16816(c[1], a, b[2], b[3]);
 	}
 #pragma unroll
-	for (int h = 0; h < 2; h++) {
-		const float *c = h ? c1 : c0;
-		const int64_t col = nb * 16 + 8 * h + 2 * q;
-		if (lo) {
-			atomicAdd(&y[g * n + col], c[0]);
-			atomicAdd(&y[g * n + col + 1], c[1]);
+	for (int h = 0; h < 2; h++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			int row, col;
+			gemv_c_pos(lane, h, i, &row, &col);
+			if (row < m)
+				atomicAdd(&y[row * n + nb * 16 + col], c[h][i]);
 		}
-		if (hi) {
-			atomicAdd(&y[(g + 8) * n + col], c[2]);
-			atomicAdd(&y[(g + 8) * n + col + 1], c[3]);
-		}
-	}
 }
 
 typedef void (*gkern_t)(const uint32_t *, int64_t, int64_t, const float *, int, float *, int);

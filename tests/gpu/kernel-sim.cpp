@@ -5,6 +5,9 @@
  *    versions);
  *  - per-lane state extraction (x3k_lane_states) against
  *    x3_trellis_unpack, K = 1..8;
+ *  - the tensor-core GEMV's fragments (gemv.cuh) through an emulated
+ *    mma.m16n8k16 with the PTX fragment layout, against a float64 product
+ *    with the decoded W~, K = 1..8 x 3 codebooks;
  *  - the Viterbi kernel's schedule (viterbi.cuh: thread/group mapping,
  *    swizzled costs, packed back-pointers, argmin and trace-back as the
  *    kernel does them) against x3_viterbi_encode, K = 1..8 x 3 codebooks.
@@ -53,6 +56,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
 
 #include "common.cuh"
 #include "viterbi.cuh"
+#include "gemv.cuh"
 
 extern "C" {
 #include "codec.h"
@@ -105,6 +109,97 @@ static int sim_lanes(x3_rng *r)
 		}
 	}
 	return bad;
+}
+
+/* mma.m16n8k16 (f16 A row, B col, f32 accumulate) for a warp, from each
+ * lane's registers, with the PTX ISA fragment layout */
+static void mma_emul(const uint32_t a[32][4], const uint32_t b0[32], const uint32_t b1[32],
+                     float c[32][4])
+{
+	float A[16][16], B[16][8];
+	auto h = [](uint32_t r, int hi) {
+		unsigned short v = (unsigned short)(hi ? r >> 16 : r & 0xFFFF);
+		__half x;
+		memcpy(&x, &v, 2);
+		return __half2float(x);
+	};
+	for (int l = 0; l < 32; l++) {
+		const int g = l >> 2, q = l & 3;
+		for (int e = 0; e < 2; e++) {
+			A[g][2 * q + e] = h(a[l][0], e);
+			A[g + 8][2 * q + e] = h(a[l][1], e);
+			A[g][2 * q + 8 + e] = h(a[l][2], e);
+			A[g + 8][2 * q + 8 + e] = h(a[l][3], e);
+			B[2 * q + e][g] = h(b0[l], e);
+			B[2 * q + 8 + e][g] = h(b1[l], e);
+		}
+	}
+	for (int l = 0; l < 32; l++) {
+		const int g = l >> 2, q = l & 3;
+		for (int i = 0; i < 4; i++) {
+			const int r = g + 8 * (i >> 1), col = 2 * q + (i & 1);
+			float d = 0;
+			for (int kk = 0; kk < 16; kk++)
+				d += A[r][kk] * B[kk][col];
+			c[l][i] += d;
+		}
+	}
+}
+
+/* one warp of gemv_mma_kernel on a (64 x 16) weight: 4 tiles down k */
+template <int K, int CB>
+static bool sim_gemv(x3_rng *r, int m)
+{
+	const int tk = 4, k = 64, n = 16, kbps = tk, ks = 16 * kbps + XPAD;
+	std::vector<uint16_t> tr(tk * 16 * K);
+	for (auto &w : tr)
+		w = (uint16_t)x3_rng_u64(r);
+	std::vector<float> wt(k * n), x(m * k);
+	x3_trellis_decode(K, CB, tr.data(), k, n, wt.data());
+	std::vector<__half> xh(m * ks);
+	for (int i = 0; i < m * k; i++) {
+		x[i] = (float)x3_rng_normal(r);
+		xh[(i / k) * ks + i % k] = __float2half_rn(x[i]);
+	}
+	float c[2][32][4] = {};
+	for (int u = 0; u < tk; u++) {
+		uint32_t a[32][4], b[32][4], b0[32], b1[32], b2[32], b3[32];
+		const uint32_t *U = (const uint32_t *)(tr.data() + u * 16 * K);
+		for (int l = 0; l < 32; l++) {
+			gemv_b_frags<K, CB>(U, l, b[l]);
+			gemv_a_frags(xh.data(), ks, m, l, u, a[l]);
+			b0[l] = b[l][0], b1[l] = b[l][1], b2[l] = b[l][2], b3[l] = b[l][3];
+		}
+		mma_emul(a, b0, b1, c[0]);
+		mma_emul(a, b2, b3, c[1]);
+	}
+	std::vector<double> y(m * n, 0.0);
+	for (int l = 0; l < 32; l++)
+		for (int hh = 0; hh < 2; hh++)
+			for (int i = 0; i < 4; i++) {
+				int row, col;
+				gemv_c_pos(l, hh, i, &row, &col);
+				if (row < m)
+					y[row * n + col] += c[hh][l][i];
+			}
+	double num = 0, den = 0;
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			double s = 0;
+			for (int kk = 0; kk < k; kk++)
+				s += (double)__half2float(xh[i * ks + kk]) * wt[kk * n + j];
+			num += (y[i * n + j] - s) * (y[i * n + j] - s);
+			den += s * s;
+		}
+	return sqrt(num / den) < 1e-5;
+}
+
+template <int K>
+static void sim_gemv_k(x3_rng *r)
+{
+	bool ok = sim_gemv<K, 0>(r, 1) && sim_gemv<K, 1>(r, 9) && sim_gemv<K, 2>(r, 16) &&
+	          sim_gemv<K, (K % 3)>(r, 5);
+	check(ok, "gemv fragments (K, -) through an emulated mma equal x' W~ (m = 1, 5, 9, 16)", K, 0);
 }
 
 /* the kernel's tile loop, threads in turn */
@@ -227,6 +322,14 @@ int main(int argc, char **argv)
 	check(sim_lanes<6>(&r) == 0, "lane states (K, -) match x3_trellis_unpack", 6, 0);
 	check(sim_lanes<7>(&r) == 0, "lane states (K, -) match x3_trellis_unpack", 7, 0);
 	check(sim_lanes<8>(&r) == 0, "lane states (K, -) match x3_trellis_unpack", 8, 0);
+	sim_gemv_k<1>(&r);
+	sim_gemv_k<2>(&r);
+	sim_gemv_k<3>(&r);
+	sim_gemv_k<4>(&r);
+	sim_gemv_k<5>(&r);
+	sim_gemv_k<6>(&r);
+	sim_gemv_k<7>(&r);
+	sim_gemv_k<8>(&r);
 	if (ntiles < 1)   /* 0: skip the Viterbi */
 		goto done;
 	sim_k<1>(ntiles, all);
