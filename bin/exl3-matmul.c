@@ -3,6 +3,7 @@
  * error against a dense reference weight (--check). See
  * man/exl3-matmul.1. */
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,17 +51,26 @@ static x3_exl3 *read_group(x3_reader *r, const char *want, x3_tensor **next)
 	*next = NULL;
 	for (;;) {
 		x3_tensor *t;
-		int rc = x3_reader_next(r, &t);
+		int rc = x3_reader_next_header(r, &t);
 		if (rc == X3_EOF)
 			break;
 		if (rc)
 			die("%s", x3_errmsg());
 		int part = x3_exl3_is_part(t->name, k2, sizeof k2);
+		if (!ng && (!part || (want && strcmp(k2, want)))) {
+			/* before the group: skip the payload unread */
+			if (x3_reader_skip(r))
+				die("%s", x3_errmsg());
+			x3_tensor_free(t);
+			continue;
+		}
+		t->data = malloc(t->nbytes + 1);
+		t->owns_data = 1;
+		if (!t->data)
+			die("frame '%s': out of memory (%zu bytes)", t->name, t->nbytes);
+		if (t->nbytes && x3_reader_data(r, t->data, t->nbytes))
+			die("%s", x3_errmsg());
 		if (!ng) {
-			if (!part || (want && strcmp(k2, want))) {
-				x3_tensor_free(t);
-				continue;
-			}
 			strcpy(key, k2);
 		} else if (!part || strcmp(k2, key)) {
 			*next = t;
@@ -85,6 +95,50 @@ static x3_exl3 *read_group(x3_reader *r, const char *want, x3_tensor **next)
 	return e;
 }
 
+/* Original sizes of a Llama-family linear from DIR/config.json, by the
+ * module name (ExLlamaV3 likewise takes them from the config, §1):
+ * kept only where they round up to the padded sizes. */
+static void sizes_from_config(const char *dir, x3_exl3 *e)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	json_t *c = json_load_file(path, 0, NULL);
+	if (!c)
+		return;
+	json_t *tc = json_object_get(c, "text_config");   /* multimodal wrappers */
+	json_t *cfg = tc && json_is_object(tc) ? tc : c;
+#define CFG(name) (json_is_integer(json_object_get(cfg, name)) ? \
+	(int64_t)json_integer_value(json_object_get(cfg, name)) : 0)
+	int64_t hid = CFG("hidden_size"), inter = CFG("intermediate_size");
+	int64_t heads = CFG("num_attention_heads"), kvh = CFG("num_key_value_heads");
+	int64_t hd = CFG("head_dim"), vocab = CFG("vocab_size");
+#undef CFG
+	json_decref(c);
+	if (!kvh)
+		kvh = heads;
+	if (!hd && heads)
+		hd = hid / heads;
+	static const struct { const char *suf; int in, out; } map[] = {
+		/* 0 hidden, 1 intermediate, 2 heads·hd, 3 kv·hd, 4 vocab */
+		{ "q_proj", 0, 2 }, { "k_proj", 0, 3 }, { "v_proj", 0, 3 }, { "o_proj", 2, 0 },
+		{ "gate_proj", 0, 1 }, { "up_proj", 0, 1 }, { "down_proj", 1, 0 },
+		{ "lm_head", 0, 4 },
+	};
+	int64_t v[5] = { hid, inter, heads * hd, kvh * hd, vocab };
+	const char *key = x3_exl3_key(e), *dot = strrchr(key, '.');
+	const char *last = dot ? dot + 1 : key;
+	for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+		if (strcmp(last, map[i].suf))
+			continue;
+		int64_t in = v[map[i].in], out = v[map[i].out];
+		int64_t k = x3_exl3_k(e), n = x3_exl3_n(e);
+		if (in > k - 128 && in <= k && x3_exl3_in(e) == k)
+			x3_exl3_set_orig(e, in, 0);
+		if (out > n - 128 && out <= n && x3_exl3_out(e) == n)
+			x3_exl3_set_orig(e, 0, out);
+	}
+}
+
 static x3_exl3 *load_model(const char *src, const char *key)
 {
 	int kind;
@@ -107,6 +161,8 @@ static x3_exl3 *load_model(const char *src, const char *key)
 	if (x3_exl3_from_st(st, key, &e))
 		die("%s: %s", src, x3_errmsg());
 	x3_st_close(st);
+	if (kind == X3_SRC_DIR)
+		sizes_from_config(src, e);
 	return e;
 }
 
@@ -318,7 +374,9 @@ int main(int argc, char **argv)
 	if (opt_dequant) {
 		do_dequant(e, w);
 	} else {
-		if (opt_x) {
+		if (opt_x && !strcmp(opt_x, "-") && in) {
+			/* X on stdin after the group: the default */
+		} else if (opt_x) {
 			/* the weight came from stdin: frames after its group are not read */
 			x3_tensor_free(next);
 			next = NULL;

@@ -1,10 +1,12 @@
 /* exl3.c: an EXL3 linear layer: loading and validation (spec §2.1, §7),
  * dense reconstruction (§1) and the plain C reference matmul (§5.3).
  * The fast decode-in-the-loop kernels are in exl3mm.c. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
+#include <omp.h>
 #include "codec.h"
 #include "exl3_impl.h"
 
@@ -199,12 +201,19 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 	e->k = e->in = k;
 	e->n = e->out = n;
 	size_t tb = tr->nbytes;
-	e->trellis = aligned_alloc(64, (tb + 63) / 64 * 64);
-	if (!e->trellis) {
+	/* padding: the SIMD kernels read whole windows around each tile */
+	e->trellis_mem = aligned_alloc(64, 64 + (tb + 63) / 64 * 64 + 128);
+	if (!e->trellis_mem) {
 		x3_exl3_free(e);
 		return x3_err(X3_ENOMEM, "'%s': out of memory (%zu bytes)", tr->name, tb);
 	}
-	memcpy(e->trellis, tr->data, tb);
+	memset(e->trellis_mem, 0, 64 + (tb + 63) / 64 * 64 + 128);
+	e->trellis = (uint16_t *)((char *)e->trellis_mem + 64);
+	size_t tw = (size_t)16 * e->K * 2;   /* bytes per tile */
+	for (int64_t kb = 0; kb < k / 16; kb++)
+		for (int64_t nb = 0; nb < n / 16; nb++)
+			memcpy((char *)e->trellis + (size_t)(nb * (k / 16) + kb) * tw,
+			       (const char *)tr->data + (size_t)(kb * (n / 16) + nb) * tw, tw);
 	rc = suh ? load_vec(suh, k, &e->suh) : load_signs(su, k, &e->suh);
 	if (!rc)
 		rc = svh ? load_vec(svh, n, &e->svh) : load_signs(sv, n, &e->svh);
@@ -251,7 +260,7 @@ void x3_exl3_free(x3_exl3 *e)
 	if (!e)
 		return;
 	free(e->key);
-	free(e->trellis);
+	free(e->trellis_mem);
 	free(e->suh);
 	free(e->svh);
 	free(e->bias);
@@ -286,7 +295,18 @@ int x3_exl3_has_bias(const x3_exl3 *e) { return e->bias != NULL; }
 
 int x3_exl3_inner(const x3_exl3 *e, float *wt)
 {
-	int rc = x3_trellis_decode(e->K, e->cb, e->trellis, e->k, e->n, wt);
+	/* back to the stored (k/16, n/16, 16K) order for the codec's decoder */
+	int64_t ntk = e->k / 16, ntn = e->n / 16;
+	size_t tw = (size_t)16 * e->K;
+	uint16_t *t = malloc((size_t)(ntk * ntn) * tw * sizeof *t);
+	if (!t)
+		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", e->key);
+	for (int64_t kb = 0; kb < ntk; kb++)
+		for (int64_t nb = 0; nb < ntn; nb++)
+			memcpy(t + (size_t)(kb * ntn + nb) * tw, e->trellis + (size_t)(nb * ntk + kb) * tw,
+			       tw * sizeof *t);
+	int rc = x3_trellis_decode(e->K, e->cb, t, e->k, e->n, wt);
+	free(t);
 	return rc ? x3_errprefix(rc, "tensor '%s'", e->key) : X3_OK;
 }
 
@@ -310,9 +330,23 @@ int x3_exl3_dequant(const x3_exl3 *e, float *w)
 	return X3_OK;
 }
 
+/* Hadamard over the 128-chunks of each row, rows split over our own
+ * threads (threads <= 0: the library's default). Keeps small calls
+ * single-threaded when the caller asked for one thread. */
+static void had_rows(float *x, int64_t rows, int64_t cols, int threads)
+{
+	if (threads <= 0) {
+		x3_had128_rows(x, rows, cols);
+		return;
+	}
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && rows * cols >= 32768)
+	for (int64_t r = 0; r < rows; r++)
+		x3_had128_rows(x + r * cols, 1, cols);
+}
+
 /* x' = had128(x ⊙ suh), zero-extended to k: xh is (rows, k). */
 static int prologue(const x3_exl3 *e, const float *x, int64_t rows,
-                    int64_t xc, float **xh)
+                    int64_t xc, float **xh, int threads)
 {
 	if (xc != e->in && xc != e->k)
 		return x3_err(X3_EINVAL, "tensor '%s': input has %lld columns, "
@@ -331,15 +365,15 @@ static int prologue(const x3_exl3 *e, const float *x, int64_t rows,
 		for (int64_t i = xc; i < e->k; i++)
 			d[i] = 0.0f;
 	}
-	x3_had128_rows(h, rows, e->k);
+	had_rows(h, rows, e->k, threads);
 	*xh = h;
 	return X3_OK;
 }
 
 /* y = had128(y') ⊙ svh + bias, trimmed to out_features. */
-static void epilogue(const x3_exl3 *e, float *yh, int64_t rows, float *y)
+static void epilogue(const x3_exl3 *e, float *yh, int64_t rows, float *y, int threads)
 {
-	x3_had128_rows(yh, rows, e->n);
+	had_rows(yh, rows, e->n, threads);
 	for (int64_t r = 0; r < rows; r++) {
 		const float *s = yh + r * e->n;
 		float *d = y + r * e->out;
@@ -352,7 +386,9 @@ int x3_exl3_matmul_ref(const x3_exl3 *e, const float *x, int64_t rows,
                        int64_t xc, float *y)
 {
 	float *xh = NULL, *yh = NULL, *wt = NULL;
-	int rc = prologue(e, x, rows, xc, &xh);
+	if (rows > INT_MAX)
+		return x3_err(X3_EINVAL, "tensor '%s': too many rows for the reference path", e->key);
+	int rc = prologue(e, x, rows, xc, &xh, 0);
 	if (rc)
 		return rc;
 	yh = malloc((size_t)rows * (size_t)e->n * sizeof *yh);
@@ -366,7 +402,7 @@ int x3_exl3_matmul_ref(const x3_exl3 *e, const float *x, int64_t rows,
 	/* (rows, k) · (k, n) */
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)e->n,
 	            (int)e->k, 1.0f, xh, (int)e->k, wt, (int)e->n, 0.0f, yh, (int)e->n);
-	epilogue(e, yh, rows, y);
+	epilogue(e, yh, rows, y, 0);
 out:
 	free(xh);
 	free(yh);
@@ -378,7 +414,9 @@ int x3_exl3_matmul(const x3_exl3 *e, const float *x, int64_t rows, int64_t xc,
                    float *y, int threads)
 {
 	float *xh = NULL;
-	int rc = prologue(e, x, rows, xc, &xh);
+	if (threads <= 0)
+		threads = omp_get_max_threads();
+	int rc = prologue(e, x, rows, xc, &xh, threads);
 	if (rc)
 		return rc;
 	float *yh = malloc((size_t)rows * (size_t)e->n * sizeof *yh);
@@ -388,7 +426,7 @@ int x3_exl3_matmul(const x3_exl3 *e, const float *x, int64_t rows, int64_t xc,
 	}
 	rc = x3__exl3_mm_fast(e, xh, rows, yh, threads);
 	if (!rc)
-		epilogue(e, yh, rows, y);
+		epilogue(e, yh, rows, y, threads);
 	free(xh);
 	free(yh);
 	return rc;

@@ -9,7 +9,12 @@ struct x3_exl3 {
 	int K, cb;
 	int64_t k, n;             /* padded sizes, multiples of 128 */
 	int64_t in, out;          /* original sizes */
-	uint16_t *trellis;        /* (k/16, n/16, 16K) words, 64-byte aligned */
+	uint16_t *trellis;        /* (n/16, k/16, 16K) words: the stored tiles
+	                           * transposed to column-major tile order, so
+	                           * that walking down an output column block is
+	                           * sequential; 64-byte aligned, with 64 zero
+	                           * bytes before and 128 after */
+	void *trellis_mem;        /* the allocation */
 	float *suh;               /* (k) */
 	float *svh;               /* (n) */
 	float *bias;              /* (n) or NULL */
