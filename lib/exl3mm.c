@@ -656,6 +656,7 @@ T_AVX512 static void gemm_avx512(const struct x3_exl3 *e, const float *xt, int64
  * (OpenMP regions stay outside the target-attributed kernels: clang does
  * not carry the target attribute into outlined parallel regions.) */
 #define UNIT 8
+#define ROWBLK 256   /* rows per GEMM pass */
 #endif
 
 int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
@@ -707,36 +708,43 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 		}
 		free(xq);
 	} else {
-		int64_t nch = (rows + W - 1) / W;
-		size_t xn = (size_t)nch * (size_t)k * (size_t)W;
-		size_t yn = (size_t)nch * (size_t)n * (size_t)W;
-		float *xt = aligned_alloc(64, xn * sizeof *xt);
-		float *yt = aligned_alloc(64, yn * sizeof *yt);
+		/* rows in blocks of ROWBLK: bounded buffers; the tiles are decoded
+		 * once per block, which is noise next to ROWBLK rows of FMAs */
+		int64_t rb = rows < ROWBLK ? rows : ROWBLK;
+		int64_t nchmax = (rb + W - 1) / W;
+		float *xt = aligned_alloc(64, (size_t)nchmax * (size_t)k * (size_t)W * sizeof *xt);
+		float *yt = aligned_alloc(64, (size_t)nchmax * (size_t)n * (size_t)W * sizeof *yt);
 		if (!xt || !yt) {
 			free(xt);
 			free(yt);
 			rc = x3_err(X3_ENOMEM, "tensor '%s': out of memory", e->key);
 			goto out;
 		}
-		for (int64_t ch = 0; ch < nch; ch++)
-			for (int64_t i = 0; i < k; i++)
-				for (int m = 0; m < W; m++) {
-					int64_t row = ch * W + m;
-					xt[(ch * k + i) * W + m] = row < rows ? xh[row * k + i] : 0.0f;
-				}
-		memset(yt, 0, yn * sizeof *yt);
+		for (int64_t r0 = 0; r0 < rows; r0 += ROWBLK) {
+			int64_t nr = rows - r0 < ROWBLK ? rows - r0 : ROWBLK;
+			int64_t nch = (nr + W - 1) / W;
+			const float *xb = xh + r0 * k;
+			for (int64_t ch = 0; ch < nch; ch++)
+				for (int64_t i = 0; i < k; i++)
+					for (int m = 0; m < W; m++) {
+						int64_t row = ch * W + m;
+						xt[(ch * k + i) * W + m] = row < nr ? xb[row * k + i] : 0.0f;
+					}
+			memset(yt, 0, (size_t)nch * (size_t)n * (size_t)W * sizeof *yt);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-		for (int64_t u = 0; u < n / 16 / UNIT; u++) {
-			int64_t nb0 = u * UNIT, nb1 = nb0 + UNIT;   /* a multiple of NBLK */
-			if (isa == ISA_AVX512)
-				gemm_avx512(e, xt, nch, yt, T, nb0, nb1);
-			else
-				gemm_avx2(e, xt, nch, yt, T, nb0, nb1);
-		}
-		for (int64_t row = 0; row < rows; row++) {
-			int64_t ch = row / W, m = row % W;
-			for (int64_t j = 0; j < n; j++)
-				yh[row * n + j] = yt[(ch * n + j) * W + m];
+			for (int64_t u = 0; u < n / 16 / UNIT; u++) {
+				int64_t nb0 = u * UNIT, nb1 = nb0 + UNIT;   /* a multiple of NBLK */
+				if (isa == ISA_AVX512)
+					gemm_avx512(e, xt, nch, yt, T, nb0, nb1);
+				else
+					gemm_avx2(e, xt, nch, yt, T, nb0, nb1);
+			}
+			float *yb = yh + r0 * n;
+			for (int64_t row = 0; row < nr; row++) {
+				int64_t ch = row / W, m = row % W;
+				for (int64_t j = 0; j < n; j++)
+					yb[row * n + j] = yt[(ch * n + j) * W + m];
+			}
 		}
 		free(xt);
 		free(yt);

@@ -168,9 +168,9 @@ static void test_tile_vector(void)
 
 static void test_fast_vs_ref(void)
 {
-	/* rows 1: GEMV; 3: multi-row GEMV; 8, 9, 35: GEMM (partial chunks);
+	/* rows 1: GEMV; 3: multi-row GEMV; 8, 9, 35: GEMM (partial chunks); 300: GEMM in two row blocks;
 	 * the last case is big enough (>= 2^20 weights) to run on 2 threads */
-	const int64_t rowsv[5] = { 1, 3, 8, 9, 35 };
+	const int64_t rowsv[6] = { 1, 3, 8, 9, 35, 300 };
 	for (int ci = 0; ci < 27; ci++) {
 			int K = ci < 24 ? 1 + ci / 3 : 3, cb = ci % 3;
 			int64_t k = ci < 24 ? 256 : 1024, n = ci < 24 ? 384 : 1152;
@@ -182,7 +182,7 @@ static void test_fast_vs_ref(void)
 				CHECK(0, "load K=%d %s: %s", K, x3_codebook_name(cb), x3_errmsg());
 				continue;
 			}
-			for (int ri = 0; ri < 5; ri++) {
+			for (int ri = 0; ri < 6; ri++) {
 				int64_t rows = rowsv[ri];
 				float *x = rand_x(rows, k, (uint64_t)(K * 10 + cb + ri));
 				float *yr = malloc((size_t)(rows * n) * sizeof *yr);
