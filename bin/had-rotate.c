@@ -33,28 +33,8 @@ static int policy = X3_OUT_SCALES_ALWAYS;
 static x3_writer *out;
 static int zlevel;
 
-static x3_tensor *hess_raw;      /* current Hessian frame */
-static int hess_from_file;
-static x3_qhess *hess_fin;       /* finalized for hess_k0 inputs */
-static int64_t hess_k0 = -1;
+static hess_cache hc = { .k0 = -1 };   /* the current Hessian */
 
-static void put(const char *key, const char *role, x3_dtype dt, int rank,
-                const int64_t *shape, void *data, const x3_tensor *meta)
-{
-	char name[1024];
-	snprintf(name, sizeof name, "%s.%s", key, role);
-	x3_tensor *t = x3_tensor_new(name, dt, rank, shape, 0);
-	if (!t)
-		die_x3("frame '%s'", name);
-	t->data = data;
-	t->owns_data = 0;
-	if ((meta && x3_meta_copy(t, meta)) || x3_meta_set(t, "role", role) || x3_meta_set(t, "key", key))
-		die_x3("frame '%s'", name);
-	if (x3_writer_put(out, t))
-		die_x3("writing frame '%s'", name);
-	t->data = NULL;
-	x3_tensor_free(t);
-}
 
 static void rotate(x3_tensor *W, x3_tensor *B)
 {
@@ -66,34 +46,8 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 		    x3_shape_str(W, shp, sizeof shp));
 	int64_t n0 = W->shape[0], k0 = W->shape[1];
 	int64_t k = x3_pad128(k0), n = x3_pad128(n0);
-	x3_qhess *h = NULL, *own = NULL;
-	if (hess_raw) {
-		if (!hess_fin || hess_k0 != k0) {
-			x3_qhess_free(hess_fin);
-			hess_fin = NULL;
-			if (x3_qhess_from_frame(hess_raw, k0, seed, &hess_fin))
-				die_x3("weight '%s': hessian '%s'", W->name, hess_raw->name);
-			hess_k0 = k0;
-			if (hess_fin->fallback && !quiet)
-				warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
-				      hess_raw->name, hess_fin->why, key);
-			else if (hess_fin->retries && !quiet)
-				warnx("warning: hessian '%s': not positive definite, needed %d extra damping rounds",
-				      hess_raw->name, hess_fin->retries);
-		}
-		h = hess_fin;
-	} else {
-		float *s = malloc((size_t)k * sizeof(float));
-		char nm[1100];
-		if (!s)
-			die("out of memory");
-		snprintf(nm, sizeof nm, "%s/su", key);
-		x3_quant_signs(seed, nm, k, s);
-		if (x3_qhess_none(k, s, &own))
-			die_x3("weight '%s'", W->name);
-		free(s);
-		h = own;
-	}
+	x3_qhess *own;
+	x3_qhess *h = hess_cache_for(&hc, W, key, seed, &own);
 	x3_qweight *q;
 	if (x3_qweight_from_frame(W, key, h, seed, policy, &q))
 		die_x3("weight '%s'", W->name);
@@ -118,22 +72,22 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 	e |= x3_meta_setf(m, "fallback", "%d", h->fallback);
 	if (h->fallback)
 		e |= x3_meta_set(m, "fallback_reason", h->why);
-	e |= x3_meta_set(m, "hessian", hess_raw ? hess_raw->name : "");
+	e |= x3_meta_set(m, "hessian", hc.raw ? hc.raw->name : "");
 	e |= x3_meta_setf(m, "count", "%.17g", h->count);
 	e |= x3_meta_setf(m, "damp_retries", "%d", h->retries);
 	e |= x3_meta_setf(m, "has_bias", "%d", bias != NULL);
 	if (e)
 		die_x3("metadata");
 	int64_t s2[2] = { k, n }, sk[1] = { k }, sn[1] = { n }, skk[2] = { k, k };
-	put(key, "w_reg", X3_F32, 2, s2, q->W, m);
-	put(key, "su_reg", X3_F32, 1, sk, q->su, NULL);
-	put(key, "sv_reg", X3_F32, 1, sn, q->sv, NULL);
+	put_frame(out, key, "w_reg", X3_F32, 2, s2, q->W, m);
+	put_frame(out, key, "su_reg", X3_F32, 1, sk, q->su, NULL);
+	put_frame(out, key, "sv_reg", X3_F32, 1, sn, q->sv, NULL);
 	if (!h->fallback) {
-		put(key, "h_rot", X3_F32, 2, skk, h->H, NULL);
-		put(key, "h_ldl", X3_F32, 2, skk, h->L, NULL);
+		put_frame(out, key, "h_rot", X3_F32, 2, skk, h->H, NULL);
+		put_frame(out, key, "h_ldl", X3_F32, 2, skk, h->L, NULL);
 	}
 	if (bias)
-		put(key, "bias", X3_F32, 1, sn, bias, NULL);
+		put_frame(out, key, "bias", X3_F32, 1, sn, bias, NULL);
 	if (x3_writer_flush(out))
 		die_x3("writing standard output");
 	x3_tensor_free(m);
@@ -142,14 +96,6 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 	x3_qhess_free(own);
 }
 
-static void set_hessian(x3_tensor *t)
-{
-	x3_tensor_free(hess_raw);
-	x3_qhess_free(hess_fin);
-	hess_raw = t;
-	hess_fin = NULL;
-	hess_k0 = -1;
-}
 
 int main(int argc, char **argv)
 {
@@ -196,20 +142,8 @@ int main(int argc, char **argv)
 		usage_error(usage, "unexpected argument '%s'", argv[optind]);
 	refuse_tty_stdout();
 
-	if (hfile) {
-		x3_reader *hr;
-		x3_tensor *t;
-		if (x3_reader_open(hfile, &hr))
-			die_x3("%s", hfile);
-		int rc = x3_reader_next(hr, &t);
-		if (rc == X3_EOF)
-			die("%s: no hessian frame in the file", hfile);
-		if (rc)
-			die_x3("%s", hfile);
-		x3_reader_close(hr);
-		set_hessian(t);
-		hess_from_file = 1;
-	}
+	if (hfile)
+		hess_cache_load(&hc, hfile);
 	x3_reader *in;
 	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
 		die_x3("stdin");
@@ -220,9 +154,9 @@ int main(int argc, char **argv)
 	while ((rc = x3_reader_next(in, &t)) == X3_OK) {
 		const char *role = x3_qframe_role(t);
 		if (!strcmp(role, "hessian")) {
-			if (hess_from_file)
+			if (hc.from_file)
 				die("frame '%s': a hessian on standard input and --hessian %s", t->name, hfile);
-			set_hessian(t);
+			hess_cache_set(&hc, t);
 		} else if (!strcmp(role, "bias")) {
 			char kb[1024], kw[1024];
 			if (!pw || strcmp(x3_qframe_key(t, kb, sizeof kb), x3_qframe_key(pw, kw, sizeof kw)))
@@ -253,7 +187,7 @@ int main(int argc, char **argv)
 	if (!nweights)
 		die("no weight frame on standard input");
 	x3_reader_close(in);
-	set_hessian(NULL);
+	hess_cache_free(&hc);
 	if (x3_writer_close(out))
 		die_x3("writing standard output");
 	check_stdout();

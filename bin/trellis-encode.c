@@ -49,10 +49,7 @@ static x3_writer *out;
 static int zlevel;
 
 /* plain-weight mode: the current Hessian */
-static x3_tensor *hess_raw;
-static int hess_from_file;
-static x3_qhess *hess_fin;
-static int64_t hess_k0 = -1;
+static hess_cache hc = { .k0 = -1 };
 
 enum { R_WREG, R_SU, R_SV, R_HROT, R_HLDL, R_BIAS, R_WEIGHT, R_N };
 static const char *role_names[R_N] = { "w_reg", "su_reg", "sv_reg", "h_rot", "h_ldl", "bias", "weight" };
@@ -69,14 +66,6 @@ static void group_clear(struct group *g)
 	memset(g, 0, sizeof *g);
 }
 
-static void set_hessian(x3_tensor *t)
-{
-	x3_tensor_free(hess_raw);
-	x3_qhess_free(hess_fin);
-	hess_raw = t;
-	hess_fin = NULL;
-	hess_k0 = -1;
-}
 
 /* Payload as float, taking it over from the frame when it is F32. */
 static float *take_f32(x3_tensor *t)
@@ -135,34 +124,8 @@ static void prep_plain(struct group *g, struct prep *p)
 	if (W->rank != 2)
 		die("weight '%s': must be rank 2 (out x in), got shape %s", W->name,
 		    x3_shape_str(W, shp, sizeof shp));
-	int64_t n0 = W->shape[0], k0 = W->shape[1], k = x3_pad128(k0), n = x3_pad128(n0);
-	if (hess_raw) {
-		if (!hess_fin || hess_k0 != k0) {
-			x3_qhess_free(hess_fin);
-			hess_fin = NULL;
-			if (x3_qhess_from_frame(hess_raw, k0, seed, &hess_fin))
-				die_x3("weight '%s': hessian '%s'", W->name, hess_raw->name);
-			hess_k0 = k0;
-			if (hess_fin->fallback && !quiet)
-				warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
-				      hess_raw->name, hess_fin->why, g->key);
-			else if (hess_fin->retries && !quiet)
-				warnx("warning: hessian '%s': not positive definite, needed %d extra damping rounds",
-				      hess_raw->name, hess_fin->retries);
-		}
-		p->h = hess_fin;
-	} else {
-		float *s = malloc((size_t)k * sizeof(float));
-		char nm[1100];
-		if (!s)
-			die("out of memory");
-		snprintf(nm, sizeof nm, "%s/su", g->key);
-		x3_quant_signs(seed, nm, k, s);
-		if (x3_qhess_none(k, s, &p->own))
-			die_x3("weight '%s'", W->name);
-		free(s);
-		p->h = p->own;
-	}
+	int64_t n0 = W->shape[0], n = x3_pad128(n0);
+	p->h = hess_cache_for(&hc, W, g->key, seed, &p->own);
 	if (x3_qweight_from_frame(W, g->key, p->h, seed, policy, &p->w))
 		die_x3("weight '%s'", W->name);
 	if (g->f[R_BIAS] && x3_bias_from_frame(g->f[R_BIAS], n0, n, &p->bias))
@@ -229,23 +192,6 @@ static void prep_rotated(struct group *g, struct prep *p)
 		p->seed = (uint64_t)v, p->has_seed = 1;
 }
 
-static void put(const char *key, const char *role, x3_dtype dt, int rank,
-                const int64_t *shape, void *data, const x3_tensor *meta)
-{
-	char name[1100];
-	snprintf(name, sizeof name, "%s.%s", key, role);
-	x3_tensor *t = x3_tensor_new(name, dt, rank, shape, 0);
-	if (!t)
-		die_x3("frame '%s'", name);
-	t->data = data;
-	t->owns_data = 0;
-	if ((meta && x3_meta_copy(t, meta)) || x3_meta_set(t, "role", role) || x3_meta_set(t, "key", key))
-		die_x3("frame '%s'", name);
-	if (x3_writer_put(out, t))
-		die_x3("writing frame '%s'", name);
-	t->data = NULL;
-	x3_tensor_free(t);
-}
 
 static json_t *summary(const char *key, const struct prep *p, const x3_qresult *r)
 {
@@ -283,12 +229,12 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 	if (e)
 		die_x3("metadata");
 	int64_t st[3] = { k / 16, n / 16, 16 * r->K }, sk[1] = { k }, sn[1] = { n };
-	put(key, "trellis", X3_I16, 3, st, r->trellis, m);
-	put(key, "suh", X3_F16, 1, sk, r->suh, NULL);
-	put(key, "svh", X3_F16, 1, sn, r->svh, NULL);
+	put_frame(out, key, "trellis", X3_I16, 3, st, r->trellis, m);
+	put_frame(out, key, "suh", X3_F16, 1, sk, r->suh, NULL);
+	put_frame(out, key, "svh", X3_F16, 1, sn, r->svh, NULL);
 	if (r->cb != X3_CB_3INST) {
 		int32_t v = (int32_t)(r->cb == X3_CB_MUL1 ? X3_MUL1_MULT : X3_MCG_MULT);
-		put(key, x3_codebook_name(r->cb), X3_I32, 0, NULL, &v, NULL);
+		put_frame(out, key, x3_codebook_name(r->cb), X3_I32, 0, NULL, &v, NULL);
 	}
 	if (p->bias) {
 		uint16_t *b = malloc((size_t)n * sizeof *b);
@@ -299,7 +245,7 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 			if (!isfinite(x3_f16_to_f32(b[i])))
 				die("bias '%s.bias': value %g at [%lld] overflows fp16", key, p->bias[i], (long long)i);
 		}
-		put(key, "bias", X3_F16, 1, sn, b, NULL);
+		put_frame(out, key, "bias", X3_F16, 1, sn, b, NULL);
 		free(b);
 	}
 	x3_tensor_free(m);
@@ -441,20 +387,8 @@ int main(int argc, char **argv)
 		if (x3_writer_open_fd(STDOUT_FILENO, zlevel, &out))
 			die_x3("stdout");
 	}
-	if (hfile) {
-		x3_reader *hr;
-		x3_tensor *t;
-		if (x3_reader_open(hfile, &hr))
-			die_x3("%s", hfile);
-		int rc = x3_reader_next(hr, &t);
-		if (rc == X3_EOF)
-			die("%s: no hessian frame in the file", hfile);
-		if (rc)
-			die_x3("%s", hfile);
-		x3_reader_close(hr);
-		set_hessian(t);
-		hess_from_file = 1;
-	}
+	if (hfile)
+		hess_cache_load(&hc, hfile);
 	x3_reader *in;
 	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
 		die_x3("stdin");
@@ -466,9 +400,9 @@ int main(int argc, char **argv)
 		char key[1024];
 		x3_qframe_key(t, key, sizeof key);
 		if (!strcmp(role, "hessian")) {
-			if (hess_from_file)
+			if (hc.from_file)
 				die("frame '%s': a hessian on standard input and --hessian %s", t->name, hfile);
-			set_hessian(t);
+			hess_cache_set(&hc, t);
 			continue;
 		}
 		int ri = -1;
@@ -503,7 +437,7 @@ int main(int argc, char **argv)
 	if (!ngroups)
 		die("no weight frames on standard input");
 	x3_reader_close(in);
-	set_hessian(NULL);
+	hess_cache_free(&hc);
 	if (out && x3_writer_close(out))
 		die_x3("writing standard output");
 	check_stdout();
