@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# pipelines/convert on a generated one-layer Llama: byte-identical output for
+# the same seed (also -j 1 vs -j 2), resume after kill -9, up-to-date
+# re-runs, sequential mode, validate --model.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib-convert.sh"
+cd "$TMP"
+tiny_model m 1
+opts=(--bits 3 --rows 8 --cols 128 -q)
+
+check "convert -j 2" convert m ref "${opts[@]}" -j 2
+check "OUT is a complete EXL3 directory" test -f ref/config.json -a -f ref/model.safetensors -a -f ref/quantization_config.json
+check "no temporary files left in the work directory" test -z "$(find ref.work -name '*.tmp')"
+check "the work directory's Makefile is up to date after the run" make -q -s -f ref.work/Makefile
+before=$(stat -c %Y ref/config.json)
+check "re-running a finished conversion succeeds" convert m ref "${opts[@]}" -j 2
+check "... and rewrites nothing" test "$(stat -c %Y ref/config.json)" = "$before"
+
+check "convert -j 1" convert m j1 "${opts[@]}" -j 1
+check "same seed, -j 1 vs -j 2: byte-identical directories" diff -r ref j1
+check "convert --seed 1" convert m s1 "${opts[@]}" --seed 1
+check "another seed gives other trellis codes" sh -c '! cmp -s ref/model.safetensors s1/model.safetensors'
+
+# kill -9 the whole pipeline (convert, make and the programs) midway
+setsid convert m res "${opts[@]}" -j 2 & pid=$!
+for i in $(seq 1 1200); do
+	[ "$(ls res.work/enc 2>/dev/null | grep -c '\.frames$')" -ge 2 ] && break
+	sleep 0.05
+done
+kill -9 -- "-$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+check "killed midway: no OUT yet" test ! -e res
+check "resume: the re-run completes" convert m res "${opts[@]}" -j 2
+check "resume: byte-identical to the uninterrupted conversion" diff -r ref res
+
+check "sequential mode" convert m seq "${opts[@]}" --mode sequential -j 2
+check "sequential: the head's capture read the quantized layer 0" \
+	test -L seq.work/ov/1/layer.0.safetensors -a -f seq.work/q/layer.0.safetensors
+check "sequential: other Hessians, other codes than onepass" \
+	sh -c 'test -f seq/model.safetensors && ! cmp -s ref/model.safetensors seq/model.safetensors'
+validate seq >seq.json
+check "sequential: validate finds a well-formed directory" jq -e '.ok' seq.json >/dev/null
+
+validate ref --model m --rows 4 --cols 128 >ref.json
+check "validate --model: ok" jq -e '.ok' ref.json >/dev/null
+check "validate: every linear decoded and checked" \
+	jq -e '.check.tensors == 8 and .check.max_rel_fro_err < 0.3' ref.json >/dev/null
+check "validate: KL divergence and top-1 agreement" \
+	jq -e '.eval.kl_divergence >= 0 and .eval.top1_agreement > 0.5' ref.json >/dev/null
+check "validate: bits 3, head 6" jq -e '.bits == 3 and .head_bits == 6 and .config.bits == 3' ref.json >/dev/null
+done_testing
