@@ -55,6 +55,14 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
                       uint16_t *states, float *values, int threads);
 int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
                           uint16_t *states, float *values);
+/* Instruction set of the fast path: chosen at run time from the CPU
+ * (AVX-512 F/BW/VL, else AVX2+FMA, else portable scalar). set_isa forces
+ * one (X3_ISA_AUTO restores the automatic choice; X3_EUNSUP if the CPU
+ * lacks it); for tests and benchmarks, not to be called while encoding. */
+enum { X3_ISA_AUTO = 0, X3_ISA_SCALAR = 1, X3_ISA_AVX2 = 2, X3_ISA_AVX512 = 3 };
+int x3_viterbi_isa(void);
+int x3_viterbi_set_isa(int isa);
+const char *x3_viterbi_isa_name(int isa);
 
 /* ---- Hadamard --------------------------------------------------------- */
 /* In-place normalized (1/sqrt(128)) Sylvester H128 over each 128-chunk of

@@ -1,0 +1,485 @@
+/* hessian-capture: input Hessians H = Σ xᵀx of every linear of a model over
+ * calibration text (spec §9), or merged from Hessian streams, or from
+ * activation frames. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "util.h"
+#include "calib.h"
+#include "frame.h"
+#include "hessian.h"
+#include "model.h"
+#include "tokenizer.h"
+
+static const char usage[] =
+	"usage: hessian-capture --model DIR (--text FILE... | --tokens FRAMES) [--rows R]\n"
+	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
+	"                       [--stream] [--strict] [--chunk N] [--f64] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
+	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
+	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
+	"                       [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
+	"  --model DIR      Hugging Face model directory (Llama, Mistral, Qwen2, Qwen3)\n"
+	"  --text FILE      calibration text, plain or zstd ('-': stdin); repeatable\n"
+	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
+	"  --rows R         calibration rows (default 250 of text, all of --tokens)\n"
+	"  --cols C         tokens per row (default 2048, at most max_position_embeddings)\n"
+	"  --split MODE     documents of a text: lines (default), blank, whole\n"
+	"  --stream         cut the text into consecutive windows instead of packing\n"
+	"                   one document per row\n"
+	"  --strict         fail when the input gives fewer than R rows\n"
+	"  --layers A-B     capture layers A..B only (layer N = num_hidden_layers is the\n"
+	"                   head); layers after B are not run\n"
+	"  --quantized DIR  take layers < A from this EXL3 directory (sequential mode)\n"
+	"  --chunk N        tokens per forward chunk (default 4096)\n"
+	"  --f64            accumulate in and write F64\n"
+	"  --merge          sum Hessian streams (stdin and/or files) by name\n"
+	"  --activations    accumulate the Hessian of activation frames (rows x k)\n"
+	"  --name NAME      Hessian name for --activations (default: the frame's\n"
+	"                   'group' metadata, else its name)\n"
+	"  --members LIST   members metadata for --activations\n"
+	"  -o FILE          write to FILE (atomically) instead of stdout\n"
+	"  --zstd[=LEVEL]   zstd-compress the output (level 1..22, default 3)\n"
+	"  -q               no progress\n"
+	"  -h               this help\n";
+
+static char *atexit_tmp;
+static void remove_tmp(void)
+{
+	if (atexit_tmp)
+		unlink(atexit_tmp);
+}
+
+/* ---- accumulators by name (first-seen order) -------------------------- */
+struct hset {
+	x3_hess **h;
+	int n, cap;
+};
+
+static x3_hess *hset_find(struct hset *s, const char *name)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(x3_hess_name(s->h[i]), name))
+			return s->h[i];
+	return NULL;
+}
+
+static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
+                         const char *members, int layer)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 16;
+		s->h = realloc(s->h, (size_t)s->cap * sizeof *s->h);
+		if (!s->h)
+			die("out of memory");
+	}
+	x3_hess *h;
+	if (x3_hess_new(name, n, f64, members, layer, &h))
+		die_x3("hessian '%s'", name);
+	s->h[s->n++] = h;
+	return h;
+}
+
+/* Write every accumulator (and free them), checking the dropped rows. */
+static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt)
+{
+	for (int i = 0; i < s->n; i++) {
+		x3_hess *h = s->h[i];
+		long long d = x3_hess_dropped(h), c = x3_hess_count(h);
+		if (x3_hess_too_many_dropped(h))
+			die("'%s': %lld of %lld rows dropped for non-finite values (more than 10%%)",
+			    x3_hess_name(h), d, c + d);
+		if (d)
+			warnx("'%s': %lld of %lld rows dropped for non-finite values",
+			      x3_hess_name(h), d, c + d);
+		x3_tensor *t = x3_hess_frame(h, dt);
+		if (!t)
+			die_x3("'%s'", x3_hess_name(h));
+		if (x3_writer_put(w, t))
+			die_x3("writing '%s'", x3_hess_name(h));
+		x3_tensor_free(t);
+		x3_hess_free(h);
+	}
+	s->n = 0;
+}
+
+/* ---- capture mode ----------------------------------------------------- */
+struct cap {
+	struct hset set;
+	x3_writer *w;
+	int f64, tied, n_layers;
+	double t0;
+	long long ntok;
+};
+
+static int cap_hook(void *ctx, const struct x3_capture *c)
+{
+	struct cap *k = ctx;
+	x3_hess *h = hset_find(&k->set, c->name);
+	if (!h) {
+		h = hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer);
+		/* the head of a tied model reads the embedding matrix */
+		if (c->layer == k->n_layers && k->tied &&
+		    x3_hess_set_meta(h, "tied", "model.embed_tokens.weight"))
+			return X3_ENOMEM;
+	}
+	return x3_hess_add_rows(h, c->x, c->ntok, c->in);
+}
+
+static int cap_layer_done(void *ctx, int layer, int n)
+{
+	struct cap *k = ctx;
+	hset_flush(&k->set, k->w, k->f64 ? X3_F64 : X3_F32);
+	double dt = now_seconds() - k->t0;
+	progress("layer %d/%d done, %.0f tokens/s", layer, n,
+	         dt > 0 ? (double)k->ntok * (layer + 1) / dt : 0.0);
+	return X3_OK;
+}
+
+static void parse_layers(const char *s, int *a, int *b)
+{
+	char *end;
+	long x = strtol(s, &end, 10), y = x;
+	if (end == s || x < 0)
+		usage_error(usage, "--layers: '%s' is not A-B", s);
+	if (*end == '-') {
+		const char *p = end + 1;
+		y = *p ? strtol(p, &end, 10) : 1000000;
+		if ((*p && end == p) || y < x)
+			usage_error(usage, "--layers: '%s' is not A-B", s);
+		if (!*p)
+			end = (char *)p;
+	}
+	if (*end)
+		usage_error(usage, "--layers: '%s' is not A-B", s);
+	*a = (int)x, *b = (int)(y > 1000000 ? 1000000 : y);
+}
+
+/* Token rows from --text (packed with the model's tokenizer) or --tokens. */
+static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
+                         int split, int stream, long *rows, long *cols, int strict)
+{
+	int32_t *ids = NULL;
+	long want = *rows;
+	if (tokens) {
+		size_t n = 0;
+		int64_t last = 0;
+		if (x3_tokens_read(tokens, &ids, &n, &last))
+			die_x3("%s", tokens);
+		if (*cols <= 0)
+			*cols = last > 0 ? (long)last : 2048;
+		long have = (long)(n / (size_t)*cols);
+		if (want <= 0) {
+			if (!have)
+				die("%s: %zu tokens, fewer than one row of %ld", tokens, n, *cols);
+			*rows = have;
+		} else if (have < want) {
+			if (strict || have == 0)
+				die("%s: %zu tokens give %ld rows of %ld, fewer than the %ld requested",
+				    tokens, n, have, *cols, want);
+			warnx("%s: %zu tokens give only %ld rows of %ld (of %ld requested); using them",
+			      tokens, n, have, *cols, want);
+			*rows = have;
+		}
+		return ids;
+	}
+	if (want <= 0)
+		want = *rows = 250;
+	x3_tok *tok;
+	if (x3_tok_load(model, &tok))
+		die_x3("%s: tokenizer", model);
+	char **bufs = calloc((size_t)ntexts, sizeof *bufs);
+	const char **docs = NULL;
+	size_t *dlens = NULL, ndocs = 0;
+	for (int i = 0; i < ntexts; i++) {
+		size_t len, *off, *lens, nd;
+		if (x3_text_read(texts[i], 0, &bufs[i], &len))
+			die_x3("%s", texts[i]);
+		if (x3_tok_split_docs(bufs[i], len, split, &off, &lens, &nd))
+			die_x3("%s", texts[i]);
+		docs = realloc(docs, (ndocs + nd + 1) * sizeof *docs);
+		dlens = realloc(dlens, (ndocs + nd + 1) * sizeof *dlens);
+		if (!docs || !dlens)
+			die("out of memory");
+		for (size_t j = 0; j < nd; j++) {
+			docs[ndocs + j] = bufs[i] + off[j];
+			dlens[ndocs + j] = lens[j];
+		}
+		ndocs += nd;
+		free(off), free(lens);
+	}
+	struct x3_tok_pack_opts po;
+	x3_tok_pack_defaults(tok, &po);
+	po.mode = stream ? X3_PACK_STREAM : X3_PACK_ARTICLES;
+	size_t got = 0;
+	if (x3_tok_pack_rows(tok, docs, dlens, ndocs, (size_t)want, (size_t)*cols, &po, &ids, &got))
+		die_x3("packing calibration rows");
+	if ((long)got < want) {
+		if (strict || got == 0)
+			die("calibration text gives %zu rows of %ld tokens, fewer than the %ld requested",
+			    got, *cols, want);
+		warnx("calibration text gives only %zu rows of %ld tokens (of %ld requested); "
+		      "using them", got, *cols, want);
+		*rows = (long)got;
+	}
+	for (int i = 0; i < ntexts; i++)
+		free(bufs[i]);
+	free(bufs), free(docs), free(dlens);
+	x3_tok_free(tok);
+	return ids;
+}
+
+static int do_capture(const char *model, const char *quant, char **texts, int ntexts,
+                      const char *tokens, long rows, long cols, int la, int lb, int split,
+                      int stream, int strict, long chunk, int f64, x3_writer *w)
+{
+	x3_model_config cfg;
+	if (x3_config_load(model, &cfg))
+		die("%s", x3_errmsg());
+	int n = (int)cfg.n_layers;
+	if (lb > n)
+		lb = n;
+	if (la > n)
+		die("--layers: layer %d does not exist (the model has %d layers, %d is the head)",
+		    la, n, n);
+	struct x3_model_opts mo = { 0 };
+	if (quant) {
+		mo.overlay_dir = quant;
+		mo.overlay_first = 0;
+		mo.overlay_last = la - 1;
+	}
+	x3_model *m;
+	if (x3_model_open(model, &mo, &m))
+		die("%s", x3_errmsg());
+	if (cols <= 0 && !tokens)
+		cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
+	int32_t *ids = get_rows(model, texts, ntexts, tokens, split, stream, &rows, &cols, strict);
+	if (cols > cfg.max_pos)
+		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
+		      cols, (long long)cfg.max_pos);
+
+	struct cap k = { .w = w, .f64 = f64, .tied = cfg.tied, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols };
+	struct x3_forward_opts fo;
+	x3_forward_opts_init(&fo, m);
+	fo.hook = cap_hook;
+	fo.hook_ctx = &k;
+	fo.hook_first = la;
+	fo.hook_last = lb;
+	fo.last_layer = lb;
+	fo.chunk_tokens = chunk;
+	fo.layer_done = cap_layer_done;
+	fo.layer_done_ctx = &k;
+	if (x3_model_forward(m, ids, rows, cols, &fo))
+		die_x3("forward");
+	progress_done();
+	free(ids);
+	free(k.set.h);
+	x3_model_close(m);
+	return 0;
+}
+
+/* ---- merge and activations modes -------------------------------------- */
+static void do_merge(char **files, int nfiles, int f64, x3_writer *w)
+{
+	struct hset s = { 0 };
+	x3_dtype out = f64 ? X3_F64 : X3_DTYPE_COUNT;
+	static char *dash[] = { "-" };
+	if (!nfiles)
+		files = dash, nfiles = 1;
+	for (int i = 0; i < nfiles; i++) {
+		x3_reader *r;
+		if (x3_reader_open(files[i], &r))
+			die_x3("%s", files[i]);
+		x3_tensor *t;
+		int rc;
+		while ((rc = x3_reader_next(r, &t)) == X3_OK) {
+			if (t->rank != 2 || t->shape[0] != t->shape[1])
+				die("%s: frame '%s' is not a square matrix", files[i], t->name);
+			if (out == X3_DTYPE_COUNT)
+				out = t->dtype == X3_F64 ? X3_F64 : X3_F32;
+			const char *mem = x3_meta_get(t, "members");
+			x3_hess *h = hset_find(&s, t->name);
+			if (!h) {
+				int64_t layer = -1;
+				x3_meta_get_i64(t, "layer", &layer);
+				h = hset_add(&s, t->name, t->shape[0], 1, mem, (int)layer);
+				for (int j = 0; j < t->nmeta; j++)
+					if (!x3_hess_meta_is_computed(t->meta[j].key) &&
+					    x3_hess_set_meta(h, t->meta[j].key, t->meta[j].val))
+						die_x3("%s", files[i]);
+			} else if (mem && strcmp(mem, x3_hess_members(h) ? x3_hess_members(h) : "")) {
+				die("%s: frame '%s': members '%s' differ from the first stream's",
+				    files[i], t->name, mem);
+			}
+			if (x3_hess_add_frame(h, t))
+				die_x3("%s", files[i]);
+			x3_tensor_free(t);
+		}
+		if (rc != X3_EOF)
+			die_x3("%s", files[i]);
+		x3_reader_close(r);
+	}
+	hset_flush(&s, w, out == X3_DTYPE_COUNT ? X3_F32 : out);
+	free(s.h);
+}
+
+static void do_activations(char **files, int nfiles, const char *name, const char *members,
+                           int f64, x3_writer *w)
+{
+	struct hset s = { 0 };
+	static char *dash[] = { "-" };
+	if (!nfiles)
+		files = dash, nfiles = 1;
+	for (int i = 0; i < nfiles; i++) {
+		x3_reader *r;
+		if (x3_reader_open(files[i], &r))
+			die_x3("%s", files[i]);
+		x3_tensor *t;
+		int rc;
+		while ((rc = x3_reader_next(r, &t)) == X3_OK) {
+			if (t->rank < 1 || t->rank > 2 || x3_tensor_numel(t) == 0)
+				die("%s: frame '%s': activations must be rows x k", files[i], t->name);
+			if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16 &&
+			    t->dtype != X3_F64)
+				die("%s: frame '%s': dtype %s is not a float type", files[i], t->name,
+				    x3_dtype_name(t->dtype));
+			int64_t k = t->shape[t->rank - 1], rows = t->rank == 2 ? t->shape[0] : 1;
+			const char *g = name ? name : x3_meta_get(t, "group");
+			if (!g)
+				g = t->name;
+			const char *mem = members ? members : x3_meta_get(t, "members");
+			x3_hess *h = hset_find(&s, g);
+			if (!h) {
+				int64_t layer = -1;
+				x3_meta_get_i64(t, "layer", &layer);
+				h = hset_add(&s, g, k, f64, mem, (int)layer);
+			}
+			float *x = x3_tensor_f32(t);
+			if (!x)
+				die_x3("%s: frame '%s'", files[i], t->name);
+			if (x3_hess_add_rows(h, x, rows, k))
+				die_x3("%s: frame '%s'", files[i], t->name);
+			free(x);
+			x3_tensor_free(t);
+		}
+		if (rc != X3_EOF)
+			die_x3("%s", files[i]);
+		x3_reader_close(r);
+	}
+	if (!s.n)
+		die("no activation frames in the input");
+	hset_flush(&s, w, f64 ? X3_F64 : X3_F32);
+	free(s.h);
+}
+
+int main(int argc, char **argv)
+{
+	prog_init(argc, argv);
+	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
+	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD };
+	static const struct option lo[] = {
+		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
+		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
+		{ "cols", required_argument, 0, O_COLS }, { "layers", required_argument, 0, O_LAYERS },
+		{ "quantized", required_argument, 0, O_QUANT }, { "f64", no_argument, 0, O_F64 },
+		{ "merge", no_argument, 0, O_MERGE }, { "activations", no_argument, 0, O_ACT },
+		{ "name", required_argument, 0, O_NAME }, { "members", required_argument, 0, O_MEMBERS },
+		{ "split", required_argument, 0, O_SPLIT }, { "stream", no_argument, 0, O_STREAM },
+		{ "strict", no_argument, 0, O_STRICT }, { "chunk", required_argument, 0, O_CHUNK },
+		{ "zstd", optional_argument, 0, O_ZSTD }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
+	char **texts = calloc((size_t)argc + 1, sizeof *texts);
+	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
+	int split = X3_SPLIT_LINES, stream = 0, strict = 0, zlevel = 0;
+	long rows = 0, cols = 0, chunk = 4096;
+	int c;
+	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
+		switch (c) {
+		case 'h': fputs(usage, stdout); return 0;
+		case 'q': quiet = 1; break;
+		case 'o': outfile = optarg; break;
+		case O_ZSTD: zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3; break;
+		case O_MODEL: model = optarg; break;
+		case O_TEXT: texts[ntexts++] = optarg; break;
+		case O_TOKENS: tokens = optarg; break;
+		case O_ROWS: rows = parse_long(usage, "--rows", optarg, 1, 100000000); break;
+		case O_COLS: cols = parse_long(usage, "--cols", optarg, 1, 10000000); break;
+		case O_LAYERS: parse_layers(optarg, &la, &lb); have_layers = 1; break;
+		case O_QUANT: quant = optarg; break;
+		case O_F64: f64 = 1; break;
+		case O_MERGE: merge = 1; break;
+		case O_ACT: act = 1; break;
+		case O_NAME: name = optarg; break;
+		case O_MEMBERS: members = optarg; break;
+		case O_SPLIT:
+			if (!strcmp(optarg, "lines")) split = X3_SPLIT_LINES;
+			else if (!strcmp(optarg, "blank")) split = X3_SPLIT_BLANK;
+			else if (!strcmp(optarg, "whole")) split = X3_SPLIT_WHOLE;
+			else usage_error(usage, "--split: '%s' is not lines, blank or whole", optarg);
+			break;
+		case O_STREAM: stream = 1; break;
+		case O_STRICT: strict = 1; break;
+		case O_CHUNK: chunk = parse_long(usage, "--chunk", optarg, 1, 1L << 30); break;
+		default: fputs(usage, stderr); return 2;
+		}
+	}
+	if (merge + act > 1)
+		usage_error(usage, "--merge and --activations exclude each other");
+	if (merge || act) {
+		if (model || tokens || ntexts || quant || have_layers)
+			usage_error(usage, "--%s takes frames, not a model or text",
+			            merge ? "merge" : "activations");
+		if (merge && (name || members))
+			usage_error(usage, "--name and --members go with --activations");
+	} else {
+		if (!model)
+			usage_error(usage, "--model is required");
+		/* further operands are more text files */
+		for (int i = optind; i < argc; i++)
+			texts[ntexts++] = argv[i];
+		if (!ntexts == !tokens)
+			usage_error(usage, "give either --text or --tokens");
+		if (name || members)
+			usage_error(usage, "--name and --members go with --activations");
+		if (quant && la == 0)
+			usage_error(usage, "--quantized needs --layers A-B with A > 0");
+	}
+	/* -o: a temporary name beside FILE, renamed when complete */
+	int fd = STDOUT_FILENO;
+	char *tmp = NULL;
+	if (outfile) {
+		tmp = malloc(strlen(outfile) + 16);
+		sprintf(tmp, "%s.tmpXXXXXX", outfile);
+		if ((fd = mkstemp(tmp)) < 0)
+			die("%s: %s", tmp, strerror(errno));
+		atexit_tmp = tmp;
+		atexit(remove_tmp);
+	} else {
+		refuse_tty_stdout();
+	}
+	x3_writer *w;
+	if (x3_writer_open_fd(fd, zlevel, &w))
+		die_x3("%s", outfile ? outfile : "stdout");
+	if (merge)
+		do_merge(argv + optind, argc - optind, f64, w);
+	else if (act)
+		do_activations(argv + optind, argc - optind, name, members, f64, w);
+	else
+		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
+		           strict, chunk, f64, w);
+	if (x3_writer_close(w))
+		die_x3("%s", outfile ? outfile : "stdout");
+	if (outfile) {
+		if (fsync(fd) || close(fd) || rename(tmp, outfile))
+			die("%s: %s", outfile, strerror(errno));
+		atexit_tmp = NULL;
+		free(tmp);
+	}
+	check_stdout();
+	free(texts);
+	return 0;
+}

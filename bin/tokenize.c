@@ -1,0 +1,306 @@
+/* tokenize: text -> token-id frames (calibration rows, spec §9.1), token ids
+ * as text lines (--ids), and ids back to text (--decode), with a Hugging
+ * Face tokenizer.json (lib/tokenizer.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "frame.h"
+#include "tokenizer.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: tokenize -t TOKENIZER [--rows R] [--cols C] [--split whole|lines|blank]\n"
+	"                [--pack articles|stream] [--bos|--no-bos] [--eos|--no-eos] [--even-odd]\n"
+	"                [--keep-partial] [--pad ID] [--strict] [--name NAME] [-z LEVEL] [FILE...]\n"
+	"       tokenize -t TOKENIZER --ids [--split MODE] [--bos|--no-bos] [--eos|--no-eos] [FILE...]\n"
+	"       tokenize -t TOKENIZER --decode [--ids] [--skip-special] [FILE...]\n";
+
+static char *read_all(FILE *f, const char *name, size_t *len)
+{
+	size_t cap = 1 << 16, n = 0, k;
+	char *b = malloc(cap);
+	if (!b) die("out of memory");
+	while ((k = fread(b + n, 1, cap - n, f)) > 0) {
+		n += k;
+		if (n == cap && !(b = realloc(b, cap *= 2))) die("out of memory");
+	}
+	if (ferror(f)) die("%s: read error: %s", name, strerror(errno));
+	*len = n;
+	return b;
+}
+
+/* the whole text of all inputs, concatenated ("-" or none: stdin) */
+static char *read_inputs(int n, char **files, size_t *len, char *src, size_t srclen)
+{
+	char *all = NULL;
+	size_t total = 0;
+	snprintf(src, srclen, "%s", n ? "" : "stdin");
+	for (int i = 0; i < (n ? n : 1); i++) {
+		const char *name = n ? files[i] : "-";
+		int is_stdin = !strcmp(name, "-");
+		FILE *f = is_stdin ? stdin : fopen(name, "rb");
+		if (!f) die("%s: %s", name, strerror(errno));
+		size_t k;
+		char *b = read_all(f, is_stdin ? "stdin" : name, &k);
+		if (!is_stdin) fclose(f);
+		if (!(all = realloc(all, total + k + 2))) die("out of memory");
+		memcpy(all + total, b, k);
+		total += k;
+		/* files are separate documents in every split mode but "whole" */
+		if (k && all[total - 1] != '\n' && i + 1 < n) all[total++] = '\n';
+		free(b);
+		if (n) {
+			size_t l = strlen(src);
+			snprintf(src + l, srclen - l, "%s%s", l ? "," : "", is_stdin ? "stdin" : name);
+		}
+	}
+	if (!all && !(all = malloc(1))) die("out of memory");
+	*len = total;
+	return all;
+}
+
+static void decode_ids(x3_tok *tok, const int32_t *ids, size_t n, int skip, const char *what)
+{
+	char *txt;
+	size_t len;
+	if (x3_tok_decode(tok, ids, n, skip, &txt, &len)) die_x3("%s", what);
+	fwrite(txt, 1, len, stdout);
+	putchar('\n');
+	free(txt);
+}
+
+/* --decode --ids: lines of whitespace-separated ids -> one line of text each */
+static void decode_text(x3_tok *tok, const char *name, FILE *f, int skip)
+{
+	char *line = NULL;
+	size_t cap = 0, lineno = 0;
+	ssize_t k;
+	int32_t *ids = NULL;
+	size_t icap = 0;
+	while ((k = getline(&line, &cap, f)) >= 0) {
+		size_t n = 0;
+		char *p = line, *e;
+		lineno++;
+		for (;;) {
+			while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+			if (!*p) break;
+			errno = 0;
+			long v = strtol(p, &e, 10);
+			if (e == p || errno || v < 0 || v > INT32_MAX) die("%s: line %zu: bad token id '%.20s'", name, lineno, p);
+			if (n == icap && !(ids = realloc(ids, (icap = icap ? 2 * icap : 256) * sizeof *ids))) die("out of memory");
+			ids[n++] = (int32_t)v;
+			p = e;
+		}
+		char what[64];
+		snprintf(what, sizeof what, "%s: line %zu", name, lineno);
+		decode_ids(tok, ids, n, skip, what);
+	}
+	if (ferror(f)) die("%s: read error: %s", name, strerror(errno));
+	free(line);
+	free(ids);
+}
+
+/* --decode: I32 (or I64) id frames -> one line of text per row */
+static void decode_frames(x3_tok *tok, const char *name, int skip)
+{
+	x3_reader *r;
+	x3_tensor *t;
+	int rc;
+	if (x3_reader_open(name, &r)) die_x3("%s", name);
+	while ((rc = x3_reader_next(r, &t)) == X3_OK) {
+		if ((t->dtype != X3_I32 && t->dtype != X3_I64) || t->rank < 1 || t->rank > 2)
+			die("%s: frame '%s': want I32 or I64 ids of rank 1 or 2, got %s rank %d", name, t->name,
+			    x3_dtype_name(t->dtype), t->rank);
+		int64_t rows = t->rank == 2 ? t->shape[0] : 1, cols = t->shape[t->rank - 1];
+		int32_t *ids = malloc((size_t)(cols ? cols : 1) * sizeof *ids);
+		if (!ids) die("out of memory");
+		for (int64_t i = 0; i < rows; i++) {
+			for (int64_t j = 0; j < cols; j++) {
+				int64_t v = t->dtype == X3_I32 ? ((int32_t *)t->data)[i * cols + j] : ((int64_t *)t->data)[i * cols + j];
+				if (v < INT32_MIN || v > INT32_MAX) die("%s: frame '%s': id %lld out of range", name, t->name, (long long)v);
+				ids[j] = (int32_t)v;
+			}
+			char what[300];
+			snprintf(what, sizeof what, "%s: frame '%s' row %lld", name, t->name, (long long)i);
+			decode_ids(tok, ids, (size_t)cols, skip, what);
+		}
+		free(ids);
+		x3_tensor_free(t);
+	}
+	if (rc != X3_EOF) die_x3("%s", name);
+	x3_reader_close(r);
+}
+
+static enum x3_tok_split parse_split(const char *s)
+{
+	if (!strcmp(s, "whole")) return X3_SPLIT_WHOLE;
+	if (!strcmp(s, "lines")) return X3_SPLIT_LINES;
+	if (!strcmp(s, "blank")) return X3_SPLIT_BLANK;
+	usage_error(usage, "--split: want whole, lines or blank, not '%s'", s);
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_ROWS = 256, O_COLS, O_SPLIT, O_PACK, O_BOS, O_NOBOS, O_EOS, O_NOEOS, O_EVENODD, O_PARTIAL, O_PAD,
+	       O_STRICT, O_NAME, O_IDS, O_DECODE, O_SKIP };
+	static const struct option lo[] = {
+		{ "tokenizer", required_argument, 0, 't' }, { "rows", required_argument, 0, O_ROWS },
+		{ "cols", required_argument, 0, O_COLS }, { "split", required_argument, 0, O_SPLIT },
+		{ "pack", required_argument, 0, O_PACK }, { "bos", no_argument, 0, O_BOS },
+		{ "no-bos", no_argument, 0, O_NOBOS }, { "eos", no_argument, 0, O_EOS },
+		{ "no-eos", no_argument, 0, O_NOEOS }, { "even-odd", no_argument, 0, O_EVENODD },
+		{ "keep-partial", no_argument, 0, O_PARTIAL }, { "pad", required_argument, 0, O_PAD },
+		{ "strict", no_argument, 0, O_STRICT }, { "name", required_argument, 0, O_NAME },
+		{ "ids", no_argument, 0, O_IDS }, { "decode", no_argument, 0, O_DECODE },
+		{ "skip-special", no_argument, 0, O_SKIP }, { "zstd", required_argument, 0, 'z' },
+		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+	};
+	const char *tpath = NULL, *name = "tokens";
+	long rows = -1, cols = 2048, pad = -1, zlevel = 0;
+	int bos = -1, eos = -1, even_odd = 0, partial = 0, strict = 0, ids_mode = 0, decode = 0, skip = 0;
+	enum x3_tok_split split = X3_SPLIT_LINES;
+	enum x3_tok_pack_mode pack = X3_PACK_ARTICLES;
+	int c;
+	prog_init(argc, argv);
+	while ((c = getopt_long(argc, argv, "t:z:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 't': tpath = optarg; break;
+		case O_ROWS: rows = parse_long(usage, "--rows", optarg, 1, 1L << 24); break;
+		case O_COLS: cols = parse_long(usage, "--cols", optarg, 1, 1L << 24); break;
+		case O_SPLIT: split = parse_split(optarg); break;
+		case O_PACK:
+			if (!strcmp(optarg, "articles")) pack = X3_PACK_ARTICLES;
+			else if (!strcmp(optarg, "stream")) pack = X3_PACK_STREAM;
+			else usage_error(usage, "--pack: want articles or stream, not '%s'", optarg);
+			break;
+		case O_BOS: bos = 1; break;
+		case O_NOBOS: bos = 0; break;
+		case O_EOS: eos = 1; break;
+		case O_NOEOS: eos = 0; break;
+		case O_EVENODD: even_odd = 1; break;
+		case O_PARTIAL: partial = 1; break;
+		case O_PAD: pad = parse_long(usage, "--pad", optarg, 0, INT32_MAX); break;
+		case O_STRICT: strict = 1; break;
+		case O_NAME: name = optarg; break;
+		case O_IDS: ids_mode = 1; break;
+		case O_DECODE: decode = 1; break;
+		case O_SKIP: skip = 1; break;
+		case 'z': zlevel = parse_long(usage, "-z", optarg, 0, 22); break;
+		case 'q': quiet = 1; break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: usage_error(usage, "bad option");
+		}
+	}
+	if (!tpath) usage_error(usage, "no tokenizer: give -t tokenizer.json or a model directory");
+	if (!*name) usage_error(usage, "--name: empty name");
+	if (even_odd && (bos >= 0 || eos >= 0)) usage_error(usage, "--even-odd decides BOS/EOS: drop --bos/--eos");
+	if (decode && (rows >= 0 || even_odd || partial || strict || pad >= 0 || bos >= 0 || eos >= 0))
+		usage_error(usage, "--decode takes only --ids and --skip-special");
+	if (ids_mode && !decode && (rows >= 0 || even_odd || partial || strict || pad >= 0))
+		usage_error(usage, "--ids writes whole documents: packing options do not apply");
+	if (skip && !decode) usage_error(usage, "--skip-special applies to --decode");
+
+	x3_tok *tok;
+	if (x3_tok_load(tpath, &tok)) die("%s", x3_errmsg());
+
+	int nfiles = argc - optind;
+	char **files = argv + optind;
+	if (decode) {
+		for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
+			const char *f = nfiles ? files[i] : "-";
+			if (ids_mode) {
+				FILE *fp = strcmp(f, "-") ? fopen(f, "rb") : stdin;
+				if (!fp) die("%s: %s", f, strerror(errno));
+				decode_text(tok, strcmp(f, "-") ? f : "stdin", fp, skip);
+				if (fp != stdin) fclose(fp);
+			} else
+				decode_frames(tok, f, skip);
+		}
+		x3_tok_free(tok);
+		check_stdout();
+		return 0;
+	}
+
+	char src[4096];
+	size_t len;
+	char *text = read_inputs(nfiles, files, &len, src, sizeof src);
+	size_t *off, *lens, ndocs;
+	if (x3_tok_split_docs(text, len, split, &off, &lens, &ndocs)) die_x3("%s", src);
+
+	if (ids_mode) {
+		/* default: the special tokens the tokenizer adds itself */
+		for (size_t d = 0; d < ndocs; d++) {
+			int32_t *ids;
+			size_t n;
+			int plain = bos >= 0 || eos >= 0;
+			if (x3_tok_encode(tok, text + off[d], lens[d], !plain, &ids, &n))
+				die_x3("%s: document %zu", src, d + 1);
+			if (bos > 0 && x3_tok_bos(tok) >= 0) printf("%d%s", (int)x3_tok_bos(tok), n || eos > 0 ? " " : "");
+			for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+			if (eos > 0 && x3_tok_eos(tok) >= 0) printf("%s%d", n || bos > 0 ? " " : "", (int)x3_tok_eos(tok));
+			putchar('\n');
+			free(ids);
+		}
+		free(text); free(off); free(lens);
+		x3_tok_free(tok);
+		check_stdout();
+		return 0;
+	}
+
+	refuse_tty_stdout();
+	struct x3_tok_pack_opts o;
+	x3_tok_pack_defaults(tok, &o);
+	o.mode = pack;
+	if (bos >= 0) o.bos = bos;
+	if (eos >= 0) o.eos = eos;
+	o.even_odd = even_odd;
+	o.keep_partial = partial;
+	if (pad >= 0) {
+		if ((size_t)pad >= x3_tok_vocab_size(tok)) usage_error(usage, "--pad %ld: not a token id", pad);
+		o.pad_id = (int32_t)pad;
+	}
+	if ((o.bos && !even_odd && bos > 0 && x3_tok_bos(tok) < 0) || (eos > 0 && x3_tok_eos(tok) < 0))
+		die("%s: the tokenizer has no %s token", tpath, eos > 0 && x3_tok_eos(tok) < 0 ? "EOS" : "BOS");
+
+	/* without --rows: as many rows as the text fills */
+	size_t want = rows > 0 ? (size_t)rows : 0, got;
+	int32_t *m;
+	if (!want) {
+		/* an upper bound: every byte a token, plus BOS/EOS per document */
+		size_t bound = (2 * len + 4 * ndocs) / (size_t)cols + 2;
+		want = pack == X3_PACK_ARTICLES && ndocs + 1 < bound ? ndocs + 1 : bound;
+	}
+	const char **docs = malloc((ndocs ? ndocs : 1) * sizeof *docs);
+	if (!docs) die("out of memory");
+	for (size_t d = 0; d < ndocs; d++) docs[d] = text + off[d];
+	if (x3_tok_pack_rows(tok, docs, lens, ndocs, want, (size_t)cols, &o, &m, &got)) die_x3("%s", src);
+	if (!got) die("%s: the text fills no row of %ld tokens (%zu documents)", src, cols, ndocs);
+	if (rows > 0 && got < (size_t)rows) {
+		if (strict) die("%s: the text fills only %zu of %ld rows of %ld tokens", src, got, rows, cols);
+		warnx("%s: the text fills only %zu of %ld rows of %ld tokens: writing %zu rows", src, got, rows, cols, got);
+	}
+
+	x3_tensor *t = x3_tensor_new2(name, X3_I32, (int64_t)got, cols);
+	if (!t) die_x3("frame '%s'", name);
+	memcpy(t->data, m, got * (size_t)cols * sizeof *m);
+	static const char *splits[] = { "whole", "lines", "blank" };
+	if (x3_meta_set(t, "role", "tokens") || x3_meta_setf(t, "rows", "%zu", got) ||
+	    x3_meta_setf(t, "cols", "%ld", cols) || x3_meta_set(t, "tokenizer", tpath) ||
+	    x3_meta_set(t, "tokenizer_kind", x3_tok_describe(tok)) || x3_meta_set(t, "source", src) ||
+	    x3_meta_set(t, "split", splits[split]) || x3_meta_set(t, "pack", pack == X3_PACK_ARTICLES ? "articles" : "stream") ||
+	    x3_meta_set(t, "special", even_odd ? "even-odd" : o.bos && o.eos ? "bos,eos" : o.bos ? "bos" : o.eos ? "eos" : "none") ||
+	    x3_meta_setf(t, "bos_id", "%d", (int)x3_tok_bos(tok)) || x3_meta_setf(t, "eos_id", "%d", (int)x3_tok_eos(tok)) ||
+	    x3_meta_setf(t, "documents", "%zu", ndocs))
+		die_x3("frame '%s'", name);
+	x3_writer *w;
+	if (x3_writer_open_fd(1, (int)zlevel, &w) || x3_writer_put(w, t) || x3_writer_close(w))
+		die_x3("frame '%s'", name);
+	x3_tensor_free(t);
+	free(m); free(docs); free(text); free(off); free(lens);
+	x3_tok_free(tok);
+	check_stdout();
+	return 0;
+}

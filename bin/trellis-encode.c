@@ -1,0 +1,492 @@
+/* trellis-encode: EXL3-quantize linear weights (spec §8.3-§8.5, §2.1):
+ * global scale search, LDLQ with the tail-biting Viterbi, packing. Reads
+ * had-rotate's frames (or plain weight frames, doing had-rotate's step
+ * itself), writes the EXL3 tensors of each linear, or with --measure one
+ * JSON line of error and size per K. */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "codec.h"
+#include "frame.h"
+#include "quant.h"
+#include "util.h"
+
+static const char usage[] =
+	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
+	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
+	"                      < frames > frames\n"
+	"       trellis-encode --measure 2,3,4,5 [options] < frames > json-lines\n";
+
+static const char help[] =
+	"Quantize rotated linear weights to EXL3 trellis tensors (EXL3 spec 8).\n"
+	"\n"
+	"  -K N              bits per weight, 1..8\n"
+	"  --codebook CB     mul1 (default), mcg or 3inst\n"
+	"  --measure LIST    quantize at each K of LIST, print one JSON line per K\n"
+	"                    (tensor, K, proxy_err, numel, bytes, seconds), no frames\n"
+	"  -t THREADS        threads (default: all); results do not depend on it\n"
+	"  --json            also print each tensor's summary as a JSON line on stderr\n"
+	"  -q                no warnings\n"
+	"Plain weight frames (not from had-rotate) are rotated first, with:\n"
+	"  --seed N          seed of the random signs (default 0)\n"
+	"  --hessian FILE    Hessian frame; default: Hessian frames on standard input\n"
+	"  --out-scales P    always (default), never or auto\n"
+	"  -h                this help\n";
+
+static int Ks[8], nK, measure, json_summary, threads, cb = X3_CB_MUL1;
+static uint64_t seed;
+static int policy = X3_OUT_SCALES_ALWAYS;
+static x3_writer *out;
+
+/* plain-weight mode: the current Hessian */
+static x3_tensor *hess_raw;
+static int hess_from_file;
+static x3_qhess *hess_fin;
+static int64_t hess_k0 = -1;
+
+enum { R_WREG, R_SU, R_SV, R_HROT, R_HLDL, R_BIAS, R_WEIGHT, R_N };
+static const char *role_names[R_N] = { "w_reg", "su_reg", "sv_reg", "h_rot", "h_ldl", "bias", "weight" };
+
+struct group {
+	char key[1024];
+	x3_tensor *f[R_N];
+};
+
+static void group_clear(struct group *g)
+{
+	for (int i = 0; i < R_N; i++)
+		x3_tensor_free(g->f[i]);
+	memset(g, 0, sizeof *g);
+}
+
+static void set_hessian(x3_tensor *t)
+{
+	x3_tensor_free(hess_raw);
+	x3_qhess_free(hess_fin);
+	hess_raw = t;
+	hess_fin = NULL;
+	hess_k0 = -1;
+}
+
+/* Payload as float, taking it over from the frame when it is F32. */
+static float *take_f32(x3_tensor *t)
+{
+	if (t->dtype == X3_F32 && t->owns_data && t->data) {
+		float *p = t->data;
+		t->data = NULL;
+		t->owns_data = 0;
+		return p;
+	}
+	float *p = x3_tensor_f32(t);
+	if (!p)
+		die_x3("frame '%s'", t->name);
+	return p;
+}
+
+static void check_frame(const struct group *g, int role, int rank, int64_t d0, int64_t d1)
+{
+	const x3_tensor *t = g->f[role];
+	char shp[64];
+	if (!t)
+		die("'%s': missing frame '%s.%s' (from had-rotate)", g->key, g->key, role_names[role]);
+	int okshape = t->rank == rank && t->shape[0] == d0 && (rank == 1 || t->shape[1] == d1);
+	if (!okshape) {
+		if (rank == 1)
+			die("frame '%s': shape %s, expected %lld", t->name, x3_shape_str(t, shp, sizeof shp),
+			    (long long)d0);
+		die("frame '%s': shape %s, expected %lldx%lld", t->name, x3_shape_str(t, shp, sizeof shp),
+		    (long long)d0, (long long)d1);
+	}
+	if (!x3_dtype_info(t->dtype)->is_float)
+		die("frame '%s': dtype %s is not a float type", t->name, x3_dtype_name(t->dtype));
+}
+
+static void check_finite(const char *name, const float *p, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (!isfinite(p[i]))
+			die("frame '%s': non-finite value %g at element %lld", name, p[i], (long long)i);
+}
+
+/* Prepared input of one linear: the regularized weight and its Hessian. */
+struct prep {
+	x3_qweight *w;
+	x3_qhess *h, *own;
+	float *bias;           /* (n) or NULL */
+	const x3_tensor *meta; /* metadata source for seed etc., may be NULL */
+	uint64_t seed;
+	int has_seed;
+};
+
+static void prep_plain(struct group *g, struct prep *p)
+{
+	x3_tensor *W = g->f[R_WEIGHT];
+	char shp[64];
+	if (W->rank != 2)
+		die("weight '%s': must be rank 2 (out x in), got shape %s", W->name,
+		    x3_shape_str(W, shp, sizeof shp));
+	int64_t n0 = W->shape[0], k0 = W->shape[1], k = x3_pad128(k0), n = x3_pad128(n0);
+	if (hess_raw) {
+		if (!hess_fin || hess_k0 != k0) {
+			x3_qhess_free(hess_fin);
+			hess_fin = NULL;
+			if (x3_qhess_from_frame(hess_raw, k0, seed, &hess_fin))
+				die_x3("weight '%s': hessian '%s'", W->name, hess_raw->name);
+			hess_k0 = k0;
+			if (hess_fin->fallback && !quiet)
+				warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
+				      hess_raw->name, hess_fin->why, g->key);
+			else if (hess_fin->retries && !quiet)
+				warnx("warning: hessian '%s': not positive definite, needed %d extra damping rounds",
+				      hess_raw->name, hess_fin->retries);
+		}
+		p->h = hess_fin;
+	} else {
+		float *s = malloc((size_t)k * sizeof(float));
+		char nm[1100];
+		if (!s)
+			die("out of memory");
+		snprintf(nm, sizeof nm, "%s/su", g->key);
+		x3_quant_signs(seed, nm, k, s);
+		if (x3_qhess_none(k, s, &p->own))
+			die_x3("weight '%s'", W->name);
+		free(s);
+		p->h = p->own;
+	}
+	if (x3_qweight_from_frame(W, g->key, p->h, seed, policy, &p->w))
+		die_x3("weight '%s'", W->name);
+	if (g->f[R_BIAS] && x3_bias_from_frame(g->f[R_BIAS], n0, n, &p->bias))
+		die_x3("bias '%s'", g->f[R_BIAS]->name);
+	p->seed = seed;
+	p->has_seed = 1;
+}
+
+static void prep_rotated(struct group *g, struct prep *p)
+{
+	x3_tensor *Wt = g->f[R_WREG];
+	char shp[64];
+	if (Wt->rank != 2 || Wt->shape[0] <= 0 || Wt->shape[1] <= 0 || Wt->shape[0] % 128 ||
+	    Wt->shape[1] % 128)
+		die("frame '%s': shape %s is not (k, n) with multiples of 128", Wt->name,
+		    x3_shape_str(Wt, shp, sizeof shp));
+	int64_t k = Wt->shape[0], n = Wt->shape[1], k0 = k, n0 = n, fb = -1;
+	if (x3_meta_get_i64(Wt, "in_features", &k0) == X3_EFORMAT ||
+	    x3_meta_get_i64(Wt, "out_features", &n0) == X3_EFORMAT ||
+	    x3_meta_get_i64(Wt, "fallback", &fb) == X3_EFORMAT)
+		die("frame '%s': malformed metadata", Wt->name);
+	if (k0 <= 0 || k0 > k || x3_pad128(k0) != k || n0 <= 0 || n0 > n || x3_pad128(n0) != n)
+		die("frame '%s': in_features/out_features %lld/%lld do not pad to %lldx%lld", Wt->name,
+		    (long long)k0, (long long)n0, (long long)k, (long long)n);
+	if (fb < 0)
+		fb = g->f[R_HROT] == NULL;
+	check_frame(g, R_WREG, 2, k, n);
+	check_frame(g, R_SU, 1, k, 0);
+	check_frame(g, R_SV, 1, n, 0);
+	if (!fb) {
+		check_frame(g, R_HROT, 2, k, k);
+		check_frame(g, R_HLDL, 2, k, k);
+	}
+	if (g->f[R_BIAS])
+		check_frame(g, R_BIAS, 1, n, 0);
+	float *W = take_f32(Wt), *su = take_f32(g->f[R_SU]), *sv = take_f32(g->f[R_SV]);
+	check_finite(Wt->name, W, k * n);
+	check_finite(g->f[R_SU]->name, su, k);
+	check_finite(g->f[R_SV]->name, sv, n);
+	p->w = x3_qweight_wrap(k0, n0, k, n, W, su, sv);
+	p->own = calloc(1, sizeof *p->own);
+	if (!p->w || !p->own)
+		die("out of memory");
+	int64_t v;
+	if (x3_meta_get_i64(Wt, "zeros", &v) == X3_OK)
+		p->w->zeros = v != 0;
+	if (x3_meta_get_i64(Wt, "out_scales_applied", &v) == X3_OK)
+		p->w->out_scales = v != 0;
+	p->own->k = k;
+	p->own->fallback = (int)fb;
+	if (!fb) {
+		p->own->H = take_f32(g->f[R_HROT]);
+		p->own->L = take_f32(g->f[R_HLDL]);
+		check_finite(g->f[R_HROT]->name, p->own->H, k * k);
+		check_finite(g->f[R_HLDL]->name, p->own->L, k * k);
+	}
+	p->h = p->own;
+	if (g->f[R_BIAS]) {
+		p->bias = take_f32(g->f[R_BIAS]);
+		check_finite(g->f[R_BIAS]->name, p->bias, n);
+	}
+	p->meta = Wt;
+	if (x3_meta_get_i64(Wt, "seed", &v) == X3_OK)
+		p->seed = (uint64_t)v, p->has_seed = 1;
+}
+
+static void put(const char *key, const char *role, x3_dtype dt, int rank,
+                const int64_t *shape, void *data, const x3_tensor *meta)
+{
+	char name[1100];
+	snprintf(name, sizeof name, "%s.%s", key, role);
+	x3_tensor *t = x3_tensor_new(name, dt, rank, shape, 0);
+	if (!t)
+		die_x3("frame '%s'", name);
+	t->data = data;
+	t->owns_data = 0;
+	if ((meta && x3_meta_copy(t, meta)) || x3_meta_set(t, "role", role) || x3_meta_set(t, "key", key))
+		die_x3("frame '%s'", name);
+	if (x3_writer_put(out, t))
+		die_x3("writing frame '%s'", name);
+	t->data = NULL;
+	x3_tensor_free(t);
+}
+
+static json_t *summary(const char *key, const struct prep *p, const x3_qresult *r)
+{
+	const x3_qweight *w = p->w;
+	json_t *j = json_pack("{s:s, s:i, s:s, s:f, s:I, s:I, s:f, s:f, s:b}",
+	                      "tensor", key, "K", r->K, "codebook", x3_codebook_name(r->cb),
+	                      "proxy_err", r->proxy_err, "numel", (json_int_t)(w->k0 * w->n0),
+	                      "bytes", (json_int_t)x3_quant_bytes(w->k, w->n, r->K, r->cb, p->bias != NULL),
+	                      "seconds", r->seconds, "g_scale", r->g, "fallback", r->fallback);
+	if (!j)
+		die("out of memory");
+	return j;
+}
+
+static void emit(const char *key, const struct prep *p, const x3_qresult *r)
+{
+	const x3_qweight *w = p->w;
+	int64_t k = w->k, n = w->n;
+	x3_tensor *m = x3_tensor_new1("meta", X3_F32, 0);
+	if (!m)
+		die_x3("metadata");
+	int e = 0;
+	e |= x3_meta_setf(m, "K", "%d", r->K);
+	e |= x3_meta_set(m, "codebook", x3_codebook_name(r->cb));
+	e |= x3_meta_setf(m, "proxy_err", "%.9g", r->proxy_err);
+	e |= x3_meta_setf(m, "g_scale", "%.9g", r->g);
+	e |= x3_meta_setf(m, "fallback", "%d", r->fallback);
+	e |= x3_meta_setf(m, "seconds", "%.3f", r->seconds);
+	e |= x3_meta_setf(m, "shape", "%lldx%lld", (long long)w->n0, (long long)w->k0);
+	e |= x3_meta_setf(m, "in_features", "%lld", (long long)w->k0);
+	e |= x3_meta_setf(m, "out_features", "%lld", (long long)w->n0);
+	e |= x3_meta_setf(m, "out_scales_applied", "%d", w->out_scales);
+	if (p->has_seed)
+		e |= x3_meta_setf(m, "seed", "%llu", (unsigned long long)p->seed);
+	if (e)
+		die_x3("metadata");
+	int64_t st[3] = { k / 16, n / 16, 16 * r->K }, sk[1] = { k }, sn[1] = { n };
+	put(key, "trellis", X3_I16, 3, st, r->trellis, m);
+	put(key, "suh", X3_F16, 1, sk, r->suh, NULL);
+	put(key, "svh", X3_F16, 1, sn, r->svh, NULL);
+	if (r->cb != X3_CB_3INST) {
+		int32_t v = (int32_t)(r->cb == X3_CB_MUL1 ? X3_MUL1_MULT : X3_MCG_MULT);
+		put(key, x3_codebook_name(r->cb), X3_I32, 0, NULL, &v, NULL);
+	}
+	if (p->bias) {
+		uint16_t *b = malloc((size_t)n * sizeof *b);
+		if (!b)
+			die("out of memory");
+		for (int64_t i = 0; i < n; i++) {
+			b[i] = x3_f32_to_f16(p->bias[i]);
+			if (!isfinite(x3_f16_to_f32(b[i])))
+				die("bias '%s.bias': value %g at [%lld] overflows fp16", key, p->bias[i], (long long)i);
+		}
+		put(key, "bias", X3_F16, 1, sn, b, NULL);
+		free(b);
+	}
+	x3_tensor_free(m);
+	if (x3_writer_flush(out))
+		die_x3("writing standard output");
+}
+
+static void encode(struct group *g)
+{
+	struct prep p = { 0 };
+	if (g->f[R_WEIGHT])
+		prep_plain(g, &p);
+	else if (g->f[R_WREG])
+		prep_rotated(g, &p);
+	else
+		die("'%s': frames without a weight or w_reg frame", g->key);
+	for (int i = 0; i < nK; i++) {
+		x3_qresult *r;
+		if (x3_quantize(p.w, p.h, Ks[i], cb, threads, 0, &r))
+			die_x3("'%s': K=%d", g->key, Ks[i]);
+		json_t *j = summary(g->key, &p, r);
+		if (measure) {
+			char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			if (!s)
+				die("out of memory");
+			printf("%s\n", s);
+			fflush(stdout);
+			free(s);
+		} else {
+			emit(g->key, &p, r);
+			if (json_summary) {
+				char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+				fprintf(stderr, "%s\n", s ? s : "{}");
+				free(s);
+			}
+		}
+		json_decref(j);
+		x3_qresult_free(r);
+	}
+	x3_qweight_free(p.w);
+	x3_qhess_free(p.own);
+	free(p.bias);
+}
+
+static void parse_measure(const char *s)
+{
+	char *dup = strdup(s), *save = NULL;
+	if (!dup)
+		die("out of memory");
+	for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (nK == 8)
+			usage_error(usage, "--measure: at most 8 values");
+		Ks[nK++] = (int)parse_long(usage, "--measure", tok, 1, 8);
+	}
+	free(dup);
+	if (!nK)
+		usage_error(usage, "--measure: empty list");
+}
+
+int main(int argc, char **argv)
+{
+	prog_init(argc, argv);
+	static const struct option lo[] = {
+		{ "codebook", required_argument, 0, 'c' },
+		{ "measure", required_argument, 0, 'm' },
+		{ "json", no_argument, 0, 'j' },
+		{ "seed", required_argument, 0, 's' },
+		{ "hessian", required_argument, 0, 'H' },
+		{ "out-scales", required_argument, 0, 'o' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	const char *hfile = NULL;
+	int K = 0, c;
+	while ((c = getopt_long(argc, argv, "K:t:qh", lo, NULL)) != -1) {
+		switch (c) {
+		case 'K':
+			K = (int)parse_long(usage, "-K", optarg, 1, 8);
+			break;
+		case 'c':
+			if (x3_codebook_parse(optarg, &cb))
+				usage_error(usage, "--codebook: '%s' is not mul1, mcg or 3inst", optarg);
+			break;
+		case 'm':
+			parse_measure(optarg);
+			measure = 1;
+			break;
+		case 'j':
+			json_summary = 1;
+			break;
+		case 's':
+			seed = (uint64_t)parse_long(usage, "--seed", optarg, 0, INT64_MAX);
+			break;
+		case 'H':
+			hfile = optarg;
+			break;
+		case 'o':
+			if (x3_out_scales_parse(optarg, &policy))
+				usage_error(usage, "--out-scales: '%s' is not always, never or auto", optarg);
+			break;
+		case 't':
+			threads = (int)parse_long(usage, "-t", optarg, 1, 4096);
+			omp_set_num_threads(threads);
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'h':
+			printf("%s\n%s", usage, help);
+			return 0;
+		default:
+			usage_error(usage, "bad option");
+		}
+	}
+	if (optind != argc)
+		usage_error(usage, "unexpected argument '%s'", argv[optind]);
+	if (measure && K)
+		usage_error(usage, "-K and --measure exclude each other");
+	if (!measure && !K)
+		usage_error(usage, "-K N (1..8) or --measure LIST is required");
+	if (!measure) {
+		Ks[0] = K;
+		nK = 1;
+		refuse_tty_stdout();
+		if (x3_writer_open_fd(STDOUT_FILENO, 0, &out))
+			die_x3("stdout");
+	}
+	if (hfile) {
+		x3_reader *hr;
+		x3_tensor *t;
+		if (x3_reader_open(hfile, &hr))
+			die_x3("%s", hfile);
+		int rc = x3_reader_next(hr, &t);
+		if (rc == X3_EOF)
+			die("%s: no hessian frame in the file", hfile);
+		if (rc)
+			die_x3("%s", hfile);
+		x3_reader_close(hr);
+		set_hessian(t);
+		hess_from_file = 1;
+	}
+	x3_reader *in;
+	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
+		die_x3("stdin");
+	struct group g = { 0 };
+	int have = 0, ngroups = 0, rc;
+	x3_tensor *t;
+	while ((rc = x3_reader_next(in, &t)) == X3_OK) {
+		const char *role = x3_qframe_role(t);
+		char key[1024];
+		x3_qframe_key(t, key, sizeof key);
+		if (!strcmp(role, "hessian")) {
+			if (hess_from_file)
+				die("frame '%s': a hessian on standard input and --hessian %s", t->name, hfile);
+			set_hessian(t);
+			continue;
+		}
+		int ri = -1;
+		for (int i = 0; i < R_N; i++)
+			if (!strcmp(role, role_names[i]))
+				ri = i;
+		if (ri < 0)
+			die("frame '%s': role '%s' is not an input of trellis-encode", t->name, role);
+		int starts = ri == R_WEIGHT || !have || strcmp(key, g.key) || (ri == R_WREG && g.f[R_WEIGHT]);
+		if (ri == R_BIAS && (!have || strcmp(key, g.key)))
+			die("frame '%s': a bias without its weight", t->name);
+		if (starts) {
+			if (have) {
+				encode(&g);
+				ngroups++;
+			}
+			group_clear(&g);
+			snprintf(g.key, sizeof g.key, "%s", key);
+			have = 1;
+		}
+		if (g.f[ri])
+			die("frame '%s': a second '%s' frame for '%s'", t->name, role, key);
+		g.f[ri] = t;
+	}
+	if (rc != X3_EOF)
+		die_x3("reading %s", x3_reader_label(in));
+	if (have) {
+		encode(&g);
+		ngroups++;
+	}
+	group_clear(&g);
+	if (!ngroups)
+		die("no weight frames on standard input");
+	x3_reader_close(in);
+	set_hessian(NULL);
+	if (out && x3_writer_close(out))
+		die_x3("writing standard output");
+	check_stdout();
+	return 0;
+}

@@ -1,0 +1,103 @@
+/* bitalloc.h: choose an integer bit width K (1..8) for every quantized
+ * linear so that the numel-weighted average K meets a target, minimizing
+ * the total expected damage sum(proxy_err(t, K) * importance(t)).
+ *
+ * Input is the JSON lines of `trellis-encode --measure`:
+ *   {"tensor": KEY, "K": k, "proxy_err": e, "numel": out*in, ...}
+ * The head ("lm_head") is kept out of the budget and gets head_bits, as in
+ * ExLlamaV3 (spec §10.1). Two solvers:
+ *   - exact: a multiple-choice knapsack DP over the budget in units of
+ *     g = gcd(numel) weight-bits (exact, since every cost is a multiple);
+ *   - Lagrangian: walk the lower convex hulls of every tensor's
+ *     (bits, error) points by decreasing slope while the budget allows,
+ *     then fill the rest greedily with any single move that still fits.
+ * and ExLlamaV3's deterministic greedy (spec §10 steps 1-7) for
+ * comparison. */
+#ifndef X3_BITALLOC_H
+#define X3_BITALLOC_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define X3_BA_KMAX 8
+
+typedef struct {
+	char *name;          /* module key, no ".weight" */
+	int64_t numel;       /* out * in of the original (unpadded) weight */
+	double importance;   /* multiplies proxy_err; default numel */
+	unsigned measured;   /* bit K set when err[K] is known */
+	double err[X3_BA_KMAX + 1];
+	int lo, hi;          /* allowed K range (floors, --set) */
+	int fixed;           /* set by x3_ba_set_fixed */
+	int K;               /* result */
+} x3_ba_tensor;
+
+typedef struct x3_ba {
+	int n, cap;
+	x3_ba_tensor *t;     /* decoder linears, input order */
+	int has_head;        /* "lm_head" was measured */
+	x3_ba_tensor head;
+	int head_bits;       /* 1..8 or 16 */
+	int has_importance;
+	/* filled by the solvers */
+	double target;       /* bits requested */
+	int64_t total_numel;
+	int64_t budget;      /* floor(target * total_numel) weight-bits */
+	const char *method;  /* "dp", "lagrangian", "exllamav3" */
+	/* optional comparison, set by the caller, emitted by plan_json */
+	int has_exl3;
+	double exl3_error, exl3_bits;
+} x3_ba;
+
+enum { X3_BA_AUTO = 0, X3_BA_DP = 1, X3_BA_LAGRANGE = 2, X3_BA_EXL3 = 3 };
+
+x3_ba *x3_ba_create(void);
+void x3_ba_free(x3_ba *ba);
+
+/* Add one measurement (a trailing ".weight" of the name is dropped: plans
+ * use module keys). Re-measuring the same (tensor, K) with the same
+ * error is tolerated; a different error or numel is an error. */
+int x3_ba_add(x3_ba *ba, const char *tensor, int K, double proxy_err, int64_t numel);
+/* Parse JSON lines (one object per non-blank line) from f; label names
+ * the input in messages ("stdin", a file). */
+int x3_ba_read(x3_ba *ba, FILE *f, const char *label);
+/* Importance column: JSON lines {"tensor": KEY, "importance": x}. Every
+ * decoder linear must get one (checked by x3_ba_prepare). */
+int x3_ba_read_importance(x3_ba *ba, FILE *f, const char *label);
+
+/* Reset every tensor's allowed range to 1..8 and clear fixes. */
+void x3_ba_reset_limits(x3_ba *ba);
+/* Fix K for every decoder linear whose key matches the PCRE2 pattern
+ * (unanchored search). Zero matches, or a K that was not measured for a
+ * matched tensor, is an error. *nmatch gets the count. */
+int x3_ba_set_fixed(x3_ba *ba, const char *regex, int K, int *nmatch);
+/* select_hq_bits of a key: 2 for attention, 1 for shared experts, else 0
+ * (spec §10.3/10.6; applied to every architecture). */
+int x3_ba_hq_bits(const char *key);
+/* --hq: floor every non-fixed tensor at min(floor(bits) + hq_bits, 8). */
+void x3_ba_apply_hq(x3_ba *ba, double bits);
+
+/* Check the set (importance present, candidates non-empty) and the target
+ * (>= the cheapest allowed plan). */
+int x3_ba_prepare(x3_ba *ba, double bits);
+/* Solve; sets t[i].K, ba->method. X3_BA_EXL3 ignores measurements (its
+ * K range is floor(bits)..8) and applies floors afterwards (hq), so its
+ * plan may exceed the target exactly as ExLlamaV3's does. */
+int x3_ba_solve(x3_ba *ba, double bits, int method, int hq);
+/* Cells limit of the DP (tensors x budget units); above it AUTO uses the
+ * Lagrangian solver and DP fails. */
+extern int64_t x3_ba_dp_max_cells;
+
+/* Results. Error sums are NAN when a tensor's K was not measured. */
+double x3_ba_bits(const x3_ba *ba);         /* sum numel K / sum numel */
+double x3_ba_error(const x3_ba *ba);        /* sum err[K] * importance */
+/* Every tensor at K (clamped into its allowed range); NAN if unmeasured. */
+double x3_ba_uniform_error(const x3_ba *ba, int K);
+
+/* The plan as a JSON text (malloc'd): {"tensors": {...}, "bits", "target",
+ * "head_bits", "histogram", "histogram_numel", "expected_error",
+ * "uniform_error", "uniform_bits", "strategy", "method", ...;
+ * "exllamav3_error", "exllamav3_bits" when has_exl3}. */
+char *x3_ba_plan_json(const x3_ba *ba);
+
+#endif

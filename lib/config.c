@@ -1,0 +1,303 @@
+/* config.c: HF config.json of the Llama family -> x3_model_config. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "model.h"
+
+static const struct { const char *arch, *model_type; int id; } archs[] = {
+	{ "LlamaForCausalLM", "llama", X3_ARCH_LLAMA },
+	{ "MistralForCausalLM", "mistral", X3_ARCH_MISTRAL },
+	{ "Qwen2ForCausalLM", "qwen2", X3_ARCH_QWEN2 },
+	{ "Qwen3ForCausalLM", "qwen3", X3_ARCH_QWEN3 },
+};
+
+/* Positive integer key. required: absent is an error; else *v untouched. */
+static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t *v)
+{
+	json_t *j = json_object_get(o, key);
+	if (!j || json_is_null(j)) {
+		if (required)
+			return x3_err(X3_EFORMAT, "config.json: missing '%s'", key);
+		return X3_OK;
+	}
+	double d;
+	if (json_is_integer(j))
+		d = (double)json_integer_value(j);
+	else if (json_is_real(j))
+		d = json_real_value(j);
+	else
+		return x3_err(X3_EFORMAT, "config.json: '%s' is not a number", key);
+	if (d != floor(d) || d < (double)lo || d > 9.0e15)
+		return x3_err(X3_EFORMAT, "config.json: '%s' = %g is not an integer >= %lld",
+		              key, d, (long long)lo);
+	*v = (int64_t)d;
+	return X3_OK;
+}
+
+static int get_num(json_t *o, const char *key, double *v)
+{
+	json_t *j = json_object_get(o, key);
+	if (!j || json_is_null(j))
+		return X3_OK;
+	if (!json_is_number(j))
+		return x3_err(X3_EFORMAT, "config.json: '%s' is not a number", key);
+	*v = json_number_value(j);
+	if (!isfinite(*v))
+		return x3_err(X3_EFORMAT, "config.json: '%s' is not finite", key);
+	return X3_OK;
+}
+
+static int get_bool(json_t *o, const char *key, int *v)
+{
+	json_t *j = json_object_get(o, key);
+	if (!j || json_is_null(j))
+		return X3_OK;
+	if (!json_is_boolean(j))
+		return x3_err(X3_EFORMAT, "config.json: '%s' is not a boolean", key);
+	*v = json_is_true(j);
+	return X3_OK;
+}
+
+static int parse_rope_scaling(json_t *root, x3_model_config *c)
+{
+	json_t *rs = json_object_get(root, "rope_scaling");
+	c->rope_type = 0;
+	if (!rs || json_is_null(rs))
+		return X3_OK;
+	if (!json_is_object(rs))
+		return x3_err(X3_EFORMAT, "config.json: 'rope_scaling' is not an object");
+	json_t *t = json_object_get(rs, "rope_type");
+	if (!t)
+		t = json_object_get(rs, "type");
+	if (!t || !json_is_string(t))
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling has no 'rope_type'");
+	const char *ty = json_string_value(t);
+	if (!strcmp(ty, "default"))
+		return X3_OK;
+	int rc;
+	c->rope_factor = 0;
+	if ((rc = get_num(rs, "factor", &c->rope_factor)))
+		return rc;
+	if (!(c->rope_factor > 0))
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling '%s' needs a positive 'factor'", ty);
+	if (!strcmp(ty, "linear")) {
+		c->rope_type = 1;
+		return X3_OK;
+	}
+	if (strcmp(ty, "llama3"))
+		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' is not supported "
+		              "(default, linear, llama3 are)", ty);
+	c->rope_type = 2;
+	c->rope_low_freq = 1, c->rope_high_freq = 4, c->rope_orig_max_pos = 8192;
+	if ((rc = get_num(rs, "low_freq_factor", &c->rope_low_freq)) ||
+	    (rc = get_num(rs, "high_freq_factor", &c->rope_high_freq)) ||
+	    (rc = get_int(rs, "original_max_position_embeddings", 0, 1, &c->rope_orig_max_pos)))
+		return rc;
+	if (!(c->rope_high_freq > c->rope_low_freq) || !(c->rope_low_freq > 0))
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling llama3 needs "
+		              "0 < low_freq_factor < high_freq_factor");
+	return X3_OK;
+}
+
+static int parse_root(json_t *root, x3_model_config *c)
+{
+	int rc;
+	memset(c, 0, sizeof *c);
+	if (!json_is_object(root))
+		return x3_err(X3_EFORMAT, "config.json: not a JSON object");
+
+	const char *arch = NULL;
+	json_t *a = json_object_get(root, "architectures");
+	if (a && json_is_array(a) && json_array_size(a) > 0) {
+		if (json_array_size(a) > 1)
+			return x3_err(X3_EUNSUP, "config.json: several architectures");
+		if (!json_is_string(json_array_get(a, 0)))
+			return x3_err(X3_EFORMAT, "config.json: 'architectures' holds a non-string");
+		arch = json_string_value(json_array_get(a, 0));
+	}
+	json_t *mt = json_object_get(root, "model_type");
+	const char *model_type = mt && json_is_string(mt) ? json_string_value(mt) : NULL;
+	if (!arch && !model_type)
+		return x3_err(X3_EFORMAT, "config.json: neither 'architectures' nor 'model_type'");
+	c->arch = -1;
+	for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
+		if ((arch && !strcmp(arch, archs[i].arch)) ||
+		    (!arch && !strcmp(model_type, archs[i].model_type))) {
+			c->arch = archs[i].id;
+			snprintf(c->arch_name, sizeof c->arch_name, "%s", archs[i].arch);
+		}
+	if (c->arch < 0)
+		return x3_err(X3_EUNSUP, "config.json: architecture '%s' is not supported "
+		              "(Llama, Mistral, Qwen2, Qwen3 causal LMs are)", arch ? arch : model_type);
+
+	if ((rc = get_int(root, "hidden_size", 1, 1, &c->hidden)) ||
+	    (rc = get_int(root, "intermediate_size", 1, 1, &c->intermediate)) ||
+	    (rc = get_int(root, "num_hidden_layers", 1, 1, &c->n_layers)) ||
+	    (rc = get_int(root, "num_attention_heads", 1, 1, &c->n_heads)) ||
+	    (rc = get_int(root, "vocab_size", 1, 1, &c->vocab)))
+		return rc;
+	c->n_kv_heads = c->n_heads;
+	c->head_dim = 0;
+	c->max_pos = 2048;
+	if ((rc = get_int(root, "num_key_value_heads", 0, 1, &c->n_kv_heads)) ||
+	    (rc = get_int(root, "head_dim", 0, 1, &c->head_dim)) ||
+	    (rc = get_int(root, "max_position_embeddings", 0, 1, &c->max_pos)))
+		return rc;
+	if (c->hidden > (1 << 20) || c->intermediate > (1 << 22) || c->n_layers > 100000 ||
+	    c->n_heads > 4096 || c->vocab > (1 << 24) || c->head_dim > 65536)
+		return x3_err(X3_EFORMAT, "config.json: implausibly large dimensions");
+	if (!c->head_dim) {
+		if (c->hidden % c->n_heads)
+			return x3_err(X3_EFORMAT, "config.json: hidden_size %lld is not a multiple of "
+			              "num_attention_heads %lld", (long long)c->hidden, (long long)c->n_heads);
+		c->head_dim = c->hidden / c->n_heads;
+	}
+	if (c->head_dim % 2)
+		return x3_err(X3_EFORMAT, "config.json: head_dim %lld is odd", (long long)c->head_dim);
+	if (c->n_heads % c->n_kv_heads)
+		return x3_err(X3_EFORMAT, "config.json: num_attention_heads %lld is not a multiple "
+		              "of num_key_value_heads %lld", (long long)c->n_heads, (long long)c->n_kv_heads);
+
+	c->rope_theta = 10000.0;
+	c->rms_eps = 1e-6;
+	if ((rc = get_num(root, "rope_theta", &c->rope_theta)) ||
+	    (rc = get_num(root, "rms_norm_eps", &c->rms_eps)))
+		return rc;
+	if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
+		return x3_err(X3_EFORMAT, "config.json: rope_theta or rms_norm_eps out of range");
+	if ((rc = parse_rope_scaling(root, c)))
+		return rc;
+
+	json_t *act = json_object_get(root, "hidden_act");
+	if (act && !json_is_null(act)) {
+		if (!json_is_string(act))
+			return x3_err(X3_EFORMAT, "config.json: 'hidden_act' is not a string");
+		if (strcmp(json_string_value(act), "silu"))
+			return x3_err(X3_EUNSUP, "config.json: hidden_act '%s' is not supported (silu is)",
+			              json_string_value(act));
+	}
+	c->tied = 0;
+	if ((rc = get_bool(root, "tie_word_embeddings", &c->tied)))
+		return rc;
+
+	int attn_bias = 0, mlp_bias = 0;
+	if ((rc = get_bool(root, "attention_bias", &attn_bias)) ||
+	    (rc = get_bool(root, "mlp_bias", &mlp_bias)))
+		return rc;
+	switch (c->arch) {
+	case X3_ARCH_LLAMA:
+		c->qkv_bias = c->o_bias = attn_bias;
+		c->mlp_bias = mlp_bias;
+		break;
+	case X3_ARCH_MISTRAL:
+		break;
+	case X3_ARCH_QWEN2:
+		c->qkv_bias = 1;
+		break;
+	case X3_ARCH_QWEN3:
+		c->qkv_bias = c->o_bias = attn_bias;
+		c->qk_norm = 1;
+		break;
+	}
+
+	/* Sliding-window attention: recorded; the forward refuses rows longer
+	 * than the window (where it would have an effect). */
+	int64_t win = 0;
+	if (c->arch == X3_ARCH_MISTRAL) {
+		if ((rc = get_int(root, "sliding_window", 0, 1, &win)))
+			return rc;
+	} else if (c->arch == X3_ARCH_QWEN2 || c->arch == X3_ARCH_QWEN3) {
+		int use = 0;
+		if ((rc = get_bool(root, "use_sliding_window", &use)))
+			return rc;
+		if (use && (rc = get_int(root, "sliding_window", 0, 1, &win)))
+			return rc;
+	}
+	c->sliding_window = win;
+	if (json_object_get(root, "layer_types"))
+		for (size_t i = 0; i < json_array_size(json_object_get(root, "layer_types")); i++) {
+			json_t *lt = json_array_get(json_object_get(root, "layer_types"), i);
+			if (json_is_string(lt) && strcmp(json_string_value(lt), "full_attention") &&
+			    !c->sliding_window)
+				return x3_err(X3_EUNSUP, "config.json: layer type '%s' is not supported",
+				              json_string_value(lt));
+		}
+
+	c->bos_id = c->eos_id = -1;
+	json_t *b = json_object_get(root, "bos_token_id");
+	if (b && json_is_integer(b))
+		c->bos_id = json_integer_value(b);
+	json_t *e = json_object_get(root, "eos_token_id");
+	if (e && json_is_array(e))
+		e = json_array_get(e, 0);
+	if (e && json_is_integer(e))
+		c->eos_id = json_integer_value(e);
+
+	json_t *q = json_object_get(root, "quantization_config");
+	if (q && !json_is_null(q)) {
+		json_t *qm = json_object_get(q, "quant_method");
+		if (!qm || !json_is_string(qm) || strcmp(json_string_value(qm), "exl3"))
+			return x3_err(X3_EUNSUP, "config.json: quantization_config with quant_method "
+			              "'%s' is not supported (exl3 is)",
+			              qm && json_is_string(qm) ? json_string_value(qm) : "?");
+		c->quantized = 1;
+	}
+	return X3_OK;
+}
+
+int x3_config_parse(const char *text, size_t len, x3_model_config *cfg)
+{
+	json_error_t jerr;
+	json_t *root = json_loadb(text, len, 0, &jerr);
+	if (!root)
+		return x3_err(X3_EFORMAT, "config.json: line %d: %s", jerr.line, jerr.text);
+	int rc = parse_root(root, cfg);
+	json_decref(root);
+	return rc;
+}
+
+int x3_config_load(const char *dir, x3_model_config *cfg)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	for (;;) {
+		if (len + 65536 > cap) {
+			cap = cap ? 2 * cap : 65536;
+			if (cap > (64u << 20)) {
+				free(buf);
+				fclose(f);
+				return x3_err(X3_EFORMAT, "%s: larger than 64 MiB", path);
+			}
+			char *nb = realloc(buf, cap);
+			if (!nb) {
+				free(buf);
+				fclose(f);
+				return x3_err(X3_ENOMEM, "%s: out of memory", path);
+			}
+			buf = nb;
+		}
+		size_t n = fread(buf + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	int bad = ferror(f);
+	fclose(f);
+	if (bad) {
+		free(buf);
+		return x3_err(X3_EIO, "%s: read error", path);
+	}
+	int rc = x3_config_parse(buf, len, cfg);
+	free(buf);
+	if (rc)
+		x3_errprefix(rc, "%s", dir);
+	return rc;
+}

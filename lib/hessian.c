@@ -1,0 +1,239 @@
+/* hessian.c: H = Σ xᵀx accumulators (see hessian.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#include "hessian.h"
+
+struct x3_hess {
+	char *name, *members;
+	int layer, f64;
+	int64_t n, count, dropped;
+	float *hf;      /* (n, n), upper triangle accumulated, or NULL */
+	double *hd;     /* (n, n) in f64 mode */
+	struct x3_kv *extra;
+	int nextra;
+};
+
+static const char *const computed[] = { "role", "count", "dropped", "members", "layer",
+                                        "x3f", "xxh3" };
+
+int x3_hess_set_meta(x3_hess *h, const char *key, const char *val)
+{
+	for (size_t i = 0; i < sizeof computed / sizeof *computed; i++)
+		if (!strcmp(key, computed[i]))
+			return x3_err(X3_EINVAL, "hessian '%s': metadata '%s' is computed", h->name, key);
+	for (int i = 0; i < h->nextra; i++)
+		if (!strcmp(h->extra[i].key, key)) {
+			char *v = strdup(val);
+			if (!v)
+				return x3_err(X3_ENOMEM, "out of memory");
+			free(h->extra[i].val);
+			h->extra[i].val = v;
+			return X3_OK;
+		}
+	struct x3_kv *e = realloc(h->extra, (size_t)(h->nextra + 1) * sizeof *e);
+	if (!e)
+		return x3_err(X3_ENOMEM, "out of memory");
+	h->extra = e;
+	e[h->nextra].key = strdup(key);
+	e[h->nextra].val = strdup(val);
+	if (!e[h->nextra].key || !e[h->nextra].val) {
+		free(e[h->nextra].key), free(e[h->nextra].val);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	h->nextra++;
+	return X3_OK;
+}
+
+int x3_hess_meta_is_computed(const char *key)
+{
+	for (size_t i = 0; i < sizeof computed / sizeof *computed; i++)
+		if (!strcmp(key, computed[i]))
+			return 1;
+	return 0;
+}
+
+int x3_hess_new(const char *name, int64_t n, int f64, const char *members, int layer,
+                x3_hess **out)
+{
+	*out = NULL;
+	if (n < 1 || n > (1 << 20))
+		return x3_err(X3_EINVAL, "hessian '%s': bad size %lld", name, (long long)n);
+	x3_hess *h = calloc(1, sizeof *h);
+	if (!h)
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", name);
+	h->name = strdup(name);
+	h->members = members ? strdup(members) : NULL;
+	h->layer = layer, h->f64 = f64, h->n = n;
+	if (f64)
+		h->hd = calloc((size_t)(n * n), sizeof *h->hd);
+	else
+		h->hf = calloc((size_t)(n * n), sizeof *h->hf);
+	if (!h->name || (members && !h->members) || (!h->hd && !h->hf)) {
+		x3_hess_free(h);
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory for %lldx%lld", name,
+		              (long long)n, (long long)n);
+	}
+	*out = h;
+	return X3_OK;
+}
+
+void x3_hess_free(x3_hess *h)
+{
+	if (!h)
+		return;
+	free(h->name), free(h->members), free(h->hf), free(h->hd);
+	for (int i = 0; i < h->nextra; i++)
+		free(h->extra[i].key), free(h->extra[i].val);
+	free(h->extra);
+	free(h);
+}
+
+const char *x3_hess_name(const x3_hess *h) { return h->name; }
+int64_t x3_hess_count(const x3_hess *h) { return h->count; }
+const char *x3_hess_members(const x3_hess *h) { return h->members; }
+int64_t x3_hess_dropped(const x3_hess *h) { return h->dropped; }
+
+int x3_hess_too_many_dropped(const x3_hess *h)
+{
+	return h->dropped * 10 > h->count + h->dropped;
+}
+
+/* Accumulate a block of finite rows. */
+static int add_block(x3_hess *h, const float *x, int64_t rows)
+{
+	int64_t n = h->n;
+	if (!rows)
+		return X3_OK;
+	if (!h->f64) {
+		cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)n, (int)rows, 1.0f, x, (int)n,
+		            1.0f, h->hf, (int)n);
+		return X3_OK;
+	}
+	double *xd = malloc((size_t)(rows * n) * sizeof *xd);
+	if (!xd)
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
+	for (int64_t i = 0; i < rows * n; i++)
+		xd[i] = x[i];
+	cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)n, (int)rows, 1.0, xd, (int)n,
+	            1.0, h->hd, (int)n);
+	free(xd);
+	return X3_OK;
+}
+
+int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n)
+{
+	if (n != h->n)
+		return x3_err(X3_EINVAL, "hessian '%s': rows of %lld values, expected %lld",
+		              h->name, (long long)n, (long long)h->n);
+	/* Split into runs of finite rows; the SYRKs see blocks of >= 64 rows
+	 * unless bad rows are dense (then copying beats tiny calls). */
+	int64_t bad = 0;
+	unsigned char *ok = malloc((size_t)(rows > 0 ? rows : 1));
+	if (!ok)
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
+	#pragma omp parallel for if(rows * n > (1 << 16)) schedule(static) reduction(+:bad)
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * n;
+		int fin = 1;
+		for (int64_t i = 0; i < n; i++)
+			fin &= isfinite(xr[i]) != 0;
+		ok[r] = (unsigned char)fin;
+		bad += !fin;
+	}
+	int rc = X3_OK;
+	if (!bad) {
+		rc = add_block(h, x, rows);
+	} else {
+		float *c = malloc((size_t)((rows - bad) * n + 1) * sizeof *c);
+		if (!c) {
+			free(ok);
+			return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
+		}
+		int64_t k = 0;
+		for (int64_t r = 0; r < rows; r++)
+			if (ok[r])
+				memcpy(c + (k++) * n, x + r * n, (size_t)n * sizeof *c);
+		rc = add_block(h, c, k);
+		free(c);
+	}
+	free(ok);
+	if (!rc) {
+		h->count += rows - bad;
+		h->dropped += bad;
+	}
+	return rc;
+}
+
+int x3_hess_add_frame(x3_hess *h, const x3_tensor *t)
+{
+	char b[64];
+	if (t->rank != 2 || t->shape[0] != h->n || t->shape[1] != h->n)
+		return x3_err(X3_EFORMAT, "frame '%s': shape %s, expected %lldx%lld", t->name,
+		              x3_shape_str(t, b, sizeof b), (long long)h->n, (long long)h->n);
+	if (t->dtype != X3_F32 && t->dtype != X3_F64)
+		return x3_err(X3_EFORMAT, "frame '%s': dtype %s (F32 or F64 expected)", t->name,
+		              x3_dtype_name(t->dtype));
+	if (!t->data)
+		return x3_err(X3_EFORMAT, "frame '%s': no payload", t->name);
+	int64_t cnt = 0, drop = 0;
+	int rc = x3_meta_get_i64(t, "count", &cnt);
+	if (rc || cnt < 0)
+		return x3_err(X3_EFORMAT, "frame '%s': %s metadata 'count'", t->name,
+		              rc == X3_EINVAL ? "no" : "bad");
+	rc = x3_meta_get_i64(t, "dropped", &drop);
+	if (rc == X3_EFORMAT || drop < 0)
+		return x3_err(X3_EFORMAT, "frame '%s': bad metadata 'dropped'", t->name);
+	int64_t nn = h->n * h->n;
+	/* Frames are symmetric; accumulate every element (upper triangle is
+	 * what the accumulator reads, the lower one is filled on output). */
+	if (t->dtype == X3_F64) {
+		const double *s = t->data;
+		if (h->f64)
+			for (int64_t i = 0; i < nn; i++) h->hd[i] += s[i];
+		else
+			for (int64_t i = 0; i < nn; i++) h->hf[i] += (float)s[i];
+	} else {
+		const float *s = t->data;
+		if (h->f64)
+			for (int64_t i = 0; i < nn; i++) h->hd[i] += s[i];
+		else
+			for (int64_t i = 0; i < nn; i++) h->hf[i] += s[i];
+	}
+	h->count += cnt;
+	h->dropped += drop;
+	return X3_OK;
+}
+
+x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
+{
+	int64_t n = h->n;
+	x3_tensor *t = x3_tensor_new2(h->name, dtype, n, n);
+	if (!t)
+		return NULL;
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = 0; j < n; j++) {
+			/* upper triangle (i <= j) is the accumulated one */
+			int64_t s = i <= j ? i * n + j : j * n + i;
+			double v = h->f64 ? h->hd[s] : (double)h->hf[s];
+			if (dtype == X3_F64)
+				((double *)t->data)[i * n + j] = v;
+			else
+				((float *)t->data)[i * n + j] = (float)v;
+		}
+	if (x3_meta_set(t, "role", "hessian") ||
+	    x3_meta_setf(t, "count", "%lld", (long long)h->count) ||
+	    x3_meta_setf(t, "dropped", "%lld", (long long)h->dropped) ||
+	    (h->members && x3_meta_set(t, "members", h->members)) ||
+	    (h->layer >= 0 && x3_meta_setf(t, "layer", "%d", h->layer))) {
+		x3_tensor_free(t);
+		return NULL;
+	}
+	for (int i = 0; i < h->nextra; i++)
+		if (x3_meta_set(t, h->extra[i].key, h->extra[i].val)) {
+			x3_tensor_free(t);
+			return NULL;
+		}
+	return t;
+}

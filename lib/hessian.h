@@ -1,0 +1,44 @@
+/* hessian.h: accumulation of input Hessians H = Σ xᵀx of linear layers
+ * (spec §9.2): unnormalized, with the number of rows accumulated ("count")
+ * and the number dropped for holding non-finite values ("dropped").
+ *
+ * A Hessian frame (what hessian-capture writes) is a square F32 or F64
+ * tensor (in, in), symmetric, named after the input group (e.g.
+ * "model.layers.0.self_attn.input"), with string metadata
+ *   role=hessian, count=<rows>, dropped=<rows>, members=<comma list of the
+ *   weight tensors that read this input>, layer=<index; n_layers = head>. */
+#ifndef X3_HESSIAN_H
+#define X3_HESSIAN_H
+
+#include "x3.h"
+
+typedef struct x3_hess x3_hess;
+
+/* New zero accumulator for n inputs; f64: accumulate in double (DSYRK),
+ * else float (SSYRK). members may be NULL; layer -1 leaves it out. */
+int x3_hess_new(const char *name, int64_t n, int f64, const char *members,
+                int layer, x3_hess **out);
+void x3_hess_free(x3_hess *h);
+const char *x3_hess_name(const x3_hess *h);
+int64_t x3_hess_count(const x3_hess *h);
+const char *x3_hess_members(const x3_hess *h);   /* or NULL */
+int64_t x3_hess_dropped(const x3_hess *h);
+
+/* H += xᵀx over the rows of x (rows, n); rows holding any non-finite value
+ * are skipped and counted as dropped. */
+int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n);
+/* Add another Hessian frame (F32/F64 (n, n), metadata count/dropped):
+ * H, count and dropped add up. Errors name the frame. */
+int x3_hess_add_frame(x3_hess *h, const x3_tensor *t);
+/* Extra metadata copied onto the frame (e.g. "tied"); keys role, count,
+ * dropped, members, layer are computed and cannot be set here. */
+int x3_hess_set_meta(x3_hess *h, const char *key, const char *val);
+/* Is key one of the computed ones (or a frame-format key x3f/xxh3)? */
+int x3_hess_meta_is_computed(const char *key);
+/* Over the limit of ExLlamaV3 (more than 10% of the rows dropped)? */
+int x3_hess_too_many_dropped(const x3_hess *h);
+/* The finished frame: symmetrized H in dtype (X3_F32 or X3_F64) with the
+ * metadata above. The accumulator stays valid. NULL on allocation error. */
+x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype);
+
+#endif

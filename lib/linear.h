@@ -1,0 +1,26 @@
+/* linear.h: the linear layers the model forward multiplies with: either a
+ * dense weight (HF orientation (out, in), F32/F16/BF16 in a safetensors
+ * file, converted to F32) or an EXL3-quantized linear (lib/exl3.h) read
+ * from an EXL3 model directory. Both compute Y = X·Wᵀ (+ bias). */
+#ifndef X3_LINEAR_H
+#define X3_LINEAR_H
+
+#include "x3.h"
+#include "safetensors.h"
+
+typedef struct x3_linear x3_linear;
+
+/* Open "<key>.weight" (dense) or the EXL3 group "<key>.trellis/suh/svh"
+ * from st, checking it against in_features x out_features; with bias set,
+ * "<key>.bias" (out) must exist. check_only: validate and return with
+ * *out untouched (out may be NULL). Errors name the tensor. */
+int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out,
+                   int bias, int check_only, x3_linear **lin);
+/* y (rows, out) = x (rows, in) · Wᵀ (+ bias). An EXL3 linear multiplies
+ * small batches from the packed trellis and larger ones through a dense
+ * reconstruction made on first use (so l is not const). */
+int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y);
+int x3_linear_is_exl3(const x3_linear *l);
+void x3_linear_free(x3_linear *l);
+
+#endif

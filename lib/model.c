@@ -1,0 +1,536 @@
+/* model.c: Llama-family causal LM forward in F32 on CPU (see model.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model.h"
+#include "safetensors.h"
+#include "linear.h"
+
+struct x3_model {
+	x3_model_config cfg;
+	x3_st *st;              /* the model */
+	x3_st *ov;              /* overlay (layers ov_first..ov_last) or NULL */
+	int ov_first, ov_last;
+	const x3_tensor *embed; /* borrowed (vocab, hidden) */
+};
+
+const x3_model_config *x3_model_cfg(const x3_model *m) { return &m->cfg; }
+
+/* Source of the tensors of a layer (-1: embedding/norm/head). */
+static x3_st *layer_src(const x3_model *m, int layer)
+{
+	if (m->ov && layer >= m->ov_first && layer <= m->ov_last)
+		return m->ov;
+	return m->st;
+}
+
+/* ---- per-layer weights ------------------------------------------------ */
+enum { L_Q, L_K, L_V, L_O, L_GATE, L_UP, L_DOWN, L_N };
+static const char *const lin_key[L_N] = {
+	"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+	"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+};
+
+struct layer_w {
+	x3_linear *lin[L_N];
+	float *in_norm, *post_norm;     /* (hidden) */
+	float *q_norm, *k_norm;         /* (head_dim) or NULL */
+};
+
+static void lin_dims(const x3_model_config *c, int i, int64_t *in, int64_t *out, int *bias)
+{
+	int64_t qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+	switch (i) {
+	case L_Q: *in = c->hidden, *out = qd, *bias = c->qkv_bias; break;
+	case L_K: *in = c->hidden, *out = kvd, *bias = c->qkv_bias; break;
+	case L_V: *in = c->hidden, *out = kvd, *bias = c->qkv_bias; break;
+	case L_O: *in = qd, *out = c->hidden, *bias = c->o_bias; break;
+	case L_GATE: case L_UP: *in = c->hidden, *out = c->intermediate, *bias = c->mlp_bias; break;
+	default: *in = c->intermediate, *out = c->hidden, *bias = c->mlp_bias; break;
+	}
+}
+
+/* A 1-D vector tensor of length n as F32 (check only when out == NULL). */
+static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
+{
+	const x3_tensor *t = x3_st_find(st, name);
+	if (!t)
+		return x3_err(X3_EFORMAT, "tensor '%s' is missing", name);
+	if (t->rank != 1 || t->shape[0] != n) {
+		char b[64];
+		return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lld", name,
+		              x3_shape_str(t, b, sizeof b), (long long)n);
+	}
+	if (!out)
+		return X3_OK;
+	*out = x3_tensor_f32(t);
+	if (!*out)
+		return x3_errprefix(X3_ENOMEM, "tensor '%s'", name);
+	return X3_OK;
+}
+
+static void layer_free(struct layer_w *w)
+{
+	for (int i = 0; i < L_N; i++)
+		x3_linear_free(w->lin[i]);
+	free(w->in_norm), free(w->post_norm), free(w->q_norm), free(w->k_norm);
+	memset(w, 0, sizeof *w);
+}
+
+/* Load (or with check set, only validate) the weights of layer l. */
+static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
+{
+	const x3_model_config *c = &m->cfg;
+	x3_st *st = layer_src(m, l);
+	char name[256];
+	int rc;
+	memset(w, 0, sizeof *w);
+	for (int i = 0; i < L_N; i++) {
+		int64_t in, out;
+		int bias;
+		lin_dims(c, i, &in, &out, &bias);
+		snprintf(name, sizeof name, "model.layers.%d.%s", l, lin_key[i]);
+		if ((rc = x3_linear_open(st, name, in, out, bias, check, &w->lin[i])))
+			goto fail;
+	}
+	snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+	if ((rc = load_vec(st, name, c->hidden, check ? NULL : &w->in_norm)))
+		goto fail;
+	snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+	if ((rc = load_vec(st, name, c->hidden, check ? NULL : &w->post_norm)))
+		goto fail;
+	if (c->qk_norm) {
+		snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
+		if ((rc = load_vec(st, name, c->head_dim, check ? NULL : &w->q_norm)))
+			goto fail;
+		snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
+		if ((rc = load_vec(st, name, c->head_dim, check ? NULL : &w->k_norm)))
+			goto fail;
+	}
+	return X3_OK;
+fail:
+	layer_free(w);
+	return rc;
+}
+
+/* The head: lm_head (dense or EXL3: an EXL3 conversion of a tied model
+ * stores its quantized head there), else the embedding when tied. */
+static int head_open(const x3_model *m, int check, x3_linear **out)
+{
+	const x3_model_config *c = &m->cfg;
+	if (c->tied && !x3_st_find(m->st, "lm_head.weight") && !x3_st_find(m->st, "lm_head.trellis"))
+		return x3_linear_open(m->st, "model.embed_tokens", c->hidden, c->vocab, 0, check, out);
+	return x3_linear_open(m->st, "lm_head", c->hidden, c->vocab, 0, check, out);
+}
+
+int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **out)
+{
+	*out = NULL;
+	x3_model *m = calloc(1, sizeof *m);
+	if (!m)
+		return x3_err(X3_ENOMEM, "out of memory");
+	int rc = x3_config_load(dir, &m->cfg);
+	if (rc)
+		goto fail;
+	if ((rc = x3_st_open(dir, &m->st)))
+		goto fail;
+	if (opts && opts->overlay_dir) {
+		if ((rc = x3_st_open(opts->overlay_dir, &m->ov)))
+			goto fail;
+		m->ov_first = opts->overlay_first;
+		m->ov_last = opts->overlay_last;
+	}
+	const x3_model_config *c = &m->cfg;
+	m->embed = x3_st_find(m->st, "model.embed_tokens.weight");
+	if (!m->embed) {
+		rc = x3_err(X3_EFORMAT, "%s: tensor 'model.embed_tokens.weight' is missing", dir);
+		goto fail;
+	}
+	if (m->embed->rank != 2 || m->embed->shape[0] != c->vocab || m->embed->shape[1] != c->hidden ||
+	    !(m->embed->dtype == X3_F32 || m->embed->dtype == X3_F16 || m->embed->dtype == X3_BF16)) {
+		char b[64];
+		rc = x3_err(X3_EFORMAT, "%s: tensor 'model.embed_tokens.weight': %s %s, config says "
+		            "F32/F16/BF16 %lldx%lld", dir, x3_dtype_name(m->embed->dtype),
+		            x3_shape_str(m->embed, b, sizeof b), (long long)c->vocab, (long long)c->hidden);
+		goto fail;
+	}
+	for (int l = 0; l < c->n_layers; l++) {
+		struct layer_w w;
+		if ((rc = layer_load(m, l, 1, &w))) {
+			x3_errprefix(rc, "%s", layer_src(m, l) == m->ov ? opts->overlay_dir : dir);
+			goto fail;
+		}
+	}
+	if ((rc = load_vec(m->st, "model.norm.weight", c->hidden, NULL)) ||
+	    (rc = head_open(m, 1, NULL))) {
+		x3_errprefix(rc, "%s", dir);
+		goto fail;
+	}
+	*out = m;
+	return X3_OK;
+fail:
+	x3_model_close(m);
+	return rc;
+}
+
+void x3_model_close(x3_model *m)
+{
+	if (!m)
+		return;
+	if (m->st)
+		x3_st_close(m->st);
+	if (m->ov)
+		x3_st_close(m->ov);
+	free(m);
+}
+
+void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m)
+{
+	memset(o, 0, sizeof *o);
+	o->hook_first = 0;
+	o->hook_last = (int)m->cfg.n_layers;
+	o->last_layer = (int)m->cfg.n_layers;
+	o->logits_mode = X3_LOGITS_NONE;
+}
+
+/* ---- kernels ---------------------------------------------------------- */
+/* y = rmsnorm(x) * w over rows of n (HF: x * rsqrt(mean(x^2) + eps) * w) */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t rows, int64_t n, double eps)
+{
+	#pragma omp parallel for if(rows * n > (1 << 16)) schedule(static)
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * n;
+		float *yr = y + r * n;
+		double ss = 0;
+		for (int64_t i = 0; i < n; i++)
+			ss += (double)xr[i] * xr[i];
+		float s = (float)(1.0 / sqrt(ss / (double)n + eps));
+		for (int64_t i = 0; i < n; i++)
+			yr[i] = w[i] * (xr[i] * s);
+	}
+}
+
+/* RoPE inverse frequencies (head_dim/2), with rope_scaling applied. */
+static void rope_freqs(const x3_model_config *c, double *f)
+{
+	int64_t half = c->head_dim / 2;
+	for (int64_t i = 0; i < half; i++) {
+		double inv = 1.0 / pow(c->rope_theta, (double)(2 * i) / (double)c->head_dim);
+		if (c->rope_type == 1) {
+			inv /= c->rope_factor;
+		} else if (c->rope_type == 2) {
+			/* Llama 3.1: long wavelengths slowed by factor, short ones
+			 * kept, a linear blend in between. */
+			double old = (double)c->rope_orig_max_pos;
+			double lo_wl = old / c->rope_low_freq, hi_wl = old / c->rope_high_freq;
+			double wl = 2.0 * M_PI / inv;
+			if (wl > lo_wl) {
+				inv /= c->rope_factor;
+			} else if (wl >= hi_wl) {
+				double s = (old / wl - c->rope_low_freq) /
+				           (c->rope_high_freq - c->rope_low_freq);
+				inv = (1 - s) * inv / c->rope_factor + s * inv;
+			}
+		}
+		f[i] = inv;
+	}
+}
+
+/* Rotate-half RoPE in place on (ntok, nh, hd) vectors; position of token t
+ * is t % cols. cs: (cols, hd/2) cos then sin tables. */
+static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t cols,
+                       const float *cosv, const float *sinv)
+{
+	int64_t half = hd / 2;
+	#pragma omp parallel for if(ntok * nh * hd > (1 << 16)) schedule(static)
+	for (int64_t t = 0; t < ntok; t++) {
+		const float *cp = cosv + (t % cols) * half, *sp = sinv + (t % cols) * half;
+		for (int64_t h = 0; h < nh; h++) {
+			float *v = x + (t * nh + h) * hd;
+			for (int64_t i = 0; i < half; i++) {
+				float a = v[i], b = v[i + half];
+				v[i] = a * cp[i] - b * sp[i];
+				v[i + half] = b * cp[i] + a * sp[i];
+			}
+		}
+	}
+}
+
+/* Causal attention of nrows rows of cols tokens. q, out: (ntok, nq, hd);
+ * k, v: (ntok, nkv, hd). One task per (row, head): the head's keys and
+ * values are first transposed to (hd, cols) so that the inner loops run
+ * over contiguous positions (SIMD), whatever head_dim is. */
+static int attention(const float *q, const float *k, const float *v, float *out,
+                     int64_t nrows, int64_t cols, int64_t nq, int64_t nkv, int64_t hd)
+{
+	int64_t grp = nq / nkv;
+	float scale = (float)(1.0 / sqrt((double)hd));
+	int fail = 0;
+	#pragma omp parallel if(nrows * nq * cols * cols * hd > (1 << 20))
+	{
+		float *s = malloc((size_t)cols * sizeof *s);
+		float *kt = malloc((size_t)(hd * cols) * sizeof *kt);   /* (hd, cols) */
+		float *vt = malloc((size_t)(hd * cols) * sizeof *vt);   /* (hd, cols) */
+		float *qs = malloc((size_t)hd * sizeof *qs);
+		if (!s || !kt || !vt || !qs) {
+			#pragma omp atomic write
+			fail = 1;
+		}
+		#pragma omp for collapse(2) schedule(dynamic, 1)
+		for (int64_t r = 0; r < nrows; r++)
+			for (int64_t h = 0; h < nq; h++) {
+				if (!s || !kt || !vt || !qs)
+					continue;
+				int64_t kh = h / grp;
+				const float *kr = k + (r * cols * nkv + kh) * hd;
+				const float *vr = v + (r * cols * nkv + kh) * hd;
+				for (int64_t j = 0; j < cols; j++)
+					for (int64_t e = 0; e < hd; e++) {
+						kt[e * cols + j] = kr[j * nkv * hd + e];
+						vt[e * cols + j] = vr[j * nkv * hd + e];
+					}
+				for (int64_t i = 0; i < cols; i++) {
+					const float *qi = q + ((r * cols + i) * nq + h) * hd;
+					int64_t n = i + 1;   /* keys 0..i */
+					for (int64_t e = 0; e < hd; e++)
+						qs[e] = qi[e] * scale;
+					#pragma omp simd
+					for (int64_t j = 0; j < n; j++)
+						s[j] = qs[0] * kt[j];
+					for (int64_t e = 1; e < hd; e++) {
+						const float *ke = kt + e * cols;
+						float qe = qs[e];
+						#pragma omp simd
+						for (int64_t j = 0; j < n; j++)
+							s[j] += qe * ke[j];
+					}
+					float mx = -INFINITY;
+					for (int64_t j = 0; j < n; j++)
+						mx = s[j] > mx ? s[j] : mx;
+					float sum = 0;
+					#pragma omp simd reduction(+:sum)
+					for (int64_t j = 0; j < n; j++) {
+						s[j] = expf(s[j] - mx);
+						sum += s[j];
+					}
+					float inv = 1.0f / sum;
+					float *o = out + ((r * cols + i) * nq + h) * hd;
+					for (int64_t e = 0; e < hd; e++) {
+						const float *ve = vt + e * cols;
+						float acc = 0;
+						#pragma omp simd reduction(+:acc)
+						for (int64_t j = 0; j < n; j++)
+							acc += s[j] * ve[j];
+						o[e] = acc * inv;
+					}
+				}
+			}
+		free(s), free(kt), free(vt), free(qs);
+	}
+	return fail ? x3_err(X3_ENOMEM, "attention: out of memory") : X3_OK;
+}
+
+/* ---- forward ---------------------------------------------------------- */
+struct fwd {
+	x3_model *m;
+	const struct x3_forward_opts *o;
+	int64_t cols;
+	float *xn, *q, *k, *v, *a, *g, *u;
+	float *cosv, *sinv;
+};
+
+static int hook(struct fwd *f, int layer, const char *group, const char *members,
+                const float *x, int64_t ntok, int64_t in)
+{
+	const struct x3_forward_opts *o = f->o;
+	if (!o->hook || layer < o->hook_first || layer > o->hook_last)
+		return X3_OK;
+	char name[128];
+	if (layer < f->m->cfg.n_layers)
+		snprintf(name, sizeof name, "model.layers.%d.%s", layer, group);
+	else
+		snprintf(name, sizeof name, "%s", group);
+	struct x3_capture c = { layer, name, members, x, ntok, in };
+	return o->hook(o->hook_ctx, &c);
+}
+
+/* Members list of a group of layer l (static buffer per call site). */
+static const char *members(char *buf, size_t n, int l, int i0, int i1)
+{
+	size_t p = 0;
+	buf[0] = 0;
+	for (int i = i0; i <= i1 && p < n; i++)
+		p += (size_t)snprintf(buf + p, n - p, "%smodel.layers.%d.%s.weight",
+		                      i > i0 ? "," : "", l, lin_key[i]);
+	return buf;
+}
+
+/* One layer on a chunk of nrows rows: x (ntok, hidden) updated in place. */
+static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, int64_t nrows)
+{
+	const x3_model_config *c = &f->m->cfg;
+	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, hd = c->head_dim;
+	int64_t nq = c->n_heads, nkv = c->n_kv_heads, inter = c->intermediate;
+	char mb[1024];
+	int rc;
+
+	rmsnorm(f->xn, x, w->in_norm, nt, H, c->rms_eps);
+	if ((rc = hook(f, l, "self_attn.input", members(mb, sizeof mb, l, L_Q, L_V), f->xn, nt, H)))
+		return rc;
+	if ((rc = x3_linear_apply(w->lin[L_Q], f->xn, nt, f->q)) ||
+	    (rc = x3_linear_apply(w->lin[L_K], f->xn, nt, f->k)) ||
+	    (rc = x3_linear_apply(w->lin[L_V], f->xn, nt, f->v)))
+		return rc;
+	if (c->qk_norm) {
+		rmsnorm(f->q, f->q, w->q_norm, nt * nq, hd, c->rms_eps);
+		rmsnorm(f->k, f->k, w->k_norm, nt * nkv, hd, c->rms_eps);
+	}
+	rope_apply(f->q, nt, nq, hd, cols, f->cosv, f->sinv);
+	rope_apply(f->k, nt, nkv, hd, cols, f->cosv, f->sinv);
+	if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd)))
+		return rc;
+	if ((rc = hook(f, l, "self_attn.o_proj.input", members(mb, sizeof mb, l, L_O, L_O),
+	               f->a, nt, nq * hd)))
+		return rc;
+	/* o_proj output into xn (free now), then the residual */
+	if ((rc = x3_linear_apply(w->lin[L_O], f->a, nt, f->xn)))
+		return rc;
+	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
+	for (int64_t i = 0; i < nt * H; i++)
+		x[i] += f->xn[i];
+
+	rmsnorm(f->xn, x, w->post_norm, nt, H, c->rms_eps);
+	if ((rc = hook(f, l, "mlp.input", members(mb, sizeof mb, l, L_GATE, L_UP), f->xn, nt, H)))
+		return rc;
+	if ((rc = x3_linear_apply(w->lin[L_GATE], f->xn, nt, f->g)) ||
+	    (rc = x3_linear_apply(w->lin[L_UP], f->xn, nt, f->u)))
+		return rc;
+	#pragma omp parallel for if(nt * inter > (1 << 16)) schedule(static)
+	for (int64_t i = 0; i < nt * inter; i++) {
+		float gv = f->g[i];
+		f->g[i] = gv / (1.0f + expf(-gv)) * f->u[i];
+	}
+	if ((rc = hook(f, l, "mlp.down_proj.input", members(mb, sizeof mb, l, L_DOWN, L_DOWN),
+	               f->g, nt, inter)))
+		return rc;
+	if ((rc = x3_linear_apply(w->lin[L_DOWN], f->g, nt, f->xn)))
+		return rc;
+	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
+	for (int64_t i = 0; i < nt * H; i++)
+		x[i] += f->xn[i];
+	return X3_OK;
+}
+
+static int64_t i64max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t cols,
+                     const struct x3_forward_opts *o)
+{
+	const x3_model_config *c = &m->cfg;
+	int64_t H = c->hidden, T;
+	int n = (int)c->n_layers;
+	if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
+		return x3_err(X3_EINVAL, "forward: bad batch %lldx%lld", (long long)rows, (long long)cols);
+	T = rows * cols;
+	if (c->sliding_window && cols > c->sliding_window)
+		return x3_err(X3_EUNSUP, "forward: rows of %lld tokens exceed the sliding window "
+		              "(%lld), which is not supported", (long long)cols, (long long)c->sliding_window);
+	if (o->logits_mode != X3_LOGITS_NONE && (!o->logits || o->last_layer < n))
+		return x3_err(X3_EINVAL, "forward: logits need a buffer and all layers");
+	for (int64_t i = 0; i < T; i++)
+		if (tokens[i] < 0 || tokens[i] >= c->vocab)
+			return x3_err(X3_EINVAL, "forward: token id %ld at row %lld, column %lld is "
+			              "outside the vocabulary (0..%lld)", (long)tokens[i],
+			              (long long)(i / cols), (long long)(i % cols), (long long)c->vocab - 1);
+
+	int64_t chunk_rows = (o->chunk_tokens > 0 ? o->chunk_tokens : 4096) / cols;
+	if (chunk_rows < 1)
+		chunk_rows = 1;
+	if (chunk_rows > rows)
+		chunk_rows = rows;
+	int64_t ct = chunk_rows * cols, qd = c->n_heads * c->head_dim;
+	int64_t kvd = c->n_kv_heads * c->head_dim, half = c->head_dim / 2;
+	struct fwd f = { .m = m, .o = o, .cols = cols };
+	int rc = X3_OK;
+	float *x = malloc((size_t)T * H * sizeof *x);
+	f.xn = malloc((size_t)ct * i64max(H, qd) * sizeof(float));
+	f.q = malloc((size_t)ct * qd * sizeof(float));
+	f.a = malloc((size_t)ct * qd * sizeof(float));
+	f.k = malloc((size_t)ct * kvd * sizeof(float));
+	f.v = malloc((size_t)ct * kvd * sizeof(float));
+	f.g = malloc((size_t)ct * c->intermediate * sizeof(float));
+	f.u = malloc((size_t)ct * c->intermediate * sizeof(float));
+	f.cosv = malloc((size_t)cols * half * sizeof(float));
+	f.sinv = malloc((size_t)cols * half * sizeof(float));
+	double *fr = malloc((size_t)half * sizeof *fr);
+	if (!x || !f.xn || !f.q || !f.a || !f.k || !f.v || !f.g || !f.u || !f.cosv || !f.sinv || !fr) {
+		rc = x3_err(X3_ENOMEM, "forward: out of memory for %lld tokens", (long long)T);
+		goto out;
+	}
+	rope_freqs(c, fr);
+	for (int64_t p = 0; p < cols; p++)
+		for (int64_t i = 0; i < half; i++) {
+			double ang = (double)p * fr[i];
+			f.cosv[p * half + i] = (float)cos(ang);
+			f.sinv[p * half + i] = (float)sin(ang);
+		}
+
+	/* embedding rows, converted from the mmap'd table */
+	size_t es = x3_dtype_size(m->embed->dtype);
+	for (int64_t t = 0; t < T; t++)
+		x3_convert(x + t * H, X3_F32, (const char *)m->embed->data + (size_t)tokens[t] * H * es,
+		           m->embed->dtype, (size_t)H);
+
+	int last = o->last_layer < n ? o->last_layer : n - 1;
+	for (int l = 0; l <= last; l++) {
+		struct layer_w w;
+		if ((rc = layer_load(m, l, 0, &w))) {
+			x3_errprefix(rc, "layer %d", l);
+			goto out;
+		}
+		for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
+			int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
+			rc = layer_chunk(&f, l, &w, x + r0 * cols * H, nr);
+		}
+		layer_free(&w);
+		if (rc)
+			goto out;
+		if (o->layer_done && (rc = o->layer_done(o->layer_done_ctx, l, n)))
+			goto out;
+	}
+	if (o->last_layer < n)
+		goto out;
+	int want_hook = o->hook && o->hook_first <= n && o->hook_last >= n;
+	if (!want_hook && o->logits_mode == X3_LOGITS_NONE)
+		goto out;
+
+	float *norm = NULL;
+	x3_linear *head = NULL;
+	if ((rc = load_vec(m->st, "model.norm.weight", H, &norm)) || (rc = head_open(m, 0, &head))) {
+		free(norm);
+		goto out;
+	}
+	for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
+		int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows, nt = nr * cols;
+		float *xr = x + r0 * cols * H;
+		rmsnorm(f.xn, xr, norm, nt, H, c->rms_eps);
+		if ((rc = hook(&f, n, "lm_head.input", "lm_head.weight", f.xn, nt, H)))
+			break;
+		if (o->logits_mode == X3_LOGITS_ALL) {
+			rc = x3_linear_apply(head, f.xn, nt, o->logits + r0 * cols * c->vocab);
+		} else if (o->logits_mode == X3_LOGITS_LAST) {
+			for (int64_t r = 0; r < nr; r++)
+				memmove(f.xn + r * H, f.xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
+			rc = x3_linear_apply(head, f.xn, nr, o->logits + r0 * c->vocab);
+		}
+	}
+	free(norm);
+	x3_linear_free(head);
+	if (!rc && o->layer_done)
+		rc = o->layer_done(o->layer_done_ctx, n, n);
+out:
+	free(x), free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u);
+	free(f.cosv), free(f.sinv), free(fr);
+	return rc;
+}

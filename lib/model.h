@@ -1,0 +1,106 @@
+/* model.h: the Llama-family causal LM on CPU (F32, OpenBLAS GEMMs, OpenMP
+ * attention), for calibration (Hessian capture) and evaluation.
+ *
+ * Architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+ * (q/k/v biases), Qwen3ForCausalLM (per-head q/k RMSNorm). GQA, RoPE in the
+ * rotate_half convention with rope_theta and the "default", "linear" and
+ * "llama3" rope_scaling types, tied or separate lm_head, SiLU-gated MLP.
+ *
+ * The forward runs layer by layer over all token rows: the hidden states of
+ * every token are kept (rows*cols*hidden floats), one layer's weights are
+ * converted to F32 from the mmap'd safetensors when the layer runs and freed
+ * after it. Any linear may come from an EXL3 model directory instead (a
+ * quantized checkpoint read through lib/exl3.h), either the whole model
+ * (open the EXL3 directory itself) or, for sequential calibration, a range of
+ * layers of an otherwise original model (x3_model_opts.overlay_dir). */
+#ifndef X3_MODEL_H
+#define X3_MODEL_H
+
+#include "x3.h"
+
+enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3 };
+
+typedef struct x3_model_config {
+	char arch_name[64];     /* "LlamaForCausalLM", ... */
+	int arch;               /* X3_ARCH_* */
+	int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
+	int64_t vocab, max_pos;
+	double rope_theta, rms_eps;
+	/* rope_scaling: 0 none/default, 1 linear, 2 llama3 */
+	int rope_type;
+	double rope_factor, rope_low_freq, rope_high_freq;
+	int64_t rope_orig_max_pos;
+	int64_t sliding_window;  /* 0: none; else attention window (refused
+	                            when a row is longer) */
+	int tied;                /* lm_head shares model.embed_tokens.weight */
+	int qkv_bias, o_bias, mlp_bias, qk_norm;
+	int64_t bos_id, eos_id;  /* -1 when absent */
+	int quantized;           /* config has an exl3 quantization_config */
+} x3_model_config;
+
+/* Parse config.json text. Unsupported architectures and options give
+ * X3_EUNSUP naming them, malformed JSON or missing keys X3_EFORMAT. */
+int x3_config_parse(const char *json, size_t len, x3_model_config *cfg);
+/* Read DIR/config.json. */
+int x3_config_load(const char *dir, x3_model_config *cfg);
+
+typedef struct x3_model x3_model;
+
+struct x3_model_opts {
+	/* Optional second model directory (typically EXL3-quantized) whose
+	 * tensors replace those of layers overlay_first..overlay_last
+	 * (inclusive); the embedding, final norm and head stay original. */
+	const char *overlay_dir;
+	int overlay_first, overlay_last;
+};
+
+/* Open a HF model directory (config.json + safetensors, sharded or not,
+ * F32/F16/BF16; or an EXL3 directory). Checks every tensor's presence and
+ * shape against the config; errors name the tensor. opts may be NULL. */
+int x3_model_open(const char *dir, const struct x3_model_opts *opts,
+                  x3_model **out);
+const x3_model_config *x3_model_cfg(const x3_model *m);
+void x3_model_close(x3_model *m);
+
+/* The input activations of a linear group, as the forward computes them. */
+struct x3_capture {
+	int layer;              /* 0..n_layers-1; n_layers for the head */
+	const char *name;       /* e.g. "model.layers.3.self_attn.input" */
+	const char *members;    /* comma list of the weights that read it */
+	const float *x;         /* (ntok, in) row-major */
+	int64_t ntok, in;
+};
+/* Called once or more per layer and group (the tokens of a layer are
+ * processed in chunks of whole rows); a non-zero return aborts the forward
+ * and is returned by it. */
+typedef int (*x3_capture_fn)(void *ctx, const struct x3_capture *c);
+
+enum { X3_LOGITS_NONE = 0, X3_LOGITS_ALL, X3_LOGITS_LAST };
+
+struct x3_forward_opts {
+	x3_capture_fn hook;     /* may be NULL */
+	void *hook_ctx;
+	/* Only layers hook_first..hook_last (inclusive; n_layers = the head)
+	 * call the hook. Layers after last_layer are not run at all (and
+	 * there are no logits) when last_layer < n_layers. */
+	int hook_first, hook_last, last_layer;
+	int logits_mode;        /* X3_LOGITS_* */
+	/* ALL: (rows*cols, vocab); LAST: (rows, vocab); caller-allocated */
+	float *logits;
+	int64_t chunk_tokens;   /* tokens per chunk within a layer; 0: 4096 */
+	/* Called after each layer has run over all rows (layer n_layers: the
+	 * head); may be NULL. A non-zero return aborts the forward. */
+	int (*layer_done)(void *ctx, int layer, int n_layers);
+	void *layer_done_ctx;
+};
+/* Set defaults: no hook, all layers, no logits. */
+void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m);
+
+/* Causal forward of rows x cols token ids (each row from position 0). */
+int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows,
+                     int64_t cols, const struct x3_forward_opts *o);
+
+/* Names of the four capture groups of a layer, in forward order. */
+#define X3_GROUPS_PER_LAYER 4
+
+#endif

@@ -1,0 +1,818 @@
+/* quant.c: the EXL3 quantizer on CPU, reference C (spec §5.2, §8).
+ * Dense algebra goes through BLAS/LAPACK; the tile quantizer is the
+ * Viterbi encoder of codec.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <cblas.h>
+#include <lapacke.h>
+#include "codec.h"
+#include "quant.h"
+
+/* -1.24371088: RMS of the 3INST codebook, negated (§5.2 step 7) */
+#define NEG_CB_SCALE (-1.24371088f)
+
+static double mono_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+	if (n == 0)
+		n = 1;
+	return calloc(n, size);
+}
+
+static void *xmalloc(size_t n, size_t size)
+{
+	if (n == 0)
+		n = 1;
+	if (size && n > SIZE_MAX / size)
+		return NULL;
+	return malloc(n * size);
+}
+
+int x3_out_scales_parse(const char *s, int *policy)
+{
+	static const char *names[] = { "always", "never", "auto" };
+	for (int i = 0; i < 3; i++)
+		if (!strcasecmp(s, names[i])) {
+			*policy = i;
+			return X3_OK;
+		}
+	return x3_err(X3_EINVAL, "unknown out_scales policy '%s' (always, never, auto)", s);
+}
+
+const char *x3_out_scales_name(int policy)
+{
+	switch (policy) {
+	case X3_OUT_SCALES_ALWAYS: return "always";
+	case X3_OUT_SCALES_NEVER: return "never";
+	case X3_OUT_SCALES_AUTO: return "auto";
+	}
+	return "?";
+}
+
+void x3_quant_signs(uint64_t seed, const char *name, int64_t n, float *sign)
+{
+	x3_rng r;
+	x3_rng_seed(&r, seed, x3_rng_stream_of(name ? name : ""));
+	uint64_t bits = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if ((i & 63) == 0)
+			bits = x3_rng_u64(&r);
+		sign[i] = (bits >> (i & 63)) & 1 ? -1.0f : 1.0f;
+	}
+}
+
+/* ---- Hessian ----------------------------------------------------------- */
+
+void x3_qhess_free(x3_qhess *h)
+{
+	if (!h)
+		return;
+	free(h->sign);
+	free(h->diag);
+	free(h->H);
+	free(h->L);
+	free(h);
+}
+
+static x3_qhess *qhess_alloc(int64_t k, const float *sign)
+{
+	x3_qhess *h = calloc(1, sizeof *h);
+	if (!h)
+		return NULL;
+	h->k = k;
+	h->sign = xmalloc((size_t)k, sizeof(float));
+	if (!h->sign) {
+		free(h);
+		return NULL;
+	}
+	memcpy(h->sign, sign, (size_t)k * sizeof(float));
+	return h;
+}
+
+int x3_qhess_none(int64_t k, const float *sign, x3_qhess **out)
+{
+	*out = NULL;
+	if (k <= 0 || k % X3_QPAD)
+		return x3_err(X3_EINVAL, "hessian size %lld is not a positive multiple of 128", (long long)k);
+	x3_qhess *h = qhess_alloc(k, sign);
+	if (!h)
+		return x3_err(X3_ENOMEM, "out of memory");
+	h->fallback = 1;
+	snprintf(h->why, sizeof h->why, "no hessian");
+	*out = h;
+	return X3_OK;
+}
+
+/* Fall back: drop H and L, keep the signs (and diag if any). */
+static void qhess_fallback(x3_qhess *h, const char *why)
+{
+	free(h->H);
+	free(h->L);
+	h->H = h->L = NULL;
+	h->fallback = 1;
+	snprintf(h->why, sizeof h->why, "%s", why);
+}
+
+int x3_block_ldl(float *A, int64_t k)
+{
+	if (k <= 0 || k % X3_QBLOCK)
+		return x3_err(X3_EINVAL, "block LDL: size %lld is not a multiple of 16", (long long)k);
+	/* Row-major lower L with A = L L^T is column-major upper U = L^T with
+	 * A = U^T U: factor in column-major 'U' to avoid LAPACKE's transposed
+	 * copy of the whole matrix. */
+	/* OpenBLAS's threaded potrf blocks differently from its sequential
+	 * one, which changes the rounding: factor on one thread so that the
+	 * result does not depend on the thread count. */
+	int nthr = openblas_get_num_threads();
+	openblas_set_num_threads(1);
+	lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, A, (lapack_int)k);
+	openblas_set_num_threads(nthr);
+	if (info != 0)
+		return x3_err(X3_ENUM, "cholesky failed (%s %d)",
+		              info > 0 ? "leading minor not positive definite at" : "bad argument",
+		              (int)info);
+	for (int64_t i = 0; i < k; i++)
+		if (!isfinite(A[i * k + i]) || A[i * k + i] <= 0)
+			return x3_err(X3_ENUM, "cholesky gave a non-positive pivot at %lld", (long long)i);
+	/* L <- L blockdiag(D_i)^-1, D_i the 16x16 diagonal blocks of L */
+	float D[X3_QBLOCK * X3_QBLOCK];
+	for (int64_t b = 0; b < k; b += X3_QBLOCK) {
+		for (int r = 0; r < X3_QBLOCK; r++)
+			for (int c = 0; c < X3_QBLOCK; c++)
+				D[r * X3_QBLOCK + c] = c <= r ? A[(b + r) * k + b + c] : 0.0f;
+		cblas_strsm(CblasRowMajor, CblasRight, CblasLower, CblasNoTrans, CblasNonUnit,
+		            (int)(k - b), X3_QBLOCK, 1.0f, D, X3_QBLOCK, A + b * k + b, (int)k);
+	}
+	/* zero the diagonal blocks (now I up to rounding) and everything above */
+	for (int64_t i = 0; i < k; i++) {
+		int64_t c0 = i / X3_QBLOCK * X3_QBLOCK;
+		memset(A + i * k + c0, 0, (size_t)(k - c0) * sizeof(float));
+	}
+	for (int64_t i = 0; i < k * k; i++)
+		if (!isfinite(A[i]))
+			return x3_err(X3_ENUM, "block LDL produced non-finite values");
+	return X3_OK;
+}
+
+/* H <- Hb diag(s) H diag(s) Hb (§8.2.6) */
+static void rotate_hessian(float *H, int64_t k, const float *s)
+{
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < k; j++)
+			H[i * k + j] *= s[j];
+	x3_had128_rows(H, k, k);
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < k; j++)
+			H[i * k + j] *= s[i];
+	x3_had128_cols(H, k, k);
+}
+
+static double diag_mean(const float *H, int64_t k)
+{
+	double s = 0;
+	for (int64_t i = 0; i < k; i++)
+		s += H[i * k + i];
+	return s / (double)k;
+}
+
+int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
+                      const float *sign, x3_qhess **out)
+{
+	*out = NULL;
+	if (k <= 0 || k % X3_QPAD)
+		return x3_err(X3_EINVAL, "hessian size %lld is not a positive multiple of 128", (long long)k);
+	if (kh <= 0 || kh > k)
+		return x3_err(X3_EINVAL, "hessian is %lldx%lld, expected at most %lldx%lld",
+		              (long long)kh, (long long)kh, (long long)k, (long long)k);
+	if ((uint64_t)k > (uint64_t)1 << 31 || (size_t)k > SIZE_MAX / sizeof(float) / (size_t)k)
+		return x3_err(X3_ENOMEM, "hessian size %lld too large", (long long)k);
+	x3_qhess *h = qhess_alloc(k, sign);
+	if (!h)
+		return x3_err(X3_ENOMEM, "out of memory");
+	h->count = count;
+	if (!(count > 0) || !isfinite(count)) {
+		qhess_fallback(h, "sample count is 0");
+		*out = h;
+		return X3_OK;
+	}
+	float *H = h->H = xcalloc((size_t)(k * k), sizeof(float));
+	h->diag = xmalloc((size_t)k, sizeof(float));
+	if (!H || !h->diag) {
+		x3_qhess_free(h);
+		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld hessian", (long long)k, (long long)k);
+	}
+	/* normalize by count, symmetrize, pad with zeros */
+	int64_t bad = 0;
+	for (int64_t i = 0; i < kh; i++)
+		for (int64_t j = 0; j <= i; j++) {
+			double a = Hin[i * kh + j], b = Hin[j * kh + i];
+			if (!isfinite(a) || !isfinite(b)) {
+				bad++;
+				continue;
+			}
+			float v = (float)((a + b) * 0.5 / count);
+			H[i * k + j] = H[j * k + i] = v;
+		}
+	double dm = diag_mean(H, k);
+	h->diag_mean = dm;
+	if (bad) {
+		char why[120];
+		snprintf(why, sizeof why, "hessian has %lld non-finite entries", (long long)bad);
+		qhess_fallback(h, why);
+		dm = 0;
+	} else if (!isfinite(dm) || dm < 1e-20) {
+		char why[120];
+		snprintf(why, sizeof why, "mean diagonal %g is %s", dm,
+		         isfinite(dm) ? "too small" : "not finite");
+		qhess_fallback(h, why);
+		dm = isfinite(dm) ? dm : 0;
+	}
+	/* damping, kept (before rotation) for the out_scales auto decision */
+	if (h->H)
+		for (int64_t i = 0; i < k; i++)
+			H[i * k + i] += (float)(X3_SIGMA_REG * dm);
+	for (int64_t i = 0; i < k; i++)
+		h->diag[i] = h->H ? H[i * k + i] : (float)(X3_SIGMA_REG * dm);
+	if (h->fallback) {
+		*out = h;
+		return X3_OK;
+	}
+	rotate_hessian(H, k, sign);
+	h->L = xmalloc((size_t)(k * k), sizeof(float));
+	if (!h->L) {
+		x3_qhess_free(h);
+		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld LDL factor", (long long)k, (long long)k);
+	}
+	for (;;) {
+		memcpy(h->L, H, (size_t)(k * k) * sizeof(float));
+		if (x3_block_ldl(h->L, k) == X3_OK)
+			break;
+		if (h->retries == X3_LDL_RETRIES) {
+			char why[200];
+			snprintf(why, sizeof why, "not positive definite after %d damping retries (%s)",
+			         X3_LDL_RETRIES, x3_errmsg());
+			qhess_fallback(h, why);
+			break;
+		}
+		/* §8.2.7: add 2*sigma_reg*mean(diag(H)) and retry */
+		float add = (float)(2 * X3_SIGMA_REG * diag_mean(H, k));
+		for (int64_t i = 0; i < k; i++)
+			H[i * k + i] += add;
+		h->retries++;
+	}
+	*out = h;
+	return X3_OK;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int x3_out_scales_auto(const float *d, int64_t k, double *skew)
+{
+	double *s = xmalloc((size_t)k, sizeof(double));
+	if (!s) {
+		*skew = 0;
+		return 1;
+	}
+	for (int64_t i = 0; i < k; i++)
+		s[i] = d[i] > 0 ? sqrt((double)d[i]) : 0.0;
+	qsort(s, (size_t)k, sizeof *s, cmp_desc);
+	double top = 0, all = 0;
+	for (int64_t i = 0; i < k; i++) {
+		if (i < k / 50)
+			top += s[i];
+		all += s[i];
+	}
+	free(s);
+	*skew = all > 0 ? top / all : 0;
+	return *skew < 0.15;
+}
+
+/* ---- regularization ---------------------------------------------------- */
+
+void x3_qweight_free(x3_qweight *w)
+{
+	if (!w)
+		return;
+	free(w->W);
+	free(w->su);
+	free(w->sv);
+	free(w);
+}
+
+x3_qweight *x3_qweight_wrap(int64_t k0, int64_t n0, int64_t k, int64_t n,
+                            float *W, float *su, float *sv)
+{
+	x3_qweight *w = calloc(1, sizeof *w);
+	if (!w)
+		return NULL;
+	w->k0 = k0, w->n0 = n0, w->k = k, w->n = n;
+	w->W = W, w->su = su, w->sv = sv;
+	return w;
+}
+
+int x3_regularize(const float *Whf, int64_t n0, int64_t k0, const x3_qhess *h,
+                  const float *sign_v, int policy, x3_qweight **out)
+{
+	*out = NULL;
+	if (n0 <= 0 || k0 <= 0)
+		return x3_err(X3_EINVAL, "empty weight %lldx%lld", (long long)n0, (long long)k0);
+	int64_t k = x3_pad128(k0), n = x3_pad128(n0);
+	if (h->k != k)
+		return x3_err(X3_EINVAL, "hessian is %lldx%lld but the weight has %lld inputs (padded %lld)",
+		              (long long)h->k, (long long)h->k, (long long)k0, (long long)k);
+	if ((size_t)k > SIZE_MAX / sizeof(float) / (size_t)n)
+		return x3_err(X3_ENOMEM, "weight too large");
+	float *W = xcalloc((size_t)(k * n), sizeof(float));
+	float *su = xmalloc((size_t)k, sizeof(float));
+	float *sv = xmalloc((size_t)n, sizeof(float));
+	double *c = xcalloc((size_t)n, sizeof(double));
+	x3_qweight *w = x3_qweight_wrap(k0, n0, k, n, W, su, sv);
+	if (!W || !su || !sv || !c || !w) {
+		free(c);
+		if (w)
+			x3_qweight_free(w);
+		else
+			free(W), free(su), free(sv);
+		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld weight", (long long)k, (long long)n);
+	}
+	int rc = X3_OK;
+	/* fp16 rounding as ExLlamaV3 loads it, transpose, pad */
+	for (int64_t o = 0; o < n0 && rc == X3_OK; o++)
+		for (int64_t i = 0; i < k0; i++) {
+			float v = Whf[o * k0 + i];
+			if (!isfinite(v)) {
+				rc = x3_err(X3_ENUM, "non-finite value %g at [%lld][%lld]", v, (long long)o, (long long)i);
+				break;
+			}
+			float f = x3_round_f16(v);
+			if (!isfinite(f)) {
+				rc = x3_err(X3_ENUM, "value %g at [%lld][%lld] overflows fp16", v, (long long)o, (long long)i);
+				break;
+			}
+			W[i * n + o] = f;
+		}
+	if (rc) {
+		free(c);
+		x3_qweight_free(w);
+		return rc;
+	}
+	/* 1. output-channel RMS, normalized to mean 1 */
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			c[j] += (double)W[i * n + j] * W[i * n + j];
+	double cmean = 0;
+	for (int64_t j = 0; j < n; j++) {
+		c[j] = sqrt(c[j] / (double)k);
+		cmean += c[j];
+	}
+	cmean /= (double)n;
+	w->zeros = !(cmean > 1e-30);
+	if (!w->zeros)
+		for (int64_t j = 0; j < n; j++)
+			c[j] /= cmean;
+	int apply;
+	if (policy == X3_OUT_SCALES_ALWAYS)
+		apply = 1;
+	else if (policy == X3_OUT_SCALES_NEVER)
+		apply = 0;
+	else if (h->fallback || !h->diag)
+		apply = 0;
+	else {
+		double skew;
+		apply = x3_out_scales_auto(h->diag, k, &skew);
+	}
+	/* an all-zero weight must come out exactly zero: svh = 0 does that */
+	if (w->zeros)
+		apply = 1;
+	w->out_scales = apply;
+	/* 2.-4. output scales */
+	for (int64_t j = 0; j < n; j++) {
+		int zero = fabs(c[j]) < 1e-30;
+		if (apply)
+			sv[j] = sign_v[j] * (zero ? 0.1f : (float)c[j]) + 1e-10f;
+		else
+			sv[j] = sign_v[j];
+		c[j] = zero; /* reuse: zero-column flag */
+	}
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			W[i * n + j] /= sv[j];
+	for (int64_t j = 0; j < n; j++)
+		if (c[j] != 0)
+			sv[j] = 0;
+	/* 5. right Hadamard */
+	x3_had128_rows(W, k, n);
+	/* 6.-8. input-channel RMS, rows normalized to the codebook RMS */
+	for (int64_t i = 0; i < k; i++) {
+		double s = 0;
+		for (int64_t j = 0; j < n; j++)
+			s += (double)W[i * n + j] * W[i * n + j];
+		float ri = (float)sqrt(s / (double)n);
+		if (ri < 1e-30f)
+			ri = 0.1f;
+		su[i] = h->sign[i] * ri / NEG_CB_SCALE + 1e-10f;
+		for (int64_t j = 0; j < n; j++)
+			W[i * n + j] /= su[i];
+	}
+	/* 9. left Hadamard */
+	x3_had128_cols(W, k, n);
+	free(c);
+	*out = w;
+	return X3_OK;
+}
+
+/* ---- scale search ------------------------------------------------------ */
+
+int64_t x3_scale_sample_max(int64_t k, int64_t n)
+{
+	int64_t tk = k / 16, tn = n / 16, D = tk > tn ? tk : tn;
+	int64_t nx = 3 * D / 16 > 8 ? 3 * D / 16 : 8;
+	if (nx > (tk * tn + 1) / 2)
+		nx = (tk * tn + 1) / 2;
+	return 3 * D + 2 * nx;
+}
+
+/* tile (tr, tc) of W (k x n) in trellis order */
+static void get_tile(const float *W, int64_t n, int64_t tr, int64_t tc, float *t)
+{
+	for (int i = 0; i < 256; i++) {
+		int p = x3_tile_perm[i];
+		t[i] = W[(tr * 16 + p / 16) * n + tc * 16 + p % 16];
+	}
+}
+
+struct ms { double v; int64_t i; };
+
+static int cmp_ms(const void *a, const void *b)
+{
+	const struct ms *x = a, *y = b;
+	if (x->v != y->v)
+		return x->v < y->v ? -1 : 1;
+	return x->i < y->i ? -1 : x->i > y->i;
+}
+
+int64_t x3_scale_sample(const float *W, int64_t k, int64_t n, float *tiles)
+{
+	int64_t tk = k / 16, tn = n / 16, D = tk > tn ? tk : tn, m = 0;
+	/* wrapped diagonal of width 3 */
+	for (int64_t ii = 0; ii < D; ii++)
+		for (int64_t ww = 0; ww < 3; ww++)
+			get_tile(W, n, ii % tk, (ii + ww) % tn, tiles + 256 * m++);
+	/* outlier insurance: the tiles of highest and lowest mean square */
+	int64_t nx = 3 * D / 16 > 8 ? 3 * D / 16 : 8;
+	if (nx > (tk * tn + 1) / 2)
+		nx = (tk * tn + 1) / 2;
+	struct ms *v = xmalloc((size_t)(tk * tn), sizeof *v);
+	if (!v)
+		return m;
+	for (int64_t t = 0; t < tk * tn; t++) {
+		int64_t tr = t / tn, tc = t % tn;
+		double s = 0;
+		for (int r = 0; r < 16; r++)
+			for (int c = 0; c < 16; c++) {
+				double x = W[(tr * 16 + r) * n + tc * 16 + c];
+				s += x * x;
+			}
+		v[t].v = s / 256, v[t].i = t;
+	}
+	qsort(v, (size_t)(tk * tn), sizeof *v, cmp_ms);
+	for (int64_t j = 0; j < nx; j++) {
+		int64_t t = v[tk * tn - 1 - j].i;
+		get_tile(W, n, t / tn, t % tn, tiles + 256 * m++);
+	}
+	for (int64_t j = 0; j < nx; j++) {
+		int64_t t = v[j].i;
+		get_tile(W, n, t / tn, t % tn, tiles + 256 * m++);
+	}
+	free(v);
+	return m;
+}
+
+/* mse(s) for ns scales on m tiles of stride `step` in src (one Viterbi
+ * batch of ns*m tiles) */
+static int eval_scales(const float *src, int64_t m, int64_t step, const double *s,
+                       int ns, int K, int cb, int threads, double *mse)
+{
+	int64_t cnt = (m + step - 1) / step, nt = cnt * ns;
+	float *x = xcalloc((size_t)(nt * 256), sizeof(float));
+	float *q = xmalloc((size_t)(nt * 256), sizeof(float));
+	if (!x || !q) {
+		free(x), free(q);
+		return x3_err(X3_ENOMEM, "out of memory in the scale search");
+	}
+	for (int j = 0; j < ns; j++)
+		for (int64_t t = 0; t < cnt; t++)
+			for (int i = 0; i < 256; i++)
+				x[((j * cnt) + t) * 256 + i] = (float)(src[t * step * 256 + i] * s[j]);
+	int rc = x3_viterbi_encode(K, cb, x, nt, NULL, q, threads);
+	if (rc == X3_OK)
+		for (int j = 0; j < ns; j++) {
+			double e = 0;
+			for (int64_t t = 0; t < cnt; t++)
+				for (int i = 0; i < 256; i++) {
+					double d = q[((j * cnt) + t) * 256 + i] / s[j] - src[t * step * 256 + i];
+					e += d * d;
+				}
+			mse[j] = e / (double)(cnt * 256);
+		}
+	free(x), free(q);
+	return rc;
+}
+
+int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
+                    int threads, double *g)
+{
+	*g = 1.0;
+	int64_t mmax = x3_scale_sample_max(k, n);
+	float *tiles = xmalloc((size_t)(mmax * 256), sizeof(float));
+	if (!tiles)
+		return x3_err(X3_ENOMEM, "out of memory in the scale search");
+	int64_t m = x3_scale_sample(W, k, n, tiles);
+	/* coarse grid 0.1, 0.3, ..., 1.9 on every third sampled tile */
+	double s[10], y[10];
+	for (int i = 0; i < 10; i++)
+		s[i] = 0.1 + 0.2 * i;
+	int rc = eval_scales(tiles, m, 3, s, 10, K, cb, threads, y);
+	if (rc) {
+		free(tiles);
+		return rc;
+	}
+	int best = 0;
+	for (int i = 1; i < 10; i++)
+		if (y[i] < y[best])
+			best = i;
+	double c = s[best];
+	/* fine grid c + 0.075 (i - 2) on all sampled tiles; scales <= 0 (only
+	 * around c = 0.1) are skipped */
+	double fs[5], fy[5], ps[5], py[5];
+	int np = 0, idx[5];
+	for (int i = 0; i < 5; i++) {
+		fs[i] = c + 0.075 * (i - 2);
+		fy[i] = INFINITY;
+		if (fs[i] > 1e-6) {
+			idx[np] = i;
+			ps[np++] = fs[i];
+		}
+	}
+	rc = eval_scales(tiles, m, 1, ps, np, K, cb, threads, py);
+	free(tiles);
+	if (rc)
+		return rc;
+	for (int j = 0; j < np; j++)
+		fy[idx[j]] = py[j];
+	best = 0;
+	for (int i = 1; i < 5; i++)
+		if (fy[i] < fy[best])
+			best = i;
+	double off = 0;
+	if (best > 0 && best < 4 && isfinite(fy[best - 1]) && isfinite(fy[best + 1])) {
+		double den = fy[best - 1] - 2 * fy[best] + fy[best + 1];
+		if (den > 0) {
+			off = 0.5 * (fy[best - 1] - fy[best + 1]) / den;
+			off = off > 0.5 ? 0.5 : off < -0.5 ? -0.5 : off;
+		}
+	}
+	*g = fs[best] + off * 0.075;
+	if (*g < 0.01)
+		*g = 0.01;
+	return X3_OK;
+}
+
+/* ---- LDLQ --------------------------------------------------------------- */
+
+/* Quantize the 16-row block X (16 x n): tiles to trellis order, Viterbi,
+ * states of the n/16 tiles to st, decoded values back to Q (16 x n). */
+static int quant_block(const float *X, int64_t n, int K, int cb, int threads,
+                       float *tiles, float *vals, uint16_t *st, float *Q)
+{
+	int64_t tn = n / 16;
+	for (int64_t t = 0; t < tn; t++)
+		get_tile(X, n, 0, t, tiles + 256 * t);
+	int rc = x3_viterbi_encode(K, cb, tiles, tn, st, vals, threads);
+	if (rc)
+		return rc;
+	for (int64_t t = 0; t < tn; t++)
+		for (int i = 0; i < 256; i++) {
+			int p = x3_tile_perm[i];
+			Q[(p / 16) * n + t * 16 + p % 16] = vals[256 * t + i];
+		}
+	return X3_OK;
+}
+
+int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
+            int cb, int threads, uint16_t *states, float *Q)
+{
+	if (K < 1 || K > 8)
+		return x3_err(X3_EINVAL, "K=%d is outside 1..8", K);
+	if (k <= 0 || n <= 0 || k % X3_QSPAN || n % 16)
+		return x3_err(X3_EINVAL, "ldlq: bad shape %lldx%lld", (long long)k, (long long)n);
+	int64_t tn = n / 16;
+	float *tiles = xmalloc((size_t)(tn * 256), sizeof(float));
+	float *vals = xmalloc((size_t)(tn * 256), sizeof(float));
+	float *X = xmalloc((size_t)(16 * n), sizeof(float));
+	float *E = L ? xmalloc((size_t)(k * n), sizeof(float)) : NULL;  /* W - Q */
+	float *P = L ? xmalloc((size_t)(X3_QSPAN * n), sizeof(float)) : NULL; /* prod_cache */
+	int rc = X3_OK;
+	if (!tiles || !vals || !X || (L && (!E || !P))) {
+		rc = x3_err(X3_ENOMEM, "out of memory in ldlq");
+		goto out;
+	}
+	for (int64_t s1 = k; s1 > 0 && rc == X3_OK; s1 -= X3_QSPAN) {
+		int64_t s0 = s1 - X3_QSPAN;
+		/* feedback from the spans below, once per span:
+		 * P = L[s1:k, s0:s1]^T E[s1:k, :]  (128 x n) */
+		if (L && s1 < k)
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, X3_QSPAN, (int)n, (int)(k - s1),
+			            1.0f, L + s1 * k + s0, (int)k, E + s1 * n, (int)n, 0.0f, P, (int)n);
+		else if (L)
+			memset(P, 0, (size_t)(X3_QSPAN * n) * sizeof(float));
+		for (int64_t b1 = s1; b1 > s0; b1 -= 16) {
+			int64_t b0 = b1 - 16;
+			memcpy(X, W + b0 * n, (size_t)(16 * n) * sizeof(float));
+			if (L) {
+				/* X = W_B + P_B + L[b1:s1, B]^T E[b1:s1, :] */
+				const float *Pb = P + (b0 - s0) * n;
+				for (int64_t i = 0; i < 16 * n; i++)
+					X[i] += Pb[i];
+				if (b1 < s1)
+					cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 16, (int)n, (int)(s1 - b1),
+					            1.0f, L + b1 * k + b0, (int)k, E + b1 * n, (int)n, 1.0f, X, (int)n);
+			}
+			rc = quant_block(X, n, K, cb, threads, tiles, vals,
+			                 states + (b0 / 16) * tn * 256, Q + b0 * n);
+			if (rc)
+				break;
+			if (L)
+				for (int64_t i = b0 * n; i < b1 * n; i++)
+					E[i] = W[i] - Q[i];
+		}
+	}
+out:
+	free(tiles), free(vals), free(X), free(E), free(P);
+	return rc;
+}
+
+/* ---- proxy error ---------------------------------------------------------- */
+
+int x3_proxy_error(const float *W, const float *Q, const float *H, int64_t k,
+                   int64_t n, double *err)
+{
+	*err = -1;
+	if (!H) {
+		double s = 0;
+		for (int64_t i = 0; i < k * n; i++) {
+			double d = (double)W[i] - Q[i];
+			s += d * d;
+		}
+		*err = s / (double)(k * n);
+		return X3_OK;
+	}
+	const int64_t bw = 1024;
+	int64_t w0 = n < bw ? n : bw;
+	float *A = xmalloc((size_t)(k * w0), sizeof(float));
+	float *T = xmalloc((size_t)(k * w0), sizeof(float));
+	if (!A || !T) {
+		free(A), free(T);
+		return x3_err(X3_ENOMEM, "out of memory for the proxy error");
+	}
+	double num = 0, den = 0;
+	for (int64_t c0 = 0; c0 < n; c0 += bw) {
+		int64_t w = n - c0 < bw ? n - c0 : bw;
+		for (int pass = 0; pass < 2; pass++) {
+			for (int64_t i = 0; i < k; i++)
+				for (int64_t j = 0; j < w; j++) {
+					int64_t x = i * n + c0 + j;
+					A[i * w + j] = pass ? W[x] : W[x] - Q[x];
+				}
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)w, (int)k,
+			            1.0f, H, (int)k, A, (int)w, 0.0f, T, (int)w);
+			double s = 0;
+			for (int64_t i = 0; i < k * w; i++)
+				s += (double)A[i] * T[i];
+			if (pass)
+				den += s;
+			else
+				num += s;
+		}
+	}
+	free(A), free(T);
+	*err = num / (den > 1e-8 ? den : 1e-8);
+	return X3_OK;
+}
+
+/* ---- one K ---------------------------------------------------------------- */
+
+void x3_qresult_free(x3_qresult *r)
+{
+	if (!r)
+		return;
+	free(r->trellis);
+	free(r->suh);
+	free(r->svh);
+	free(r->Q);
+	free(r->Wg);
+	free(r);
+}
+
+int64_t x3_quant_bytes(int64_t k, int64_t n, int K, int cb, int has_bias)
+{
+	return k * n * K / 8 + 2 * k + 2 * n + (cb == X3_CB_3INST ? 0 : 4) + (has_bias ? 2 * n : 0);
+}
+
+int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                int threads, int keep, x3_qresult **out)
+{
+	*out = NULL;
+	if (K < 1 || K > 8)
+		return x3_err(X3_EINVAL, "K=%d is outside 1..8", K);
+	if (cb < 0 || cb >= X3_CB_COUNT)
+		return x3_err(X3_EINVAL, "bad codebook id %d", cb);
+	int64_t k = w->k, n = w->n;
+	if (h->k != k)
+		return x3_err(X3_EINVAL, "hessian is %lldx%lld but the weight has %lld (padded) inputs",
+		              (long long)h->k, (long long)h->k, (long long)k);
+	double t0 = mono_seconds();
+	x3_qresult *r = calloc(1, sizeof *r);
+	if (!r)
+		return x3_err(X3_ENOMEM, "out of memory");
+	r->K = K, r->cb = cb, r->k = k, r->n = n;
+	r->fallback = h->fallback;
+	size_t kn = (size_t)(k * n);
+	float *Wg = xmalloc(kn, sizeof(float));
+	float *Q = xmalloc(kn, sizeof(float));
+	uint16_t *st = xmalloc(kn, sizeof(uint16_t));
+	r->trellis = xmalloc(kn / 16 * (size_t)K, sizeof(uint16_t));
+	r->suh = xmalloc((size_t)k, sizeof(uint16_t));
+	r->svh = xmalloc((size_t)n, sizeof(uint16_t));
+	int rc = X3_OK;
+	if (!Wg || !Q || !st || !r->trellis || !r->suh || !r->svh) {
+		rc = x3_err(X3_ENOMEM, "out of memory for a %lldx%lld weight", (long long)k, (long long)n);
+		goto fail;
+	}
+	rc = x3_scale_search(w->W, k, n, K, cb, threads, &r->g);
+	if (rc)
+		goto fail;
+	float g = (float)r->g;
+	for (size_t i = 0; i < kn; i++)
+		Wg[i] = w->W[i] * g;
+	rc = x3_ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q);
+	if (rc)
+		goto fail;
+	rc = x3_proxy_error(Wg, Q, h->fallback ? NULL : h->H, k, n, &r->proxy_err);
+	if (rc)
+		goto fail;
+	if (w->zeros)
+		r->proxy_err = 0;
+	for (size_t t = 0; t < kn / 256; t++)
+		x3_trellis_pack(K, st + 256 * t, r->trellis + (size_t)16 * K * t);
+	for (int64_t i = 0; i < k; i++)
+		r->suh[i] = x3_f32_to_f16(w->su[i] / g);
+	for (int64_t j = 0; j < n; j++)
+		r->svh[j] = x3_f32_to_f16(w->sv[j]);
+	free(st);
+	if (keep & X3_QKEEP_Q)
+		r->Q = Q;
+	else
+		free(Q);
+	if (keep & X3_QKEEP_W)
+		r->Wg = Wg;
+	else
+		free(Wg);
+	r->seconds = mono_seconds() - t0;
+	*out = r;
+	return X3_OK;
+fail:
+	free(Wg), free(Q), free(st);
+	x3_qresult_free(r);
+	return rc;
+}
+
+int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
+                   int64_t k, int64_t n, float *W)
+{
+	if (k <= 0 || n <= 0 || k % 128 || n % 128)
+		return x3_err(X3_EINVAL, "reconstruct: shape %lldx%lld is not a multiple of 128",
+		              (long long)k, (long long)n);
+	memcpy(W, Wt, (size_t)(k * n) * sizeof(float));
+	x3_had128_rows(W, k, n);
+	x3_had128_cols(W, k, n);
+	for (int64_t i = 0; i < k; i++) {
+		float a = x3_f16_to_f32(suh[i]);
+		for (int64_t j = 0; j < n; j++)
+			W[i * n + j] *= a * x3_f16_to_f32(svh[j]);
+	}
+	return X3_OK;
+}

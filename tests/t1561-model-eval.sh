@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# model-eval: perplexity, KL divergence and top-1 agreement on synthetic
+# models (a model against itself and against its BF16 copy), bad inputs.
+. "$(dirname "$0")/lib.sh"
+. "$ROOT/tests/synth-model.sh"
+cd "$TMP"
+jqc() { jqc "$@" >/dev/null; }
+jqc() { jqc "$@" >/dev/null; }
+
+synth_model m 32 48 2 4 2 64 1 || notok "synthetic model"
+synth_tokens tok 3 24 64 2
+mkdir b16 && cp m/config.json b16/ && tensor-cat -q --dtype BF16 m -o b16/model.safetensors
+synth_model other 32 48 2 4 2 64 7
+
+check "-h prints usage, exit 0" bash -c 'model-eval -h | grep -q "^usage: model-eval"'
+check_fail "no input" 2 "either --text or --tokens" model-eval --model m
+check_fail "--prompt without --generate" 2 "go with --generate" model-eval --model m --tokens tok --prompt x
+
+model-eval --model m --tokens tok >one.json
+check "perplexity alone: one JSON object" jqc '.rows == 3 and .cols == 24 and .positions == 69 and (.quantized | not)' one.json
+check "perplexity = exp(nll), finite, > 1" jqc '(.perplexity - (.nll | exp) | fabs) < 1e-6 * .perplexity and .perplexity > 1' one.json
+model-eval --model m --quantized m --tokens tok >self.json
+check "model against itself: KL 0, top-1 1, equal perplexities" \
+	jq -e '.kl_divergence == 0 and .top1_agreement == 1 and .perplexity == .perplexity_quantized' self.json
+model-eval --model m --quantized b16 --tokens tok >b16.json
+check "against its BF16 copy: small positive KL" jqc '.kl_divergence > 0 and .kl_divergence < 0.01' b16.json
+check "against its BF16 copy: mostly the same top-1" jqc '.top1_agreement > 0.8' b16.json
+model-eval --model m --quantized other --tokens tok >other.json
+check "against another model: larger KL" jqc --slurpfile b b16.json '.kl_divergence > 10 * $b[0].kl_divergence' other.json
+check "batching does not change the result" \
+	test "$(model-eval --model m --quantized b16 --tokens tok --batch 1 | jq -c 'del(.model, .quantized)')" = "$(jq -c 'del(.model, .quantized)' b16.json)"
+check "--rows takes the first rows" jqc '.rows == 2 and .positions == 46' <(model-eval --model m --tokens tok --rows 2)
+model-eval --model m --tokens tok --rows 5 >/dev/null 2>err
+check "more rows asked than given: warning" grep -q "only 3 rows" err
+check_fail "... or an error with --strict" 1 "fewer than the 5 requested" model-eval --model m --tokens tok --rows 5 --strict
+synth_model v2 32 48 2 4 2 80 1
+check_fail "different vocabularies" 1 "vocabulary of 80" model-eval --model m --quantized v2 --tokens tok
+tensor-gen -d constant --value 1 -t I32 tokens=1x4 >short
+check_fail "--cols larger than the input" 1 "fewer than one row of 8" model-eval --model m --tokens short --cols 8
+
+if have_shared; then
+	S=$SHARED/models/stories260K
+	ref="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high"
+	model-eval --model "$S" --generate 64 >gen.txt
+	check "stories260K: greedy text from BOS is llama2.c's sample" grep -qF "$ref" gen.txt
+	check "... from the start" test "$(head -c 20 gen.txt)" = "Once upon a time, th"
+	check "--prompt continues the prompt" grep -q "^Lily and Tom" <(model-eval --model "$S" --generate 5 --prompt "Lily and Tom")
+	check "--ids starts with BOS" grep -q "^1 " <(model-eval --model "$S" --generate 3 --ids)
+	printf '%s' "$ref" >ref.txt
+	model-eval --model "$S" --text ref.txt --cols 40 >ppl.json
+	check "stories260K on its own sample: low perplexity" jqc '.rows == 1 and .perplexity < 3' ppl.json
+else
+	skip "stories260K not available"
+fi
+done_testing

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The forward with EXL3 linears: a random EXL3 model against its dense
+# reconstruction (exl3-matmul --dequant), in both the dense-reconstruction
+# (large batches) and decode-in-the-loop (small batches) paths; sequential
+# calibration (hessian-capture --quantized) against a mixed model.
+. "$(dirname "$0")/lib.sh"
+. "$ROOT/tests/synth-model.sh"
+cd "$TMP"
+jqc() { jq -e "$@" >/dev/null; }
+
+synth_model m 32 48 2 4 2 64 1 || notok "synthetic model"
+synth_exl3 m q 3 || notok "synthetic EXL3 model"
+synth_dequant q d || notok "dense reconstruction"
+synth_tokens tok 4 16 64 3
+tensor-gen -s 4 -d uniform -t I32 --mean 32 --scale 31 tokens=1x12 > tok1
+
+model-eval --model d --quantized q --tokens tok >big.json
+check "EXL3 model == its dense reconstruction (64-token batch)" jqc '.kl_divergence == 0 and .top1_agreement == 1' big.json
+model-eval --model d --quantized q --tokens tok1 >small.json
+check "EXL3 model ~ its dense reconstruction (12 tokens, packed matmul)" jqc '.kl_divergence < 1e-6 and .top1_agreement == 1' small.json
+check "greedy ids: EXL3 == dense" test "$(model-eval --model q --generate 12 --ids)" = "$(model-eval --model d --generate 12 --ids)"
+check "EXL3 differs from the original" jqc '.kl_divergence > 0.001' <(model-eval --model m --quantized q --tokens tok)
+
+# sequential mode: layer 0 from the EXL3 directory
+{ tensor-cat d 'model.layers.0.*' && tensor-cat m 'model.layers.1.*' model.norm.weight model.embed_tokens.weight; } |
+	tensor-cat -q - -o mix.safetensors
+mkdir mix && mv mix.safetensors mix/model.safetensors && cp m/config.json mix/
+hessian-capture --model mix --tokens tok --layers 1- >hmix
+hessian-capture --model m --quantized q --tokens tok --layers 1- >hseq
+check "--quantized: layers < A from the EXL3 dir (== mixed model, bit for bit)" cmp -s hmix hseq
+hessian-capture --model m --tokens tok --layers 1- >horig
+check "... and differs from the original model's" bash -c '! cmp -s horig hseq'
+check "layer 0 of the sequential capture is not written" test "$(tensor-ls hseq | jq -r .meta.layer | sort -u | tr -d '\n')" = 12
+cp -r q qbad && jq '.intermediate_size = 200 | .quantization_config = {quant_method: "exl3"}' m/config.json > qbad/config.json
+check_fail "EXL3 linear too small for the config" 1 "mlp.gate_proj.trellis': padded size 128x128 does not hold 32x200" model-eval --model qbad --generate 1 --ids
+done_testing

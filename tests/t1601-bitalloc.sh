@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# t1601-bitalloc: the command line: plan fields, the bits constraint,
+# comparison with ExLlamaV3's greedy, --set/--hq/--importance, bad input.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib-pack.sh"
+cd "$TMP" || exit 1
+
+gen_measure 4 >m.jsonl
+# achieved bits of a plan, recomputed from the measurements
+bits_of() { jq -s --slurpfile p "$1" 'map(select(.K == 1)) | (map(.numel * $p[0].tensors[.tensor]) | add) / (map(.numel) | add)' m.jsonl; }
+
+check "bitalloc --bits 3.5" bitalloc -q --bits 3.5 -o plan.json m.jsonl
+check "a K for all 28 linears" test "$(jq '.tensors | length' plan.json)" -eq 28
+check "plan bits <= target (recomputed: $(bits_of plan.json))" jq -en "$(bits_of plan.json) <= 3.5" >/dev/null
+check "plan bits as reported" jq -en "($(bits_of plan.json) - $(jq .bits plan.json)) | fabs < 1e-9" >/dev/null
+check "close to the target (within one K step of the smallest tensor)" \
+	jq -en "$(bits_of plan.json) > 3.5 - 64*32*1/$(jq .numel plan.json)" >/dev/null
+check "histogram counts every tensor" test "$(jq '.histogram | add' plan.json)" -eq 28
+check "histogram_numel sums to numel" test "$(jq '.histogram_numel | add' plan.json)" -eq "$(jq .numel plan.json)"
+check "fields: target, head_bits, strategy, importance" \
+	test "$(jq -c '[.target, .head_bits, .strategy, .importance]' plan.json)" = '[3.5,6,"optimal","numel"]'
+check "expected error <= exllamav3 strategy's and < uniform K=3" \
+	jq -en "$(jq '.expected_error <= .exllamav3_error and .expected_error < .uniform_error' plan.json)" >/dev/null
+bitalloc -q --bits 3.5 --strategy exllamav3 m.jsonl >ex.json
+check "exllamav3 strategy: same error as reported for comparison" \
+	test "$(jq .expected_error ex.json)" = "$(jq .exllamav3_error plan.json)"
+check "exllamav3 strategy within the target" jq -en "$(bits_of ex.json) <= 3.5" >/dev/null
+bitalloc -q --bits 3.5 --method lagrangian m.jsonl >lg.json
+check "Lagrangian plan within the target and no better than the DP" \
+	jq -en "$(bits_of lg.json) <= 3.5 and $(jq .expected_error lg.json) >= $(jq .expected_error plan.json) * (1 - 1e-12)" >/dev/null
+check "stdin input same as file" cmp -s <(bitalloc -q --bits 3.5 <m.jsonl) plan.json
+check "summary on stderr" bash -c 'bitalloc --bits 3.5 m.jsonl 2>&1 >/dev/null | grep -q "bpw (target 3.5)"'
+
+sed 's/"numel"/"x": 1, "numel"/; s/_proj"/_proj.weight"/' m.jsonl >mw.jsonl
+check "names with .weight and extra fields give the same plan" cmp -s <(bitalloc -q --bits 3.5 mw.jsonl) plan.json
+
+# constraints
+bitalloc -q --bits 4.2 --set 'mlp\.down_proj$=6' --hq m.jsonl >c.json
+check "--set fixes down_proj at 6" \
+	test "$(jq '[.tensors | to_entries[] | select(.key | endswith("down_proj")) | .value] | unique' -c c.json)" = '[6]'
+check "--hq floors attention at min(4+2, 8)" \
+	test "$(jq '[.tensors | to_entries[] | select(.key | contains("self_attn")) | .value] | min' c.json)" -ge 6
+check "constraints still within the target" jq -en "$(bits_of c.json) <= 4.2" >/dev/null
+bitalloc -q --bits 3.5 --head-bits 16 m.jsonl >h.json
+check "--head-bits 16 in the plan" test "$(jq .head_bits h.json)" = 16
+{ cat m.jsonl; echo '{"tensor": "lm_head", "K": 6, "proxy_err": 0.001, "numel": 8192}'; } >mh.jsonl
+check "head listed with head_bits, excluded from the budget" \
+	test "$(bitalloc -q --bits 3.5 mh.jsonl | jq -c '[.tensors.lm_head, .numel]')" = "[6,$(jq .numel plan.json)]"
+# importance: make layer 3 matter 1000x more: it must not get fewer bits
+jq -c '{tensor, importance: (if (.tensor | startswith("model.layers.3.")) then 1000 * .numel else .numel end)}' \
+	<(jq -c 'select(.K == 1)' m.jsonl) >imp.jsonl
+bitalloc -q --bits 3.5 --importance imp.jsonl m.jsonl >i.json
+check "--importance recorded" test "$(jq -r .importance i.json)" = measured
+check "--importance: the important layer gets more bits" \
+	jq -en "$(jq '[.tensors | to_entries[] | select(.key | startswith("model.layers.3.")) | .value] | add' i.json) > $(jq '[.tensors | to_entries[] | select(.key | startswith("model.layers.3.")) | .value] | add' plan.json)" >/dev/null
+
+# bad input
+jq -c 'del(.numel)' m.jsonl | head -3 >nonumel.jsonl
+check_fail "missing numel" 1 "nonumel.jsonl:1: tensor 'model.layers.0.self_attn.q_proj': missing field \"numel\"" \
+	bitalloc --bits 3 nonumel.jsonl
+echo '{"tensor": "a.b", "K": 3, "proxy_err": NaN, "numel": 64}' >nan.jsonl
+check_fail "NaN literal" 1 "nan.jsonl:1: invalid JSON" bitalloc --bits 3 nan.jsonl
+echo '{"tensor": "a.b", "K": 3, "proxy_err": "nan", "numel": 64}' >nans.jsonl
+check_fail "NaN as a string" 1 "tensor 'a.b': \"proxy_err\" is not a number" bitalloc --bits 3 nans.jsonl
+echo '{"tensor": "a.b", "K": 3, "proxy_err": -1, "numel": 64}' >oom.jsonl
+check_fail "failed measurement (-1)" 1 "proxy_err is -1" bitalloc --bits 3 oom.jsonl
+jq -c 'select(.K >= 2 and .K <= 5)' m.jsonl >m25.jsonl
+check_fail "target below the minimum measured K" 1 "target 1.5 bits is below the minimum 2.0000" \
+	bitalloc --bits 1.5 m25.jsonl
+check "target above the measured range: all at 5" \
+	test "$(bitalloc -q --bits 7 m25.jsonl | jq -c '[.tensors[]] | unique')" = '[5]'
+check_fail "--set matching nothing" 1 "fc1=4': the regex matches no measured tensor" \
+	bitalloc --bits 3 --set 'mlp\.fc1=4' m.jsonl
+check_fail "--set with an unmeasured K" 1 "asks for K=7, which was not measured" \
+	bitalloc --bits 3 --set 'down_proj=7' m25.jsonl
+check_fail "--importance missing a tensor" 1 "no importance given" bitalloc --bits 3 --importance <(head -2 imp.jsonl) m.jsonl
+check_fail "--bits required" 2 "--bits is required" bitalloc m.jsonl
+check_fail "--bits out of range" 2 "--bits: '9'" bitalloc --bits 9 m.jsonl
+check_fail "bad --set" 2 "--set: 'foo' is not REGEX=K" bitalloc --bits 3 --set foo m.jsonl
+check_fail "missing file" 1 "nosuch.jsonl: No such file" bitalloc --bits 3 nosuch.jsonl
+check "-h on stdout, exit 0" bash -c 'bitalloc -h | grep -q "^usage: bitalloc --bits B"'
+
+done_testing

@@ -1,0 +1,359 @@
+/* t1200-quant: the quantizer's steps (lib/quant.c) on synthetic data:
+ * signs, Hessian finalization and its fallbacks, block LDL, regularization,
+ * out_scales, scale search, LDLQ, proxy error, packing and decoding. */
+#include <math.h>
+#include <cblas.h>
+#include "test.h"
+#include "codec.h"
+#include "quant.h"
+
+static x3_rng rng;
+
+static float *randn(int64_t n, double scale)
+{
+	float *p = malloc((size_t)n * sizeof(float));
+	for (int64_t i = 0; i < n; i++)
+		p[i] = (float)(x3_rng_normal(&rng) * scale);
+	return p;
+}
+
+/* H = X^T X for X (rows x k) */
+static float *gram(const float *X, int64_t rows, int64_t k)
+{
+	float *H = calloc((size_t)(k * k), sizeof(float));
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)rows, 1.0f, X,
+	            (int)k, X, (int)k, 0.0f, H, (int)k);
+	return H;
+}
+
+/* correlated activations: X = Z A, A = I + c * random */
+static float *corr_acts(int64_t rows, int64_t k, double c)
+{
+	float *Z = randn(rows * k, 1.0), *A = randn(k * k, c / sqrt((double)k));
+	for (int64_t i = 0; i < k; i++)
+		A[i * k + i] += 1.0f;
+	float *X = malloc((size_t)(rows * k) * sizeof(float));
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)k, (int)k, 1.0f, Z,
+	            (int)k, A, (int)k, 0.0f, X, (int)k);
+	free(Z), free(A);
+	return X;
+}
+
+static void test_signs(void)
+{
+	float a[300], b[300], c[300];
+	x3_quant_signs(7, "model.layers.0.mlp.input", 300, a);
+	x3_quant_signs(7, "model.layers.0.mlp.input", 300, b);
+	x3_quant_signs(7, "model.layers.1.mlp.input", 300, c);
+	int pos = 0, diff = 0, pm = 1;
+	for (int i = 0; i < 300; i++) {
+		pos += a[i] > 0;
+		diff += a[i] != c[i];
+		pm &= a[i] == 1.0f || a[i] == -1.0f;
+	}
+	CHECK(!memcmp(a, b, sizeof a) && pm, "signs: same (seed, name) -> same +-1 vector");
+	CHECK(pos > 110 && pos < 190, "signs: balanced (%d of 300 positive)", pos);
+	CHECK(diff > 100, "signs: another name gives other signs (%d differ)", diff);
+	x3_quant_signs(8, "model.layers.0.mlp.input", 300, c);
+	CHECK(memcmp(a, c, sizeof a) != 0, "signs: another seed gives other signs");
+}
+
+static void test_block_ldl(void)
+{
+	int64_t k = 128;
+	float *X = corr_acts(512, k, 2.0), *H = gram(X, 512, k);
+	float *A = malloc((size_t)(k * k) * sizeof(float));
+	memcpy(A, H, (size_t)(k * k) * sizeof(float));
+	CHECK_OK(x3_block_ldl(A, k), "block LDL of an SPD matrix");
+	int strict = 1;
+	for (int64_t r = 0; r < k; r++)
+		for (int64_t c = 0; c < k; c++)
+			if (r / 16 <= c / 16 && A[r * k + c] != 0)
+				strict = 0;
+	CHECK(strict, "block LDL: L is strictly block-lower triangular");
+	/* U = I + L: U^-1 H U^-T must be block diagonal */
+	for (int64_t i = 0; i < k; i++)
+		A[i * k + i] = 1.0f;
+	float *B = malloc((size_t)(k * k) * sizeof(float));
+	memcpy(B, H, (size_t)(k * k) * sizeof(float));
+	cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, (int)k, (int)k,
+	            1.0f, A, (int)k, B, (int)k);
+	cblas_strsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasUnit, (int)k, (int)k,
+	            1.0f, A, (int)k, B, (int)k);
+	double off = 0, on = 0;
+	for (int64_t r = 0; r < k; r++)
+		for (int64_t c = 0; c < k; c++) {
+			double v = fabs(B[r * k + c]);
+			if (r / 16 == c / 16)
+				on = fmax(on, v);
+			else
+				off = fmax(off, v);
+		}
+	CHECK(off < 1e-4 * on, "block LDL: (I+L)^-1 H (I+L)^-T is block diagonal (off %.3g, on %.3g)",
+	      off, on);
+	/* not positive definite */
+	memcpy(A, H, (size_t)(k * k) * sizeof(float));
+	A[5 * k + 5] = -1.0f;
+	int rc = x3_block_ldl(A, k);
+	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "cholesky"), "block LDL of an indefinite matrix: X3_ENUM (%s)",
+	      x3_errmsg());
+	free(X), free(H), free(A), free(B);
+}
+
+/* dense Hb (k x k) in double */
+static double hb(int64_t i, int64_t j)
+{
+	if (i / 128 != j / 128)
+		return 0;
+	return (__builtin_popcountll((unsigned long long)((i % 128) & (j % 128))) & 1 ? -1.0 : 1.0) /
+	       sqrt(128.0);
+}
+
+static void test_finalize(void)
+{
+	int64_t k0 = 100, k = 128;
+	float *X = corr_acts(400, k0, 1.0), *H = gram(X, 400, k0), s[128];
+	x3_quant_signs(1, "h", k, s);
+	x3_qhess *h;
+	CHECK_OK(x3_qhess_finalize(H, k0, k, 400, s, &h), "finalize 100x100 into 128");
+	CHECK(!h->fallback && h->H && h->L && h->retries == 0, "finalize: no fallback, no retries");
+	double dm = 0;
+	for (int64_t i = 0; i < k0; i++)
+		dm += H[i * k0 + i] / 400.0;
+	dm /= (double)k;
+	CHECK(fabs(h->diag_mean - dm) < 1e-5 * dm, "finalize: mean diagonal over the padded size");
+	CHECK(fabs(h->diag[3] - (H[3 * k0 + 3] / 400.0 + 0.025 * dm)) < 1e-5 &&
+	      fabs(h->diag[120] - 0.025 * dm) < 1e-6, "finalize: damped diagonal (padding gets 0.025 mean)");
+	/* rotated H = Hb diag(s) Hd diag(s) Hb, checked entrywise in double */
+	double maxd = 0, maxv = 0;
+	for (int64_t i = 0; i < k; i += 9)
+		for (int64_t j = 0; j < k; j += 7) {
+			double v = 0;
+			for (int64_t a = 0; a < k; a++)
+				for (int64_t b = 0; b < k; b++) {
+					double hd = (a < k0 && b < k0) ? H[a * k0 + b] / 400.0 : 0;
+					if (a == b)
+						hd += 0.025 * dm;
+					if (hd != 0)
+						v += hb(i, a) * s[a] * hd * s[b] * hb(b, j);
+				}
+			maxd = fmax(maxd, fabs(v - h->H[i * k + j]));
+			maxv = fmax(maxv, fabs(v));
+		}
+	CHECK(maxd < 1e-5 * maxv, "finalize: rotated H matches the dense formula (max diff %.3g)", maxd);
+	x3_qhess_free(h);
+
+	/* fallbacks */
+	CHECK_OK(x3_qhess_finalize(H, k0, k, 0, s, &h), "finalize with count 0");
+	CHECK(h->fallback && !h->H && !h->L && strstr(h->why, "count"), "count 0 -> fallback (%s)", h->why);
+	x3_qhess_free(h);
+	float *Hn = malloc((size_t)(k0 * k0) * sizeof(float));
+	memcpy(Hn, H, (size_t)(k0 * k0) * sizeof(float));
+	Hn[17] = NAN;
+	CHECK_OK(x3_qhess_finalize(Hn, k0, k, 400, s, &h), "finalize with a NaN");
+	CHECK(h->fallback && strstr(h->why, "non-finite"), "NaN -> fallback (%s)", h->why);
+	x3_qhess_free(h);
+	memset(Hn, 0, (size_t)(k0 * k0) * sizeof(float));
+	CHECK_OK(x3_qhess_finalize(Hn, k0, k, 400, s, &h), "finalize an all-zero H");
+	CHECK(h->fallback && strstr(h->why, "too small"), "zero H -> fallback (%s)", h->why);
+	x3_qhess_free(h);
+	/* mildly indefinite: eigenvalue -0.06 * mean diag needs extra damping */
+	for (int64_t i = 0; i < k0; i++)
+		Hn[i * k0 + i] = 1.0f;
+	Hn[0 * k0 + 1] = Hn[1 * k0 + 0] = 1.0f + 0.06f * (float)k0 / (float)k + 0.025f * (float)k0 / k;
+	CHECK_OK(x3_qhess_finalize(Hn, k0, k, 1, s, &h), "finalize a mildly indefinite H");
+	CHECK(!h->fallback && h->retries >= 1 && h->retries <= 3, "mildly indefinite -> %d damping retries",
+	      h->retries);
+	x3_qhess_free(h);
+	Hn[0 * k0 + 1] = Hn[1 * k0 + 0] = 50.0f;
+	CHECK_OK(x3_qhess_finalize(Hn, k0, k, 1, s, &h), "finalize a strongly indefinite H");
+	CHECK(h->fallback && h->retries == X3_LDL_RETRIES && strstr(h->why, "positive definite"),
+	      "strongly indefinite -> fallback after 10 retries (%s)", h->why);
+	x3_qhess_free(h);
+	CHECK(x3_qhess_finalize(H, k0, 100, 400, s, &h) == X3_EINVAL, "finalize: padded size not a multiple of 128");
+	CHECK(x3_qhess_finalize(H, 200, k, 400, s, &h) == X3_EINVAL, "finalize: H larger than the padded size");
+	free(Hn), free(X), free(H);
+}
+
+static void test_regularize(void)
+{
+	int64_t n0 = 150, k0 = 100, k = 128, n = 256;
+	float *W = randn(n0 * k0, 0.02), su_s[128], sv_s[256];
+	for (int64_t i = 0; i < k0; i++)
+		W[5 * k0 + i] = 0;             /* a zero output channel */
+	for (int64_t o = 0; o < n0; o++)
+		W[o * k0 + 7] *= 10;           /* a loud input channel */
+	x3_quant_signs(3, "su", k, su_s);
+	x3_quant_signs(3, "sv", n, sv_s);
+	x3_qhess *h;
+	CHECK_OK(x3_qhess_none(k, su_s, &h), "no-hessian fallback");
+	x3_qweight *w;
+	CHECK_OK(x3_regularize(W, n0, k0, h, sv_s, X3_OUT_SCALES_ALWAYS, &w), "regularize 150x100");
+	CHECK(w->k == 128 && w->n == 256 && w->out_scales == 1 && !w->zeros, "regularize: padded shape, out scales");
+	CHECK(w->sv[5] == 0 && w->sv[200] == 0 && w->sv[0] != 0, "regularize: zero and padded columns get sv = 0");
+	CHECK(w->su[0] * su_s[0] < 0 && w->su[127] * su_s[127] < 0, "regularize: su has the opposite sign of sigma_u");
+	double ss = 0;
+	for (int64_t i = 0; i < k * n; i++)
+		ss += (double)w->W[i] * w->W[i];
+	/* rows carry RMS 1.24371088 (the zero padding rows stay zero) */
+	double rms = sqrt(ss / (double)(k0 * n));
+	CHECK(fabs(rms - 1.24371088) < 1e-4, "regularize: RMS %.6f = 1.24371088 over the real rows", rms);
+	/* diag(su) Hb W_reg Hb diag(sv) = W (fp16-rounded) */
+	float *R = malloc((size_t)(k * n) * sizeof(float));
+	memcpy(R, w->W, (size_t)(k * n) * sizeof(float));
+	x3_had128_rows(R, k, n);
+	x3_had128_cols(R, k, n);
+	double md = 0;
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double v = (double)R[i * n + j] * w->su[i] * w->sv[j];
+			double want = (i < k0 && j < n0) ? x3_round_f16(W[j * k0 + i]) : 0;
+			md = fmax(md, fabs(v - want));
+		}
+	CHECK(md < 1e-5, "regularize: exact inverse relation (max diff %.3g)", md);
+	x3_qweight_free(w);
+	CHECK_OK(x3_regularize(W, n0, k0, h, sv_s, X3_OUT_SCALES_NEVER, &w), "regularize, never");
+	CHECK(w->out_scales == 0 && w->sv[0] == sv_s[0] && w->sv[5] == 0, "never: sv = signs, zero columns 0");
+	x3_qweight_free(w);
+	CHECK_OK(x3_regularize(W, n0, k0, h, sv_s, X3_OUT_SCALES_AUTO, &w), "regularize, auto without hessian");
+	CHECK(w->out_scales == 0, "auto in fallback: no out scales");
+	x3_qweight_free(w);
+	/* all zero */
+	float *Z = calloc((size_t)(n0 * k0), sizeof(float));
+	CHECK_OK(x3_regularize(Z, n0, k0, h, sv_s, X3_OUT_SCALES_NEVER, &w), "regularize an all-zero weight");
+	int allz = 1;
+	for (int64_t j = 0; j < n; j++)
+		allz &= w->sv[j] == 0;
+	CHECK(w->zeros && w->out_scales && allz, "all-zero weight: zeros flag, out scales forced, svh all 0");
+	x3_qweight_free(w);
+	/* bad values */
+	W[3 * k0 + 4] = NAN;
+	int rc = x3_regularize(W, n0, k0, h, sv_s, X3_OUT_SCALES_ALWAYS, &w);
+	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "[3][4]"), "NaN weight: X3_ENUM naming [3][4] (%s)", x3_errmsg());
+	W[3 * k0 + 4] = 1e6f;
+	rc = x3_regularize(W, n0, k0, h, sv_s, X3_OUT_SCALES_ALWAYS, &w);
+	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "fp16"), "1e6 weight: fp16 overflow (%s)", x3_errmsg());
+	rc = x3_regularize(W, n0, 300, h, sv_s, X3_OUT_SCALES_ALWAYS, &w);
+	CHECK(rc == X3_EINVAL, "hessian size mismatch: X3_EINVAL (%s)", x3_errmsg());
+	x3_qhess_free(h);
+	free(W), free(Z), free(R);
+}
+
+static void test_auto(void)
+{
+	float d[500];
+	double skew;
+	for (int i = 0; i < 500; i++)
+		d[i] = 1.0f;
+	CHECK(x3_out_scales_auto(d, 500, &skew) == 1 && fabs(skew - 0.02) < 1e-9, "auto: flat diagonal -> apply (skew %.3f)", skew);
+	for (int i = 0; i < 10; i++)
+		d[i * 37] = 400.0f;   /* sqrt 20: top 10 of 500 hold 200/(200+490) */
+	CHECK(x3_out_scales_auto(d, 500, &skew) == 0 && skew > 0.15, "auto: 10 outlier channels -> no out scales (skew %.3f)", skew);
+	int policy;
+	CHECK(x3_out_scales_parse("auto", &policy) == X3_OK && policy == X3_OUT_SCALES_AUTO &&
+	      x3_out_scales_parse("sometimes", &policy) == X3_EINVAL, "out_scales parsing");
+}
+
+static void test_quantize(void)
+{
+	int64_t n0 = 128, k0 = 256, k = 256, n = 128;
+	float *X = corr_acts(1024, k0, 3.0), *H = gram(X, 1024, k0), s[256], sv[128];
+	float *W = randn(n0 * k0, 0.05);
+	x3_quant_signs(5, "h", k, s);
+	x3_quant_signs(5, "w/sv", n, sv);
+	x3_qhess *h, *hn;
+	CHECK_OK(x3_qhess_finalize(H, k0, k, 1024, s, &h), "finalize a correlated 256x256 H");
+	CHECK_OK(x3_qhess_none(k, s, &hn), "no-hessian variant");
+	x3_qweight *w;
+	CHECK_OK(x3_regularize(W, n0, k0, h, sv, X3_OUT_SCALES_ALWAYS, &w), "regularize 128x256 (out x in)");
+	float *W_kn = malloc((size_t)(k * n) * sizeof(float));   /* W_hf^T (k, n) */
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			W_kn[i * n + j] = W[j * k0 + i];
+
+	CHECK(x3_scale_sample_max(256, 128) == 3 * 16 + 2 * 8 && x3_scale_sample_max(1024, 512) == 3 * 64 + 2 * 12,
+	      "scale sample count 3D + 2 num_x");
+	double g3;
+	CHECK_OK(x3_scale_search(w->W, k, n, 3, X3_CB_3INST, 0, &g3), "scale search K=3 3inst");
+	CHECK(g3 > 0.8 && g3 < 1.2, "3inst scale %.4f near 1", g3);
+
+	/* LDLQ with L = 0 equals the fallback (no feedback) bit for bit */
+	float *Z = calloc((size_t)(k * k), sizeof(float));
+	float *Q1 = malloc((size_t)(k * n) * sizeof(float)), *Q2 = malloc((size_t)(k * n) * sizeof(float));
+	uint16_t *s1 = malloc((size_t)(k * n) * 2), *s2 = malloc((size_t)(k * n) * 2);
+	CHECK_OK(x3_ldlq(w->W, k, n, NULL, 2, X3_CB_MUL1, 0, s1, Q1), "ldlq without feedback");
+	CHECK_OK(x3_ldlq(w->W, k, n, Z, 2, X3_CB_MUL1, 0, s2, Q2), "ldlq with L = 0");
+	CHECK(!memcmp(Q1, Q2, (size_t)(k * n) * 4) && !memcmp(s1, s2, (size_t)(k * n) * 2),
+	      "ldlq: L = 0 gives the no-feedback result exactly");
+	CHECK(x3_ldlq(w->W, k, n, NULL, 9, X3_CB_MUL1, 0, s1, Q1) == X3_EINVAL, "ldlq: K=9 refused");
+	free(Z), free(Q1), free(Q2), free(s1), free(s2);
+
+	double prev = 1e9;
+	for (int K = 1; K <= 4; K++) {
+		x3_qresult *r, *rn = NULL;
+		CHECK_OK(x3_quantize(w, h, K, X3_CB_MUL1, 0, X3_QKEEP_Q | X3_QKEEP_W, &r), "quantize K=%d", K);
+		if (K == 1 || K == 3) {
+			CHECK_OK(x3_quantize(w, hn, K, X3_CB_MUL1, 0, X3_QKEEP_Q, &rn), "quantize K=%d without hessian", K);
+			double pn;
+			CHECK_OK(x3_proxy_error(r->Wg, rn->Q, h->H, k, n, &pn), "proxy error of the no-feedback result");
+			CHECK(r->proxy_err < pn, "K=%d: LDLQ proxy error %.5f < no-feedback %.5f", K, r->proxy_err, pn);
+			CHECK(rn->fallback && rn->g == r->g, "K=%d: fallback flag, same scale search", K);
+		}
+		if (K == 3)
+			CHECK(r->g > 0.6 && r->g < 1.0, "K=3: mul1 global scale %.4f near 0.8", r->g);
+		CHECK(r->proxy_err < prev, "K=%d: proxy error falls with K (%.5f < %.5f)", K, r->proxy_err, prev);
+		prev = r->proxy_err;
+		/* decoding the packed trellis gives the encoder's W~ exactly */
+		float *D = malloc((size_t)(k * n) * sizeof(float));
+		CHECK_OK(x3_trellis_decode(K, X3_CB_MUL1, r->trellis, k, n, D), "decode K=%d", K);
+		CHECK(!memcmp(D, r->Q, (size_t)(k * n) * 4), "K=%d: decoded W~ bit-identical to the encoder's", K);
+		/* original basis: W_hf^T ~ reconstruct */
+		float *R = malloc((size_t)(k * n) * sizeof(float));
+		CHECK_OK(x3_reconstruct(D, r->suh, r->svh, k, n, R), "reconstruct K=%d", K);
+		double e = 0, t = 0;
+		float *Dl = malloc((size_t)(k * n) * sizeof(float));
+		for (int64_t i = 0; i < k; i++)
+			for (int64_t j = 0; j < n; j++) {
+				double a = W[j * k0 + i], d = R[i * n + j] - a;
+				e += d * d, t += a * a;
+				Dl[i * n + j] = (float)d;
+			}
+		double rel = e / t, bound[5] = { 0, 0.5, 0.16, 0.045, 0.012 };
+		CHECK(rel < bound[K], "K=%d: relative weight error %.5f < %.3f", K, rel, bound[K]);
+		/* output error in the original basis, tr(dW^T H dW) / tr(W^T H W) */
+		double eh, hb[5] = { 0, 0.3, 0.08, 0.02, 0.005 };
+		float *Wt = malloc((size_t)(k * n) * sizeof(float));
+		for (int64_t i = 0; i < k; i++)
+			for (int64_t j = 0; j < n; j++)
+				Wt[i * n + j] = W[j * k0 + i] - Dl[i * n + j];
+		CHECK_OK(x3_proxy_error(W_kn, Wt, H, k, n, &eh), "original-basis output error");
+		CHECK(eh < hb[K], "K=%d: output error in the original basis %.5f < %.3f (proxy %.5f)", K, eh,
+		      hb[K], r->proxy_err);
+		free(Dl), free(Wt);
+		free(D), free(R);
+		x3_qresult_free(r);
+		x3_qresult_free(rn);
+	}
+	CHECK(x3_quant_bytes(256, 512, 4, X3_CB_MUL1, 1) == 256 * 512 / 2 + 512 + 1024 + 4 + 1024,
+	      "storage bytes (trellis, suh, svh, marker, bias)");
+	CHECK(x3_quant_bytes(256, 512, 3, X3_CB_3INST, 0) == 256 * 512 * 3 / 8 + 512 + 1024,
+	      "storage bytes, 3inst without a marker");
+	x3_qresult *r;
+	CHECK(x3_quantize(w, h, 0, X3_CB_MUL1, 0, 0, &r) == X3_EINVAL && strstr(x3_errmsg(), "1..8"),
+	      "quantize K=0 refused (%s)", x3_errmsg());
+	x3_qweight_free(w);
+	x3_qhess_free(h), x3_qhess_free(hn);
+	free(X), free(H), free(W), free(W_kn);
+}
+
+int main(void)
+{
+	x3_rng_seed(&rng, 1200, 0);
+	test_signs();
+	test_block_ldl();
+	test_finalize();
+	test_regularize();
+	test_auto();
+	test_quantize();
+	TEST_DONE();
+}

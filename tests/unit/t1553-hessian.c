@@ -1,0 +1,90 @@
+/* t1503: Hessian accumulators: exact small case, non-finite rows dropped
+ * and counted, the 10% limit, F32 vs F64, adding frames. */
+#include <math.h>
+#include "test.h"
+#include "hessian.h"
+
+int main(void)
+{
+	/* X = [[1,2],[3,4],[5,6]]: XᵀX = [[35,44],[44,56]] */
+	const float x[6] = { 1, 2, 3, 4, 5, 6 };
+	x3_hess *h;
+	CHECK_OK(x3_hess_new("g", 2, 0, "a.weight,b.weight", 3, &h), "new F32");
+	CHECK_OK(x3_hess_add_rows(h, x, 3, 2), "add 3x2");
+	x3_tensor *t = x3_hess_frame(h, X3_F32);
+	const float *v = t->data;
+	CHECK(t->rank == 2 && t->shape[0] == 2 && t->shape[1] == 2 && t->dtype == X3_F32,
+	      "frame 2x2 F32");
+	CHECK(v[0] == 35 && v[1] == 44 && v[2] == 44 && v[3] == 56, "XᵀX exact and symmetric");
+	CHECK(!strcmp(x3_meta_get(t, "count"), "3") && !strcmp(x3_meta_get(t, "dropped"), "0") &&
+	      !strcmp(x3_meta_get(t, "members"), "a.weight,b.weight") &&
+	      !strcmp(x3_meta_get(t, "layer"), "3") && !strcmp(x3_meta_get(t, "role"), "hessian"),
+	      "metadata count/dropped/members/layer/role");
+	CHECK(x3_hess_add_rows(h, x, 2, 3) == X3_EINVAL, "wrong width refused");
+
+	/* add the frame to itself: doubles */
+	CHECK_OK(x3_hess_add_frame(h, t), "add frame");
+	x3_tensor *t2 = x3_hess_frame(h, X3_F64);
+	const double *d = t2->data;
+	CHECK(d[0] == 70 && d[1] == 88 && d[3] == 112 && !strcmp(x3_meta_get(t2, "count"), "6"),
+	      "frame added: H and count double, F64 output");
+	x3_tensor_free(t2);
+	x3_hess_free(h);
+
+	/* non-finite rows: dropped, counted, the rest accumulated */
+	float y[12] = { 1, 2, NAN, 0, 3, 4, 1, INFINITY, 5, 6, 0, 0 };
+	CHECK_OK(x3_hess_new("g", 2, 1, NULL, -1, &h), "new F64");
+	CHECK_OK(x3_hess_add_rows(h, y, 6, 2), "add 6x2 with a NaN and an Inf row");
+	CHECK(x3_hess_count(h) == 4 && x3_hess_dropped(h) == 2, "4 rows counted, 2 dropped");
+	CHECK(x3_hess_too_many_dropped(h), "2 of 6 dropped is over 10%%");
+	t2 = x3_hess_frame(h, X3_F64);
+	d = t2->data;
+	CHECK(d[0] == 35 && d[1] == 44 && d[2] == 44 && d[3] == 56 && !x3_meta_get(t2, "layer") &&
+	      !x3_meta_get(t2, "members"), "finite rows only; no layer/members metadata");
+	x3_tensor_free(t2);
+	float ones[2 * 40];
+	for (int i = 0; i < 80; i++)
+		ones[i] = 1;
+	CHECK_OK(x3_hess_add_rows(h, ones, 40, 2), "add 40 good rows");
+	CHECK(!x3_hess_too_many_dropped(h), "2 of 46 dropped is under 10%%");
+	x3_hess_free(h);
+
+	/* bad frames for add_frame */
+	CHECK_OK(x3_hess_new("g", 2, 0, NULL, -1, &h), "new");
+	x3_meta_del(t, "count");
+	int rc = x3_hess_add_frame(h, t);
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "count"), "frame without count: %s",
+	      x3_errmsg());
+	x3_tensor *sq = x3_tensor_new2("big", X3_F32, 3, 3);
+	x3_meta_set(sq, "count", "1");
+	rc = x3_hess_add_frame(h, sq);
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'big'"), "wrong size: %s", x3_errmsg());
+	x3_tensor_free(sq);
+	x3_hess_free(h);
+	x3_tensor_free(t);
+
+	/* SYRK path on a larger random case against a plain double sum */
+	enum { R = 300, N = 37 };
+	float *z = malloc(sizeof(float) * R * N);
+	x3_rng g;
+	x3_rng_seed(&g, 7, 0);
+	for (int i = 0; i < R * N; i++)
+		z[i] = (float)x3_rng_normal(&g);
+	CHECK_OK(x3_hess_new("z", N, 1, NULL, -1, &h), "new 37");
+	CHECK_OK(x3_hess_add_rows(h, z, 100, N), "rows 0..99");
+	CHECK_OK(x3_hess_add_rows(h, z + 100 * N, 200, N), "rows 100..299");
+	t = x3_hess_frame(h, X3_F64);
+	double err = 0;
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++) {
+			double s = 0;
+			for (int r = 0; r < R; r++)
+				s += (double)z[r * N + i] * z[r * N + j];
+			err = fmax(err, fabs(s - ((double *)t->data)[i * N + j]));
+		}
+	CHECK(err < 1e-9, "DSYRK accumulation == plain sum (err %.2g)", err);
+	x3_tensor_free(t);
+	x3_hess_free(h);
+	free(z);
+	TEST_DONE();
+}
