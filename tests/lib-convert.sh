@@ -35,3 +35,5 @@ rtn_model() {
 num_lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 # num_near A B TOL: |A - B| <= TOL
 num_near() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= t) }'; }
+# jqe FILTER FILE: jq -e, quietly (for check)
+jqe() { jq -e "$@" >/dev/null; }

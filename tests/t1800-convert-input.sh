@@ -48,10 +48,10 @@ cp m/config.json bad/
 check_fail "validate: no quantization_config" 1 "bad/config.json: no quantization_config" validate bad
 validate bad >bad.json 2>/dev/null || true
 check "validate: the report names the problem" \
-	jq -e '.ok == false and (.errors | any(test("no quantization_config")))' bad.json >/dev/null
+	jqe '.ok == false and (.errors | any(test("no quantization_config")))' bad.json
 jq '. + {quantization_config: {quant_method: "exl3", bits: 4, head_bits: 6, codebook: "mul1"}}' m/config.json >bad/config.json
 tensor-cat -q m -o bad/model.safetensors
 validate bad >bad.json 2>/dev/null || true
 check "validate: unquantized linears are reported by name" \
-	jq -e '.ok == false and (.errors | any(test("linear .model.layers.0.self_attn.q_proj.: no EXL3 tensors")))' bad.json >/dev/null
+	jqe '.ok == false and (.errors | any(test("linear .model.layers.0.self_attn.q_proj.: no EXL3 tensors")))' bad.json
 done_testing

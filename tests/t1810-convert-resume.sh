@@ -39,13 +39,13 @@ check "sequential: the head's capture read the quantized layer 0" \
 check "sequential: other Hessians, other codes than onepass" \
 	sh -c 'test -f seq/model.safetensors && ! cmp -s ref/model.safetensors seq/model.safetensors'
 validate seq >seq.json
-check "sequential: validate finds a well-formed directory" jq -e '.ok' seq.json >/dev/null
+check "sequential: validate finds a well-formed directory" jqe '.ok' seq.json
 
 validate ref --model m --rows 4 --cols 128 >ref.json
-check "validate --model: ok" jq -e '.ok' ref.json >/dev/null
+check "validate --model: ok" jqe '.ok' ref.json
 check "validate: every linear decoded and checked" \
-	jq -e '.check.tensors == 8 and .check.max_rel_fro_err < 0.3' ref.json >/dev/null
+	jqe '.check.tensors == 8 and .check.max_rel_fro_err < 0.3' ref.json
 check "validate: KL divergence and top-1 agreement" \
-	jq -e '.eval.kl_divergence >= 0 and .eval.top1_agreement > 0.5' ref.json >/dev/null
-check "validate: bits 3, head 6" jq -e '.bits == 3 and .head_bits == 6 and .config.bits == 3' ref.json >/dev/null
+	jqe '.eval.kl_divergence >= 0 and .eval.top1_agreement > 0.5' ref.json
+check "validate: bits 3, head 6" jqe '.bits == 3 and .head_bits == 6 and .config.bits == 3' ref.json
 done_testing
