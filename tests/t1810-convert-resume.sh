@@ -16,6 +16,11 @@ before=$(stat -c %Y ref/config.json)
 check "re-running a finished conversion succeeds" convert m ref "${opts[@]}" -j 2
 check "... and rewrites nothing" test "$(stat -c %Y ref/config.json)" = "$before"
 
+n=$(ls ref.work/enc | wc -l)
+check "a changed --head-bits" convert m hb "${opts[@]}" -j 2 --work ref.work --head-bits 4
+check "... re-encodes only the head" test "$(ls ref.work/enc | wc -l)" -eq $((n + 1))
+check "... and the head has 4 bits" jqe '.quantization_config.head_bits == 4' hb/config.json
+
 check "convert -j 1" convert m j1 "${opts[@]}" -j 1
 check "same seed, -j 1 vs -j 2: byte-identical directories" diff -r ref j1
 check "convert --seed 1" convert m s1 "${opts[@]}" --seed 1
