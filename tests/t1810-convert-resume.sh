@@ -53,4 +53,18 @@ check "validate: every linear decoded and checked" \
 check "validate: KL divergence and top-1 agreement" \
 	jqe '.eval.kl_divergence >= 0 and .eval.top1_agreement > 0.5' ref.json
 check "validate: bits 3, head 6" jqe '.bits == 3 and .head_bits == 6 and .config.bits == 3' ref.json
+
+# malformed EXL3 directories made from a good one
+cp -r ref badbits
+jq '.quantization_config.bits = 5' ref/config.json >badbits/config.json
+check_fail "validate: config bits that the trellis widths contradict" 1 "bits 5 differs from the stored trellis widths" \
+	validate badbits
+cp -r ref trunc
+head -c 5000 ref/model.safetensors >trunc/model.safetensors
+check_fail "validate: a truncated shard" 1 "model.safetensors" validate trunc
+mkdir noq
+cp ref/config.json ref/tokenizer.json noq/
+tensor-cat -q ref $(tensor-ls ref | jq -r .name | grep -v '^model.layers.0.mlp.up_proj.suh$') | tensor-cat -q -o noq/model.safetensors -
+check_fail "validate: a missing suh, named" 1 "linear 'model.layers.0.mlp.up_proj': tensor 'model.layers.0.mlp.up_proj.suh' is missing" \
+	validate noq
 done_testing
