@@ -20,7 +20,7 @@ models+=("synth-h${H}-i${I}-l${L}=$tmp/synth")
 # quantized weights: every decoder linear and the head
 numel() {
 	tensor-ls "$1" | jq -s --argjson tied "$(jq '.tie_word_embeddings == true' "$1/config.json")" '
-		map(select(.name | test("_proj\\.weight$|^lm_head\\.weight$")) | .shape[0] * .shape[1]) | add
+		(map(select(.name | test("_proj\\.weight$|^lm_head\\.weight$")) | .shape[0] * .shape[1]) | add)
 		+ (if $tied then (map(select(.name == "model.embed_tokens.weight")) | .[0].shape[0] * .[0].shape[1]) else 0 end)'
 }
 printf '%-24s %10s %4s %9s %12s %10s %8s\n' model weights -j wall_s weights/s peak_MiB speedup
@@ -35,9 +35,9 @@ for m in "${models[@]}"; do
 		/usr/bin/time -f '%e %M' -o "$tmp/time" \
 			convert "$dir" "$tmp/out" --bits "$B" --rows 32 --cols 256 -j "$j" -q
 		read -r wall kb <"$tmp/time"
-		wps=$(awk -v n="$n" -v t="$wall" 'BEGIN { printf "%.0f", t > 0 ? n / t : 0 }')
+		wps=$(awk -v n="$n" -v t="$wall" 'BEGIN { printf "%.0f", (t > 0 ? n / t : 0) }')
 		sp=1.00
-		[ "$j" -eq 1 ] && t1=$wall || sp=$(awk -v a="$t1" -v b="$wall" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')
+		[ "$j" -eq 1 ] && t1=$wall || sp=$(awk -v a="$t1" -v b="$wall" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 		printf '%-24s %10d %4d %9.1f %12d %10.1f %8s\n' "$name" "$n" "$j" "$wall" "$wps" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "$sp"
 		[ $first -eq 1 ] || json+=","
 		first=0
