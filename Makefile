@@ -2,7 +2,7 @@
 #   make            build every program and lib/libexl3kit.a
 #   make test       unit and command-line tests (ends with "N passed, N failed")
 #   make bench      benchmarks (table + JSON in bench.json)
-#   make fuzz       longer fuzz run of the frame and safetensors parsers
+#   make fuzz       longer fuzz run of the frame, safetensors and config parsers
 #   make deps       install the Debian packages the build and tests need
 #   make install PREFIX=... DESTDIR=...
 #   V=1 shows the commands; CUDA=0 builds the CPU-only toolkit.

@@ -51,17 +51,26 @@ static x3_exl3 *read_group(x3_reader *r, const char *want, x3_tensor **next)
 	*next = NULL;
 	for (;;) {
 		x3_tensor *t;
-		int rc = x3_reader_next(r, &t);
+		int rc = x3_reader_next_header(r, &t);
 		if (rc == X3_EOF)
 			break;
 		if (rc)
 			die("%s", x3_errmsg());
 		int part = x3_exl3_is_part(t->name, k2, sizeof k2);
+		if (!ng && (!part || (want && strcmp(k2, want)))) {
+			/* before the group: skip the payload unread */
+			if (x3_reader_skip(r))
+				die("%s", x3_errmsg());
+			x3_tensor_free(t);
+			continue;
+		}
+		t->data = malloc(t->nbytes + 1);
+		t->owns_data = 1;
+		if (!t->data)
+			die("frame '%s': out of memory (%zu bytes)", t->name, t->nbytes);
+		if (t->nbytes && x3_reader_data(r, t->data, t->nbytes))
+			die("%s", x3_errmsg());
 		if (!ng) {
-			if (!part || (want && strcmp(k2, want))) {
-				x3_tensor_free(t);
-				continue;
-			}
 			strcpy(key, k2);
 		} else if (!part || strcmp(k2, key)) {
 			*next = t;
@@ -365,7 +374,9 @@ int main(int argc, char **argv)
 	if (opt_dequant) {
 		do_dequant(e, w);
 	} else {
-		if (opt_x) {
+		if (opt_x && !strcmp(opt_x, "-") && in) {
+			/* X on stdin after the group: the default */
+		} else if (opt_x) {
 			/* the weight came from stdin: frames after its group are not read */
 			x3_tensor_free(next);
 			next = NULL;

@@ -14,7 +14,7 @@
 
 static const char usage[] =
 	"usage: had-rotate [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                  [-t THREADS] [-q] < frames > frames\n";
+	"                  [-t THREADS] [-q] [--zstd[=LEVEL]] < frames > frames\n";
 
 static const char help[] =
 	"Rotate and regularize linear weights for trellis-encode (EXL3 spec 5.2, 8.2).\n"
@@ -25,11 +25,13 @@ static const char help[] =
 	"  --out-scales P    output-channel scales: always (default), never, auto\n"
 	"  -t THREADS        threads (default: all)\n"
 	"  -q                no warnings about unusable Hessians\n"
+	"  --zstd[=LEVEL]    compress the output stream (level 1..22, default 3)\n"
 	"  -h                this help\n";
 
 static uint64_t seed;
 static int policy = X3_OUT_SCALES_ALWAYS;
 static x3_writer *out;
+static int zlevel;
 
 static x3_tensor *hess_raw;      /* current Hessian frame */
 static int hess_from_file;
@@ -156,6 +158,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, 0, 's' },
 		{ "hessian", required_argument, 0, 'H' },
 		{ "out-scales", required_argument, 0, 'o' },
+		{ "zstd", optional_argument, 0, 'z' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -178,6 +181,9 @@ int main(int argc, char **argv)
 			break;
 		case 'q':
 			quiet = 1;
+			break;
+		case 'z':
+			zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3;
 			break;
 		case 'h':
 			printf("%s\n%s", usage, help);
@@ -207,7 +213,7 @@ int main(int argc, char **argv)
 	x3_reader *in;
 	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
 		die_x3("stdin");
-	if (x3_writer_open_fd(STDOUT_FILENO, 0, &out))
+	if (x3_writer_open_fd(STDOUT_FILENO, zlevel, &out))
 		die_x3("stdout");
 	x3_tensor *pw = NULL, *pb = NULL, *t;
 	int nweights = 0, rc;

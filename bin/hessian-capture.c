@@ -17,7 +17,7 @@
 static const char usage[] =
 	"usage: hessian-capture --model DIR (--text FILE... | --tokens FRAMES) [--rows R]\n"
 	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
-	"                       [--stream] [--strict] [--chunk N] [--f64] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
+	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
 	"                       [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
@@ -29,6 +29,7 @@ static const char usage[] =
 	"  --split MODE     documents of a text: lines (default), blank, whole\n"
 	"  --stream         cut the text into consecutive windows instead of packing\n"
 	"                   one document per row\n"
+	"  --even-odd       BOS/EOS around the documents of even rows only (ExLlamaV3)\n"
 	"  --strict         fail when the input gives fewer than R rows\n"
 	"  --layers A-B     capture layers A..B only (layer N = num_hidden_layers is the\n"
 	"                   head); layers after B are not run\n"
@@ -159,7 +160,7 @@ static void parse_layers(const char *s, int *a, int *b)
 
 /* Token rows from --text (packed with the model's tokenizer) or --tokens. */
 static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
-                         int split, int stream, long *rows, long *cols, int strict)
+                         int split, int stream, int even_odd, long *rows, long *cols, int strict)
 {
 	int32_t *ids = NULL;
 	long want = *rows;
@@ -190,32 +191,13 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 	x3_tok *tok;
 	if (x3_tok_load(model, &tok))
 		die_x3("%s: tokenizer", model);
-	char **bufs = calloc((size_t)ntexts, sizeof *bufs);
-	const char **docs = NULL;
-	size_t *dlens = NULL, ndocs = 0;
-	for (int i = 0; i < ntexts; i++) {
-		size_t len, *off, *lens, nd;
-		if (x3_text_read(texts[i], 0, &bufs[i], &len))
-			die_x3("%s", texts[i]);
-		if (x3_tok_split_docs(bufs[i], len, split, &off, &lens, &nd))
-			die_x3("%s", texts[i]);
-		docs = realloc(docs, (ndocs + nd + 1) * sizeof *docs);
-		dlens = realloc(dlens, (ndocs + nd + 1) * sizeof *dlens);
-		if (!docs || !dlens)
-			die("out of memory");
-		for (size_t j = 0; j < nd; j++) {
-			docs[ndocs + j] = bufs[i] + off[j];
-			dlens[ndocs + j] = lens[j];
-		}
-		ndocs += nd;
-		free(off), free(lens);
-	}
 	struct x3_tok_pack_opts po;
 	x3_tok_pack_defaults(tok, &po);
 	po.mode = stream ? X3_PACK_STREAM : X3_PACK_ARTICLES;
+	po.even_odd = even_odd;
 	size_t got = 0;
-	if (x3_tok_pack_rows(tok, docs, dlens, ndocs, (size_t)want, (size_t)*cols, &po, &ids, &got))
-		die_x3("packing calibration rows");
+	if (x3_text_rows(tok, texts, ntexts, split, &po, (size_t)want, (size_t)*cols, &ids, &got))
+		die_x3("calibration text");
 	if ((long)got < want) {
 		if (strict || got == 0)
 			die("calibration text gives %zu rows of %ld tokens, fewer than the %ld requested",
@@ -224,16 +206,13 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		      "using them", got, *cols, want);
 		*rows = (long)got;
 	}
-	for (int i = 0; i < ntexts; i++)
-		free(bufs[i]);
-	free(bufs), free(docs), free(dlens);
 	x3_tok_free(tok);
 	return ids;
 }
 
 static int do_capture(const char *model, const char *quant, char **texts, int ntexts,
                       const char *tokens, long rows, long cols, int la, int lb, int split,
-                      int stream, int strict, long chunk, int f64, x3_writer *w)
+                      int stream, int even_odd, int strict, long chunk, int f64, x3_writer *w)
 {
 	x3_model_config cfg;
 	if (x3_config_load(model, &cfg))
@@ -255,7 +234,8 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		die("%s", x3_errmsg());
 	if (cols <= 0 && !tokens)
 		cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
-	int32_t *ids = get_rows(model, texts, ntexts, tokens, split, stream, &rows, &cols, strict);
+	int32_t *ids = get_rows(model, texts, ntexts, tokens, split, stream, even_odd, &rows, &cols,
+	                        strict);
 	if (cols > cfg.max_pos)
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);
@@ -378,7 +358,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
-	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD };
+	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -388,13 +368,13 @@ int main(int argc, char **argv)
 		{ "name", required_argument, 0, O_NAME }, { "members", required_argument, 0, O_MEMBERS },
 		{ "split", required_argument, 0, O_SPLIT }, { "stream", no_argument, 0, O_STREAM },
 		{ "strict", no_argument, 0, O_STRICT }, { "chunk", required_argument, 0, O_CHUNK },
-		{ "zstd", optional_argument, 0, O_ZSTD }, { "help", no_argument, 0, 'h' },
+		{ "zstd", optional_argument, 0, O_ZSTD }, { "even-odd", no_argument, 0, O_EVEN }, { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
-	int split = X3_SPLIT_LINES, stream = 0, strict = 0, zlevel = 0;
+	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
 	long rows = 0, cols = 0, chunk = 4096;
 	int c;
 	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
@@ -422,6 +402,7 @@ int main(int argc, char **argv)
 			else usage_error(usage, "--split: '%s' is not lines, blank or whole", optarg);
 			break;
 		case O_STREAM: stream = 1; break;
+		case O_EVEN: even_odd = 1; break;
 		case O_STRICT: strict = 1; break;
 		case O_CHUNK: chunk = parse_long(usage, "--chunk", optarg, 1, 1L << 30); break;
 		default: fputs(usage, stderr); return 2;
@@ -470,7 +451,7 @@ int main(int argc, char **argv)
 		do_activations(argv + optind, argc - optind, name, members, f64, w);
 	else
 		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
-		           strict, chunk, f64, w);
+		           even_odd, strict, chunk, f64, w);
 	if (x3_writer_close(w))
 		die_x3("%s", outfile ? outfile : "stdout");
 	if (outfile) {

@@ -49,43 +49,15 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		x3_tok *tok;
 		if (x3_tok_load(model, &tok))
 			die_x3("%s: tokenizer", model);
-		char **bufs = calloc((size_t)ntexts, sizeof *bufs);
-		const char **docs = NULL;
-		size_t *dlens = NULL, ndocs = 0;
-		for (int i = 0; i < ntexts; i++) {
-			size_t len, *off, *lens, nd;
-			if (x3_text_read(texts[i], 0, &bufs[i], &len))
-				die_x3("%s", texts[i]);
-			if (x3_tok_split_docs(bufs[i], len, split, &off, &lens, &nd))
-				die_x3("%s", texts[i]);
-			docs = realloc(docs, (ndocs + nd + 1) * sizeof *docs);
-			dlens = realloc(dlens, (ndocs + nd + 1) * sizeof *dlens);
-			if (!docs || !dlens)
-				die("out of memory");
-			for (size_t j = 0; j < nd; j++) {
-				docs[ndocs + j] = bufs[i] + off[j];
-				dlens[ndocs + j] = lens[j];
-			}
-			ndocs += nd;
-			free(off), free(lens);
-		}
 		struct x3_tok_pack_opts po;
 		x3_tok_pack_defaults(tok, &po);
 		po.mode = X3_PACK_STREAM;
-		/* at most the rows asked for; else all the text gives */
-		size_t maxrows = *rows > 0 ? (size_t)*rows : 0, total = 0;
-		if (!maxrows) {
-			for (size_t j = 0; j < ndocs; j++)
-				total += dlens[j] + 2;   /* at most a token per byte, + BOS/EOS */
-			maxrows = total / (size_t)*cols + 1;
-		}
+		/* at most the rows asked for, else all the text gives */
 		size_t got = 0;
-		if (x3_tok_pack_rows(tok, docs, dlens, ndocs, maxrows, (size_t)*cols, &po, &ids, &got))
-			die_x3("tokenizing the text");
+		if (x3_text_rows(tok, texts, ntexts, split, &po, *rows > 0 ? (size_t)*rows : 0,
+		                 (size_t)*cols, &ids, &got))
+			die_x3("evaluation text");
 		n = got * (size_t)*cols;
-		for (int i = 0; i < ntexts; i++)
-			free(bufs[i]);
-		free(bufs), free(docs), free(dlens);
 		x3_tok_free(tok);
 	}
 	long have = (long)(n / (size_t)*cols);
@@ -136,6 +108,12 @@ static void forward_logits(x3_model *m, const int32_t *ids, long nr, long cols, 
 	fo.logits = lg;
 	if (x3_model_forward(m, ids, nr, cols, &fo))
 		die_x3("forward");
+}
+
+/* a JSON number, or null when not finite (a diverging model) */
+static json_t *num(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
 }
 
 static void evaluate(const char *model, const char *qdir, const int32_t *ids, long rows,
@@ -209,12 +187,12 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 	json_object_set_new(o, "rows", json_integer(rows));
 	json_object_set_new(o, "cols", json_integer(cols));
 	json_object_set_new(o, "positions", json_integer(npos));
-	json_object_set_new(o, "nll", json_real(nll / npos));
-	json_object_set_new(o, "perplexity", json_real(exp(nll / npos)));
+	json_object_set_new(o, "nll", num(nll / npos));
+	json_object_set_new(o, "perplexity", num(exp(nll / npos)));
 	if (q) {
-		json_object_set_new(o, "nll_quantized", json_real(nllq / npos));
-		json_object_set_new(o, "perplexity_quantized", json_real(exp(nllq / npos)));
-		json_object_set_new(o, "kl_divergence", json_real(kl / npos));
+		json_object_set_new(o, "nll_quantized", num(nllq / npos));
+		json_object_set_new(o, "perplexity_quantized", num(exp(nllq / npos)));
+		json_object_set_new(o, "kl_divergence", num(kl / npos));
 		json_object_set_new(o, "top1_agreement", json_real((double)agree / npos));
 	}
 	json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));

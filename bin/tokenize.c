@@ -230,6 +230,8 @@ int main(int argc, char **argv)
 	size_t *off, *lens, ndocs;
 	if (x3_tok_split_docs(text, len, split, &off, &lens, &ndocs)) die_x3("%s", src);
 
+	if ((bos > 0 && x3_tok_bos(tok) < 0) || (eos > 0 && x3_tok_eos(tok) < 0))
+		die("%s: the tokenizer has no %s token", tpath, eos > 0 && x3_tok_eos(tok) < 0 ? "EOS" : "BOS");
 	if (ids_mode) {
 		/* default: the special tokens the tokenizer adds itself */
 		for (size_t d = 0; d < ndocs; d++) {
@@ -262,8 +264,6 @@ int main(int argc, char **argv)
 		if ((size_t)pad >= x3_tok_vocab_size(tok)) usage_error(usage, "--pad %ld: not a token id", pad);
 		o.pad_id = (int32_t)pad;
 	}
-	if ((o.bos && !even_odd && bos > 0 && x3_tok_bos(tok) < 0) || (eos > 0 && x3_tok_eos(tok) < 0))
-		die("%s: the tokenizer has no %s token", tpath, eos > 0 && x3_tok_eos(tok) < 0 ? "EOS" : "BOS");
 
 	/* without --rows: as many rows as the text fills */
 	size_t want = rows > 0 ? (size_t)rows : 0, got;
@@ -283,6 +283,8 @@ int main(int argc, char **argv)
 		warnx("%s: the text fills only %zu of %ld rows of %ld tokens: writing %zu rows", src, got, rows, cols, got);
 	}
 
+	/* what was added: a tokenizer without BOS (Qwen) gets none by default */
+	int hb = o.bos && x3_tok_bos(tok) >= 0, he = o.eos && x3_tok_eos(tok) >= 0;
 	x3_tensor *t = x3_tensor_new2(name, X3_I32, (int64_t)got, cols);
 	if (!t) die_x3("frame '%s'", name);
 	memcpy(t->data, m, got * (size_t)cols * sizeof *m);
@@ -291,7 +293,7 @@ int main(int argc, char **argv)
 	    x3_meta_setf(t, "cols", "%ld", cols) || x3_meta_set(t, "tokenizer", tpath) ||
 	    x3_meta_set(t, "tokenizer_kind", x3_tok_describe(tok)) || x3_meta_set(t, "source", src) ||
 	    x3_meta_set(t, "split", splits[split]) || x3_meta_set(t, "pack", pack == X3_PACK_ARTICLES ? "articles" : "stream") ||
-	    x3_meta_set(t, "special", even_odd ? "even-odd" : o.bos && o.eos ? "bos,eos" : o.bos ? "bos" : o.eos ? "eos" : "none") ||
+	    x3_meta_set(t, "special", even_odd ? "even-odd" : hb && he ? "bos,eos" : hb ? "bos" : he ? "eos" : "none") ||
 	    x3_meta_setf(t, "bos_id", "%d", (int)x3_tok_bos(tok)) || x3_meta_setf(t, "eos_id", "%d", (int)x3_tok_eos(tok)) ||
 	    x3_meta_setf(t, "documents", "%zu", ndocs))
 		die_x3("frame '%s'", name);

@@ -19,7 +19,7 @@
 static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                      < frames > frames\n"
+	"                      [-q] [--zstd[=LEVEL]] < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [options] < frames > json-lines\n";
 
 static const char help[] =
@@ -32,6 +32,7 @@ static const char help[] =
 	"  -t THREADS        threads (default: all); results do not depend on it\n"
 	"  --json            also print each tensor's summary as a JSON line on stderr\n"
 	"  -q                no warnings\n"
+	"  --zstd[=LEVEL]    compress the output stream (level 1..22, default 3)\n"
 	"Plain weight frames (not from had-rotate) are rotated first, with:\n"
 	"  --seed N          seed of the random signs (default 0)\n"
 	"  --hessian FILE    Hessian frame; default: Hessian frames on standard input\n"
@@ -42,6 +43,7 @@ static int Ks[8], nK, measure, json_summary, threads, cb = X3_CB_MUL1;
 static uint64_t seed;
 static int policy = X3_OUT_SCALES_ALWAYS;
 static x3_writer *out;
+static int zlevel;
 
 /* plain-weight mode: the current Hessian */
 static x3_tensor *hess_raw;
@@ -364,6 +366,7 @@ int main(int argc, char **argv)
 		{ "seed", required_argument, 0, 's' },
 		{ "hessian", required_argument, 0, 'H' },
 		{ "out-scales", required_argument, 0, 'o' },
+		{ "zstd", optional_argument, 0, 'z' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -402,6 +405,9 @@ int main(int argc, char **argv)
 		case 'q':
 			quiet = 1;
 			break;
+		case 'z':
+			zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3;
+			break;
 		case 'h':
 			printf("%s\n%s", usage, help);
 			return 0;
@@ -419,7 +425,7 @@ int main(int argc, char **argv)
 		Ks[0] = K;
 		nK = 1;
 		refuse_tty_stdout();
-		if (x3_writer_open_fd(STDOUT_FILENO, 0, &out))
+		if (x3_writer_open_fd(STDOUT_FILENO, zlevel, &out))
 			die_x3("stdout");
 	}
 	if (hfile) {

@@ -149,3 +149,50 @@ int x3_tokens_read(const char *path, int32_t **ids, size_t *n, int64_t *last_dim
 		rc = X3_OK;
 	return rc;
 }
+
+int x3_text_rows(x3_tok *tok, char *const *paths, int npaths, int split,
+                 const struct x3_tok_pack_opts *po, size_t rows, size_t cols,
+                 int32_t **out, size_t *rows_out)
+{
+	char **bufs = calloc((size_t)npaths + 1, sizeof *bufs);
+	const char **docs = NULL;
+	size_t *dlens = NULL, ndocs = 0, bytes = 0;
+	int rc = bufs ? X3_OK : x3_err(X3_ENOMEM, "out of memory");
+	for (int i = 0; i < npaths && !rc; i++) {
+		size_t len, *off = NULL, *lens = NULL, nd = 0;
+		if ((rc = x3_text_read(paths[i], 0, &bufs[i], &len)))
+			break;
+		if ((rc = x3_tok_split_docs(bufs[i], len, split, &off, &lens, &nd))) {
+			x3_errprefix(rc, "%s", paths[i]);
+			break;
+		}
+		const char **nd_docs = realloc(docs, (ndocs + nd + 1) * sizeof *docs);
+		size_t *nd_lens = nd_docs ? realloc(dlens, (ndocs + nd + 1) * sizeof *dlens) : NULL;
+		if (nd_docs)
+			docs = nd_docs;
+		if (nd_lens)
+			dlens = nd_lens;
+		if (!nd_docs || !nd_lens) {
+			rc = x3_err(X3_ENOMEM, "%s: out of memory", paths[i]);
+		} else {
+			for (size_t j = 0; j < nd; j++) {
+				docs[ndocs + j] = bufs[i] + off[j];
+				dlens[ndocs + j] = lens[j];
+				bytes += lens[j] + 2;   /* at most a token per byte, + BOS/EOS */
+			}
+			ndocs += nd;
+		}
+		free(off);
+		free(lens);
+	}
+	if (!rc && !rows)
+		rows = bytes / cols + 1;
+	if (!rc)
+		rc = x3_tok_pack_rows(tok, docs, dlens, ndocs, rows, cols, po, out, rows_out);
+	for (int i = 0; bufs && i < npaths; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(docs);
+	free(dlens);
+	return rc;
+}

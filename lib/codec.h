@@ -50,7 +50,15 @@ int x3_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k,
  * (ntiles x 256, may be NULL) and decoded values (ntiles x 256, may be
  * NULL). threads <= 0: OpenMP default. Returns X3_OK or an error
  * (bad K/cb, allocation). x3_viterbi_ref is the plain C reference; the
- * fast path gives bit-identical output. */
+ * fast path gives bit-identical output.
+ * Definition (viterbi.c has the details): fp32 costs c = fmaf(d, d, prev)
+ * with d = cb[s] - x (targets used as given, not rounded to fp16), strict
+ * < so the smallest k wins ties; pass 1 from position 128 unconstrained,
+ * anchor = trace-back from the argmin of the FINAL costs (lowest edge on
+ * ties; ExLlamaV3's penultimate-buffer quirk is not reproduced); pass 2
+ * constrained to start and end at that edge, so every tile is tail-biting.
+ * Targets must be finite with |x| <= 1e16 (else X3_ENUM naming the tile).
+ * Each OpenMP thread keeps a 1-2.5 MB workspace between calls. */
 int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
                       uint16_t *states, float *values, int threads);
 int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,

@@ -170,6 +170,11 @@ static int parse_root(json_t *root, x3_model_config *c)
 		return x3_err(X3_EFORMAT, "config.json: rope_theta or rms_norm_eps out of range");
 	if ((rc = parse_rope_scaling(root, c)))
 		return rc;
+	double prf = 1.0;
+	if ((rc = get_num(root, "partial_rotary_factor", &prf)))
+		return rc;
+	if (prf != 1.0)
+		return x3_err(X3_EUNSUP, "config.json: partial_rotary_factor %g is not supported", prf);
 
 	json_t *act = json_object_get(root, "hidden_act");
 	if (act && !json_is_null(act)) {

@@ -1,6 +1,7 @@
 /* exl3.c: an EXL3 linear layer: loading and validation (spec §2.1, §7),
  * dense reconstruction (§1) and the plain C reference matmul (§5.3).
  * The fast decode-in-the-loop kernels are in exl3mm.c. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,6 +386,8 @@ int x3_exl3_matmul_ref(const x3_exl3 *e, const float *x, int64_t rows,
                        int64_t xc, float *y)
 {
 	float *xh = NULL, *yh = NULL, *wt = NULL;
+	if (rows > INT_MAX)
+		return x3_err(X3_EINVAL, "tensor '%s': too many rows for the reference path", e->key);
 	int rc = prologue(e, x, rows, xc, &xh, 0);
 	if (rc)
 		return rc;

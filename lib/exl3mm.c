@@ -2,24 +2,32 @@
  * §4.2, §6). Tiles are decoded inside the loop, never the whole weight.
  *
  * Work split: OpenMP over output tiles nb (16 columns each); each thread
- * walks all kb of its columns, so the accumulators stay in registers.
+ * walks all kb of its columns, so the accumulators stay in registers. The
+ * object keeps the tiles in column-major tile order (exl3.c), so that walk
+ * reads memory sequentially (with the stored row-major order every tile was
+ * a new cache line 32K·n/16 bytes away, and the loop was latency-bound).
  *
  * State extraction (§3.3): state s_i of a tile is the 16 stream bits ending
- * at bit (i+1)K, circularly. We copy the tile's 8K uint32 words U into
- * ext[1..8K] and put U[8K-1] in ext[0]; then every window lies in two
- * adjacent words of ext (the wrap of tail-biting only ever reaches back into
- * the last word). For a group of W consecutive states the needed words lie
- * within W dwords of a per-group base, so one unaligned load plus two
- * permutes and two variable shifts give W states at once, for any K; the
- * patterns are precomputed per K (tables below).
+ * at bit (i+1)K, circularly. In "ext" coordinates, ext[0] = U[8K-1] and
+ * ext[1..8K] = U (the tile's 8K uint32 words), every window lies in two
+ * adjacent words (the tail-biting wrap only reaches back into the last
+ * word). For a group of W consecutive states (W = 8 or 16) the words lie
+ * within W dwords of a per-group base, so one unaligned load, two permutes
+ * and two variable shifts give W states at once, for any K (patterns
+ * precomputed per K in struct xtab). The load is made straight from the
+ * tile (the buffer is padded on both sides); only groups whose base is 0
+ * take a window with U[8K-1] inserted in lane 0. (Copying tiles to a small
+ * buffer first made every load a store-forwarding stall.)
  *
- * Codebooks are computed, not looked up (a 65536-entry float table is
- * 256 KiB: out of L1, and a gather per weight costs more than the ~8
- * integer ops of the formula). The fp16 results are bit-exact (§6):
- * 3INST/MCG halves have biased exponents 12..15, always normal, so their
- * float bits are formed with shifts; their sum is exact in fp32 and one
- * cvtps2ph rounds it like __hadd. MUL1's (1024+S)·887/2^17 - 10.3828125 is
- * exact in fp32 (21 significant bits), then rounded once to fp16.
+ * Codebooks are computed, not looked up: a 65536-entry float table is
+ * 256 KiB, out of L1, and AVX-512 gathers from it measured 1.9x slower at
+ * batch 1 than the ~12 vector ops of the formula. The fp16 results are
+ * bit-exact (§6): 3INST/MCG halves have biased exponents 12..15, always
+ * normal, so their float bits are formed with shifts and ternary logic; the
+ * sum of two is exact in fp32 and one cvtps2ph rounds it like __hadd.
+ * MUL1's byte sum S comes from maddubs/madd (u8·1 pairs, then pairs), and
+ * S·K_INV + (1024·K_INV + K_BIAS) is exact in fp32 (21 significant bits),
+ * then rounded once to fp16.
  *
  * Consumption (§4.2): trellis position i = 8t + j holds row
  * r = 2(t%4) + (j&1) + 8((j>>1)&1), column c = t/4 + 8(j>>2).
@@ -29,7 +37,8 @@
  *    vector per column pair (c, c+8); reduced once per column tile.
  *  - batch > 1 (GEMM): rows of X are the SIMD lanes (X' transposed into
  *    chunks of W rows); each decoded weight is broadcast and multiplied with
- *    the X'ᵀ row of its input channel, accumulating per output column. */
+ *    the X'ᵀ row of its input channel, accumulating per output column; the
+ *    16 X'ᵀ rows of a tile row stay in registers across NBLK tiles. */
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
@@ -140,7 +149,7 @@ static inline const uint32_t *tile_u32(const struct x3_exl3 *e, int64_t kb, int6
 	return (const uint32_t *)(e->trellis + (nb * (e->k / 16) + kb) * 16 * e->K);
 }
 
-/* Tile (kb, nb) as ext[0..8K] (see the top comment). */
+/* Tile (kb, nb) copied to ext[0..8K] (scalar path). */
 static inline void load_ext(const struct x3_exl3 *e, int64_t kb, int64_t nb,
                             uint32_t *ext)
 {
@@ -307,6 +316,59 @@ T_AVX2 static void gemv_avx2(const struct x3_exl3 *e, const float *xq, float *yh
 	case X3_CB_3INST: gemv_avx2_cb(e, X3_CB_3INST, xq, yh, T, nb0, nb1); break;
 	case X3_CB_MCG: gemv_avx2_cb(e, X3_CB_MCG, xq, yh, T, nb0, nb1); break;
 	default: gemv_avx2_cb(e, X3_CB_MUL1, xq, yh, T, nb0, nb1); break;
+	}
+}
+
+/* 2..GEMV_ROWS rows: the same decode, once per tile, and per row the FMAs
+ * of the one-row kernel into accumulators kept in L1 (8 vectors a row).
+ * xq is (nr, k/16, 32), yh is (nr, n). */
+#define GEMV_ROWS 4   /* above, the GEMM kernel measured faster */
+INLINE_AVX2 void gemvm_avx2_cb(const struct x3_exl3 *e, int cb, const float *xq, int nr,
+                               float *yh, const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	int64_t ntk = e->k / 16;
+	int K = e->K;
+	__m256 acc[GEMV_ROWS * 8];
+	for (int64_t nb = nb0; nb < nb1; nb++) {
+		for (int i = 0; i < nr * 8; i++)
+			acc[i] = _mm256_setzero_ps();
+		for (int64_t kb = 0; kb < ntk; kb++) {
+			const uint32_t *U = tile_u32(e, kb, nb);
+			__m256i w0 = window8_0(U, K);
+			for (int c = 0; c < 8; c++) {
+				__m256 v0 = DQ8(4 * c), v1 = DQ8(4 * c + 1);
+				__m256 v2 = DQ8(4 * c + 2), v3 = DQ8(4 * c + 3);
+				for (int m = 0; m < nr; m++) {
+					const float *xp = xq + (m * ntk + kb) * 32;
+					__m256 a = acc[m * 8 + c];
+					a = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xp), a);
+					a = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xp + 8), a);
+					a = _mm256_fmadd_ps(v2, _mm256_loadu_ps(xp + 16), a);
+					a = _mm256_fmadd_ps(v3, _mm256_loadu_ps(xp + 24), a);
+					acc[m * 8 + c] = a;
+				}
+			}
+		}
+		for (int m = 0; m < nr; m++) {
+			float s[8][8];
+			for (int c = 0; c < 8; c++)
+				_mm256_storeu_ps(s[c], acc[m * 8 + c]);
+			float *y = yh + m * e->n + 16 * nb;
+			for (int c = 0; c < 8; c++) {
+				y[c] = (s[c][0] + s[c][1]) + (s[c][2] + s[c][3]);
+				y[c + 8] = (s[c][4] + s[c][5]) + (s[c][6] + s[c][7]);
+			}
+		}
+	}
+}
+
+T_AVX2 static void gemvm_avx2(const struct x3_exl3 *e, const float *xq, int nr, float *yh,
+                              const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	switch (e->cb) {
+	case X3_CB_3INST: gemvm_avx2_cb(e, X3_CB_3INST, xq, nr, yh, T, nb0, nb1); break;
+	case X3_CB_MCG: gemvm_avx2_cb(e, X3_CB_MCG, xq, nr, yh, T, nb0, nb1); break;
+	default: gemvm_avx2_cb(e, X3_CB_MUL1, xq, nr, yh, T, nb0, nb1); break;
 	}
 }
 
@@ -482,6 +544,55 @@ T_AVX512 static void gemv_avx512(const struct x3_exl3 *e, const float *xq, float
 	}
 }
 
+INLINE_AVX512 void gemvm_avx512_cb(const struct x3_exl3 *e, int cb, const float *xq, int nr,
+                                   float *yh, const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	int64_t ntk = e->k / 16;
+	int K = e->K;
+	__m512 acc[GEMV_ROWS * 8];
+	for (int64_t nb = nb0; nb < nb1; nb++) {
+		for (int i = 0; i < nr * 8; i++)
+			acc[i] = _mm512_setzero_ps();
+		for (int64_t kb = 0; kb < ntk; kb++) {
+			const uint32_t *U = tile_u32(e, kb, nb);
+			__m512i w0 = window16_0(U, K);
+#pragma GCC unroll 8
+			for (int c = 0; c < 8; c++) {
+				__m512 v0 = DQ16(2 * c), v1 = DQ16(2 * c + 1);
+				for (int m = 0; m < nr; m++) {
+					const float *xp = xq + (m * ntk + kb) * 32;
+					__m512 a = acc[m * 8 + c];
+					a = _mm512_fmadd_ps(v0, _mm512_loadu_ps(xp), a);
+					a = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xp + 16), a);
+					acc[m * 8 + c] = a;
+				}
+			}
+		}
+		for (int m = 0; m < nr; m++) {
+			float s[8][16];
+			for (int c = 0; c < 8; c++)
+				_mm512_storeu_ps(s[c], acc[m * 8 + c]);
+			float *y = yh + m * e->n + 16 * nb;
+			for (int c = 0; c < 8; c++) {
+				y[c] = ((s[c][0] + s[c][1]) + (s[c][2] + s[c][3])) +
+				       ((s[c][8] + s[c][9]) + (s[c][10] + s[c][11]));
+				y[c + 8] = ((s[c][4] + s[c][5]) + (s[c][6] + s[c][7])) +
+				           ((s[c][12] + s[c][13]) + (s[c][14] + s[c][15]));
+			}
+		}
+	}
+}
+
+T_AVX512 static void gemvm_avx512(const struct x3_exl3 *e, const float *xq, int nr, float *yh,
+                                  const struct xtab *T, int64_t nb0, int64_t nb1)
+{
+	switch (e->cb) {
+	case X3_CB_3INST: gemvm_avx512_cb(e, X3_CB_3INST, xq, nr, yh, T, nb0, nb1); break;
+	case X3_CB_MCG: gemvm_avx512_cb(e, X3_CB_MCG, xq, nr, yh, T, nb0, nb1); break;
+	default: gemvm_avx512_cb(e, X3_CB_MUL1, xq, nr, yh, T, nb0, nb1); break;
+	}
+}
+
 INLINE_AVX512 void gemm_avx512_cb(const struct x3_exl3 *e, int cb, const float *xt,
                                   int64_t nch, float *yt, const struct xtab *T,
                                   int64_t nb0, int64_t nb1)
@@ -538,16 +649,14 @@ T_AVX512 static void gemm_avx512(const struct x3_exl3 *e, const float *xt, int64
 #endif /* X3_HAVE_X86 */
 
 #ifdef X3_HAVE_X86
-/* This thread's share [*b0, *b1) of ntn column tiles, in units of blk
+/* Work units of UNIT column tiles, handed out dynamically: a thread that
+ * the OS starts late (a busy machine) finds less left to do instead of
+ * holding the others up with a fixed share. Each tile column is computed
+ * by one thread in a fixed order, so results do not depend on the split.
  * (OpenMP regions stay outside the target-attributed kernels: clang does
- * not carry the target attribute into outlined parallel regions). */
-static void split(int64_t ntn, int64_t blk, int64_t *b0, int64_t *b1)
-{
-	int64_t units = ntn / blk;
-	int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-	*b0 = units * tid / nt * blk;
-	*b1 = units * (tid + 1) / nt * blk;
-}
+ * not carry the target attribute into outlined parallel regions.) */
+#define UNIT 8
+#define ROWBLK 256   /* rows per GEMM pass */
 #endif
 
 int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
@@ -555,6 +664,9 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 {
 	if (threads <= 0)
 		threads = omp_get_max_threads();
+	/* below ~1M weight decodes a fork/join costs more than it saves */
+	if (e->k * e->n * ((rows + 15) / 16) < ((int64_t)1 << 20))
+		threads = 1;
 	int isa = isa_get();
 	if (isa == ISA_SCALAR) {
 		mm_scalar(e, xh, rows, yh, threads);
@@ -568,60 +680,71 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 	xtab_init(T, e->K, W);
 	int64_t k = e->k, n = e->n;
 	int rc = X3_OK;
-	if (rows == 1) {
-		/* xq[kb][q][j]: x'[16kb + 2q + {0,1,8,9}[j%4]] (§4.2, lane t%4 = q) */
-		float *xq = aligned_alloc(64, (size_t)k * 2 * sizeof *xq);
+	if (rows <= GEMV_ROWS) {
+		/* xq[m][kb][q][j]: x'[m][16kb + 2q + {0,1,8,9}[j%4]] (§4.2, lane t%4 = q) */
+		float *xq = aligned_alloc(64, (size_t)rows * (size_t)k * 2 * sizeof *xq);
 		if (!xq) {
 			rc = x3_err(X3_ENOMEM, "tensor '%s': out of memory", e->key);
 			goto out;
 		}
 		static const int rj[4] = { 0, 1, 8, 9 };
-		for (int64_t kb = 0; kb < k / 16; kb++)
-			for (int q = 0; q < 4; q++)
-				for (int j = 0; j < 8; j++)
-					xq[kb * 32 + q * 8 + j] = xh[16 * kb + 2 * q + rj[j % 4]];
-#pragma omp parallel num_threads(threads)
-		{
-			int64_t nb0, nb1;
-			split(n / 16, 1, &nb0, &nb1);
-			if (isa == ISA_AVX512)
+		for (int64_t m = 0; m < rows; m++)
+			for (int64_t kb = 0; kb < k / 16; kb++)
+				for (int q = 0; q < 4; q++)
+					for (int j = 0; j < 8; j++)
+						xq[(m * (k / 16) + kb) * 32 + q * 8 + j] =
+							xh[m * k + 16 * kb + 2 * q + rj[j % 4]];
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+		for (int64_t u = 0; u < n / 16 / UNIT; u++) {
+			int64_t nb0 = u * UNIT, nb1 = nb0 + UNIT;
+			if (rows == 1 && isa == ISA_AVX512)
 				gemv_avx512(e, xq, yh, T, nb0, nb1);
-			else
+			else if (rows == 1)
 				gemv_avx2(e, xq, yh, T, nb0, nb1);
+			else if (isa == ISA_AVX512)
+				gemvm_avx512(e, xq, (int)rows, yh, T, nb0, nb1);
+			else
+				gemvm_avx2(e, xq, (int)rows, yh, T, nb0, nb1);
 		}
 		free(xq);
 	} else {
-		int64_t nch = (rows + W - 1) / W;
-		size_t xn = (size_t)nch * (size_t)k * (size_t)W;
-		size_t yn = (size_t)nch * (size_t)n * (size_t)W;
-		float *xt = aligned_alloc(64, xn * sizeof *xt);
-		float *yt = aligned_alloc(64, yn * sizeof *yt);
+		/* rows in blocks of ROWBLK: bounded buffers; the tiles are decoded
+		 * once per block, which is noise next to ROWBLK rows of FMAs */
+		int64_t rb = rows < ROWBLK ? rows : ROWBLK;
+		int64_t nchmax = (rb + W - 1) / W;
+		float *xt = aligned_alloc(64, (size_t)nchmax * (size_t)k * (size_t)W * sizeof *xt);
+		float *yt = aligned_alloc(64, (size_t)nchmax * (size_t)n * (size_t)W * sizeof *yt);
 		if (!xt || !yt) {
 			free(xt);
 			free(yt);
 			rc = x3_err(X3_ENOMEM, "tensor '%s': out of memory", e->key);
 			goto out;
 		}
-		for (int64_t ch = 0; ch < nch; ch++)
-			for (int64_t i = 0; i < k; i++)
-				for (int m = 0; m < W; m++) {
-					int64_t row = ch * W + m;
-					xt[(ch * k + i) * W + m] = row < rows ? xh[row * k + i] : 0.0f;
-				}
-		memset(yt, 0, yn * sizeof *yt);
-#pragma omp parallel num_threads(threads)
-		{
-			int64_t nb0, nb1;
-			split(n / 16, NBLK, &nb0, &nb1);
-			if (isa == ISA_AVX512)
-				gemm_avx512(e, xt, nch, yt, T, nb0, nb1);
-			else
-				gemm_avx2(e, xt, nch, yt, T, nb0, nb1);
-		}
-		for (int64_t row = 0; row < rows; row++) {
-			int64_t ch = row / W, m = row % W;
-			for (int64_t j = 0; j < n; j++)
-				yh[row * n + j] = yt[(ch * n + j) * W + m];
+		for (int64_t r0 = 0; r0 < rows; r0 += ROWBLK) {
+			int64_t nr = rows - r0 < ROWBLK ? rows - r0 : ROWBLK;
+			int64_t nch = (nr + W - 1) / W;
+			const float *xb = xh + r0 * k;
+			for (int64_t ch = 0; ch < nch; ch++)
+				for (int64_t i = 0; i < k; i++)
+					for (int m = 0; m < W; m++) {
+						int64_t row = ch * W + m;
+						xt[(ch * k + i) * W + m] = row < nr ? xb[row * k + i] : 0.0f;
+					}
+			memset(yt, 0, (size_t)nch * (size_t)n * (size_t)W * sizeof *yt);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+			for (int64_t u = 0; u < n / 16 / UNIT; u++) {
+				int64_t nb0 = u * UNIT, nb1 = nb0 + UNIT;   /* a multiple of NBLK */
+				if (isa == ISA_AVX512)
+					gemm_avx512(e, xt, nch, yt, T, nb0, nb1);
+				else
+					gemm_avx2(e, xt, nch, yt, T, nb0, nb1);
+			}
+			float *yb = yh + r0 * n;
+			for (int64_t row = 0; row < nr; row++) {
+				int64_t ch = row / W, m = row % W;
+				for (int64_t j = 0; j < n; j++)
+					yb[row * n + j] = yt[(ch * n + j) * W + m];
+			}
 		}
 		free(xt);
 		free(yt);

@@ -17,12 +17,20 @@ struct x3_model {
 
 const x3_model_config *x3_model_cfg(const x3_model *m) { return &m->cfg; }
 
-/* Source of the tensors of a layer (-1: embedding/norm/head). */
+/* Source of the linears of a layer: the overlay for overlay layers. */
 static x3_st *layer_src(const x3_model *m, int layer)
 {
 	if (m->ov && layer >= m->ov_first && layer <= m->ov_last)
 		return m->ov;
 	return m->st;
+}
+
+/* Source of a norm vector of a layer: the overlay when it has it (an EXL3
+ * directory does; a directory of quantized linears alone may not). */
+static x3_st *norm_src(const x3_model *m, int layer, const char *name)
+{
+	x3_st *st = layer_src(m, layer);
+	return st == m->ov && !x3_st_find(st, name) ? m->st : st;
 }
 
 /* ---- per-layer weights ------------------------------------------------ */
@@ -62,6 +70,9 @@ static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
 		return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lld", name,
 		              x3_shape_str(t, b, sizeof b), (long long)n);
 	}
+	if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
+		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)", name,
+		              x3_dtype_name(t->dtype));
 	if (!out)
 		return X3_OK;
 	*out = x3_tensor_f32(t);
@@ -95,17 +106,17 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			goto fail;
 	}
 	snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-	if ((rc = load_vec(st, name, c->hidden, check ? NULL : &w->in_norm)))
+	if ((rc = load_vec(norm_src(m, l, name), name, c->hidden, check ? NULL : &w->in_norm)))
 		goto fail;
 	snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-	if ((rc = load_vec(st, name, c->hidden, check ? NULL : &w->post_norm)))
+	if ((rc = load_vec(norm_src(m, l, name), name, c->hidden, check ? NULL : &w->post_norm)))
 		goto fail;
 	if (c->qk_norm) {
 		snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
-		if ((rc = load_vec(st, name, c->head_dim, check ? NULL : &w->q_norm)))
+		if ((rc = load_vec(norm_src(m, l, name), name, c->head_dim, check ? NULL : &w->q_norm)))
 			goto fail;
 		snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
-		if ((rc = load_vec(st, name, c->head_dim, check ? NULL : &w->k_norm)))
+		if ((rc = load_vec(norm_src(m, l, name), name, c->head_dim, check ? NULL : &w->k_norm)))
 			goto fail;
 	}
 	return X3_OK;
@@ -258,75 +269,103 @@ static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t c
 }
 
 /* Causal attention of nrows rows of cols tokens. q, out: (ntok, nq, hd);
- * k, v: (ntok, nkv, hd). One task per (row, head): the head's keys and
- * values are first transposed to (hd, cols) so that the inner loops run
- * over contiguous positions (SIMD), whatever head_dim is. */
+ * k, v: (ntok, nkv, hd). One task per (row, head). The head's keys are
+ * first transposed to kt (hd, ld) and its values gathered to vh (cols, hd),
+ * so that the score and the value loops work on blocks of ATT_B contiguous
+ * floats held in registers (fixed-size SIMD loops), whatever head_dim is. */
+#define ATT_B 16
+
+/* The build targets baseline x86-64 (SSE2); attention, the one hot loop
+ * outside BLAS, is also compiled for AVX2 and AVX-512 machines and picked
+ * at load time (ifunc), 2-3x faster there. */
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define X3_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define X3_SIMD_CLONES
+#endif
+
+/* Fixed-width float vectors (GCC/clang vector extensions; unaligned):
+ * the accumulators of a block stay in registers on any x86-64. */
+typedef float vf16 __attribute__((vector_size(64), aligned(4)));
+typedef float vf8 __attribute__((vector_size(32), aligned(4)));
+
+/* o[e0..e0+W) = inv · Σ_j s[j] vh[j][e0..e0+W) over the n keys */
+#define PV_BLOCK(VT, W) do { \
+		VT acc_ = { 0 }; \
+		for (int64_t j = 0; j < n; j++) \
+			acc_ += s[j] * *(const VT *)(vh + j * hd + e0); \
+		acc_ *= inv; \
+		memcpy(o + e0, &acc_, (W) * sizeof(float)); \
+	} while (0)
+
+X3_SIMD_CLONES
 static int attention(const float *q, const float *k, const float *v, float *out,
                      int64_t nrows, int64_t cols, int64_t nq, int64_t nkv, int64_t hd)
 {
-	int64_t grp = nq / nkv;
+	int64_t grp = nq / nkv, ld = (cols + ATT_B - 1) / ATT_B * ATT_B;
 	float scale = (float)(1.0 / sqrt((double)hd));
 	int fail = 0;
 	#pragma omp parallel if(nrows * nq * cols * cols * hd > (1 << 20))
 	{
-		float *s = malloc((size_t)cols * sizeof *s);
-		float *kt = malloc((size_t)(hd * cols) * sizeof *kt);   /* (hd, cols) */
-		float *vt = malloc((size_t)(hd * cols) * sizeof *vt);   /* (hd, cols) */
+		float *s = malloc((size_t)ld * sizeof *s);
+		float *kt = calloc((size_t)(hd * ld), sizeof *kt);      /* (hd, ld) */
+		float *vh = malloc((size_t)(hd * cols) * sizeof *vh);   /* (cols, hd) */
 		float *qs = malloc((size_t)hd * sizeof *qs);
-		if (!s || !kt || !vt || !qs) {
+		if (!s || !kt || !vh || !qs) {
 			#pragma omp atomic write
 			fail = 1;
 		}
 		#pragma omp for collapse(2) schedule(dynamic, 1)
 		for (int64_t r = 0; r < nrows; r++)
 			for (int64_t h = 0; h < nq; h++) {
-				if (!s || !kt || !vt || !qs)
+				if (!s || !kt || !vh || !qs)
 					continue;
 				int64_t kh = h / grp;
 				const float *kr = k + (r * cols * nkv + kh) * hd;
 				const float *vr = v + (r * cols * nkv + kh) * hd;
-				for (int64_t j = 0; j < cols; j++)
-					for (int64_t e = 0; e < hd; e++) {
-						kt[e * cols + j] = kr[j * nkv * hd + e];
-						vt[e * cols + j] = vr[j * nkv * hd + e];
-					}
+				for (int64_t j = 0; j < cols; j++) {
+					for (int64_t e = 0; e < hd; e++)
+						kt[e * ld + j] = kr[j * nkv * hd + e];
+					memcpy(vh + j * hd, vr + j * nkv * hd, (size_t)hd * sizeof *vh);
+				}
 				for (int64_t i = 0; i < cols; i++) {
 					const float *qi = q + ((r * cols + i) * nq + h) * hd;
 					int64_t n = i + 1;   /* keys 0..i */
 					for (int64_t e = 0; e < hd; e++)
 						qs[e] = qi[e] * scale;
-					#pragma omp simd
-					for (int64_t j = 0; j < n; j++)
-						s[j] = qs[0] * kt[j];
-					for (int64_t e = 1; e < hd; e++) {
-						const float *ke = kt + e * cols;
-						float qe = qs[e];
-						#pragma omp simd
-						for (int64_t j = 0; j < n; j++)
-							s[j] += qe * ke[j];
+					/* scores of blocks of ATT_B keys (the last block reads
+					 * later keys or zero padding, never stored past n) */
+					for (int64_t j0 = 0; j0 < n; j0 += ATT_B) {
+						vf16 acc = { 0 };
+						for (int64_t e = 0; e < hd; e++)
+							acc += qs[e] * *(const vf16 *)(kt + e * ld + j0);
+						int64_t m = n - j0 < ATT_B ? n - j0 : ATT_B;
+						memcpy(s + j0, &acc, (size_t)m * sizeof *s);
 					}
 					float mx = -INFINITY;
 					for (int64_t j = 0; j < n; j++)
 						mx = s[j] > mx ? s[j] : mx;
 					float sum = 0;
-					#pragma omp simd reduction(+:sum)
 					for (int64_t j = 0; j < n; j++) {
 						s[j] = expf(s[j] - mx);
 						sum += s[j];
 					}
 					float inv = 1.0f / sum;
 					float *o = out + ((r * cols + i) * nq + h) * hd;
-					for (int64_t e = 0; e < hd; e++) {
-						const float *ve = vt + e * cols;
+					int64_t e0 = 0;
+					for (; e0 + 16 <= hd; e0 += 16)
+						PV_BLOCK(vf16, 16);
+					for (; e0 + 8 <= hd; e0 += 8)
+						PV_BLOCK(vf8, 8);
+					for (; e0 < hd; e0++) {
 						float acc = 0;
-						#pragma omp simd reduction(+:acc)
 						for (int64_t j = 0; j < n; j++)
-							acc += s[j] * ve[j];
-						o[e] = acc * inv;
+							acc += s[j] * vh[j * hd + e0];
+						o[e0] = acc * inv;
 					}
 				}
 			}
-		free(s), free(kt), free(vt), free(qs);
+		free(s), free(kt), free(vh), free(qs);
 	}
 	return fail ? x3_err(X3_ENOMEM, "attention: out of memory") : X3_OK;
 }

@@ -166,10 +166,12 @@ int x3_block_ldl(float *A, int64_t k)
 /* H <- Hb diag(s) H diag(s) Hb (§8.2.6) */
 static void rotate_hessian(float *H, int64_t k, const float *s)
 {
+	#pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < k; i++)
 		for (int64_t j = 0; j < k; j++)
 			H[i * k + j] *= s[j];
 	x3_had128_rows(H, k, k);
+	#pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < k; i++)
 		for (int64_t j = 0; j < k; j++)
 			H[i * k + j] *= s[i];
@@ -407,6 +409,7 @@ int x3_regularize(const float *Whf, int64_t n0, int64_t k0, const x3_qhess *h,
 			sv[j] = sign_v[j];
 		c[j] = zero; /* reuse: zero-column flag */
 	}
+	#pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < k; i++)
 		for (int64_t j = 0; j < n; j++)
 			W[i * n + j] /= sv[j];
@@ -416,6 +419,7 @@ int x3_regularize(const float *Whf, int64_t n0, int64_t k0, const x3_qhess *h,
 	/* 5. right Hadamard */
 	x3_had128_rows(W, k, n);
 	/* 6.-8. input-channel RMS, rows normalized to the codebook RMS */
+	#pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < k; i++) {
 		double s = 0;
 		for (int64_t j = 0; j < n; j++)
@@ -766,6 +770,7 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 	if (rc)
 		goto fail;
 	float g = (float)r->g;
+	#pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < kn; i++)
 		Wg[i] = w->W[i] * g;
 	rc = x3_ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q);
@@ -776,6 +781,7 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 		goto fail;
 	if (w->zeros)
 		r->proxy_err = 0;
+	#pragma omp parallel for schedule(static)
 	for (size_t t = 0; t < kn / 256; t++)
 		x3_trellis_pack(K, st + 256 * t, r->trellis + (size_t)16 * K * t);
 	for (int64_t i = 0; i < k; i++)

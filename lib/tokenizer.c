@@ -43,6 +43,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elt)
 }
 static int iv_add(ivec *a, const int32_t *x, size_t n)
 {
+	if (!n) return X3_OK;
 	int rc = grow((void **)&a->v, &a->cap, a->n + n, sizeof *a->v);
 	if (rc) return rc;
 	memcpy(a->v + a->n, x, n * sizeof *x);
@@ -185,6 +186,7 @@ struct x3_tok {
 	asegv as1, as2;
 	ablk *arena;
 	char **extra; size_t nextra;
+	int sp_cut;   /* words may be cut before a "▁" that follows another character */
 };
 
 /* ---- arena for transformed pieces ----------------------------------------- */
@@ -202,12 +204,20 @@ static char *arena_alloc(x3_tok *t, size_t n)
 	b->used += n;
 	return p;
 }
+/* Empty the arena; if it grew past one block, replace the blocks by one
+ * block as large as all of them, so that similar texts need no more. */
 static void arena_reset(x3_tok *t)
 {
 	ablk *b = t->arena;
 	if (!b) return;
-	while (b->next) { ablk *n = b->next; b->next = n->next; free(n); }
-	b->used = 0;
+	if (!b->next) { b->used = 0; return; }
+	size_t cap = 0;
+	while (b) { ablk *n = b->next; cap += b->cap; free(b); b = n; }
+	t->arena = NULL;
+	if ((b = malloc(sizeof *b + cap))) {
+		b->next = NULL; b->used = 0; b->cap = cap;
+		t->arena = b;
+	}
 }
 
 /* ---- patterns --------------------------------------------------------------- */
@@ -796,23 +806,25 @@ static int load_added(x3_tok *t, json_t *a)
 }
 
 static int normalize(x3_tok *t, const char *s, size_t n, const char **r, size_t *rn);
+static int meta_cut_ok(const x3_tok *t);
 
 /* buckets of added tokens by first byte, longest first (leftmost-longest);
  * tokens with normalized=true are matched in their normalized form */
 static int index_added(x3_tok *t)
 {
-	size_t nvocab = t->vocab.cnt;
 	for (size_t i = 0; i < t->nadded; i++) {
 		added_t *d = &t->added[i];
 		/* the reference gives an added token the vocabulary's id, or a new
-		 * one above the vocabulary: refuse files that disagree */
+		 * one outside the vocabulary: refuse files that disagree */
 		int32_t vid = smap_get(&t->vocab, d->s, d->n);
-		if ((vid >= 0 && vid != d->id) || (vid < 0 && (size_t)d->id < nvocab && t->piece[d->id]))
+		int vocab_owns = t->piece[d->id] && smap_get(&t->vocab, t->piece[d->id], t->plen[d->id]) == d->id;
+		if ((vid >= 0 && vid != d->id) || (vid < 0 && vocab_owns))
 			return x3_err(X3_EFORMAT, "%s: added token '%s' has id %d, but the vocabulary %s %d",
-			              t->label, d->s, (int)d->id, vid >= 0 ? "gives it" : "uses that id for",
+			              t->label, d->s, (int)d->id, vid >= 0 ? "gives it" : "uses that id for another token,",
 			              vid >= 0 ? (int)vid : (int)d->id);
 		int g = d->normalized, rc;
-		if ((rc = set_piece(t, d->id, d->s, d->n))) return rc;
+		/* (the vocabulary's own string stays: its map points at it) */
+		if (!vocab_owns && (rc = set_piece(t, d->id, d->s, d->n))) return rc;
 		t->special[d->id] = (unsigned char)d->special;
 		d->m = d->s;
 		d->mn = d->n;
@@ -954,6 +966,7 @@ static int x3_tok_load_mem2(const char *json, size_t len, const char *cfg, size_
 		t->b2u[b] = ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) ? (uint32_t)b : (uint32_t)(256 + k++);
 	for (int c = 0; c < 324; c++) t->u2b[c] = -1;
 	for (int b = 0; b < 256; b++) t->u2b[t->b2u[b]] = (int16_t)b;
+	t->sp_cut = !t->bytelevel && meta_cut_ok(t);
 	t->cache = calloc(CACHE_SLOTS, sizeof *t->cache);
 	if (!t->cache) { rc = x3_err(X3_ENOMEM, "out of memory"); goto fail; }
 	{
@@ -1193,7 +1206,46 @@ static void cache_clear(x3_tok *t)
 	t->ncache = 0;
 }
 
+static int bpe_piece(x3_tok *t, const char *w, size_t n, ivec *out);
+
+/* SentencePiece-style tokenizers run BPE on whole texts (no pre-tokenizer).
+ * When no vocabulary token has a "▁" right after another character, no
+ * merge can cross the place before such a "▁": the word is cut there and
+ * the pieces, which repeat, go through the cache. Same result, much faster. */
+#define META "\xE2\x96\x81"
+static int meta_cut_ok(const x3_tok *t)
+{
+	if (smap_get(&t->vocab, META, 3) < 0) return 0;
+	for (size_t id = 0; id < t->nid; id++) {
+		const char *p = t->piece[id], *q;
+		size_t n = t->plen[id], off = 1;
+		if (!p) continue;
+		while (off < n && (q = memmem(p + off, n - off, META, 3))) {
+			size_t i = (size_t)(q - p);
+			if (i < 3 || memcmp(p + i - 3, META, 3)) return 0;
+			off = i + 3;
+		}
+	}
+	return 1;
+}
+
 static int bpe_cached(x3_tok *t, const char *w, size_t n, ivec *out)
+{
+	if (!t->sp_cut) return bpe_piece(t, w, n, out);
+	size_t start = 0, i = 1;
+	const char *q;
+	int rc;
+	while (i < n && (q = memmem(w + i, n - i, META, 3))) {
+		size_t k = (size_t)(q - w);
+		if (k >= 3 && !memcmp(w + k - 3, META, 3)) { i = k + 3; continue; }
+		if ((rc = bpe_piece(t, w + start, k - start, out))) return rc;
+		start = k;
+		i = k + 3;
+	}
+	return bpe_piece(t, w + start, n - start, out);
+}
+
+static int bpe_piece(x3_tok *t, const char *w, size_t n, ivec *out)
 {
 	if (n > CACHE_MAXWORD) return bpe_word(t, w, n, out);
 	uint64_t h = hstr(w, n);
@@ -1214,7 +1266,7 @@ static int bpe_cached(x3_tok *t, const char *w, size_t n, ivec *out)
 	if (!key) return X3_OK;   /* caching is optional */
 	memcpy(key, w, n);
 	int32_t *ids = (int32_t *)(void *)(key + off);   /* ids follow the text, aligned */
-	memcpy(ids, out->v + before, k * sizeof *ids);
+	if (k) memcpy(ids, out->v + before, k * sizeof *ids);
 	t->cache[i] = (cent){ h, key, (uint32_t)n, (uint32_t)k, ids };
 	t->ncache++;
 	return X3_OK;

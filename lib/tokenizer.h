@@ -29,8 +29,11 @@ typedef struct x3_tok x3_tok;
 
 /* Load a tokenizer. path is a tokenizer.json file, or a model directory
  * holding tokenizer.json (and optionally tokenizer_config.json, whose
- * add_bos_token, add_eos_token, bos_token and eos_token are honoured).
- * For a file, a tokenizer_config.json next to it is read too.
+ * add_bos_token, add_eos_token, bos_token and eos_token are honoured, and
+ * config.json, whose bos_token_id and eos_token_id are used when
+ * tokenizer_config.json names none). For a file, the two configs next to
+ * it are read too. Without any, BOS is the template's leading special token
+ * and EOS the first of </s>, <|endoftext|>, <|end_of_text|>, <eos>.
  * Returns X3_OK, X3_EIO, X3_EFORMAT (malformed JSON / inconsistent vocab),
  * X3_EUNSUP (unsupported model type or component), X3_ENOMEM. */
 int x3_tok_load(const char *path, x3_tok **out);

@@ -63,3 +63,9 @@ w('static const struct { uint64_t pair; uint32_t c; } u_comp[%d] = {\n' % len(co
 for a, b, c in comp:
     w('\t{0x%xull, 0x%x},\n' % (a << 21 | b, c))
 w('};\n')
+sec = sorted(set(b for a, b, c in comp))
+w('/* code points that are the second of a primary composite pair, sorted */\n')
+w('static const uint32_t u_second[%d] = {\n' % len(sec))
+for i in range(0, len(sec), 8):
+    w('\t' + ' '.join('0x%x,' % x for x in sec[i:i+8]) + '\n')
+w('};\n')

@@ -150,12 +150,39 @@ static uint32_t compose_pair(uint32_t a, uint32_t b)
 	return 0;
 }
 
+static int is_second(uint32_t c)
+{
+	if (c >= VBASE && c < VBASE + VCOUNT) return 1;
+	if (c > TBASE && c < TBASE + TCOUNT) return 1;
+	size_t lo = 0, hi = sizeof u_second / sizeof u_second[0];
+	while (lo < hi) {
+		size_t m = (lo + hi) / 2;
+		if (u_second[m] == c) return 1;
+		if (u_second[m] < c) lo = m + 1; else hi = m;
+	}
+	return 0;
+}
+
+/* A character that every normalization form leaves alone whatever its
+ * neighbours: a starter without a decomposition that composes with nothing
+ * before it (a following mark is itself not stable). */
+static int stable(uint32_t c, int compose)
+{
+	int dl;
+	if (c < 0xC0) return 1;
+	if (c >= SBASE && c < SBASE + SCOUNT) return compose;   /* NFD splits them */
+	return ccc_of(c) == 0 && !decomp_of(c, &dl) && !is_second(c);
+}
+
 int x3_u_normalize(const char *s, size_t n, int compose, char **out, size_t *outlen)
 {
-	/* ASCII is invariant under every normalization form */
 	size_t i;
-	for (i = 0; i < n && (unsigned char)s[i] < 0x80; i++) ;
-	if (i == n) {
+	int all_stable = 1;
+	for (i = 0; i < n && all_stable;) {
+		if ((unsigned char)s[i] < 0x80) i++;
+		else all_stable = stable(x3_utf8_next(s, &i), compose);
+	}
+	if (all_stable) {
 		char *o = malloc(n + 1);
 		if (!o) return x3_err(X3_ENOMEM, "out of memory");
 		memcpy(o, s, n); o[n] = 0;

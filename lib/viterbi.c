@@ -29,7 +29,14 @@
  * back-pointers (2^K - 1 bits per edge): the winner is the largest k whose
  * mask bit is set, or 0, which is exactly the strict-< argmin. vminps
  * returns its first operand iff it is strictly less, so min and the blend
- * agree bit for bit (costs are never NaN or -0). */
+ * agree bit for bit (costs are never NaN or -0).
+ * K <= 3: two steps are fused per 1024-edge block so the intermediate
+ * costs stay in L1 (two_steps); AVX-512 uses layout B at K = 2, 3
+ * (body512b). Kernels are instantiated per K. Dispatch is at run time
+ * (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no -march.
+ * What did not help on the build host (measured, not kept): two tiles in
+ * lock step sharing the codebook stream, an fp16 copy of the codebook,
+ * eight chains in flight at K >= 4, larger or smaller fused blocks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +52,7 @@
 /* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
  * bound by memory traffic and layout A measured slightly faster */
 #define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
+#define FUSE_B 1024        /* edges per block of the fused step pair (K <= 3) */
 #define PAD 16             /* floats past the end of a cost buffer */
 
 static int check_args(int K, int cb, const float *x, int64_t ntiles)
@@ -160,6 +168,11 @@ int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
 typedef void (*step_fn)(int K, const float *cbo, float w, const float *pb,
                         size_t ks, int poff, float *out, uint16_t *bp,
                         int g0, int g1);
+
+/* a fused pair of steps (K <= 3), see two_steps() */
+typedef void (*fused_fn)(int K, const float *cbo, float w0, float w1,
+                         const float *prev, float *next, float *mid,
+                         uint16_t *bp0, uint16_t *bp1);
 
 static void step_scalar(int K, const float *cbo, float w, const float *pb,
                         size_t ks, int poff, float *out, uint16_t *bp,
@@ -351,6 +364,42 @@ TGT512 static void step_avx512(int K, const float *cbo, float w, const float *pb
 	}
 }
 
+/* The fused step pair of two_steps() with the kernels inlined: one call
+ * per pair of steps instead of NK + 1 calls per 1024-edge block. */
+TGT512 INLINE void fused512(const int K, const float *cbo, float w0, float w1,
+                            const float *prev, float *next, float *mid,
+                            uint16_t *bp0, uint16_t *bp1)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B / NK;
+	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			if (LAYOUT_B(K))
+				body512b(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+			else
+				body512(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+		}
+		if (LAYOUT_B(K))
+			body512b(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			         (e0 + FUSE_B) / 64);
+		else
+			body512(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			        (e0 + FUSE_B) / 64);
+	}
+}
+
+TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
+                                const float *prev, float *next, float *mid,
+                                uint16_t *bp0, uint16_t *bp1)
+{
+	switch (K) {
+	case 1: fused512(1, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	case 2: fused512(2, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	default: fused512(3, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	}
+}
+
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
 TGT2 INLINE __m256 pv256(const int K, const float *p, __m256i ix)
 {
@@ -370,26 +419,31 @@ TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb
 	bp += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
-		const float *pp[8];
+		/* (64g + 8h) >> K == (64g >> K) + (8h >> K) for K <= 8 */
+		const float *p = pb + ((64 * g) >> K) - poff;
 		__m256 m[8];
+#pragma GCC unroll 8
 		for (int h = 0; h < 8; h++) {
-			pp[h] = pb + ((64 * g + 8 * h) >> K) - poff;
 			__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
-			m[h] = _mm256_fmadd_ps(d, d, pv256(K, pp[h], ix));
+			m[h] = _mm256_fmadd_ps(d, d, pv256(K, p + ((8 * h) >> K), ix));
 		}
 		c += 64;
 		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
-			const size_t o = k * ks;
-			int bits[8];
+			const float *pk = p + k * ks;
+			unsigned bits[8];
+#pragma GCC unroll 8
 			for (int h = 0; h < 8; h++) {
 				__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
-				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pp[h] + o, ix));
-				bits[h] = _mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
+				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pk + ((8 * h) >> K), ix));
+				bits[h] = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
 				m[h] = _mm256_min_ps(v, m[h]);
 			}
-			for (int u = 0; u < 4; u++)
-				bp[u] = (uint16_t)(bits[2 * u] | bits[2 * u + 1] << 8);
+			/* one 64-bit store of the four 16-bit masks */
+			uint64_t q = (uint64_t)(bits[0] | bits[1] << 8 | bits[2] << 16 | bits[3] << 24) |
+			             (uint64_t)(bits[4] | bits[5] << 8 | bits[6] << 16 | bits[7] << 24) << 32;
+			memcpy(bp, &q, 8);
 		}
+#pragma GCC unroll 8
 		for (int h = 0; h < 8; h++)
 			_mm256_store_ps(out + 8 * h, m[h]);
 	}
@@ -501,6 +555,24 @@ static inline int bp_k(int K, int lb, const uint16_t *bpp, int e)
 	return 0;
 }
 
+/* Per-thread workspace, kept between calls (OpenMP reuses its threads):
+ * allocating and freeing the 1-2.5 MB on every call lets glibc hand the
+ * memory back to the kernel and fault it in again, which costs more than
+ * encoding a few tiles (LDLQ encodes one 16-row block of tiles per call).
+ * One block per thread that ever encoded; never freed. */
+static _Thread_local char *ws_mem;
+static _Thread_local size_t ws_cap;
+
+static void *ws_get(size_t n)
+{
+	if (n > ws_cap) {
+		free(ws_mem);
+		ws_mem = aligned_alloc(64, (n + 63) & ~(size_t)63);
+		ws_cap = ws_mem ? n : 0;
+	}
+	return ws_mem;
+}
+
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
 	float *mid;        /* FUSE_B + PAD floats: fused intermediate costs */
@@ -514,7 +586,6 @@ struct work {
  * other block needs; they are computed into the scratch mid and consumed
  * at once, so intermediate costs never leave L1. The arithmetic is the
  * same as two plain steps. */
-#define FUSE_B 1024
 
 static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
                       const float *prev, float *next, float *mid, uint16_t *bp0,
@@ -533,8 +604,8 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
 
 /* 256 steps at positions (i + roll) & 255 from the costs in *pprev;
  * returns the buffer holding the final costs. */
-static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
-                       int roll, struct work *wk)
+static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
+                       const float *x, int roll, struct work *wk)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
 	const size_t ps = (size_t)(E / 16) * (NK - 1);   /* masks per position */
@@ -543,8 +614,12 @@ static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
 		int p = (i + roll) & 255;
 		if (K <= 3) {
 			int q = (p + 1) & 255;
-			two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
-			          wk->bp + q * ps);
+			if (fused)
+				fused(K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
+				      wk->bp + q * ps);
+			else
+				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
+				          wk->bp + q * ps);
 			i += 2;
 		} else {
 			step(K, cbo, x[p], prev, G, 0, next, wk->bp + p * ps, 0, E / 64);
@@ -555,7 +630,7 @@ static float *run_pass(step_fn step, int K, const float *cbo, const float *x,
 	return prev;
 }
 
-static void fast_tile(step_fn step, int K, int lb, const float *cbo,
+static void fast_tile(step_fn step, fused_fn fused, int K, int lb, const float *cbo,
                       const float *x, struct work *wk, uint16_t *st)
 {
 	const int E = 1 << (16 - K), NK = 1 << K;
@@ -564,7 +639,7 @@ static void fast_tile(step_fn step, int K, int lb, const float *cbo,
 	/* pass 1: positions 128..255, 0..127, unconstrained start */
 	for (int e = 0; e < E; e++)
 		wk->ca[e] = 0.0f;
-	const float *fin = run_pass(step, K, cbo, x, 128, wk);
+	const float *fin = run_pass(step, fused, K, cbo, x, 128, wk);
 	int e = 0;
 	for (int i = 1; i < E; i++)
 		if (fin[i] < fin[e])
@@ -578,7 +653,7 @@ static void fast_tile(step_fn step, int K, int lb, const float *cbo,
 	/* pass 2: start and end at edge pre */
 	for (int i = 0; i < E; i++)
 		wk->ca[i] = i == pre ? 0.0f : INFINITY;
-	run_pass(step, K, cbo, x, 0, wk);
+	run_pass(step, fused, K, cbo, x, 0, wk);
 	e = pre;
 	for (int p = 255; p >= 0; p--) {
 		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
@@ -617,6 +692,11 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 						tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
 	}
 	step_fn step = pick_step();
+	fused_fn fused = NULL;
+#ifdef X3_X86
+	if (isa == X3_ISA_AVX512)
+		fused = fused_avx512;
+#endif
 	int nt = threads > 0 ? threads : omp_get_max_threads();
 	if (nt > ntiles)
 		nt = (int)ntiles;
@@ -624,18 +704,22 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const size_t bpn = (size_t)256 * (E / 16) * (NK - 1);
 	const size_t cbytes = ((sizeof(float) * (E + PAD)) + 63) & ~(size_t)63;
 
+	const size_t ma = (sizeof(float) * (FUSE_B + PAD) + 63) & ~(size_t)63;
+	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
+
 	#pragma omp parallel num_threads(nt)
 	{
 		struct work wk;
-		wk.ca = aligned_alloc(64, cbytes);
-		wk.cb = aligned_alloc(64, cbytes);
-		wk.mid = aligned_alloc(64, sizeof(float) * (FUSE_B + PAD));
-		wk.bp = aligned_alloc(64, (bpn * sizeof(uint16_t) + 63) & ~(size_t)63);
-		int ok = wk.ca && wk.cb && wk.mid && wk.bp;
+		char *mem = ws_get(2 * cbytes + ma + ba);
+		int ok = mem != NULL;
 		if (!ok) {
 			#pragma omp atomic write
 			failed = 1;
 		} else {
+			wk.ca = (float *)mem;
+			wk.cb = (float *)(mem + cbytes);
+			wk.mid = (float *)(mem + 2 * cbytes);
+			wk.bp = (uint16_t *)(mem + 2 * cbytes + ma);
 			/* pads are read by the expand loads but never selected */
 			for (int i = 0; i < E + PAD; i++)
 				wk.ca[i] = wk.cb[i] = 0.0f;
@@ -647,7 +731,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			if (!ok)
 				continue;
 			uint16_t st[256];
-			fast_tile(step, K, lb, cbo, x + t * 256, &wk, st);
+			fast_tile(step, fused, K, lb, cbo, x + t * 256, &wk, st);
 			for (int i = 0; i < 256; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
@@ -655,10 +739,6 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 					values[t * 256 + i] = tab[st[i]];
 			}
 		}
-		free(wk.ca);
-		free(wk.cb);
-		free(wk.mid);
-		free(wk.bp);
 	}
 	free(cbo);
 	if (failed)

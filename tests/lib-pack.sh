@@ -87,3 +87,6 @@ gen_measure() {
 
 # no_leftovers DIR NAME: nothing named NAME.tmp-* or NAME.old-* in DIR
 no_leftovers() { ! ls -d "$1/$2".tmp-* "$1/$2".old-* >/dev/null 2>&1; }
+
+# jqt ARGS...: jq -e quietly (true iff the last output is neither false nor null)
+jqt() { jq -e "$@" >/dev/null; }

@@ -54,6 +54,22 @@ check "thread count does not change the output" sh -c \
 check "another seed: other output" sh -c \
 	'had-rotate --seed 8 --hessian h.fr < w.fr > d5.fr && ! cmp -s d1.fr d5.fr'
 
+check "--zstd: compressed output, same frames" sh -c \
+	'had-rotate --zstd=5 --seed 7 --hessian h.fr < w.fr > dz.fr && ! cmp -s dz.fr d1.fr && tensor-cat dz.fr | cmp -s - d1.fr'
+check "compressed input is read" sh -c 'tensor-cat --zstd w.fr | had-rotate --seed 7 --hessian h.fr | cmp -s - d1.fr'
+
+# dtypes and sizes
+tensor-gen -t F64 -s 2 -d spd --meta count=1 m.hessian=64x64 > h64.fr
+check "F64 hessian" jqe 'select(.name=="m.w_reg") | .meta.fallback == "0"' <(had-rotate --hessian h64.fr < w.fr | tensor-ls)
+tensor-gen -s 2 -d spd --meta count=1 m.hessian=128x128 > hpad.fr
+check "hessian of the padded input size (128 for 64 inputs)" \
+	jqe 'select(.name=="m.h_rot") | .shape == [128,128]' <(had-rotate --hessian hpad.fr < w.fr | tensor-ls)
+tensor-cat --dtype F16 w.fr > w16.fr
+tensor-cat --dtype BF16 w.fr > wbf.fr
+check "F16 weight: same as F32 (weights are rounded to fp16 first)" sh -c \
+	'had-rotate --hessian h.fr < w16.fr | tensor-cat - --meta dtype=x > a16.fr && had-rotate --hessian h.fr < w.fr | tensor-cat - --meta dtype=x > a32.fr && cmp -s a16.fr a32.fr'
+check "BF16 weight" jqe 'select(.name=="m.w_reg") | .meta.dtype == "BF16"' <(had-rotate --hessian h.fr < wbf.fr | tensor-ls)
+
 # out_scales policies
 had-rotate --out-scales never --hessian h.fr < w.fr > never.fr
 check "--out-scales never: sv are the signs (0 on padding)" \
@@ -75,6 +91,12 @@ tensor-ls --stats zr.fr > z.json
 check "all-zero weight: accepted, zeros=1, out scales forced" \
 	jqe 'select(.name=="z.w_reg") | .meta.zeros == "1" and .meta.out_scales_applied == "1"' z.json
 check "all-zero weight: sv all 0" jqe 'select(.name=="z.sv_reg") | .stats.rms == 0' z.json
+
+# a singular (rank-1) PSD hessian: the damping makes it definite, no fallback
+tensor-gen -d constant --value 1 --meta count=1 m.hessian=64x64 > h1.fr
+check "rank-1 hessian: no warning" sh -c 'had-rotate --hessian h1.fr < w.fr > f1.fr 2>err1.txt && ! test -s err1.txt'
+check "rank-1 hessian: not a fallback, no retries" \
+	jqe 'select(.name=="m.w_reg") | .meta.fallback == "0" and .meta.damp_retries == "0"' <(tensor-ls f1.fr)
 
 # singular / indefinite hessians: fallback with a warning
 tensor-gen -d constant --value 0 --meta count=10 m.hessian=64x64 > h0.fr

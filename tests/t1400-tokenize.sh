@@ -85,6 +85,10 @@ jq '.decoder = {"type": "WordPiece", "prefix": "##"}' tiny.json >wd.json
 check_fail "unsupported decoder" 1 "decoder 'WordPiece' not supported" tokenize -t wd.json --ids tiny.txt
 jq '.model.merges += ["b q"]' tiny.json >mq.json
 check_fail "merge with an unknown token" 1 "merge 4 'b' \\+ 'q': token not in the vocabulary" tokenize -t mq.json --ids tiny.txt
+jq '.added_tokens += [{"id": 4, "content": "zz", "special": false}]' tiny.json >ad.json
+check_fail "added token on a vocabulary id" 1 "added token 'zz' has id 4, but the vocabulary uses that id" tokenize -t ad.json --ids tiny.txt
+jq '.added_tokens += [{"id": 11, "content": "abc", "special": false}]' tiny.json >ad2.json
+check_fail "added token with another id than the vocabulary's" 1 "added token 'abc' has id 11, but the vocabulary gives it 9" tokenize -t ad2.json --ids tiny.txt
 jq '.model.dropout = 0.1' tiny.json >dr.json
 check_fail "BPE dropout" 1 "dropout 0.1 not supported" tokenize -t dr.json --ids tiny.txt
 jq '.pre_tokenizer = {"type": "Split", "pattern": {"Regex": "(?<=a+)b"}, "behavior": "Isolated", "invert": false}' tiny.json >re.json

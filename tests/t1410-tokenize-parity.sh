@@ -63,6 +63,12 @@ jq '.pre_tokenizer={"type":"Sequence","pretokenizers":[{"type":"Digits","individ
   | .decoder={"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"Ġ"},"content":"_"},{"type":"Strip","content":"_","start":2,"stop":0}]}' \
   "$Q3" >"$TMP/splits.json"
 
+# Llama 3.1's post-processor: ByteLevel, then the BOS template
+jq '.post_processor={"type":"Sequence","processors":[{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":false,"use_regex":true},
+   {"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<|begin_of_text|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],
+    "pair":[],"special_tokens":{"<|begin_of_text|>":{"id":"<|begin_of_text|>","ids":[128000],"tokens":["<|begin_of_text|>"]}}}]}' \
+  "$LM/tokenizer-llama3/models/tokenizer.json" >"$TMP/llama31-template.json"
+
 # compare: NAME TOKENIZER.json FILE SPLIT
 cmp_encode() {
 	local name=$1 tj=$2 f=$3 sp=$4
@@ -100,7 +106,7 @@ for spec in "stories260K:$SHARED/models/stories260K/tokenizer.json" "llama2-mist
 	cmp_decode "$name" "$tj" "$TMP/tricky.ids"
 	cmp_decode "$name" "$tj" "$TMP/tricky.ids" --skip-special
 done
-for v in metaspace-first metaspace-legacy added gpt2-style splits; do
+for v in metaspace-first metaspace-legacy added gpt2-style splits llama31-template; do
 	cmp_encode "$v" "$TMP/$v.json" "$TMP/tricky.txt" lines
 	cmp_encode "$v" "$TMP/$v.json" "$TMP/tricky.txt" whole
 	ref encode "$TMP/$v.json" "$TMP/tricky.txt" >"$TMP/tricky.ids"

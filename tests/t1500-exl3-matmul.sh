@@ -19,6 +19,7 @@ check "matmul from one stream (group, then X)" sh -c 'cat g.fr x.fr | exl3-matmu
 check "Y is 5x384 F32 named after X" test "$(stat_of y1.fr '"\(.name) \(.dtype) \(.shape)"')" = 'x F32 [5,384]'
 check "Y carries exl3_tensor metadata" test "$(stat_of y1.fr '.meta.exl3_tensor')" = L
 check "-x FILE gives the same bytes" sh -c 'exl3-matmul -x x.fr <g.fr >y2.fr && cmp y1.fr y2.fr'
+check "-x - reads X after the group" sh -c 'cat g.fr x.fr | exl3-matmul -x - | cmp - y1.fr'
 check "-t 1 gives the same bytes" sh -c 'exl3-matmul -t 1 -x x.fr <g.fr >y3.fr && cmp y1.fr y3.fr'
 check "--reference path runs" sh -c 'exl3-matmul --reference -x x.fr <g.fr >yr.fr'
 # fast and reference agree (both fp32, different summation order)
@@ -90,6 +91,46 @@ check "config.json: k_proj is 32x64" \
 	test "$(exl3-matmul --model cfgm --tensor $Q --dequant | tensor-ls - | jq -c .shape)" = '[32,64]'
 check "--in/--out override config.json" \
 	test "$(exl3-matmul --model cfgm --tensor $Q --in 128 --out 100 --dequant | tensor-ls - | jq -c .shape)" = '[100,128]'
+
+# a directory written by pack-write for stories260K (random valid layers):
+# sizes from its config.json, same Y as the frames with --in/--out
+if have_shared && command -v pack-write >/dev/null; then
+	q() { tensor-gen -d uniform -t I16 --scale 32768 -s $4 $1.trellis=$(($2/16))x$(($3/16))x32
+	      tensor-gen -t F16 --scale 0.05 -s $4 $1.suh=$2 $1.svh=$3
+	      tensor-gen -t I32 -d constant --value -2082680531 $1.mul1=; }
+	s=0
+	for l in 0 1 2 3 4; do
+		p=model.layers.$l
+		for m in q k v o; do q $p.self_attn.${m}_proj 128 128 $((s += 1)); done
+		q $p.mlp.gate_proj 128 256 $((s += 1)); q $p.mlp.up_proj 128 256 $((s += 1))
+		q $p.mlp.down_proj 256 128 $((s += 1))
+	done >sq.fr
+	check "pack-write a stories260K-shaped EXL3 model" pack-write -q --model "$SHARED/models/stories260K" --passthrough pw <sq.fr
+	D=model.layers.3.mlp.down_proj
+	check "pack-write dir: down_proj dequantizes to 64x172" \
+		test "$(exl3-matmul --model pw --tensor $D --dequant | tensor-ls - | jq -c .shape)" = '[64,172]'
+	tensor-gen -s 8 xs=3x172 >x172.fr
+	check "pack-write dir: Y equals the frames' Y" sh -c \
+		"exl3-matmul --model pw --tensor $D -x x172.fr >ya.fr && exl3-matmul --tensor $D --in 172 --out 64 -x x172.fr <sq.fr | cmp - ya.fr"
+else
+	skip "pack-write (not built or no shared model)"; skip "pack-write dir shape"; skip "pack-write dir Y"
+fi
+
+# end to end with the encoder (when it is built): a real weight, quantized at
+# K = 3, must come back with the error the codebook allows (sqrt of the
+# i.i.d. MSE 0.0176 is 0.133; the model's Hessian-free fallback is close)
+if have_shared && command -v trellis-encode >/dev/null && command -v had-rotate >/dev/null; then
+	W=model.layers.0.mlp.down_proj.weight
+	tensor-cat "$SHARED/models/stories260K" $W >sw.fr
+	had-rotate <sw.fr | trellis-encode -q -K 3 >sq.fr
+	check "stories260K down_proj at K=3: --check error 0.10..0.16" \
+		sh -c 'exl3-matmul --check sw.fr <sq.fr | jq -e ".shape == [64,172] and .rel_fro_err > 0.10 and .rel_fro_err < 0.16" >/dev/null'
+	check "stories260K down_proj: --dequant has the original shape" \
+		test "$(exl3-matmul --dequant <sq.fr | tensor-ls - | jq -c .shape)" = '[64,172]'
+else
+	skip "end to end with trellis-encode (not built or no shared model)"
+	skip "end to end --dequant shape"
+fi
 
 # bad input: exit 1 with a message naming the tensor
 tensor-gen -d uniform -t I16 --scale 32768 -s 1 L.trellis=16x24x48 >nosuh.fr

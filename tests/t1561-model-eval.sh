@@ -4,8 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$ROOT/tests/synth-model.sh"
 cd "$TMP"
-jqc() { jqc "$@" >/dev/null; }
-jqc() { jqc "$@" >/dev/null; }
+jqc() { jq -e "$@" >/dev/null; }
 
 synth_model m 32 48 2 4 2 64 1 || notok "synthetic model"
 synth_tokens tok 3 24 64 2
@@ -21,7 +20,7 @@ check "perplexity alone: one JSON object" jqc '.rows == 3 and .cols == 24 and .p
 check "perplexity = exp(nll), finite, > 1" jqc '(.perplexity - (.nll | exp) | fabs) < 1e-6 * .perplexity and .perplexity > 1' one.json
 model-eval --model m --quantized m --tokens tok >self.json
 check "model against itself: KL 0, top-1 1, equal perplexities" \
-	jq -e '.kl_divergence == 0 and .top1_agreement == 1 and .perplexity == .perplexity_quantized' self.json
+	jqc '.kl_divergence == 0 and .top1_agreement == 1 and .perplexity == .perplexity_quantized' self.json
 model-eval --model m --quantized b16 --tokens tok >b16.json
 check "against its BF16 copy: small positive KL" jqc '.kl_divergence > 0 and .kl_divergence < 0.01' b16.json
 check "against its BF16 copy: mostly the same top-1" jqc '.top1_agreement > 0.8' b16.json

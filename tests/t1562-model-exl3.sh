@@ -31,6 +31,9 @@ check "--quantized: layers < A from the EXL3 dir (== mixed model, bit for bit)" 
 hessian-capture --model m --tokens tok --layers 1- >horig
 check "... and differs from the original model's" bash -c '! cmp -s horig hseq'
 check "layer 0 of the sequential capture is not written" test "$(tensor-ls hseq | jq -r .meta.layer | sort -u | tr -d '\n')" = 12
+mkdir qlin && tensor-cat -q q 'model.layers.0.*_proj.*' -o qlin/model.safetensors
+check "--quantized DIR of the quantized linears alone (norms from the model)" cmp -s hseq <(hessian-capture --model m --quantized qlin --tokens tok --layers 1-)
+check_fail "--quantized DIR lacking a layer's linear" 1 "model.layers.1.self_attn.q_proj.weight' is missing" hessian-capture --model m --quantized qlin --tokens tok --layers 2
 cp -r q qbad && jq '.intermediate_size = 200 | .quantization_config = {quant_method: "exl3"}' m/config.json > qbad/config.json
 check_fail "EXL3 linear too small for the config" 1 "mlp.gate_proj.trellis': padded size 128x128 does not hold 32x200" model-eval --model qbad --generate 1 --ids
 done_testing

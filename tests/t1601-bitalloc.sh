@@ -11,23 +11,23 @@ bits_of() { jq -s --slurpfile p "$1" 'map(select(.K == 1)) | (map(.numel * $p[0]
 
 check "bitalloc --bits 3.5" bitalloc -q --bits 3.5 -o plan.json m.jsonl
 check "a K for all 28 linears" test "$(jq '.tensors | length' plan.json)" -eq 28
-check "plan bits <= target (recomputed: $(bits_of plan.json))" jq -en "$(bits_of plan.json) <= 3.5" >/dev/null
-check "plan bits as reported" jq -en "($(bits_of plan.json) - $(jq .bits plan.json)) | fabs < 1e-9" >/dev/null
+check "plan bits <= target (recomputed: $(bits_of plan.json))" jqt -n "$(bits_of plan.json) <= 3.5"
+check "plan bits as reported" jqt -n "($(bits_of plan.json) - $(jq .bits plan.json)) | fabs < 1e-9"
 check "close to the target (within one K step of the smallest tensor)" \
-	jq -en "$(bits_of plan.json) > 3.5 - 64*32*1/$(jq .numel plan.json)" >/dev/null
+	jqt -n "$(bits_of plan.json) > 3.5 - 64*32*1/$(jq .numel plan.json)"
 check "histogram counts every tensor" test "$(jq '.histogram | add' plan.json)" -eq 28
 check "histogram_numel sums to numel" test "$(jq '.histogram_numel | add' plan.json)" -eq "$(jq .numel plan.json)"
 check "fields: target, head_bits, strategy, importance" \
 	test "$(jq -c '[.target, .head_bits, .strategy, .importance]' plan.json)" = '[3.5,6,"optimal","numel"]'
 check "expected error <= exllamav3 strategy's and < uniform K=3" \
-	jq -en "$(jq '.expected_error <= .exllamav3_error and .expected_error < .uniform_error' plan.json)" >/dev/null
+	jqt -n "$(jq '.expected_error <= .exllamav3_error and .expected_error < .uniform_error' plan.json)"
 bitalloc -q --bits 3.5 --strategy exllamav3 m.jsonl >ex.json
 check "exllamav3 strategy: same error as reported for comparison" \
 	test "$(jq .expected_error ex.json)" = "$(jq .exllamav3_error plan.json)"
-check "exllamav3 strategy within the target" jq -en "$(bits_of ex.json) <= 3.5" >/dev/null
+check "exllamav3 strategy within the target" jqt -n "$(bits_of ex.json) <= 3.5"
 bitalloc -q --bits 3.5 --method lagrangian m.jsonl >lg.json
 check "Lagrangian plan within the target and no better than the DP" \
-	jq -en "$(bits_of lg.json) <= 3.5 and $(jq .expected_error lg.json) >= $(jq .expected_error plan.json) * (1 - 1e-12)" >/dev/null
+	jqt -n "$(bits_of lg.json) <= 3.5 and $(jq .expected_error lg.json) >= $(jq .expected_error plan.json) * (1 - 1e-12)"
 check "stdin input same as file" cmp -s <(bitalloc -q --bits 3.5 <m.jsonl) plan.json
 check "summary on stderr" bash -c 'bitalloc --bits 3.5 m.jsonl 2>&1 >/dev/null | grep -q "bpw (target 3.5)"'
 
@@ -40,7 +40,7 @@ check "--set fixes down_proj at 6" \
 	test "$(jq '[.tensors | to_entries[] | select(.key | endswith("down_proj")) | .value] | unique' -c c.json)" = '[6]'
 check "--hq floors attention at min(4+2, 8)" \
 	test "$(jq '[.tensors | to_entries[] | select(.key | contains("self_attn")) | .value] | min' c.json)" -ge 6
-check "constraints still within the target" jq -en "$(bits_of c.json) <= 4.2" >/dev/null
+check "constraints still within the target" jqt -n "$(bits_of c.json) <= 4.2"
 bitalloc -q --bits 3.5 --head-bits 16 m.jsonl >h.json
 check "--head-bits 16 in the plan" test "$(jq .head_bits h.json)" = 16
 { cat m.jsonl; echo '{"tensor": "lm_head", "K": 6, "proxy_err": 0.001, "numel": 8192}'; } >mh.jsonl
@@ -52,7 +52,18 @@ jq -c '{tensor, importance: (if (.tensor | startswith("model.layers.3.")) then 1
 bitalloc -q --bits 3.5 --importance imp.jsonl m.jsonl >i.json
 check "--importance recorded" test "$(jq -r .importance i.json)" = measured
 check "--importance: the important layer gets more bits" \
-	jq -en "$(jq '[.tensors | to_entries[] | select(.key | startswith("model.layers.3.")) | .value] | add' i.json) > $(jq '[.tensors | to_entries[] | select(.key | startswith("model.layers.3.")) | .value] | add' plan.json)" >/dev/null
+	jqt -n "$(jq '[.tensors | to_entries[] | select(.key | startswith("model.layers.3.")) | .value] | add' i.json) > $(jq '[.tensors | to_entries[] | select(.key | startswith("model.layers.3.")) | .value] | add' plan.json)"
+
+# real measurements: trellis-encode --measure 2,3,4,5 of every linear of
+# stories260K (uncalibrated), saved in tests/data
+R=$ROOT/tests/data/stories260K-measure.jsonl
+for b in 2.5 3.25 3.5 4.25; do
+	bitalloc -q --bits $b "$R" >r.json
+	check "stories260K at $b: within target, optimal <= exllamav3 and <= uniform" jqt --argjson b $b \
+		'.bits <= $b and .expected_error <= .exllamav3_error and .expected_error <= .uniform_error' r.json
+done
+check "stories260K at 4.75: exllamav3 picks unmeasured K 6, its error is null" \
+	test "$(bitalloc -q --bits 4.75 "$R" | jq -c '[.exllamav3_error, (.tensors | map(select(. > 5)) | length)]')" = '[null,0]'
 
 # bad input
 jq -c 'del(.numel)' m.jsonl | head -3 >nonumel.jsonl

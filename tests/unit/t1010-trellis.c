@@ -1,9 +1,33 @@
 /* t1010-trellis: tile permutation, packing, unpacking and decoding against
  * spec §3, §4.2, §7 and the K=4 tile vector of §14.2. */
 #include <math.h>
+#include <unistd.h>
 #include "test.h"
-#include "sha256.h"
 #include "codec.h"
+
+/* sha256 of a buffer through coreutils' sha256sum (hashing is not ours to
+ * write); hex stays empty if the tool is missing. */
+static void sha256_hex_tool(const uint8_t *p, size_t n, char hex[65])
+{
+	char path[] = "/tmp/x3shaXXXXXX", cmd[128];
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return;
+	if (write(fd, p, n) != (ssize_t)n) {
+		close(fd);
+		unlink(path);
+		return;
+	}
+	close(fd);
+	snprintf(cmd, sizeof cmd, "sha256sum %s", path);
+	FILE *f = popen(cmd, "r");
+	if (f) {
+		if (fscanf(f, "%64s", hex) != 1)
+			hex[0] = 0;
+		pclose(f);
+	}
+	unlink(path);
+}
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rnd(void)   /* splitmix64 */
@@ -95,8 +119,8 @@ static void test_vector(void)
 		CHECK(same, "%s decoded tile = codebook of the states, un-permuted", x3_codebook_name(cb));
 		CHECK(fabs(sum - want[cb].sum) < 1e-5, "%s sum %.6f (want %.6f)", x3_codebook_name(cb),
 		      sum, want[cb].sum);
-		char hex[65];
-		sha256_hex(bytes, sizeof bytes, hex);
+		char hex[65] = "";
+		sha256_hex_tool(bytes, sizeof bytes, hex);
 		CHECK(strncmp(hex, want[cb].sha, 16) == 0, "%s sha256 %.16s (want %s)",
 		      x3_codebook_name(cb), hex, want[cb].sha);
 	}

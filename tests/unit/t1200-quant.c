@@ -346,6 +346,51 @@ static void test_quantize(void)
 	free(X), free(H), free(W), free(W_kn);
 }
 
+static void test_qframe(void)
+{
+	char b[256];
+	x3_tensor *t = x3_tensor_new2("model.layers.0.mlp.up_proj.weight", X3_F32, 4, 4);
+	CHECK(!strcmp(x3_qframe_role(t), "weight") &&
+	      !strcmp(x3_qframe_key(t, b, sizeof b), "model.layers.0.mlp.up_proj"), "weight frame: role, key");
+	x3_tensor_rename(t, "blk.input.hessian");
+	CHECK(!strcmp(x3_qframe_role(t), "hessian"), "'.hessian' name: hessian role");
+	x3_tensor_rename(t, "blk.input");
+	x3_meta_set(t, "count", "12");
+	CHECK(!strcmp(x3_qframe_role(t), "hessian"), "'count' metadata: hessian role");
+	x3_meta_del(t, "count");
+	x3_meta_set(t, "role", "w_reg");
+	x3_tensor_rename(t, "a.b.w_reg");
+	CHECK(!strcmp(x3_qframe_role(t), "w_reg") && !strcmp(x3_qframe_key(t, b, sizeof b), "a.b"),
+	      "had-rotate frame: role from metadata, key from the name");
+	x3_meta_set(t, "key", "other");
+	CHECK(!strcmp(x3_qframe_key(t, b, sizeof b), "other"), "key metadata wins");
+	x3_tensor_free(t);
+	/* hessian frame of the wrong size, with its count */
+	x3_tensor *h = x3_tensor_new2("h", X3_F32, 64, 64);
+	for (int i = 0; i < 64; i++)
+		((float *)h->data)[i * 65] = 2.0f;
+	x3_meta_set(h, "count", "2");
+	x3_qhess *q;
+	CHECK(x3_qhess_from_frame(h, 100, 0, &q) == X3_EINVAL && strstr(x3_errmsg(), "64x64"),
+	      "hessian frame for the wrong input size (%s)", x3_errmsg());
+	CHECK_OK(x3_qhess_from_frame(h, 64, 0, &q), "hessian frame 64x64 for 64 inputs");
+	CHECK(q->k == 128 && !q->fallback && fabs(q->diag_mean - 0.5) < 1e-9, "count divides: mean diagonal %g",
+	      q->diag_mean);
+	float s[128];
+	x3_quant_signs(0, "h", 128, s);
+	CHECK(!memcmp(s, q->sign, sizeof s), "input signs from (seed, hessian name)");
+	x3_qhess_free(q);
+	x3_meta_set(h, "count", "many");
+	CHECK(x3_qhess_from_frame(h, 64, 0, &q) == X3_EFORMAT, "unparsable count refused");
+	x3_tensor_free(h);
+	x3_tensor *bb = x3_tensor_new1("b", X3_F16, 3);
+	float *pb;
+	CHECK(x3_bias_from_frame(bb, 4, 128, &pb) == X3_EFORMAT, "bias of the wrong length refused");
+	CHECK_OK(x3_bias_from_frame(bb, 3, 128, &pb), "F16 bias padded");
+	free(pb);
+	x3_tensor_free(bb);
+}
+
 int main(void)
 {
 	x3_rng_seed(&rng, 1200, 0);
@@ -354,6 +399,7 @@ int main(void)
 	test_finalize();
 	test_regularize();
 	test_auto();
+	test_qframe();
 	test_quantize();
 	TEST_DONE();
 }

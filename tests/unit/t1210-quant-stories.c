@@ -5,8 +5,8 @@
  *  - decoding the packed trellis (x3_trellis_decode) gives the encoder's own
  *    W~ bit for bit, and suh/svh + Hadamards bring it back close to the
  *    source weight.
- * Layers 0 and 4 by default (all 7 linear shapes of the model); every layer
- * with X3_TEST_FULL=1. Skips when ../shared is absent. */
+ * Layer 0 by default (its 7 linears cover every shape of the model: 64x64,
+ * 32x64, 172x64, 64x172); all 5 layers (35 linears) with X3_TEST_FULL=1. Skips when ../shared is absent. */
 #include <math.h>
 #include <cblas.h>
 #include "test.h"
@@ -60,7 +60,7 @@ int main(void)
 	CHECK(!h64->fallback && !h172->fallback, "hessians usable");
 	int ntens = 0;
 	for (int layer = 0; layer < 5; layer++) {
-		if (!full && layer != 0 && layer != 4)
+		if (!full && layer != 0)
 			continue;
 		for (int li = 0; li < 7; li++) {
 			char name[256];
@@ -120,7 +120,7 @@ int main(void)
 			ntens++;
 		}
 	}
-	CHECK(ntens == (full ? 35 : 14), "%d linears quantized", ntens);
+	CHECK(ntens == (full ? 35 : 7), "%d linears quantized", ntens);
 	x3_qhess_free(h64), x3_qhess_free(h172);
 	free(H64), free(H172);
 	x3_st_close(st);

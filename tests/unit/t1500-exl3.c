@@ -7,7 +7,7 @@
  *    reconstruction formula evaluated densely in float64 here;
  *  - validation errors naming the tensor.
  * Tolerance: fast and reference both accumulate in fp32 in different
- * orders; we require max |fast - ref| <= 2e-5 * (max |ref| + rms(ref)) · sqrt(k/128). */
+ * orders; we require max |fast - ref| <= 1e-5 · (max |ref| + rms(ref)) (observed ~1e-7). */
 #include <math.h>
 #include <string.h>
 #include "codec.h"
@@ -168,10 +168,12 @@ static void test_tile_vector(void)
 
 static void test_fast_vs_ref(void)
 {
-	const int64_t k = 256, n = 384;
-	const int64_t rowsv[3] = { 1, 3, 35 };
-	for (int K = 1; K <= 8; K++)
-		for (int cb = 0; cb < 3; cb++) {
+	/* rows 1: GEMV; 3: multi-row GEMV; 8, 9, 35: GEMM (partial chunks); 300: GEMM in two row blocks;
+	 * the last case is big enough (>= 2^20 weights) to run on 2 threads */
+	const int64_t rowsv[6] = { 1, 3, 8, 9, 35, 300 };
+	for (int ci = 0; ci < 27; ci++) {
+			int K = ci < 24 ? 1 + ci / 3 : 3, cb = ci % 3;
+			int64_t k = ci < 24 ? 256 : 1024, n = ci < 24 ? 384 : 1152;
 			x3_tensor *ts[6];
 			int bias = (K + cb) & 1;
 			int nt = make_group("m", k, n, K, cb, bias, (uint64_t)(100 * K + cb), ts);
@@ -180,7 +182,7 @@ static void test_fast_vs_ref(void)
 				CHECK(0, "load K=%d %s: %s", K, x3_codebook_name(cb), x3_errmsg());
 				continue;
 			}
-			for (int ri = 0; ri < 3; ri++) {
+			for (int ri = 0; ri < 6; ri++) {
 				int64_t rows = rowsv[ri];
 				float *x = rand_x(rows, k, (uint64_t)(K * 10 + cb + ri));
 				float *yr = malloc((size_t)(rows * n) * sizeof *yr);
@@ -195,9 +197,10 @@ static void test_fast_vs_ref(void)
 					double err;
 					int ok = rc == X3_OK &&
 					         x3_exl3_matmul(e, x, rows, k, yf, 2) == X3_OK &&
-					         close_to(yf, yr, rows * n, 2e-5 * sqrt(k / 128.0), &err);
-					CHECK(ok, "K=%d %s rows=%lld bias=%d: %s == reference (rel err %.2g)",
-					      K, x3_codebook_name(cb), (long long)rows, bias, isas[p], ok ? err : -1.0);
+					         close_to(yf, yr, rows * n, 1e-5, &err);
+					CHECK(ok, "%lldx%lld K=%d %s rows=%lld bias=%d: %s == reference (rel err %.2g)",
+					      (long long)k, (long long)n, K, x3_codebook_name(cb), (long long)rows,
+					      bias, isas[p], ok ? err : -1.0);
 				}
 				x3_exl3_simd_set(NULL);
 				free(x);

@@ -1,10 +1,11 @@
-/* t1500: fp32 forward of the real stories260K model: greedy generation from
+/* t1550: fp32 forward of the real stories260K model: greedy generation from
  * BOS reproduces llama2.c's documented sample token for token; batching,
  * chunking and logits modes agree; the capture hook sees every group. */
 #include <math.h>
 #include <jansson.h>
 #include "test.h"
 #include "model.h"
+#include "tokenizer.h"
 
 static const char ref_text[] =
 	"Once upon a time, there was a little girl named Lily. She loved to play outside in "
@@ -147,6 +148,20 @@ int main(void)
 	CHECK(!strncmp(text, ref_text, strlen(ref_text)), "greedy text from BOS is the reference");
 	printf("# generated: %s\n", text);
 	free(text);
+	/* token for token: the reference text through lib/tokenizer (BOS added) */
+	x3_tok *tk;
+	int32_t *rid = NULL;
+	size_t rn = 0;
+	CHECK_OK(x3_tok_load(dir, &tk), "load tokenizer.json");
+	if (tk) {
+		CHECK_OK(x3_tok_encode(tk, ref_text, strlen(ref_text), 1, &rid, &rn), "encode reference");
+		int same = rn > 40 && rn <= N + 1 && rid[0] == 1;
+		for (size_t i = 0; same && i < rn; i++)
+			same = rid[i] == ids[i];
+		CHECK(same, "greedy ids == the reference text's %zu ids (BOS first)", rn);
+		free(rid);
+		x3_tok_free(tk);
+	}
 
 	/* the same 40-token rows as a batch, chunked or not, ALL vs LAST */
 	enum { R = 3, C = 40 };

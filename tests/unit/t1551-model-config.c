@@ -1,4 +1,4 @@
-/* t1501: config.json parsing: architectures, defaults, rope_scaling,
+/* t1551: config.json parsing: architectures, defaults, rope_scaling,
  * unsupported options (X3_EUNSUP naming them), malformed input. */
 #include "test.h"
 #include "model.h"
@@ -48,6 +48,15 @@ int main(void)
 	int rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
 	               ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", &c);
 	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "yarn"), "yarn -> EUNSUP: %s", x3_errmsg());
+	rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE ", \"partial_rotary_factor\": 0.5}", &c);
+	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "partial_rotary_factor"), "partial rotary: %s",
+	      x3_errmsg());
+	CHECK_OK(parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
+	               ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", &c), "linear rope");
+	CHECK(c.rope_type == 1 && c.rope_factor == 2.0, "linear rope values");
+	rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
+	           ", \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}", &c);
+	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "dynamic"), "dynamic rope: %s", x3_errmsg());
 	rc = parse("{\"architectures\": [\"GPT2LMHeadModel\"], " BASE "}", &c);
 	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "GPT2LMHeadModel"), "unknown arch: %s",
 	      x3_errmsg());

@@ -1,4 +1,4 @@
-/* t1502: synthetic models written here (seeded): the forward of Llama (GQA,
+/* t1552: synthetic models written here (seeded): the forward of Llama (GQA,
  * llama3 RoPE, biases), Qwen2 (q/k/v biases) and Qwen3 (q/k norm) matches a
  * plain double-precision reference written in this file; sharded and F16 /
  * BF16 checkpoints load; bad checkpoints fail naming the tensor or file. */
@@ -297,7 +297,7 @@ static const char *path(const char *name)
 
 int main(void)
 {
-	snprintf(tmp, sizeof tmp, "%s/t1502.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	snprintf(tmp, sizeof tmp, "%s/t1552.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(tmp)) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();

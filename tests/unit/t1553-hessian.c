@@ -1,4 +1,4 @@
-/* t1503: Hessian accumulators: exact small case, non-finite rows dropped
+/* t1553: Hessian accumulators: exact small case, non-finite rows dropped
  * and counted, the 10% limit, F32 vs F64, adding frames. */
 #include <math.h>
 #include "test.h"

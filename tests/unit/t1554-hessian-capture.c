@@ -1,4 +1,4 @@
-/* t1504: bin/hessian-capture end to end on stories260K (token frames written
+/* t1554: bin/hessian-capture end to end on stories260K (token frames written
  * here, seeded): 21 frames, symmetric positive semidefinite, count = rows x
  * cols, members; --merge of two halves equals the whole (F64: to rounding
  * of the summation order; F32: to F32 rounding); --activations exact. */
@@ -98,7 +98,7 @@ int main(void)
 		CHECK(0, "bin/hessian-capture is built");
 		TEST_DONE();
 	}
-	snprintf(tmp, sizeof tmp, "%s/t1504.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	snprintf(tmp, sizeof tmp, "%s/t1554.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(tmp)) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
