@@ -5,7 +5,9 @@
 # speed-up of -j 2. Models: stories260K (../shared, when present) and a
 # synthetic Llama made by examples/make-tiny-llama, by default hidden 1024,
 # intermediate 2816, 4 layers (override with BENCH_HIDDEN, BENCH_INTER,
-# BENCH_LAYERS; BENCH_BITS for the rate). Prints a table and one JSON line.
+# BENCH_LAYERS; BENCH_BITS for the rate). -j 1 runs one program at a time
+# with all cores (OpenMP), -j N gives each of N programs nproc/N threads.
+# Prints a table and one JSON line.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
