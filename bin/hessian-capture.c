@@ -46,12 +46,6 @@ static const char usage[] =
 	"  -q               no progress\n"
 	"  -h               this help\n";
 
-static char *atexit_tmp;
-static void remove_tmp(void)
-{
-	if (atexit_tmp)
-		unlink(atexit_tmp);
-}
 
 /* ---- accumulators by name (first-seen order) -------------------------- */
 struct hset {
@@ -430,18 +424,7 @@ int main(int argc, char **argv)
 			usage_error(usage, "--quantized needs --layers A-B with A > 0");
 	}
 	/* -o: a temporary name beside FILE, renamed when complete */
-	int fd = STDOUT_FILENO;
-	char *tmp = NULL;
-	if (outfile) {
-		tmp = malloc(strlen(outfile) + 16);
-		sprintf(tmp, "%s.tmpXXXXXX", outfile);
-		if ((fd = mkstemp(tmp)) < 0)
-			die("%s: %s", tmp, strerror(errno));
-		atexit_tmp = tmp;
-		atexit(remove_tmp);
-	} else {
-		refuse_tty_stdout();
-	}
+	int fd = output_open(outfile);
 	x3_writer *w;
 	if (x3_writer_open_fd(fd, zlevel, &w))
 		die_x3("%s", outfile ? outfile : "stdout");
@@ -454,13 +437,7 @@ int main(int argc, char **argv)
 		           even_odd, strict, chunk, f64, w);
 	if (x3_writer_close(w))
 		die_x3("%s", outfile ? outfile : "stdout");
-	if (outfile) {
-		if (fsync(fd) || close(fd) || rename(tmp, outfile))
-			die("%s: %s", outfile, strerror(errno));
-		atexit_tmp = NULL;
-		free(tmp);
-	}
-	check_stdout();
+	output_commit();
 	free(texts);
 	return 0;
 }

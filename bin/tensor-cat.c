@@ -82,6 +82,12 @@ static void add_metas(x3_tensor *t)
 static x3_writer *fw;
 static x3_stw *sw;
 
+static void abort_sw(void)
+{
+	if (sw)
+		x3_stw_abort(sw);
+}
+
 /* Shards of a safetensors directory break only between modules: a module is
  * a name up to its last '.', e.g. model.layers.0.self_attn.q_proj. */
 static void module_of(const char *name)
@@ -285,8 +291,6 @@ int main(int argc, char **argv)
 		die("%s", x3_errmsg());
 
 	/* output: safetensors file/dir, a frame file, or stdout */
-	char tmp[4096] = "";
-	int fd = STDOUT_FILENO;
 	size_t ol = outp ? strlen(outp) : 0;
 	struct stat st;
 	int out_dir = outp && stat(outp, &st) == 0 && S_ISDIR(st.st_mode);
@@ -295,18 +299,11 @@ int main(int argc, char **argv)
 			usage_error(usage, "--zstd applies to frame output, not safetensors");
 		if (x3_stw_create(outp, out_dir ? (uint64_t)shard_mb << 20 : 0, &sw))
 			die("%s", x3_errmsg());
+		atexit(abort_sw);   /* a failed run leaves no spool file behind */
 	} else {
 		if (shard_mb)
 			usage_error(usage, "--shard-size needs -o DIR");
-		if (outp) {
-			snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", outp);
-			fd = mkstemp(tmp);
-			if (fd < 0)
-				die("%s: %s", outp, strerror(errno));
-		} else {
-			refuse_tty_stdout();
-		}
-		if (x3_writer_open_fd(fd, zlevel, &fw))
+		if (x3_writer_open_fd(output_open(outp), zlevel, &fw))
 			die("%s", x3_errmsg());
 	}
 
@@ -316,31 +313,17 @@ int main(int argc, char **argv)
 		from_st(src);
 
 	for (int i = 0; i < npats; i++)
-		if (!hits[i]) {
-			if (sw)
-				x3_stw_abort(sw);
-			if (tmp[0])
-				unlink(tmp);
+		if (!hits[i])
 			die("%s: no tensor matches '%s'", src, pats[i]);
-		}
 	if (sw) {
-		if (x3_stw_commit(sw))
+		x3_stw *w = sw;
+		sw = NULL;   /* commit frees it, whatever the outcome */
+		if (x3_stw_commit(w))
 			die("%s", x3_errmsg());
 	} else {
-		if (x3_writer_close(fw)) {
-			if (tmp[0])
-				unlink(tmp);
+		if (x3_writer_close(fw))
 			die("%s: %s", outp ? outp : "stdout", x3_errmsg());
-		}
-		if (tmp[0]) {
-			if (fsync(fd) || close(fd) || rename(tmp, outp)) {
-				unlink(tmp);
-				die("%s: %s", outp, strerror(errno));
-			}
-			chmod(outp, 0644);
-		}
+		output_commit();
 	}
-	if (!outp)
-		check_stdout();
 	return 0;
 }

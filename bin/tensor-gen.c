@@ -122,16 +122,7 @@ int main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		usage_error(usage, "missing NAME=SHAPE");
-	/* value "nan"/"inf" come through strtod; allow them explicitly */
-	int fd = STDOUT_FILENO;
-	char tmp[4096] = "";
-	if (outp) {
-		snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", outp);
-		if ((fd = mkstemp(tmp)) < 0)
-			die("%s: %s", outp, strerror(errno));
-	} else {
-		refuse_tty_stdout();
-	}
+	int fd = output_open(outp);
 	x3_writer *w;
 	if (x3_writer_open_fd(fd, zlevel, &w))
 		die_x3("output");
@@ -193,14 +184,6 @@ int main(int argc, char **argv)
 	}
 	if (x3_writer_close(w))
 		die_x3("%s", outp ? outp : "stdout");
-	if (outp) {
-		if (fsync(fd) || close(fd) || rename(tmp, outp)) {
-			unlink(tmp);
-			die("%s: %s", outp, strerror(errno));
-		}
-		chmod(outp, 0644);
-	} else {
-		check_stdout();
-	}
+	output_commit();
 	return 0;
 }

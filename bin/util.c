@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include "frame.h"
 #include "quant.h"
 #include "util.h"
@@ -106,6 +107,47 @@ void check_stdout(void)
 		die("write error on standard output: %s", strerror(errno));
 	if (fclose(stdout) != 0 && errno != EBADF)
 		die("write error on standard output: %s", strerror(errno));
+}
+
+static char out_tmp[4096];
+static const char *out_path;
+static int out_fd = -1;
+
+static void output_cleanup(void)
+{
+	if (out_tmp[0])
+		unlink(out_tmp);
+}
+
+int output_open(const char *path)
+{
+	if (!path || !strcmp(path, "-")) {
+		refuse_tty_stdout();
+		out_fd = STDOUT_FILENO;
+		return out_fd;
+	}
+	if (snprintf(out_tmp, sizeof out_tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof out_tmp)
+		die("%s: path too long", path);
+	if ((out_fd = mkstemp(out_tmp)) < 0) {
+		out_tmp[0] = 0;
+		die("%s: %s", path, strerror(errno));
+	}
+	out_path = path;
+	atexit(output_cleanup);
+	return out_fd;
+}
+
+void output_commit(void)
+{
+	if (!out_path) {
+		check_stdout();
+		return;
+	}
+	mode_t um = umask(022);
+	umask(um);
+	if (fchmod(out_fd, 0666 & ~um) || fsync(out_fd) || close(out_fd) || rename(out_tmp, out_path))
+		die("%s: %s", out_path, strerror(errno));
+	out_tmp[0] = 0;
 }
 
 void progress(const char *fmt, ...)

@@ -28,6 +28,14 @@ double parse_double(const char *usage, const char *opt, const char *s, double lo
 void refuse_tty_stdout(void);
 /* Flush and check stdout; exit(1) with a message on error. */
 void check_stdout(void);
+/* The program's output: stdout (refusing a terminal) when path is NULL or
+ * "-", else FILE written under a temporary name beside it, removed at exit
+ * unless output_commit renamed it into place: a failed run never leaves a
+ * half-written FILE or a stray temporary. Returns the fd to write to. */
+int output_open(const char *path);
+/* Flush to disk and rename into place (or check stdout); exits on error. */
+void output_commit(void);
+
 /* Progress on stderr when it is a terminal and not quiet. */
 extern int quiet;
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

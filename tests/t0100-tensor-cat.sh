@@ -24,6 +24,10 @@ check "zstd frames pass through tensor-cat" cmp -s x.safetensors zp.safetensors
 head -c 20000 all.frames >cut.frames
 check_fail "a truncated stream through the pass-through path" 1 "frame 2 'c': truncated payload: got [0-9]+ of 32768 bytes" \
 	sh -c "tensor-cat - < cut.frames > /dev/null"
+mkdir fail && cp cut.frames fail/
+check_fail "a failed -o FILE run" 1 "truncated payload" tensor-cat fail/cut.frames -o fail/out.frames
+check_fail "a failed -o x.safetensors run" 1 "truncated payload" tensor-cat fail/cut.frames -o fail/out.safetensors
+check "  leaves neither output nor temporary nor spool files" test "$(ls -A fail)" = cut.frames
 zstd -q -c all.frames | head -c 3000 >cut.zst
 check_fail "a truncated zstd stream" 1 "truncated" sh -c "tensor-cat - < cut.zst > /dev/null"
 tensor-cat all.frames | tensor-cat - >pass.frames
