@@ -53,34 +53,21 @@ static int fill_raw(x3_reader *r)
 	}
 }
 
-/* Read up to n bytes of (decompressed) stream; *got < n only at end. */
-static int src_read(x3_reader *r, void *dst, size_t n, size_t *got)
+/* The buffered bytes of the (decompressed) stream, refilled when empty:
+ * *p and *n, with *n == 0 only at the end of input. */
+static int avail(x3_reader *r, const unsigned char **p, size_t *n)
 {
-	unsigned char *d = dst;
-	size_t done = 0;
-	while (done < n) {
+	for (;;) {
 		if (!r->zstd) {
 			int rc = fill_raw(r);
-			if (rc)
-				return rc;
-			if (r->rpos == r->rlen)
-				break;
-			size_t k = r->rlen - r->rpos;
-			if (k > n - done)
-				k = n - done;
-			memcpy(d + done, r->raw + r->rpos, k);
-			r->rpos += k;
-			done += k;
-			continue;
+			*p = r->raw + r->rpos;
+			*n = r->rlen - r->rpos;
+			return rc;
 		}
 		if (r->opos < r->olen) {
-			size_t k = r->olen - r->opos;
-			if (k > n - done)
-				k = n - done;
-			memcpy(d + done, r->out + r->opos, k);
-			r->opos += k;
-			done += k;
-			continue;
+			*p = r->out + r->opos;
+			*n = r->olen - r->opos;
+			return X3_OK;
 		}
 		int rc = fill_raw(r);
 		if (rc)
@@ -88,7 +75,8 @@ static int src_read(x3_reader *r, void *dst, size_t n, size_t *got)
 		if (r->rpos == r->rlen) {
 			if (r->zframe_open)
 				return x3_err(X3_EIO, "%s: truncated zstd stream", r->label);
-			break;
+			*n = 0;
+			return X3_OK;
 		}
 		ZSTD_inBuffer in = {r->raw, r->rlen, r->rpos};
 		ZSTD_outBuffer out = {r->out, RAW_CAP, 0};
@@ -100,7 +88,35 @@ static int src_read(x3_reader *r, void *dst, size_t n, size_t *got)
 		r->opos = 0;
 		r->olen = out.pos;
 	}
-	r->total += done;
+}
+
+static void consume(x3_reader *r, size_t k)
+{
+	if (r->zstd)
+		r->opos += k;
+	else
+		r->rpos += k;
+	r->total += k;
+}
+
+/* Read up to n bytes of the stream; *got < n only at the end of input. */
+static int src_read(x3_reader *r, void *dst, size_t n, size_t *got)
+{
+	size_t done = 0;
+	while (done < n) {
+		const unsigned char *p;
+		size_t k;
+		int rc = avail(r, &p, &k);
+		if (rc)
+			return rc;
+		if (!k)
+			break;
+		if (k > n - done)
+			k = n - done;
+		memcpy((unsigned char *)dst + done, p, k);
+		consume(r, k);
+		done += k;
+	}
 	*got = done;
 	return X3_OK;
 }
@@ -430,42 +446,23 @@ int x3_reader_peek(x3_reader *r, const void **p, size_t max, size_t *got)
 	if (max > r->left)
 		max = (size_t)r->left;
 	const unsigned char *src;
-	size_t avail;
-	if (!r->zstd) {
-		int rc = fill_raw(r);
-		if (rc)
-			return rc;
-		src = r->raw + r->rpos;
-		avail = r->rlen - r->rpos;
-	} else {
-		if (r->opos == r->olen) {   /* let src_read refill through a 0-byte read */
-			unsigned char one;
-			size_t g;
-			int rc = src_read(r, &one, 1, &g);
-			if (rc)
-				return rc;
-			if (g == 1) {   /* put it back */
-				r->opos--;
-				r->total--;
-			}
-		}
-		src = r->out + r->opos;
-		avail = r->olen - r->opos;
+	size_t k;
+	int rc = avail(r, &src, &k);
+	if (rc)
+		return rc;
+	if (k == 0) {   /* end of input inside the payload: report the truncation */
+		unsigned char one;
+		return x3_reader_data(r, &one, 1);
 	}
-	if (avail == 0)   /* end of input inside the payload: report as truncation */
-		return x3_reader_data(r, (void *)&avail, 1);
-	size_t k = avail < max ? avail : max;
+	if (k > max)
+		k = max;
 	XXH3_64bits_update(r->hs, src, k);
-	if (!r->zstd)
-		r->rpos += k;
-	else
-		r->opos += k;
-	r->total += k;
+	consume(r, k);
 	r->left -= k;
 	*p = src;
 	*got = k;
 	if (r->left == 0) {
-		int rc = finish_payload(r);
+		rc = finish_payload(r);
 		r->cur = NULL;
 		return rc;
 	}
