@@ -70,11 +70,7 @@ static x3_exl3 *read_group(x3_reader *r, const char *want, x3_tensor **next)
 			x3_tensor_free(t);
 			continue;
 		}
-		t->data = malloc(t->nbytes + 1);
-		t->owns_data = 1;
-		if (!t->data)
-			die("frame '%s': out of memory (%zu bytes)", t->name, t->nbytes);
-		if (t->nbytes && x3_reader_data(r, t->data, t->nbytes))
+		if (x3_reader_load(r, t))
 			die("%s", x3_errmsg());
 		if (!ng) {
 			strcpy(key, k2);

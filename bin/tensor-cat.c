@@ -205,11 +205,7 @@ static void from_frames(const char *path)
 			x3_tensor_free(t);
 			continue;
 		}
-		t->data = malloc(t->nbytes + 1);
-		t->owns_data = 1;
-		if (!t->data)
-			die("out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
-		if (t->nbytes && x3_reader_data(r, t->data, t->nbytes))
+		if (x3_reader_load(r, t))
 			die("%s", x3_errmsg());
 		if (dt != t->dtype) {
 			x3_tensor *c = x3_tensor_new(t->name, dt, t->rank, t->shape, 1);

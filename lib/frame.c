@@ -482,25 +482,25 @@ int x3_reader_skip(x3_reader *r)
 	return X3_OK;
 }
 
+int x3_reader_load(x3_reader *r, x3_tensor *t)
+{
+	t->data = malloc(t->nbytes ? t->nbytes : 1);
+	if (!t->data)
+		return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
+	t->owns_data = 1;
+	return t->nbytes ? x3_reader_data(r, t->data, t->nbytes) : X3_OK;
+}
+
 int x3_reader_next(x3_reader *r, x3_tensor **out)
 {
 	x3_tensor *t;
 	*out = NULL;
 	int rc = x3_reader_next_header(r, &t);
-	if (rc)
-		return rc;
-	t->data = malloc(t->nbytes ? t->nbytes : 1);
-	if (!t->data) {
+	if (!rc && (rc = x3_reader_load(r, t)))
 		x3_tensor_free(t);
-		return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
-	}
-	t->owns_data = 1;
-	if (t->nbytes && (rc = x3_reader_data(r, t->data, t->nbytes))) {
-		x3_tensor_free(t);
-		return rc;
-	}
-	*out = t;
-	return X3_OK;
+	if (!rc)
+		*out = t;
+	return rc;
 }
 
 void x3_reader_close(x3_reader *r)

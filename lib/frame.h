@@ -35,6 +35,9 @@ int x3_reader_next_header(x3_reader *r, x3_tensor **out);
 int x3_reader_data(x3_reader *r, void *buf, size_t n);
 /* The checksum the current frame's header declares. */
 uint64_t x3_reader_checksum(const x3_reader *r);
+/* Read the whole payload of the header t (from x3_reader_next_header) into
+ * memory that t owns. */
+int x3_reader_load(x3_reader *r, x3_tensor *t);
 /* Zero-copy variant of x3_reader_data: *p points to up to max payload bytes
  * inside the reader's buffer (valid until the next call), *got says how many
  * (at least 1 unless an error is returned). */
