@@ -162,6 +162,22 @@ __device__ __forceinline__ void x3k_warp_had128(float v[4])
 	}
 }
 
+/* Dynamic shared memory and kernel launches, spelled so that the kernels
+ * also build for cusim, the CPU emulator of tests/gpu/cusim (X3K_SIM):
+ *   X3K_DYN_SMEM(float, buf);  is  extern __shared__ float buf[];
+ *   X3K_LAUNCH(f, grid, block, smem, stream)(args);
+ *                              is  f<<<grid, block, smem, stream>>>(args); */
+#ifdef X3K_SIM
+#define X3K_DYN_SMEM(type, name) type *const name = (type *)cusim::dyn_smem
+#define X3K_LAUNCH(f, grid, block, smem, stream) \
+	cusim::launcher(f, grid, block, smem, stream, #f " at " __FILE__ ":" X3K_STR(__LINE__))
+#define X3K_STR(x) X3K_STR2(x)
+#define X3K_STR2(x) #x
+#else
+#define X3K_DYN_SMEM(type, name) extern __shared__ type name[]
+#define X3K_LAUNCH(f, grid, block, smem, stream) f<<<grid, block, smem, stream>>>
+#endif
+
 #define X3K_CUDA_OK(expr) do { cudaError_t e_ = (expr); if (e_ != cudaSuccess) return (int)e_; } while (0)
 
 /* Instance table: TABLE_KCB(F) expands F(K, CB) for K 1..8 x CB 0..2 as

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(256)
 reconstruct_kernel(const uint32_t *__restrict__ trellis, const float *__restrict__ suh,
                    const float *__restrict__ svh, int64_t k, int64_t n, void *out, int out_f16)
 {
-	extern __shared__ float blk[];   /* (128, RP) */
+	X3K_DYN_SMEM(float, blk);   /* (128, RP) */
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int64_t tn = n / 16;
 	const int64_t k0 = (int64_t)blockIdx.y * 128, n0 = (int64_t)blockIdx.x * 128;
@@ -114,7 +114,7 @@ extern "C" int x3k_decode(int K, int cb, const uint16_t *trellis, int64_t k, int
 	int64_t blocks = (tiles + 7) / 8;
 	if (blocks > 65536)
 		blocks = 65536;
-	dkern[(K - 1) * 3 + cb]<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(
+	X3K_LAUNCH(dkern[(K - 1) * 3 + cb], (unsigned)blocks, 256, 0, (cudaStream_t)stream)(
 		(const uint32_t *)trellis, k / 16, n / 16, w, out_f16);
 	return (int)cudaGetLastError();
 }
@@ -131,7 +131,7 @@ extern "C" int x3k_reconstruct(int K, int cb, const uint16_t *trellis, const flo
 	const int smem = 128 * RP * (int)sizeof(float);
 	X3K_CUDA_OK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	dim3 grid((unsigned)(n / 128), (unsigned)(k / 128));
-	f<<<grid, 256, smem, (cudaStream_t)stream>>>((const uint32_t *)trellis, suh, svh, k, n, w,
+	X3K_LAUNCH(f, grid, 256, smem, (cudaStream_t)stream)((const uint32_t *)trellis, suh, svh, k, n, w,
 	                                             out_f16);
 	return (int)cudaGetLastError();
 }

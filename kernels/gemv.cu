@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(GW * 32)
 gemv_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int64_t tk, int64_t tn,
             const float *__restrict__ x /* (m, k) */, int m, float *y /* (m, n) */, int kbps)
 {
-	extern __shared__ float xs[];   /* (m, 16 * kbps) */
+	X3K_DYN_SMEM(float, xs);   /* (m, 16 * kbps) */
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int64_t k = tk * 16, n = tn * 16;
 	const int64_t kb0 = (int64_t)blockIdx.y * kbps;
@@ -81,10 +81,14 @@ gemv_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int64_t
  * c[0..1] = D[g][2q..2q+1], c[2..3] = D[g+8][2q..2q+1]. */
 __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
 {
+#ifdef X3K_SIM
+	cusim::mma_m16n8k16_f16_f32(c, a, b0, b1);
+#else
 	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
 	             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
 	             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
 	             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
 }
 
 
@@ -94,7 +98,7 @@ gemv_mma_kernel(const uint32_t *__restrict__ trellis /* (k/16, n/16, 8K) */, int
                 int64_t tn, const float *__restrict__ x /* (m, k) */, int m,
                 float *y /* (m, n) */, int kbps)
 {
-	extern __shared__ __half xh[];   /* (m, 16 * kbps + XPAD) */
+	X3K_DYN_SMEM(__half, xh);   /* (m, 16 * kbps + XPAD) */
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int64_t k = tk * 16, n = tn * 16;
 	const int64_t kb0 = (int64_t)blockIdx.y * kbps;
@@ -171,7 +175,7 @@ extern "C" int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64
 	dim3 grid((unsigned)((tn + GW - 1) / GW), (unsigned)splits);
 	const size_t smem = use_mma ? (size_t)m * (16 * kbps + XPAD) * 2
 	                            : (size_t)m * 16 * kbps * sizeof(float);
-	(use_mma ? gkern_mma : gkern)[(K - 1) * 3 + cb]<<<grid, GW * 32, smem, (cudaStream_t)stream>>>(
+	X3K_LAUNCH((use_mma ? gkern_mma : gkern)[(K - 1) * 3 + cb], grid, GW * 32, smem, (cudaStream_t)stream)(
 		(const uint32_t *)trellis, tk, tn, x, m, y, (int)kbps);
 	return (int)cudaGetLastError();
 }

@@ -91,7 +91,7 @@ extern "C" int x3k_had128_rows(const float *x, float *y, int64_t rows, int64_t c
 	int64_t blocks = (chunks + 7) / 8;
 	if (blocks > 1 << 20)
 		blocks = 1 << 20;
-	had_rows_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(x, y, rows, cols, pre,
+	X3K_LAUNCH(had_rows_kernel, (unsigned)blocks, 256, 0, (cudaStream_t)stream)(x, y, rows, cols, pre,
 	                                                                    post, add, scale);
 	return (int)cudaGetLastError();
 }
@@ -104,6 +104,6 @@ extern "C" int x3k_had128_cols(float *x, int64_t rows, int64_t cols, const float
 	if (rows == 0 || cols == 0)
 		return 0;
 	dim3 grid((unsigned)((cols + 31) / 32), (unsigned)(rows / 128));
-	had_cols_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(x, rows, cols, pre, post, scale);
+	X3K_LAUNCH(had_cols_kernel, grid, 256, 0, (cudaStream_t)stream)(x, rows, cols, pre, post, scale);
 	return (int)cudaGetLastError();
 }

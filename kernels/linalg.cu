@@ -22,7 +22,7 @@ extern "C" int x3k_f32_to_f16(const float *x, uint16_t *y, int64_t n, void *stre
 {
 	if (n <= 0)
 		return 0;
-	f32_to_f16_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(x, (__half *)y, n);
+	X3K_LAUNCH(f32_to_f16_kernel, grid_for(n, 256), 256, 0, (cudaStream_t)stream)(x, (__half *)y, n);
 	return (int)cudaGetLastError();
 }
 
@@ -37,7 +37,7 @@ extern "C" int x3k_add(float *y, const float *x, int64_t n, void *stream)
 {
 	if (n <= 0)
 		return 0;
-	add_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(y, x, n);
+	X3K_LAUNCH(add_kernel, grid_for(n, 256), 256, 0, (cudaStream_t)stream)(y, x, n);
 	return (int)cudaGetLastError();
 }
 
@@ -57,7 +57,7 @@ extern "C" int x3k_symmetrize(float *a, int64_t n, int lower, void *stream)
 {
 	if (n <= 0)
 		return 0;
-	symmetrize_kernel<<<grid_for(n * n, 256), 256, 0, (cudaStream_t)stream>>>(a, n, lower);
+	X3K_LAUNCH(symmetrize_kernel, grid_for(n * n, 256), 256, 0, (cudaStream_t)stream)(a, n, lower);
 	return (int)cudaGetLastError();
 }
 
@@ -72,7 +72,7 @@ extern "C" int x3k_add_diag(float *a, int64_t n, float v, void *stream)
 {
 	if (n <= 0)
 		return 0;
-	add_diag_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(a, n, v);
+	X3K_LAUNCH(add_diag_kernel, grid_for(n, 256), 256, 0, (cudaStream_t)stream)(a, n, v);
 	return (int)cudaGetLastError();
 }
 
@@ -96,7 +96,7 @@ __global__ void diag_sum_kernel(const float *a, int64_t n, double *out)
 
 extern "C" int x3k_diag_sum(const float *a, int64_t n, double *out, void *stream)
 {
-	diag_sum_kernel<<<1, 256, 0, (cudaStream_t)stream>>>(a, n, out);
+	X3K_LAUNCH(diag_sum_kernel, 1, 256, 0, (cudaStream_t)stream)(a, n, out);
 	return (int)cudaGetLastError();
 }
 
@@ -159,9 +159,9 @@ extern "C" int x3k_block_ldl_normalize(float *L, int64_t k, int *bad, void *stre
 	if (gx < 1)
 		gx = 1;
 	dim3 grid(gx, (unsigned)(k / 16));
-	ldl_norm_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(L, k, bad);
+	X3K_LAUNCH(ldl_norm_kernel, grid, 256, 0, (cudaStream_t)stream)(L, k, bad);
 	X3K_CUDA_OK(cudaGetLastError());
-	ldl_zero_kernel<<<grid_for(k * k, 256), 256, 0, (cudaStream_t)stream>>>(L, k);
+	X3K_LAUNCH(ldl_zero_kernel, grid_for(k * k, 256), 256, 0, (cudaStream_t)stream)(L, k);
 	return (int)cudaGetLastError();
 }
 
@@ -181,7 +181,7 @@ extern "C" int x3k_tiles_gather(const float *X, int64_t n, float *tiles, void *s
 {
 	if (n <= 0 || n % 16)
 		return (int)cudaErrorInvalidValue;
-	tiles_gather_kernel<<<grid_for(n * 16, 256), 256, 0, (cudaStream_t)stream>>>(X, n, tiles);
+	X3K_LAUNCH(tiles_gather_kernel, grid_for(n * 16, 256), 256, 0, (cudaStream_t)stream)(X, n, tiles);
 	return (int)cudaGetLastError();
 }
 
@@ -206,7 +206,7 @@ extern "C" int x3k_tiles_scatter(const float *vals, const float *W, int64_t n, f
 {
 	if (n <= 0 || n % 16)
 		return (int)cudaErrorInvalidValue;
-	tiles_scatter_kernel<<<grid_for(n * 16, 256), 256, 0, (cudaStream_t)stream>>>(vals, W, n, Q,
+	X3K_LAUNCH(tiles_scatter_kernel, grid_for(n * 16, 256), 256, 0, (cudaStream_t)stream)(vals, W, n, Q,
 	                                                                              E);
 	return (int)cudaGetLastError();
 }

@@ -39,7 +39,7 @@ viterbi_kernel(const float *__restrict__ x, int64_t ntiles, uint16_t *states,
                int costs_in_smem, unsigned long long *bad)
 {
 	using C = VCfg<K>;
-	extern __shared__ float smem_costs[];
+	X3K_DYN_SMEM(float, smem_costs);
 	__shared__ float xs[256];
 	__shared__ uint16_t st_s[256];
 	__shared__ float red_v[C::T / 32];
@@ -206,7 +206,7 @@ extern "C" int x3k_viterbi(int K, int cb, const float *x, int64_t ntiles, uint16
 		return rc;
 	if (ntiles <= 0)
 		return 0;
-	vkern[(K - 1) * 3 + cb]<<<nblocks, p.threads, p.smem_bytes, (cudaStream_t)stream>>>(
+	X3K_LAUNCH(vkern[(K - 1) * 3 + cb], nblocks, p.threads, p.smem_bytes, (cudaStream_t)stream)(
 		x, ntiles, states, values, (char *)scratch, p.scratch_per_block, p.costs_in_smem, bad);
 	return (int)cudaGetLastError();
 }
