@@ -5,6 +5,7 @@
 #   make fuzz       longer fuzz run of the frame, safetensors and config parsers
 #   make deps       install the Debian packages the build and tests need
 #   make install PREFIX=... DESTDIR=...
+#   make cusim      the CUDA path on the CPU emulator (tests/gpu/cusim/cusim.mk)
 #   V=1 shows the commands; CUDA=0 builds the CPU-only toolkit.
 include config.mk
 
@@ -77,5 +78,6 @@ clean:
 	rm -rf tests/fuzz/build
 
 .PHONY: all test bench fuzz deps install clean
+include tests/gpu/cusim/cusim.mk
 .SECONDARY:
 -include $(wildcard lib/*.d bin/*.d tests/unit/*.d tests/bench/*.d)
