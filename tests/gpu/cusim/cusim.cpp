@@ -314,6 +314,23 @@ const uint64_t *warp_exchange(unsigned mask, uint64_t mine, const char *what, co
 
 /* ---- launch ---------------------------------------------------------------- */
 
+static bool order_chosen;
+
+bool set_order(const char *o)
+{
+	order_chosen = true;
+	if (!o || !*o || !strcmp(o, "fwd"))
+		order_mode = 0;
+	else if (!strcmp(o, "rev"))
+		order_mode = 1;
+	else if (!strncmp(o, "rand", 4) && (o[4] == 0 || o[4] == ':')) {
+		order_mode = 2;
+		rng_state = o[4] == ':' ? strtoull(o + 5, NULL, 0) : 1;
+	} else
+		return false;
+	return true;
+}
+
 static void setup_once()
 {
 	static bool done;
@@ -329,16 +346,9 @@ static void setup_once()
 		if (v >= 16 * 1024)
 			stack_bytes = (v + page - 1) / page * page;
 	}
-	const char *o = getenv("X3SIM_ORDER");
-	if (!o || !*o || !strcmp(o, "fwd"))
-		order_mode = 0;
-	else if (!strcmp(o, "rev"))
-		order_mode = 1;
-	else if (!strncmp(o, "rand", 4)) {
-		order_mode = 2;
-		rng_state = o[4] == ':' ? strtoull(o + 5, NULL, 0) : 1;
-	} else {
-		fprintf(stderr, "cusim: X3SIM_ORDER=%s: expected fwd, rev or rand[:SEED]\n", o);
+	if (!order_chosen && !set_order(getenv("X3SIM_ORDER"))) {
+		fprintf(stderr, "cusim: X3SIM_ORDER=%s: expected fwd, rev or rand[:SEED]\n",
+		        getenv("X3SIM_ORDER"));
 		exit(2);
 	}
 	stack_area_bytes = 1024 * (stack_bytes + page);

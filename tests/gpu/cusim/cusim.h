@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>   /* before the fp16 macros below (cuBLAS includes it) */
 #include <cmath>
 #include <math.h>
 #include <cstddef>
@@ -28,9 +29,95 @@
 #include <tuple>
 #include <utility>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #ifndef X3K_SIM
 #define X3K_SIM 1
 #endif
+
+/* ---- fp16 ---------------------------------------------------------------- *
+ * The host implementations of cuda_fp16.h convert in software (tens of ns,
+ * too slow for the Viterbi's 2^25 fp16 operations per tile); these give the
+ * same IEEE results, with F16C where the build enables it (-mf16c). Sums,
+ * differences and products of two fp16 values rounded once to fp32 and
+ * then to fp16 are correctly rounded (fp32 has 24 >= 2*11+2 bits). */
+namespace cusim {
+inline float h2f(__half h)
+{
+	const unsigned short b = __half_as_ushort(h);
+#if defined(__F16C__)
+	return _cvtsh_ss(b);
+#else
+	const uint32_t s = (uint32_t)(b & 0x8000u) << 16, e = (b >> 10) & 31u, m = b & 0x3ffu;
+	float f;
+	if (e == 31) {
+		const uint32_t u = s | 0x7f800000u | (m << 13);
+		memcpy(&f, &u, 4);
+	} else if (e == 0) {
+		f = std::ldexp((float)m, -24);
+		if (s)
+			f = -f;
+	} else {
+		const uint32_t u = s | ((e + 112) << 23) | (m << 13);
+		memcpy(&f, &u, 4);
+	}
+	return f;
+#endif
+}
+/* s + e (e: a rounding error, |e| <= ulp(s) / 2) rounded once to fp16 */
+inline __half round_half(double s, double e)
+{
+	if (s == 0 || !std::isfinite(s))
+		return __ushort_as_half((unsigned short)(s != s ? 0x7e00u : std::signbit(s) ?
+		                        (s == 0 ? 0x8000u : 0xfc00u) : (s == 0 ? 0u : 0x7c00u)));
+	uint64_t bits;
+	memcpy(&bits, &s, 8);
+	int ex = (int)((bits >> 52) & 0x7ff) - 1023;   /* floor(log2 |s|) for normal doubles */
+	if (ex < -14)
+		ex = -14;                                  /* fp16 subnormals: quantum 2^-24 */
+	const uint64_t qb = (uint64_t)(ex - 10 + 1023) << 52;
+	double q;
+	memcpy(&q, &qb, 8);
+	const double t = s / q, fl = std::floor(t);
+	double r;
+	if (t - fl == 0.5 && e != 0)                   /* s is halfway, the exact value is not */
+		r = e > 0 ? fl + 1 : fl;
+	else
+		r = std::nearbyint(t);
+	r *= q;
+	if (std::fabs(r) > 65504.0)
+		return __ushort_as_half((unsigned short)(r < 0 ? 0xfc00u : 0x7c00u));
+#if defined(__F16C__)
+	return __ushort_as_half((unsigned short)_cvtss_sh((float)r, 0));   /* exact */
+#else
+	const float f = (float)r;   /* exact */
+	uint32_t fu;
+	memcpy(&fu, &f, 4);
+	const uint32_t sg = (fu >> 16) & 0x8000u;
+	const int fe = (int)((fu >> 23) & 0xff) - 127;
+	if (fe < -14)   /* subnormal: r / 2^-24 is an integer */
+		return __ushort_as_half((unsigned short)(sg | (uint32_t)std::ldexp(std::fabs(r), 24)));
+	return __ushort_as_half((unsigned short)(sg | (uint32_t)(fe + 15) << 10 | ((fu >> 13) & 0x3ffu)));
+#endif
+}
+inline __half f2h(float f)
+{
+#if defined(__F16C__)
+	return __ushort_as_half((unsigned short)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#else
+	return round_half((double)f, 0);
+#endif
+}
+} /* namespace cusim */
+#define __half2float(h) cusim::h2f(h)
+#define __float2half(f) cusim::f2h(f)
+#define __float2half_rn(f) cusim::f2h(f)
+#define __double2half(d) cusim::round_half((double)(d), 0)
+#define __hadd(a, b) cusim::f2h(cusim::h2f(a) + cusim::h2f(b))
+#define __hsub(a, b) cusim::f2h(cusim::h2f(a) - cusim::h2f(b))
+#define __hmul(a, b) cusim::f2h(cusim::h2f(a) * cusim::h2f(b))
 
 namespace cusim {
 
@@ -51,6 +138,9 @@ extern void *dyn_smem;        /* dynamic shared memory of the running launch */
 void bar_sync(const char *file, int line);
 const uint64_t *warp_exchange(unsigned mask, uint64_t mine, const char *what, const char *file,
                               int line);
+/* thread order between barriers: "fwd", "rev", "rand" or "rand:SEED"
+ * (X3SIM_ORDER sets it at the first launch); false if not one of those */
+bool set_order(const char *order);
 [[noreturn]] void fail(int cuda_error, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
@@ -278,28 +368,17 @@ inline unsigned __brev(unsigned x)
 		r |= ((x >> i) & 1u) << (31 - i);
 	return r;
 }
-/* a * b + c with one fp16 rounding (the host half library has no fma).
- * The product is exact in double; s = p + c rounds once, TwoSum gives the
- * error e. Rounding s to fp16 is then correct unless s is exactly halfway
- * between two fp16 values while the exact sum is not: then s moves one
- * double ulp toward the exact value before rounding. */
+/* a * b + c with one fp16 rounding (the host half library has no fma):
+ * the product is exact in double, s = p + c rounds once and TwoSum gives
+ * its error, so that a halfway s rounds toward the exact value. */
 inline __half __hfma(__half a, __half b, __half c)
 {
-	const double p = (double)__half2float(a) * (double)__half2float(b);
+	const double p = (double)__half2float(a) * (double)__half2float(b);   /* exact */
 	const double cc = (double)__half2float(c), s = p + cc;
-	const double bp = s - cc, e = (p - bp) + (cc - (s - bp));
-	__half h = __double2half(s);
-	if (e != 0 && std::isfinite(s)) {
-		const double hv = (double)__half2float(h);
-		bool mid;
-		if (std::isinf(hv))   /* rounded up to inf: halfway iff |s| = 65520 */
-			mid = std::fabs(s) == 65520.0;
-		else   /* s is halfway iff the mirror of h about s is an fp16 value */
-			mid = hv != s && (double)__half2float(__double2half(2 * s - hv)) == 2 * s - hv;
-		if (mid)
-			h = __double2half(std::nextafter(s, e > 0 ? INFINITY : -INFINITY));
-	}
-	return h;
+	const double bp = s - cc, e = (p - bp) + (cc - (s - bp));   /* TwoSum: s + e exact */
+	if (e == 0 && (double)(float)s == s)   /* exact in fp32: one rounding to fp16 */
+		return cusim::f2h((float)s);
+	return cusim::round_half(s, e);
 }
 
 /* ---- tensor cores ----------------------------------------------------------- */

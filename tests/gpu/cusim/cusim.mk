@@ -9,8 +9,12 @@
 # and no GPU. Included by the Makefile.
 CUSIM := tests/tmp/cusim
 CUSIM_CUDA_INC ?= $(if $(CUDA_HOME),$(CUDA_HOME)/include,/usr/local/cuda/include)
-CUSIM_CXXFLAGS ?= -O2 -g
-CUSIM_XFLAGS = -std=c++17 -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
+CUSIM_CXXFLAGS ?= -O3 -g
+# F16C and FMA instructions where this machine has them (fast fp16
+# conversions and fmaf); no contraction of a*b+c: every fma is explicit
+CUSIM_ARCH ?= $(shell grep -qw f16c /proc/cpuinfo 2>/dev/null && echo -mf16c) \
+	$(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo -mfma)
+CUSIM_XFLAGS = -std=c++17 $(CUSIM_ARCH) -ffp-contract=off -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
 	-Wno-unknown-pragmas -I$(CUSIM_CUDA_INC) -Itests/gpu/cusim -Ikernels -Ilib \
 	-I/usr/include/x86_64-linux-gnu/openblas-pthread
 CUSIM_RT_OBJ := $(patsubst tests/gpu/cusim/%.cpp,$(CUSIM)/cusim/%.o,$(wildcard tests/gpu/cusim/*.cpp))
@@ -22,7 +26,12 @@ CUSIM_UNIT := $(patsubst tests/unit/%.c,$(CUSIM)/tests/unit/%,$(wildcard tests/u
 CUSIM_PROGS := $(patsubst bin/%,$(CUSIM)/bin/%,$(PROGS))
 CUSIM_LDLIBS = $(filter-out -lcublas -lcusolver -lcudart -lstdc++ -L% -Wl%,$(LDLIBS)) -lstdc++
 
-cusim: $(CUSIM_LIB) $(CUSIM_UNIT) $(CUSIM_PROGS)
+cusim: $(CUSIM_LIB) $(CUSIM_UNIT) $(CUSIM_PROGS) $(CUSIM)/selftest
+
+# checks of the emulator itself (t1706 runs them)
+$(CUSIM)/selftest: tests/gpu/cusim/selftest.cu $(CUSIM_LIB)
+	$(call say,CXX,$@)$(CXX) $(CUSIM_CXXFLAGS) $(CUSIM_XFLAGS) -x c++ -DX3K_SIM \
+		-include tests/gpu/cusim/cusim.h -o $@ $< -x none $(CUSIM_LIB) $(CUSIM_LDLIBS)
 
 $(CUSIM)/cusim/%.o: tests/gpu/cusim/%.cpp $(wildcard tests/gpu/cusim/*.h)
 	@mkdir -p $(@D)

@@ -7,8 +7,9 @@
  *   16 GiB of memory (X3SIM_MEM=BYTES[K|M|G] caps it, so that
  *   out-of-memory paths can be tested); X3SIM_NODEVICE=1 emulates a
  *   machine without a device.
- * Each allocation ends at a page boundary followed by an inaccessible page
- * (out-of-bounds accesses past the end fault and are reported), is filled
+ * Each allocation ends (16-byte aligned, where a device aligns to 256) at
+ * a page boundary followed by an inaccessible page (out-of-bounds accesses
+ * past the end fault and are reported), is filled
  * with 0xff bytes (NaN floats: reads of memory never written show), and is
  * unmapped when freed (use after free faults). */
 #include <cuda_runtime.h>
@@ -388,13 +389,16 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 	const size_t r = (bytes + 255) / 256 * 256;
 	if (r < bytes || r > total - used)
 		return ret(cudaErrorMemoryAllocation);
-	const size_t mb = (r + pg - 1) / pg * pg + pg;
+	/* the end of the allocation (16-byte aligned: a device aligns to 256,
+	 * which would leave up to 255 unchecked bytes) touches the guard page */
+	const size_t r16 = (bytes + 15) / 16 * 16;
+	const size_t mb = (r16 + pg - 1) / pg * pg + pg;
 	char *m = (char *)mmap(NULL, mb, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return ret(cudaErrorMemoryAllocation);
 	mprotect(m + mb - pg, pg, PROT_NONE);
-	char *q = m + mb - pg - r;
-	memset(q, 0xff, r);
+	char *q = m + mb - pg - r16;
+	memset(q, 0xff, r16);
 	allocs[(uintptr_t)q] = Alloc{m, mb, bytes};
 	used += r;
 	*p = q;
