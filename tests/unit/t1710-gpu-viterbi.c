@@ -41,7 +41,7 @@ int main(void)
 	if (x3_gpu_describe(desc, sizeof desc) == X3_OK)
 		printf("# %s\n", desc);
 	if (strstr(desc, "emulated")) {   /* cusim: scale the data, not the coverage */
-		NRAND = 2;
+		NRAND = 1;
 		NT = NRAND + NSPEC;
 		printf("# emulated device: %d random tiles per K and codebook\n", NRAND);
 	}
