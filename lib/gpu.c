@@ -206,6 +206,9 @@ static int vrun_init(struct vrun *v, int K, int cb, int64_t max_tiles, size_t ma
 		max_scratch = fr / 4;
 		if (max_scratch > ((size_t)2 << 30))
 			max_scratch = (size_t)2 << 30;
+		/* a quarter is a target, not a limit: one block when it fits */
+		if (max_scratch < p.scratch_per_block && fr > p.scratch_per_block + ((size_t)1 << 20))
+			max_scratch = p.scratch_per_block;
 	}
 	int64_t nb = (int64_t)p.blocks_per_sm * sms;
 	if (nb > max_tiles)
