@@ -477,6 +477,7 @@ bool arg_ok(const void *p) { return rt_is_device(p, 0); }
 
 void arg_error(const char *name, int i, const void *p)
 {
+	std::lock_guard<std::recursive_mutex> lock(rt_lock());
 	char b[512];
 	snprintf(b, sizeof b, "%s: argument %d (%p) is not device memory", name, i + 1, p);
 	fprintf(stderr, "cusim: %s\n", b);
@@ -486,6 +487,7 @@ void arg_error(const char *name, int i, const void *p)
 int launch(const void *func, const char *name, dim3 grid, dim3 block, size_t smem,
            cudaStream_t stream, void (*body)(void *), void *ctx)
 {
+	std::lock_guard<std::recursive_mutex> lock(rt_lock());
 	setup_once();
 	int rc = rt_check_launch(func, grid, block, smem, stream);
 	if (rc)

@@ -42,6 +42,13 @@ static std::string sticky_msg;
 static std::map<const void *, int> func_max_dyn;
 static bool inited, nodevice;
 
+std::recursive_mutex &rt_lock()
+{
+	static std::recursive_mutex m;
+	return m;
+}
+#define LOCK std::lock_guard<std::recursive_mutex> lock_(rt_lock())
+
 static void init()
 {
 	if (inited)
@@ -104,6 +111,7 @@ static const Alloc *find(const void *p, uintptr_t *start)
 
 bool rt_is_device(const void *p, size_t bytes)
 {
+	LOCK;
 	uintptr_t s;
 	const Alloc *al = find(p, &s);
 	return al && (uintptr_t)p + bytes <= s + al->bytes && (uintptr_t)p <= s + al->bytes;
@@ -161,6 +169,7 @@ extern "C" {
 
 cudaError_t cudaGetLastError(void)
 {
+	LOCK;
 	int e = sticky ? sticky : last_error;
 	last_error = 0;
 	return (cudaError_t)e;
@@ -316,6 +325,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
 /* static __shared__ variables are not measured: sharedSizeBytes is 0 */
 cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *fa, const void *f)
 {
+	LOCK;
 	int e = device_state();
 	if (e)
 		return ret(e);
@@ -334,6 +344,7 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *fa, const void *f)
 
 cudaError_t cudaFuncSetAttribute(const void *f, enum cudaFuncAttribute a, int v)
 {
+	LOCK;
 	int e = device_state();
 	if (e)
 		return ret(e);
@@ -376,6 +387,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, const
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+	LOCK;
 	int e = device_state();
 	if (e)
 		return ret(e);
@@ -407,6 +419,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
 
 cudaError_t cudaFree(void *p)
 {
+	LOCK;
 	if (!p)
 		return cudaSuccess;
 	auto it = allocs.find((uintptr_t)p);
@@ -420,6 +433,7 @@ cudaError_t cudaFree(void *p)
 
 cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot)
 {
+	LOCK;
 	int e = device_state();
 	if (e)
 		return ret(e);
@@ -432,6 +446,7 @@ cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot)
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
+	LOCK;
 	int e = device_state();
 	if (e)
 		return ret(e);
@@ -473,6 +488,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 
 cudaError_t cudaMemset(void *p, int v, size_t n)
 {
+	LOCK;
 	int e = device_state();
 	if (e)
 		return ret(e);
@@ -510,6 +526,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
  * emulator does not lose them) */
 cudaError_t cudaDeviceReset(void)
 {
+	LOCK;
 	sticky = 0;
 	last_error = 0;
 	sticky_msg.clear();

@@ -4,6 +4,7 @@
 #define X3_CUSIM_RT_H
 #include <cuda_runtime.h>
 #include <cstddef>
+#include <mutex>
 #include <string>
 
 namespace cusim {
@@ -16,6 +17,9 @@ void rt_set_sticky(int err, const char *msg);
 std::string rt_describe_address(const void *a);
 /* 1 if [p, p + bytes) lies in one live cudaMalloc allocation */
 bool rt_is_device(const void *p, size_t bytes);
+/* one lock for the emulated device: launches, allocations and the error
+ * state (host threads may call the runtime concurrently, as with CUDA) */
+std::recursive_mutex &rt_lock();
 /* fiber switches so far (for the benchmark line) */
 uint64_t switches();
 }
