@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define X3_X86 1
@@ -179,7 +180,8 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
                         int g0, int g1)
 {
 	const int NK = 1 << K;
-	bp += (size_t)g0 * (NK - 1) * 4;
+	if (bp)
+		bp += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
 		const float *p = pb - poff;
@@ -189,7 +191,7 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
 			m[l] = fmaf(d, d, p[(64 * g + l) >> K]);
 		}
 		c += 64;
-		for (int k = 1; k < NK; k++, c += 64, bp += 4)
+		for (int k = 1; k < NK; k++, c += 64, bp = bp ? bp + 4 : bp)
 			for (int u = 0; u < 4; u++) {
 				unsigned mask = 0;
 				const float *pv = p + k * ks;
@@ -201,7 +203,8 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
 						mask |= 1u << l;
 					}
 				}
-				bp[u] = (uint16_t)mask;
+				if (bp)
+					bp[u] = (uint16_t)mask;
 			}
 		memcpy(out, m, sizeof m);
 	}
@@ -227,15 +230,16 @@ TGT512 INLINE __m512 pv512(const int K, const float *p, __m512i ix)
 }
 
 /* One group: four independent running-min chains over k. */
-TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *pb,
-                           size_t ks, int poff, float *out, uint16_t *bp,
+TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w,
+                           const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
                            int g0, int g1)
 {
 	const int NK = 1 << K;
 	const __m512 vw = _mm512_set1_ps(w);
 	const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
 	                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0));
-	bp += (size_t)g0 * (NK - 1) * 4;
+	if (wbp)
+		bp += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
 		const float *p0 = pb + ((64 * g) >> K) - poff, *p1 = pb + ((64 * g + 16) >> K) - poff;
@@ -249,7 +253,7 @@ TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *
 		__m512 m2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2, ix));
 		__m512 m3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3, ix));
 		c += 64;
-		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
+		for (int k = 1; k < NK; k++, c += 64, bp = wbp ? bp + 4 : bp) {
 			const size_t o = k * ks;
 			d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
 			d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
@@ -259,10 +263,12 @@ TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *
 			__m512 v1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1 + o, ix));
 			__m512 v2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2 + o, ix));
 			__m512 v3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3 + o, ix));
-			STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
-			STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
-			STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
-			STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
+			if (wbp) {
+				STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
+				STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
+				STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
+				STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
+			}
 			m0 = _mm512_min_ps(v0, m0);
 			m1 = _mm512_min_ps(v1, m1);
 			m2 = _mm512_min_ps(v2, m2);
@@ -282,8 +288,8 @@ TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *
  * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
  *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
  *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
-TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float *pb,
-                            size_t ks, int poff, float *out, uint16_t *bp,
+TGT512 INLINE void body512b(const int K, const int wbp, const float *cbo, float w,
+                            const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
                             int g0, int g1)
 {
 	const int NK = 1 << K;
@@ -292,7 +298,8 @@ TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float 
 	const __m512i zl = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
 	const __m512i zh = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
 	                                    25, 9, 24, 8);
-	bp += (size_t)b0 * (NK - 1) * NK;
+	if (wbp)
+		bp += (size_t)b0 * (NK - 1) * NK;
 	for (int b = b0; b < b1; b++, out += 16 * NK) {
 		const float *c = cbo + (size_t)b * NK * NK * 16;
 		const float *p = pb + 16 * b - poff;
@@ -305,13 +312,14 @@ TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float 
 		}
 		c += 16 * NK;
 #pragma GCC unroll 8
-		for (int k = 1; k < NK; k++, c += 16 * NK, bp += NK) {
+		for (int k = 1; k < NK; k++, c += 16 * NK, bp = wbp ? bp + NK : bp) {
 			P = _mm512_loadu_ps(p + k * ks);
 #pragma GCC unroll 8
 			for (int j = 0; j < NK; j++) {
 				__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
 				__m512 v = _mm512_fmadd_ps(d, d, P);
-				STORE_MASK(bp + j, _mm512_cmp_ps_mask(v, m[j], _CMP_LT_OQ));
+				if (wbp)
+					STORE_MASK(bp + j, _mm512_cmp_ps_mask(v, m[j], _CMP_LT_OQ));
 				m[j] = _mm512_min_ps(v, m[j]);
 			}
 		}
@@ -333,41 +341,34 @@ TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float 
 	}
 }
 
+/* one instance per K and back-pointer mode: shifts and trip counts are
+ * constants; bp == NULL selects the instance without masks */
+#define BODY512(K, wbp) do { \
+		if (LAYOUT_B(K)) \
+			body512b(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
+		else \
+			body512(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
+	} while (0)
+#define SWITCH_K(M, wbp) switch (K) { \
+	case 1: M(1, wbp); break; case 2: M(2, wbp); break; \
+	case 3: M(3, wbp); break; case 4: M(4, wbp); break; \
+	case 5: M(5, wbp); break; case 6: M(6, wbp); break; \
+	case 7: M(7, wbp); break; default: M(8, wbp); break; }
+
 TGT512 static void step_avx512(int K, const float *cbo, float w, const float *pb,
                                size_t ks, int poff, float *out, uint16_t *bp,
                                int g0, int g1)
 {
-	switch (K) {   /* one instance per K: shifts and trip counts constant */
-	case 1:
-		if (LAYOUT_B(1))
-			body512b(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		else
-			body512(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		break;
-	case 2:
-		if (LAYOUT_B(2))
-			body512b(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		else
-			body512(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		break;
-	case 3:
-		if (LAYOUT_B(3))
-			body512b(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		else
-			body512(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		break;
-	case 4: body512(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 5: body512(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 6: body512(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 7: body512(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	default: body512(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	}
+	if (bp)
+		SWITCH_K(BODY512, 1)
+	else
+		SWITCH_K(BODY512, 0)
 }
 
 /* The fused step pair of two_steps() with the kernels inlined: one call
  * per pair of steps instead of NK + 1 calls per 1024-edge block. */
-TGT512 INLINE void fused512(const int K, const float *cbo, float w0, float w1,
-                            const float *prev, float *next, float *mid,
+TGT512 INLINE void fused512(const int K, const int wbp, const float *cbo, float w0,
+                            float w1, const float *prev, float *next, float *mid,
                             uint16_t *bp0, uint16_t *bp1)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
@@ -376,27 +377,39 @@ TGT512 INLINE void fused512(const int K, const float *cbo, float w0, float w1,
 		for (int kk = 0; kk < NK; kk++) {
 			int x0 = kk * G + e0 / NK;
 			if (LAYOUT_B(K))
-				body512b(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+				body512b(K, wbp, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64,
+				         (x0 + L) / 64);
 			else
-				body512(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+				body512(K, wbp, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64,
+				        (x0 + L) / 64);
 		}
 		if (LAYOUT_B(K))
-			body512b(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			body512b(K, wbp, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
 			         (e0 + FUSE_B) / 64);
 		else
-			body512(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			body512(K, wbp, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
 			        (e0 + FUSE_B) / 64);
 	}
 }
+
+#define FUSED512(K, wbp) fused512(K, wbp, cbo, w0, w1, prev, next, mid, bp0, bp1)
 
 TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
                                 const float *prev, float *next, float *mid,
                                 uint16_t *bp0, uint16_t *bp1)
 {
-	switch (K) {
-	case 1: fused512(1, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
-	case 2: fused512(2, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
-	default: fused512(3, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	if (bp0) {
+		switch (K) {
+		case 1: FUSED512(1, 1); break;
+		case 2: FUSED512(2, 1); break;
+		default: FUSED512(3, 1); break;
+		}
+	} else {
+		switch (K) {
+		case 1: FUSED512(1, 0); break;
+		case 2: FUSED512(2, 0); break;
+		default: FUSED512(3, 0); break;
+		}
 	}
 }
 
@@ -408,15 +421,16 @@ TGT2 INLINE __m256 pv256(const int K, const float *p, __m256i ix)
 	return _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), ix);
 }
 
-TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb,
-                         size_t ks, int poff, float *out, uint16_t *bp,
+TGT2 INLINE void body256(const int K, const int wbp, const float *cbo, float w,
+                         const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
                          int g0, int g1)
 {
 	const int NK = 1 << K;
 	const __m256 vw = _mm256_set1_ps(w);
 	const __m256i ix = _mm256_srli_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
 	                                     K < 3 ? K : 0);
-	bp += (size_t)g0 * (NK - 1) * 4;
+	if (wbp)
+		bp += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
 		/* (64g + 8h) >> K == (64g >> K) + (8h >> K) for K <= 8 */
@@ -428,16 +442,20 @@ TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb
 			m[h] = _mm256_fmadd_ps(d, d, pv256(K, p + ((8 * h) >> K), ix));
 		}
 		c += 64;
-		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
+		for (int k = 1; k < NK; k++, c += 64, bp = wbp ? bp + 4 : bp) {
 			const float *pk = p + k * ks;
 			unsigned bits[8];
 #pragma GCC unroll 8
 			for (int h = 0; h < 8; h++) {
 				__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
 				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pk + ((8 * h) >> K), ix));
-				bits[h] = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
+				if (wbp)
+					bits[h] = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, m[h],
+					                                                     _CMP_LT_OQ));
 				m[h] = _mm256_min_ps(v, m[h]);
 			}
+			if (!wbp)
+				continue;
 			/* one 64-bit store of the four 16-bit masks */
 			uint64_t q = (uint64_t)(bits[0] | bits[1] << 8 | bits[2] << 16 | bits[3] << 24) |
 			             (uint64_t)(bits[4] | bits[5] << 8 | bits[6] << 16 | bits[7] << 24) << 32;
@@ -449,20 +467,16 @@ TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb
 	}
 }
 
+#define BODY256(K, wbp) body256(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1)
+
 TGT2 static void step_avx2(int K, const float *cbo, float w, const float *pb,
                            size_t ks, int poff, float *out, uint16_t *bp,
                            int g0, int g1)
 {
-	switch (K) {
-	case 1: body256(1, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 2: body256(2, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 3: body256(3, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 4: body256(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 5: body256(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 6: body256(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 7: body256(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	default: body256(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	}
+	if (bp)
+		SWITCH_K(BODY256, 1)
+	else
+		SWITCH_K(BODY256, 0)
 }
 #endif
 
@@ -576,8 +590,122 @@ static void *ws_get(size_t n)
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
 	float *mid;        /* FUSE_B + PAD floats: fused intermediate costs */
-	uint16_t *bp;      /* 256 positions x E/16 x (2^K - 1) masks */
+	uint16_t *bp;      /* masks: 256 positions x E/16 x (2^K - 1) */
+	float *hist;       /* recompute mode: 256 positions x hs floats */
+	size_t hs;         /* floats per position in hist (E + PAD, 64-byte multiple) */
 };
+
+/* Back-pointers by recomputation (K >= HIST_K). The steps keep only the
+ * running minimum (sub, fma, min per 16 candidates: no compare, no mask
+ * store), and the costs entering every position the trace-back visits are
+ * kept (hist). The trace-back then recomputes, at each position on the
+ * path only, the 2^K candidates of its one edge with the same fmaf from
+ * the same stored costs and takes the strict-< argmin (the first k that
+ * attains the minimum): exactly the back-pointer the step would have
+ * stored. Memory per position is E floats instead of E (2^K - 1) bits, so
+ * this pays from K = 4 on (at K <= 3 the costs are 32-128 KB per position,
+ * the masks far less). */
+#define HIST_K 4
+#define HIST(K) ((K) >= HIST_K)
+
+/* k of the winner at (p, e): cbt = the codebook by edge, cbt[e * NK + k]
+ * = cb[(k << (16-K)) | e] (contiguous per edge); h = costs entering
+ * position p. The candidates' costs come from h[(k << (16-2K)) | (e >> K)]. */
+typedef int (*tb_fn)(int K, const float *cbt, const float *h, float w, int e);
+
+static int tb_scalar(int K, const float *cbt, const float *h, float w, int e)
+{
+	const int NK = 1 << K;
+	const size_t G = (size_t)1 << (16 - 2 * K);
+	const float *c = cbt + (size_t)e * NK, *hp = h + (e >> K);
+	float best = 0.0f;
+	int bk = 0;
+	for (int k = 0; k < NK; k++) {
+		float d = c[k] - w;
+		float v = fmaf(d, d, hp[k * G]);
+		if (k == 0 || v < best) {
+			best = v;
+			bk = k;
+		}
+	}
+	return bk;
+}
+
+#ifdef X3_X86
+/* the same with fmaf as an instruction instead of a libm call */
+TGT2 static int tb_fma(int K, const float *cbt, const float *h, float w, int e)
+{
+	const int NK = 1 << K;
+	const size_t G = (size_t)1 << (16 - 2 * K);
+	const float *c = cbt + (size_t)e * NK, *hp = h + (e >> K);
+	float best = 0.0f;
+	int bk = 0;
+	for (int k = 0; k < NK; k++) {
+		float d = c[k] - w;
+		float v = fmaf(d, d, hp[k * G]);
+		if (k == 0 || v < best) {
+			best = v;
+			bk = k;
+		}
+	}
+	return bk;
+}
+
+/* 16 candidates at a time (a gather of the costs unless G = 1); the
+ * minimum over all by a tree, then the first k attaining it (costs are
+ * never NaN, so this is the strict-< argmin) */
+TGT512 INLINE int tb512(const int K, const float *cbt, const float *h, float w, int e)
+{
+	const int NK = 1 << K, NV = NK / 16;
+	const int G = 1 << (16 - 2 * K);
+	const float *c = cbt + (size_t)e * NK, *hp = h + (e >> K);
+	const __m512i ih = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+	                                      7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(G));
+	const __m512 vw = _mm512_set1_ps(w);
+	__m512 v[16], t[16];
+#pragma GCC unroll 16
+	for (int j = 0; j < NV; j++) {
+		__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+		__m512 hv = G == 1 ? _mm512_loadu_ps(hp + 16 * j)
+		                   : _mm512_i32gather_ps(ih, hp + (size_t)16 * j * G, 4);
+		t[j] = v[j] = _mm512_fmadd_ps(d, d, hv);
+	}
+#pragma GCC unroll 4
+	for (int n = NV; n > 1; n /= 2)
+#pragma GCC unroll 8
+		for (int j = 0; j < n / 2; j++)
+			t[j] = _mm512_min_ps(t[2 * j], t[2 * j + 1]);
+	const __m512 mn = _mm512_set1_ps(_mm512_reduce_min_ps(t[0]));
+	for (int j = 0; j < NV; j++) {
+		unsigned q = _mm512_cmp_ps_mask(v[j], mn, _CMP_EQ_OQ);
+		if (q)
+			return 16 * j + __builtin_ctz(q);
+	}
+	return 0;   /* not reached: the minimum is one of the candidates */
+}
+
+TGT512 static int tb_avx512(int K, const float *cbt, const float *h, float w, int e)
+{
+	switch (K) {
+	case 4: return tb512(4, cbt, h, w, e);
+	case 5: return tb512(5, cbt, h, w, e);
+	case 6: return tb512(6, cbt, h, w, e);
+	case 7: return tb512(7, cbt, h, w, e);
+	default: return tb512(8, cbt, h, w, e);
+	}
+}
+#endif
+
+static tb_fn pick_tb(void)
+{
+	switch (x3_viterbi_isa()) {
+#ifdef X3_X86
+	case X3_ISA_AVX512: return tb_avx512;
+	case X3_ISA_AVX2: return tb_fma;
+#endif
+	default: return tb_scalar;
+	}
+}
 
 /* Fused pair of steps for K <= 3, where the cost buffers (128/64/32 KB) do
  * not fit in L1 next to the codebook stream. Output edges e of the second
@@ -602,61 +730,81 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
 	}
 }
 
-/* 256 steps at positions (i + roll) & 255 from the costs in *pprev;
- * returns the buffer holding the final costs. */
+/* One forward pass: 256 steps at positions (i + roll) & 255, roll = 128
+ * for pass 1 (whose trace-back visits positions 127..0 only) and 0 for
+ * pass 2. Start costs are in wk->ca (pass 1) or, in recompute mode, the
+ * hist slot of position 0 (pass 2). Back-pointers (masks) or the costs
+ * entering a position (hist) are kept only for positions the trace-back
+ * visits: the first half of pass 1 runs without either. Returns the
+ * buffer holding the final costs. */
 static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
-                       const float *x, int roll, struct work *wk)
+                       const float *x, int pass1, float *start, struct work *wk)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
 	const size_t ps = (size_t)(E / 16) * (NK - 1);   /* masks per position */
-	float *prev = wk->ca, *next = wk->cb, *t;
+	const int roll = pass1 ? 128 : 0;
+	float *prev = start;
 	for (int i = 0; i < 256;) {
 		int p = (i + roll) & 255;
+		int keep = !pass1 || p < 128;
+		float *next = prev == wk->ca ? wk->cb : wk->ca;
 		if (K <= 3) {
 			int q = (p + 1) & 255;
+			uint16_t *b0 = keep ? wk->bp + p * ps : NULL, *b1 = keep ? wk->bp + q * ps : NULL;
 			if (fused)
-				fused(K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
-				      wk->bp + q * ps);
+				fused(K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
 			else
-				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
-				          wk->bp + q * ps);
+				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
 			i += 2;
+		} else if (HIST(K)) {
+			/* the output enters position p + 1; keep it if that is visited */
+			int q = (p + 1) & 255;
+			if (i < 255 && (!pass1 || q < 128))
+				next = wk->hist + q * wk->hs;
+			step(K, cbo, x[p], prev, G, 0, next, NULL, 0, E / 64);
+			i++;
 		} else {
-			step(K, cbo, x[p], prev, G, 0, next, wk->bp + p * ps, 0, E / 64);
+			step(K, cbo, x[p], prev, G, 0, next, keep ? wk->bp + p * ps : NULL, 0, E / 64);
 			i++;
 		}
-		t = prev; prev = next; next = t;
+		prev = next;
 	}
 	return prev;
 }
 
-static void fast_tile(step_fn step, fused_fn fused, int K, int lb, const float *cbo,
-                      const float *x, struct work *wk, uint16_t *st)
+static void fast_tile(step_fn step, fused_fn fused, tb_fn tb, int K, int lb,
+                      const float *cbo, const float *cbt, const float *x, struct work *wk,
+                      uint16_t *st)
 {
 	const int E = 1 << (16 - K), NK = 1 << K;
 	const size_t ps = (size_t)(E / 16) * (NK - 1);
+	const int hist = HIST(K);
 
 	/* pass 1: positions 128..255, 0..127, unconstrained start */
 	for (int e = 0; e < E; e++)
 		wk->ca[e] = 0.0f;
-	const float *fin = run_pass(step, fused, K, cbo, x, 128, wk);
+	const float *fin = run_pass(step, fused, K, cbo, x, 1, wk->ca, wk);
 	int e = 0;
 	for (int i = 1; i < E; i++)
 		if (fin[i] < fin[e])
 			e = i;
 	for (int p = 127; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
-		e = (int)(s >> K);
+		int k = hist ? tb(K, cbt, wk->hist + p * wk->hs, x[p], e)
+		             : bp_k(K, lb, wk->bp + p * ps, e);
+		e = (int)(((uint32_t)k << (16 - K) | (uint32_t)e) >> K);
 	}
 	const int pre = e;
 
 	/* pass 2: start and end at edge pre */
+	float *start = hist ? wk->hist : wk->ca;
 	for (int i = 0; i < E; i++)
-		wk->ca[i] = i == pre ? 0.0f : INFINITY;
-	run_pass(step, fused, K, cbo, x, 0, wk);
+		start[i] = i == pre ? 0.0f : INFINITY;
+	run_pass(step, fused, K, cbo, x, 0, start, wk);
 	e = pre;
 	for (int p = 255; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		int k = hist ? tb(K, cbt, wk->hist + p * wk->hs, x[p], e)
+		             : bp_k(K, lb, wk->bp + p * ps, e);
+		uint32_t s = (uint32_t)k << (16 - K) | (uint32_t)e;
 		st[p] = (uint16_t)s;
 		e = (int)(s >> K);
 	}
@@ -670,6 +818,56 @@ void x3_viterbi_set_backend(x3_viterbi_backend_fn fn)
 	backend = fn;
 }
 
+/* The codebook re-laid-out for the steps (cbo: layout A, or B where lb)
+ * and, in recompute mode, by edge for the trace-back (cbt). Built on first
+ * use per (K, codebook, layout), 256 KB each, kept for the process's life
+ * like the codebook tables: rebuilding them cost more than encoding the
+ * few tiles of one LDLQ block. */
+static struct { float *cbo, *cbt; } tables[8][X3_CB_COUNT][2];
+static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int get_tables(int K, int cb, int lb, const float **cbo, const float **cbt)
+{
+	const float *tab = x3_codebook_table(cb);
+	const int E = 1 << (16 - K), NK = 1 << K;
+	int rc = 0;
+	pthread_mutex_lock(&tables_lock);
+	float **po = &tables[K - 1][cb][lb].cbo, **pt = &tables[K - 1][cb][lb].cbt;
+	if (!*po) {
+		float *o = aligned_alloc(64, sizeof(float) * 65536);
+		if (o && lb) {
+			for (int b = 0; b < E / (16 * NK); b++)
+				for (int k = 0; k < NK; k++)
+					for (int j = 0; j < NK; j++)
+						for (int l = 0; l < 16; l++)
+							o[(((size_t)b * NK + k) * NK + j) * 16 + l] =
+								tab[(uint32_t)k << (16 - K) | (uint32_t)(16 * b + l) << K |
+								    (uint32_t)j];
+		} else if (o) {
+			for (int g = 0; g < E / 64; g++)
+				for (int k = 0; k < NK; k++)
+					for (int j = 0; j < 64; j++)
+						o[((size_t)g * NK + k) * 64 + j] =
+							tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
+		}
+		*po = o;
+	}
+	if (*po && HIST(K) && !*pt) {
+		float *t = aligned_alloc(64, sizeof(float) * 65536);
+		if (t)
+			for (int k = 0; k < NK; k++)
+				for (int e = 0; e < E; e++)
+					t[(size_t)e * NK + k] = tab[(uint32_t)k << (16 - K) | (uint32_t)e];
+		*pt = t;
+	}
+	if (!*po || (HIST(K) && !*pt))
+		rc = X3_ENOMEM;
+	*cbo = *po;
+	*cbt = *pt;
+	pthread_mutex_unlock(&tables_lock);
+	return rc;
+}
+
 int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
                       uint16_t *states, float *values, int threads)
 {
@@ -681,27 +879,14 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	if (ntiles == 0)
 		return X3_OK;
 	const float *tab = x3_codebook_table(cb);
-	const int E = 1 << (16 - K), NK = 1 << K, ng = E / 64;
-	float *cbo = aligned_alloc(64, sizeof(float) * 65536);
-	if (!cbo)
-		return x3_err(X3_ENOMEM, "viterbi: out of memory");
+	const int E = 1 << (16 - K), NK = 1 << K;
 	const int isa = x3_viterbi_isa();
 	const int lb = isa == X3_ISA_AVX512 && LAYOUT_B(K);
-	if (lb) {
-		for (int b = 0; b < E / (16 * NK); b++)
-			for (int k = 0; k < NK; k++)
-				for (int j = 0; j < NK; j++)
-					for (int l = 0; l < 16; l++)
-						cbo[(((size_t)b * NK + k) * NK + j) * 16 + l] =
-							tab[(uint32_t)k << (16 - K) | (uint32_t)(16 * b + l) << K | (uint32_t)j];
-	} else {
-		for (int g = 0; g < ng; g++)
-			for (int k = 0; k < NK; k++)
-				for (int j = 0; j < 64; j++)
-					cbo[((size_t)g * NK + k) * 64 + j] =
-						tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
-	}
+	const float *cbo, *cbt;
+	if (get_tables(K, cb, lb, &cbo, &cbt))
+		return x3_err(X3_ENOMEM, "viterbi: out of memory");
 	step_fn step = pick_step();
+	tb_fn tb = pick_tb();
 	fused_fn fused = NULL;
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512)
@@ -711,16 +896,18 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	if (nt > ntiles)
 		nt = (int)ntiles;
 	int failed = 0;
-	const size_t bpn = (size_t)256 * (E / 16) * (NK - 1);
+	const size_t bpn = HIST(K) ? 0 : (size_t)256 * (E / 16) * (NK - 1);
+	const size_t hs = HIST(K) ? ((size_t)E + PAD + 15) & ~(size_t)15 : 0;
 	const size_t cbytes = ((sizeof(float) * (E + PAD)) + 63) & ~(size_t)63;
 
 	const size_t ma = (sizeof(float) * (FUSE_B + PAD) + 63) & ~(size_t)63;
 	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
+	const size_t ha = 256 * hs * sizeof(float);
 
 	#pragma omp parallel num_threads(nt)
 	{
 		struct work wk;
-		char *mem = ws_get(2 * cbytes + ma + ba);
+		char *mem = ws_get(2 * cbytes + ma + ba + ha);
 		int ok = mem != NULL;
 		if (!ok) {
 			#pragma omp atomic write
@@ -730,6 +917,8 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			wk.cb = (float *)(mem + cbytes);
 			wk.mid = (float *)(mem + 2 * cbytes);
 			wk.bp = (uint16_t *)(mem + 2 * cbytes + ma);
+			wk.hist = (float *)(mem + 2 * cbytes + ma + ba);
+			wk.hs = hs;
 			/* pads are read by the expand loads but never selected */
 			for (int i = 0; i < E + PAD; i++)
 				wk.ca[i] = wk.cb[i] = 0.0f;
@@ -741,7 +930,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			if (!ok)
 				continue;
 			uint16_t st[256];
-			fast_tile(step, fused, K, lb, cbo, x + t * 256, &wk, st);
+			fast_tile(step, fused, tb, K, lb, cbo, cbt, x + t * 256, &wk, st);
 			for (int i = 0; i < 256; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
@@ -750,7 +939,6 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			}
 		}
 	}
-	free(cbo);
 	if (failed)
 		return x3_err(X3_ENOMEM, "viterbi: out of memory for the encoder buffers");
 	return X3_OK;
