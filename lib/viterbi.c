@@ -413,6 +413,65 @@ TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
 	}
 }
 
+/* Two tiles in lock step (recompute mode, K >= 4, whole steps): one
+ * codebook load serves the candidates of both tiles. Without the compare
+ * a step needs 3 vector ops per 16 candidates, and the 64-byte codebook
+ * load per 16 candidates would then ask ~43 B/cycle of L2, about all it
+ * delivers; shared by two tiles it is half that. Tile b's predecessor
+ * costs and outputs sit at pb/ob, at the same offsets as tile a's. */
+typedef void (*step2_fn)(int K, const float *cbo, float wa, float wb, const float *pa,
+                         const float *pb, float *oa, float *ob);
+
+TGT512 INLINE void body512x2(const int K, const float *cbo, float wa, float wb,
+                             const float *pa, const float *pb, float *oa, float *ob)
+{
+	const int NK = 1 << K, NG = 1 << (10 - K);
+	const size_t ks = (size_t)1 << (16 - 2 * K);
+	const __m512 va = _mm512_set1_ps(wa), vb = _mm512_set1_ps(wb);
+	for (int g = 0; g < NG; g++, oa += 64, ob += 64) {
+		const float *c = cbo + (size_t)g * NK * 64;
+		const float *qa[4], *qb[4];
+		__m512 ma[4], mb[4];
+#pragma GCC unroll 4
+		for (int u = 0; u < 4; u++) {
+			qa[u] = pa + ((64 * g + 16 * u) >> K);
+			qb[u] = pb + ((64 * g + 16 * u) >> K);
+			__m512 x = _mm512_load_ps(c + 16 * u);
+			__m512 d = _mm512_sub_ps(x, va), e = _mm512_sub_ps(x, vb);
+			ma[u] = _mm512_fmadd_ps(d, d, _mm512_set1_ps(*qa[u]));
+			mb[u] = _mm512_fmadd_ps(e, e, _mm512_set1_ps(*qb[u]));
+		}
+		c += 64;
+		for (int k = 1; k < NK; k++, c += 64) {
+			const size_t o = k * ks;
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++) {
+				__m512 x = _mm512_load_ps(c + 16 * u);
+				__m512 d = _mm512_sub_ps(x, va), e = _mm512_sub_ps(x, vb);
+				ma[u] = _mm512_min_ps(_mm512_fmadd_ps(d, d, _mm512_set1_ps(qa[u][o])), ma[u]);
+				mb[u] = _mm512_min_ps(_mm512_fmadd_ps(e, e, _mm512_set1_ps(qb[u][o])), mb[u]);
+			}
+		}
+#pragma GCC unroll 4
+		for (int u = 0; u < 4; u++) {
+			_mm512_store_ps(oa + 16 * u, ma[u]);
+			_mm512_store_ps(ob + 16 * u, mb[u]);
+		}
+	}
+}
+
+TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, const float *pa,
+                                const float *pb, float *oa, float *ob)
+{
+	switch (K) {
+	case 4: body512x2(4, cbo, wa, wb, pa, pb, oa, ob); break;
+	case 5: body512x2(5, cbo, wa, wb, pa, pb, oa, ob); break;
+	case 6: body512x2(6, cbo, wa, wb, pa, pb, oa, ob); break;
+	case 7: body512x2(7, cbo, wa, wb, pa, pb, oa, ob); break;
+	default: body512x2(8, cbo, wa, wb, pa, pb, oa, ob); break;
+	}
+}
+
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
 TGT2 INLINE __m256 pv256(const int K, const float *p, __m256i ix)
 {
@@ -810,6 +869,82 @@ static void fast_tile(step_fn step, fused_fn fused, tb_fn tb, int K, int lb,
 	}
 }
 
+/* recompute mode, two tiles in lock step: run_pass's hist branch for a
+ * pair; the final costs of each tile go to *fa, *fb */
+static void run_pass2(step2_fn s2, int K, const float *cbo, const float *xa,
+                      const float *xb, int pass1, float *sa, float *sb, struct work *wa,
+                      struct work *wb, float **fa, float **fb)
+{
+	const int roll = pass1 ? 128 : 0;
+	float *pa = sa, *pb = sb;
+	for (int i = 0; i < 256; i++) {
+		int p = (i + roll) & 255, q = (p + 1) & 255;
+		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
+		if (i < 255 && (!pass1 || q < 128)) {
+			na = wa->hist + q * wa->hs;
+			nb = wb->hist + q * wb->hs;
+		}
+		s2(K, cbo, xa[p], xb[p], pa, pb, na, nb);
+		pa = na;
+		pb = nb;
+	}
+	*fa = pa;
+	*fb = pb;
+}
+
+/* pass-1 anchor of one tile from its final costs (recompute mode) */
+static int anchor_hist(tb_fn tb, int K, const float *cbt, const float *x,
+                       const struct work *wk, const float *fin)
+{
+	const int E = 1 << (16 - K);
+	int e = 0;
+	for (int i = 1; i < E; i++)
+		if (fin[i] < fin[e])
+			e = i;
+	for (int p = 127; p >= 0; p--) {
+		int k = tb(K, cbt, wk->hist + p * wk->hs, x[p], e);
+		e = (int)(((uint32_t)k << (16 - K) | (uint32_t)e) >> K);
+	}
+	return e;
+}
+
+static void trace_hist(tb_fn tb, int K, const float *cbt, const float *x,
+                       const struct work *wk, int pre, uint16_t *st)
+{
+	int e = pre;
+	for (int p = 255; p >= 0; p--) {
+		int k = tb(K, cbt, wk->hist + p * wk->hs, x[p], e);
+		uint32_t s = (uint32_t)k << (16 - K) | (uint32_t)e;
+		st[p] = (uint16_t)s;
+		e = (int)(s >> K);
+	}
+}
+
+static void start_costs(float *c, int E, int pre)
+{
+	for (int i = 0; i < E; i++)
+		c[i] = pre < 0 || i == pre ? 0.0f : INFINITY;
+}
+
+/* fast_tile for a pair of tiles in lock step (recompute mode) */
+static void fast_pair(step2_fn s2, tb_fn tb, int K, const float *cbo, const float *cbt,
+                      const float *xa, const float *xb, struct work *wa, struct work *wb,
+                      uint16_t *sta, uint16_t *stb)
+{
+	const int E = 1 << (16 - K);
+	float *fa, *fb;
+	start_costs(wa->ca, E, -1);
+	start_costs(wb->ca, E, -1);
+	run_pass2(s2, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
+	const int pa = anchor_hist(tb, K, cbt, xa, wa, fa);
+	const int pb = anchor_hist(tb, K, cbt, xb, wb, fb);
+	start_costs(wa->hist, E, pa);
+	start_costs(wb->hist, E, pb);
+	run_pass2(s2, K, cbo, xa, xb, 0, wa->hist, wb->hist, wa, wb, &fa, &fb);
+	trace_hist(tb, K, cbt, xa, wa, pa, sta);
+	trace_hist(tb, K, cbt, xb, wb, pb, stb);
+}
+
 /* codec.h x3_viterbi_set_backend (added by the cuda branch) */
 static x3_viterbi_backend_fn backend;
 
@@ -904,34 +1039,53 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
 	const size_t ha = 256 * hs * sizeof(float);
 
+	/* two tiles in lock step where there are at least two per thread */
+	step2_fn s2 = NULL;
+#ifdef X3_X86
+	if (isa == X3_ISA_AVX512 && HIST(K))
+		s2 = step2_avx512;
+#endif
+	const int pair = s2 && ntiles >= 2 * (int64_t)nt;
+	const int64_t nunits = pair ? (ntiles + 1) / 2 : ntiles;
+	const size_t one = 2 * cbytes + ma + ba + ha;
+
 	#pragma omp parallel num_threads(nt)
 	{
-		struct work wk;
-		char *mem = ws_get(2 * cbytes + ma + ba + ha);
+		struct work wk[2];
+		char *mem = ws_get(pair ? 2 * one : one);
 		int ok = mem != NULL;
 		if (!ok) {
 			#pragma omp atomic write
 			failed = 1;
 		} else {
-			wk.ca = (float *)mem;
-			wk.cb = (float *)(mem + cbytes);
-			wk.mid = (float *)(mem + 2 * cbytes);
-			wk.bp = (uint16_t *)(mem + 2 * cbytes + ma);
-			wk.hist = (float *)(mem + 2 * cbytes + ma + ba);
-			wk.hs = hs;
-			/* pads are read by the expand loads but never selected */
-			for (int i = 0; i < E + PAD; i++)
-				wk.ca[i] = wk.cb[i] = 0.0f;
-			for (int i = 0; i < FUSE_B + PAD; i++)
-				wk.mid[i] = 0.0f;
+			for (int j = 0; j < 1 + pair; j++) {
+				char *m = mem + j * one;
+				wk[j].ca = (float *)m;
+				wk[j].cb = (float *)(m + cbytes);
+				wk[j].mid = (float *)(m + 2 * cbytes);
+				wk[j].bp = (uint16_t *)(m + 2 * cbytes + ma);
+				wk[j].hist = (float *)(m + 2 * cbytes + ma + ba);
+				wk[j].hs = hs;
+				/* pads are read by the expand loads but never selected */
+				for (int i = 0; i < E + PAD; i++)
+					wk[j].ca[i] = wk[j].cb[i] = 0.0f;
+				for (int i = 0; i < FUSE_B + PAD; i++)
+					wk[j].mid[i] = 0.0f;
+			}
 		}
 		#pragma omp for schedule(dynamic, 1)
-		for (int64_t t = 0; t < ntiles; t++) {
+		for (int64_t u = 0; u < nunits; u++) {
 			if (!ok)
 				continue;
-			uint16_t st[256];
-			fast_tile(step, fused, tb, K, lb, cbo, cbt, x + t * 256, &wk, st);
-			for (int i = 0; i < 256; i++) {
+			uint16_t st[512];
+			int64_t t = pair ? 2 * u : u;
+			int n = pair && t + 1 < ntiles ? 2 : 1;
+			if (n == 2)
+				fast_pair(s2, tb, K, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0], &wk[1],
+				          st, st + 256);
+			else
+				fast_tile(step, fused, tb, K, lb, cbo, cbt, x + t * 256, &wk[0], st);
+			for (int i = 0; i < 256 * n; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
 				if (values)
