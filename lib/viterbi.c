@@ -229,56 +229,71 @@ TGT512 INLINE __m512 pv512(const int K, const float *p, __m512i ix)
 	return _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p));
 }
 
-/* One group: four independent running-min chains over k. */
+/* One group: four independent running-min chains over k, for T = 1 tile
+ * or T = 2 tiles in lock step (one codebook load serves both; tile b's
+ * predecessor costs, outputs and masks at pbb, ob, bb, at the same offsets
+ * as tile a's). */
+TGT512 INLINE void body512t(const int K, const int wbp, const int T, const float *cbo,
+                            float wa, float wb, const float *pa, const float *pbb,
+                            size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
+                            uint16_t *bb, int g0, int g1)
+{
+	const int NK = 1 << K;
+	const __m512 vw[2] = { _mm512_set1_ps(wa), _mm512_set1_ps(wb) };
+	const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+	                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0));
+	const float *pt[2] = { pa, pbb };
+	float *ot[2] = { oa, ob };
+	uint16_t *bt[2] = { ba, bb };
+	if (wbp)
+		for (int t = 0; t < T; t++)
+			bt[t] += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++) {
+		const float *c = cbo + (size_t)g * NK * 64;
+		const float *q[2][4];
+		__m512 m[2][4];
+#pragma GCC unroll 4
+		for (int u = 0; u < 4; u++) {
+			__m512 x = _mm512_load_ps(c + 16 * u);
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++) {
+				q[t][u] = pt[t] + ((64 * g + 16 * u) >> K) - poff;
+				__m512 d = _mm512_sub_ps(x, vw[t]);
+				m[t][u] = _mm512_fmadd_ps(d, d, pv512(K, q[t][u], ix));
+			}
+		}
+		c += 64;
+		for (int k = 1; k < NK; k++, c += 64) {
+			const size_t o = k * ks;
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++) {
+				__m512 x = _mm512_load_ps(c + 16 * u);
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++) {
+					__m512 d = _mm512_sub_ps(x, vw[t]);
+					__m512 v = _mm512_fmadd_ps(d, d, pv512(K, q[t][u] + o, ix));
+					if (wbp)
+						STORE_MASK(bt[t] + u, _mm512_cmp_ps_mask(v, m[t][u], _CMP_LT_OQ));
+					m[t][u] = _mm512_min_ps(v, m[t][u]);
+				}
+			}
+			if (wbp)
+				for (int t = 0; t < T; t++)
+					bt[t] += 4;
+		}
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++)
+				_mm512_store_ps(ot[t] + (size_t)64 * (g - g0) + 16 * u, m[t][u]);
+	}
+}
+
 TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w,
                            const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
                            int g0, int g1)
 {
-	const int NK = 1 << K;
-	const __m512 vw = _mm512_set1_ps(w);
-	const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-	                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0));
-	if (wbp)
-		bp += (size_t)g0 * (NK - 1) * 4;
-	for (int g = g0; g < g1; g++, out += 64) {
-		const float *c = cbo + (size_t)g * NK * 64;
-		const float *p0 = pb + ((64 * g) >> K) - poff, *p1 = pb + ((64 * g + 16) >> K) - poff;
-		const float *p2 = pb + ((64 * g + 32) >> K) - poff, *p3 = pb + ((64 * g + 48) >> K) - poff;
-		__m512 d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-		__m512 d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-		__m512 d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-		__m512 d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-		__m512 m0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0, ix));
-		__m512 m1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1, ix));
-		__m512 m2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2, ix));
-		__m512 m3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3, ix));
-		c += 64;
-		for (int k = 1; k < NK; k++, c += 64, bp = wbp ? bp + 4 : bp) {
-			const size_t o = k * ks;
-			d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-			d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-			d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-			d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-			__m512 v0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0 + o, ix));
-			__m512 v1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1 + o, ix));
-			__m512 v2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2 + o, ix));
-			__m512 v3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3 + o, ix));
-			if (wbp) {
-				STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
-				STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
-				STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
-				STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
-			}
-			m0 = _mm512_min_ps(v0, m0);
-			m1 = _mm512_min_ps(v1, m1);
-			m2 = _mm512_min_ps(v2, m2);
-			m3 = _mm512_min_ps(v3, m3);
-		}
-		_mm512_store_ps(out, m0);
-		_mm512_store_ps(out + 16, m1);
-		_mm512_store_ps(out + 32, m2);
-		_mm512_store_ps(out + 48, m3);
-	}
+	body512t(K, wbp, 1, cbo, w, w, pb, pb, ks, poff, out, out, bp, bp, g0, g1);
 }
 
 /* Layout B (AVX-512, K with LAYOUT_B(K)): lanes are 16 consecutive
@@ -413,63 +428,64 @@ TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
 	}
 }
 
-/* Two tiles in lock step (recompute mode, K >= 4, whole steps): one
- * codebook load serves the candidates of both tiles. Without the compare
- * a step needs 3 vector ops per 16 candidates, and the 64-byte codebook
- * load per 16 candidates would then ask ~43 B/cycle of L2, about all it
- * delivers; shared by two tiles it is half that. Tile b's predecessor
- * costs and outputs sit at pb/ob, at the same offsets as tile a's. */
+/* Two tiles in lock step (AVX-512, layout A: K = 1 fused with masks, and
+ * recompute mode K >= 4, whole steps without masks). One codebook load
+ * serves the candidates of both tiles: the 64-byte load per 16 candidates
+ * asks ~40 B/cycle of L2 at the recompute kernels' 1.5 cycles per vector,
+ * about all L2 delivers, and at K = 1 the codebook stream is the bound. */
 typedef void (*step2_fn)(int K, const float *cbo, float wa, float wb, const float *pa,
                          const float *pb, float *oa, float *ob);
+typedef void (*fused2_fn)(int K, const float *cbo, float wa0, float wa1, float wb0,
+                          float wb1, const float *preva, const float *prevb, float *nexta,
+                          float *nextb, float *mida, float *midb, uint16_t *ba0,
+                          uint16_t *ba1, uint16_t *bb0, uint16_t *bb1);
 
-TGT512 INLINE void body512x2(const int K, const float *cbo, float wa, float wb,
-                             const float *pa, const float *pb, float *oa, float *ob)
-{
-	const int NK = 1 << K, NG = 1 << (10 - K);
-	const size_t ks = (size_t)1 << (16 - 2 * K);
-	const __m512 va = _mm512_set1_ps(wa), vb = _mm512_set1_ps(wb);
-	for (int g = 0; g < NG; g++, oa += 64, ob += 64) {
-		const float *c = cbo + (size_t)g * NK * 64;
-		const float *qa[4], *qb[4];
-		__m512 ma[4], mb[4];
-#pragma GCC unroll 4
-		for (int u = 0; u < 4; u++) {
-			qa[u] = pa + ((64 * g + 16 * u) >> K);
-			qb[u] = pb + ((64 * g + 16 * u) >> K);
-			__m512 x = _mm512_load_ps(c + 16 * u);
-			__m512 d = _mm512_sub_ps(x, va), e = _mm512_sub_ps(x, vb);
-			ma[u] = _mm512_fmadd_ps(d, d, _mm512_set1_ps(*qa[u]));
-			mb[u] = _mm512_fmadd_ps(e, e, _mm512_set1_ps(*qb[u]));
-		}
-		c += 64;
-		for (int k = 1; k < NK; k++, c += 64) {
-			const size_t o = k * ks;
-#pragma GCC unroll 4
-			for (int u = 0; u < 4; u++) {
-				__m512 x = _mm512_load_ps(c + 16 * u);
-				__m512 d = _mm512_sub_ps(x, va), e = _mm512_sub_ps(x, vb);
-				ma[u] = _mm512_min_ps(_mm512_fmadd_ps(d, d, _mm512_set1_ps(qa[u][o])), ma[u]);
-				mb[u] = _mm512_min_ps(_mm512_fmadd_ps(e, e, _mm512_set1_ps(qb[u][o])), mb[u]);
-			}
-		}
-#pragma GCC unroll 4
-		for (int u = 0; u < 4; u++) {
-			_mm512_store_ps(oa + 16 * u, ma[u]);
-			_mm512_store_ps(ob + 16 * u, mb[u]);
-		}
-	}
-}
+#define BODY2(K) body512t(K, 0, 2, cbo, wa, wb, pa, pb, (size_t)1 << (16 - 2 * (K)), 0, \
+                          oa, ob, NULL, NULL, 0, 1 << (10 - (K)))
 
 TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, const float *pa,
                                 const float *pb, float *oa, float *ob)
 {
 	switch (K) {
-	case 4: body512x2(4, cbo, wa, wb, pa, pb, oa, ob); break;
-	case 5: body512x2(5, cbo, wa, wb, pa, pb, oa, ob); break;
-	case 6: body512x2(6, cbo, wa, wb, pa, pb, oa, ob); break;
-	case 7: body512x2(7, cbo, wa, wb, pa, pb, oa, ob); break;
-	default: body512x2(8, cbo, wa, wb, pa, pb, oa, ob); break;
+	case 4: BODY2(4); break;
+	case 5: BODY2(5); break;
+	case 6: BODY2(6); break;
+	case 7: BODY2(7); break;
+	default: BODY2(8); break;
 	}
+}
+
+/* fused512 for a pair at K = 1 */
+TGT512 INLINE void fused512p(const int K, const int wbp, const float *cbo, float wa0,
+                             float wa1, float wb0, float wb1, const float *preva,
+                             const float *prevb, float *nexta, float *nextb, float *mida,
+                             float *midb, uint16_t *ba0, uint16_t *ba1, uint16_t *bb0,
+                             uint16_t *bb1)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B / NK;
+	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			body512t(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+			         midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+		}
+		body512t(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
+		         ba1, bb1, e0 / 64, (e0 + FUSE_B) / 64);
+	}
+}
+
+TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, float wb0,
+                                 float wb1, const float *preva, const float *prevb,
+                                 float *nexta, float *nextb, float *mida, float *midb,
+                                 uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1)
+{
+	if (ba0)
+		fused512p(1, 1, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
+		          ba0, ba1, bb0, bb1);
+	else
+		fused512p(1, 0, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
+		          ba0, ba1, bb0, bb1);
 }
 
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
@@ -646,10 +662,37 @@ static void *ws_get(size_t n)
 	return ws_mem;
 }
 
+/* Masks (K <= 3) are written by the kernels into an L1 staging area (two
+ * positions, 4-7 KB each) and copied out with non-temporal stores: the
+ * 256 positions' masks (1-1.8 MB per tile) then neither pass through L2,
+ * where they evicted the codebook and the cost buffers, nor cost a
+ * read-for-ownership; the trace-back reads one line per position back.
+ * n and both addresses are multiples of 64. */
+#define STAGE(K) ((K) <= 2)   /* at K = 3 it measured 5% slower */
+
+static void stream_copy(void *dst, const void *src, size_t n)
+{
+#ifdef X3_X86
+	for (size_t i = 0; i < n; i += 16)
+		_mm_stream_si128((__m128i *)((char *)dst + i),
+		                 _mm_load_si128((const __m128i *)((const char *)src + i)));
+#else
+	memcpy(dst, src, n);
+#endif
+}
+
+static void stream_fence(void)
+{
+#ifdef X3_X86
+	_mm_sfence();
+#endif
+}
+
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
 	float *mid;        /* FUSE_B + PAD floats: fused intermediate costs */
 	uint16_t *bp;      /* masks: 256 positions x E/16 x (2^K - 1) */
+	uint16_t *stage;   /* masks of the two positions in the works */
 	float *hist;       /* recompute mode: 256 positions x hs floats */
 	size_t hs;         /* floats per position in hist (E + PAD, 64-byte multiple) */
 };
@@ -804,145 +847,156 @@ static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
 	const int roll = pass1 ? 128 : 0;
 	float *prev = start;
 	for (int i = 0; i < 256;) {
-		int p = (i + roll) & 255;
-		int keep = !pass1 || p < 128;
+		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *next = prev == wk->ca ? wk->cb : wk->ca;
 		if (K <= 3) {
-			int q = (p + 1) & 255;
-			uint16_t *b0 = keep ? wk->bp + p * ps : NULL, *b1 = keep ? wk->bp + q * ps : NULL;
+			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
+			uint16_t *b0 = stg ? wk->stage : keep ? wk->bp + p * ps : NULL;
+			uint16_t *b1 = stg ? wk->stage + ps : keep ? wk->bp + q * ps : NULL;
 			if (fused)
 				fused(K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
 			else
 				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
+			if (stg) {
+				stream_copy(wk->bp + p * ps, wk->stage, ps * sizeof(uint16_t));
+				stream_copy(wk->bp + q * ps, wk->stage + ps, ps * sizeof(uint16_t));
+			}
 			i += 2;
-		} else if (HIST(K)) {
-			/* the output enters position p + 1; keep it if that is visited */
-			int q = (p + 1) & 255;
+		} else {
+			/* the output enters position q; keep it if the trace-back
+			 * visits q */
 			if (i < 255 && (!pass1 || q < 128))
 				next = wk->hist + q * wk->hs;
 			step(K, cbo, x[p], prev, G, 0, next, NULL, 0, E / 64);
 			i++;
-		} else {
-			step(K, cbo, x[p], prev, G, 0, next, keep ? wk->bp + p * ps : NULL, 0, E / 64);
-			i++;
 		}
 		prev = next;
 	}
+	stream_fence();
 	return prev;
 }
 
-static void fast_tile(step_fn step, fused_fn fused, tb_fn tb, int K, int lb,
-                      const float *cbo, const float *cbt, const float *x, struct work *wk,
-                      uint16_t *st)
+/* back-pointer k at (p, e): recomputed (hist) or from the masks */
+static inline int k_at(tb_fn tb, int K, int lb, const float *cbt, const float *x,
+                       const struct work *wk, int p, int e)
 {
-	const int E = 1 << (16 - K), NK = 1 << K;
-	const size_t ps = (size_t)(E / 16) * (NK - 1);
-	const int hist = HIST(K);
-
-	/* pass 1: positions 128..255, 0..127, unconstrained start */
-	for (int e = 0; e < E; e++)
-		wk->ca[e] = 0.0f;
-	const float *fin = run_pass(step, fused, K, cbo, x, 1, wk->ca, wk);
-	int e = 0;
-	for (int i = 1; i < E; i++)
-		if (fin[i] < fin[e])
-			e = i;
-	for (int p = 127; p >= 0; p--) {
-		int k = hist ? tb(K, cbt, wk->hist + p * wk->hs, x[p], e)
-		             : bp_k(K, lb, wk->bp + p * ps, e);
-		e = (int)(((uint32_t)k << (16 - K) | (uint32_t)e) >> K);
-	}
-	const int pre = e;
-
-	/* pass 2: start and end at edge pre */
-	float *start = hist ? wk->hist : wk->ca;
-	for (int i = 0; i < E; i++)
-		start[i] = i == pre ? 0.0f : INFINITY;
-	run_pass(step, fused, K, cbo, x, 0, start, wk);
-	e = pre;
-	for (int p = 255; p >= 0; p--) {
-		int k = hist ? tb(K, cbt, wk->hist + p * wk->hs, x[p], e)
-		             : bp_k(K, lb, wk->bp + p * ps, e);
-		uint32_t s = (uint32_t)k << (16 - K) | (uint32_t)e;
-		st[p] = (uint16_t)s;
-		e = (int)(s >> K);
-	}
+	if (HIST(K))
+		return tb(K, cbt, wk->hist + p * wk->hs, x[p], e);
+	const size_t ps = (size_t)(1 << (12 - K)) * ((1 << K) - 1);
+	return bp_k(K, lb, wk->bp + p * ps, e);
 }
 
-/* recompute mode, two tiles in lock step: run_pass's hist branch for a
- * pair; the final costs of each tile go to *fa, *fb */
-static void run_pass2(step2_fn s2, int K, const float *cbo, const float *xa,
-                      const float *xb, int pass1, float *sa, float *sb, struct work *wa,
-                      struct work *wb, float **fa, float **fb)
-{
-	const int roll = pass1 ? 128 : 0;
-	float *pa = sa, *pb = sb;
-	for (int i = 0; i < 256; i++) {
-		int p = (i + roll) & 255, q = (p + 1) & 255;
-		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
-		if (i < 255 && (!pass1 || q < 128)) {
-			na = wa->hist + q * wa->hs;
-			nb = wb->hist + q * wb->hs;
-		}
-		s2(K, cbo, xa[p], xb[p], pa, pb, na, nb);
-		pa = na;
-		pb = nb;
-	}
-	*fa = pa;
-	*fb = pb;
-}
-
-/* pass-1 anchor of one tile from its final costs (recompute mode) */
-static int anchor_hist(tb_fn tb, int K, const float *cbt, const float *x,
-                       const struct work *wk, const float *fin)
+/* pass-1 anchor: argmin of the final costs (lowest e on ties), traced
+ * back to position 0 */
+static int anchor(tb_fn tb, int K, int lb, const float *cbt, const float *x,
+                  const struct work *wk, const float *fin)
 {
 	const int E = 1 << (16 - K);
 	int e = 0;
 	for (int i = 1; i < E; i++)
 		if (fin[i] < fin[e])
 			e = i;
-	for (int p = 127; p >= 0; p--) {
-		int k = tb(K, cbt, wk->hist + p * wk->hs, x[p], e);
-		e = (int)(((uint32_t)k << (16 - K) | (uint32_t)e) >> K);
-	}
+	for (int p = 127; p >= 0; p--)
+		e = (int)(((uint32_t)k_at(tb, K, lb, cbt, x, wk, p, e) << (16 - K) | (uint32_t)e) >> K);
 	return e;
 }
 
-static void trace_hist(tb_fn tb, int K, const float *cbt, const float *x,
-                       const struct work *wk, int pre, uint16_t *st)
+/* pass-2 trace-back from out-edge pre at position 255 */
+static void trace(tb_fn tb, int K, int lb, const float *cbt, const float *x,
+                  const struct work *wk, int pre, uint16_t *st)
 {
 	int e = pre;
 	for (int p = 255; p >= 0; p--) {
-		int k = tb(K, cbt, wk->hist + p * wk->hs, x[p], e);
-		uint32_t s = (uint32_t)k << (16 - K) | (uint32_t)e;
+		uint32_t s = (uint32_t)k_at(tb, K, lb, cbt, x, wk, p, e) << (16 - K) | (uint32_t)e;
 		st[p] = (uint16_t)s;
 		e = (int)(s >> K);
 	}
 }
 
+/* start costs: 0 everywhere (pre < 0) or 0 at e == pre and +inf elsewhere */
 static void start_costs(float *c, int E, int pre)
 {
 	for (int i = 0; i < E; i++)
 		c[i] = pre < 0 || i == pre ? 0.0f : INFINITY;
 }
 
-/* fast_tile for a pair of tiles in lock step (recompute mode) */
-static void fast_pair(step2_fn s2, tb_fn tb, int K, const float *cbo, const float *cbt,
-                      const float *xa, const float *xb, struct work *wa, struct work *wb,
-                      uint16_t *sta, uint16_t *stb)
+/* pass 2 starts in the hist slot of position 0 (recompute mode) */
+static float *start2(int K, struct work *wk)
+{
+	return HIST(K) ? wk->hist : wk->ca;
+}
+
+static void fast_tile(step_fn step, fused_fn fused, tb_fn tb, int K, int lb,
+                      const float *cbo, const float *cbt, const float *x, struct work *wk,
+                      uint16_t *st)
+{
+	const int E = 1 << (16 - K);
+	start_costs(wk->ca, E, -1);
+	const float *fin = run_pass(step, fused, K, cbo, x, 1, wk->ca, wk);
+	const int pre = anchor(tb, K, lb, cbt, x, wk, fin);
+	start_costs(start2(K, wk), E, pre);
+	run_pass(step, fused, K, cbo, x, 0, start2(K, wk), wk);
+	trace(tb, K, lb, cbt, x, wk, pre, st);
+}
+
+/* run_pass for two tiles in lock step (fused pairs of steps with masks at
+ * K <= 3, whole steps in recompute mode); the final costs of each tile go
+ * to *fa, *fb */
+static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const float *xa,
+                      const float *xb, int pass1, float *sa, float *sb, struct work *wa,
+                      struct work *wb, float **fa, float **fb)
+{
+	const int roll = pass1 ? 128 : 0;
+	const size_t ps = (size_t)(1 << (12 - K)) * ((1 << K) - 1);
+	float *pa = sa, *pb = sb;
+	for (int i = 0; i < 256;) {
+		int p = (i + roll) & 255, q = (p + 1) & 255;
+		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
+		if (K <= 3) {
+			int keep = !pass1 || p < 128;
+			f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
+			   keep ? wa->stage : NULL, keep ? wa->stage + ps : NULL,
+			   keep ? wb->stage : NULL, keep ? wb->stage + ps : NULL);
+			if (keep) {
+				stream_copy(wa->bp + p * ps, wa->stage, ps * sizeof(uint16_t));
+				stream_copy(wa->bp + q * ps, wa->stage + ps, ps * sizeof(uint16_t));
+				stream_copy(wb->bp + p * ps, wb->stage, ps * sizeof(uint16_t));
+				stream_copy(wb->bp + q * ps, wb->stage + ps, ps * sizeof(uint16_t));
+			}
+			i += 2;
+		} else {
+			if (i < 255 && (!pass1 || q < 128)) {
+				na = wa->hist + q * wa->hs;
+				nb = wb->hist + q * wb->hs;
+			}
+			s2(K, cbo, xa[p], xb[p], pa, pb, na, nb);
+			i++;
+		}
+		pa = na;
+		pb = nb;
+	}
+	stream_fence();
+	*fa = pa;
+	*fb = pb;
+}
+
+/* fast_tile for a pair of tiles in lock step */
+static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const float *cbo,
+                      const float *cbt, const float *xa, const float *xb, struct work *wa,
+                      struct work *wb, uint16_t *sta, uint16_t *stb)
 {
 	const int E = 1 << (16 - K);
 	float *fa, *fb;
 	start_costs(wa->ca, E, -1);
 	start_costs(wb->ca, E, -1);
-	run_pass2(s2, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
-	const int pa = anchor_hist(tb, K, cbt, xa, wa, fa);
-	const int pb = anchor_hist(tb, K, cbt, xb, wb, fb);
-	start_costs(wa->hist, E, pa);
-	start_costs(wb->hist, E, pb);
-	run_pass2(s2, K, cbo, xa, xb, 0, wa->hist, wb->hist, wa, wb, &fa, &fb);
-	trace_hist(tb, K, cbt, xa, wa, pa, sta);
-	trace_hist(tb, K, cbt, xb, wb, pb, stb);
+	run_pass2(s2, f2, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
+	const int pa = anchor(tb, K, lb, cbt, xa, wa, fa);
+	const int pb = anchor(tb, K, lb, cbt, xb, wb, fb);
+	start_costs(start2(K, wa), E, pa);
+	start_costs(start2(K, wb), E, pb);
+	run_pass2(s2, f2, K, cbo, xa, xb, 0, start2(K, wa), start2(K, wb), wa, wb, &fa, &fb);
+	trace(tb, K, lb, cbt, xa, wa, pa, sta);
+	trace(tb, K, lb, cbt, xb, wb, pb, stb);
 }
 
 /* codec.h x3_viterbi_set_backend (added by the cuda branch) */
@@ -1038,16 +1092,20 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const size_t ma = (sizeof(float) * (FUSE_B + PAD) + 63) & ~(size_t)63;
 	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
 	const size_t ha = 256 * hs * sizeof(float);
+	const size_t sa = HIST(K) ? 0 : 2 * (bpn / 256) * sizeof(uint16_t);   /* 64-multiple */
 
 	/* two tiles in lock step where there are at least two per thread */
 	step2_fn s2 = NULL;
+	fused2_fn f2 = NULL;
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512 && HIST(K))
 		s2 = step2_avx512;
+	if (isa == X3_ISA_AVX512 && K == 1)
+		f2 = fused2_avx512;
 #endif
-	const int pair = s2 && ntiles >= 2 * (int64_t)nt;
+	const int pair = (s2 || f2) && ntiles >= 2 * (int64_t)nt;
 	const int64_t nunits = pair ? (ntiles + 1) / 2 : ntiles;
-	const size_t one = 2 * cbytes + ma + ba + ha;
+	const size_t one = 2 * cbytes + ma + ba + ha + sa;
 
 	#pragma omp parallel num_threads(nt)
 	{
@@ -1066,6 +1124,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 				wk[j].bp = (uint16_t *)(m + 2 * cbytes + ma);
 				wk[j].hist = (float *)(m + 2 * cbytes + ma + ba);
 				wk[j].hs = hs;
+				wk[j].stage = (uint16_t *)(m + 2 * cbytes + ma + ba + ha);
 				/* pads are read by the expand loads but never selected */
 				for (int i = 0; i < E + PAD; i++)
 					wk[j].ca[i] = wk[j].cb[i] = 0.0f;
@@ -1081,8 +1140,8 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			int64_t t = pair ? 2 * u : u;
 			int n = pair && t + 1 < ntiles ? 2 : 1;
 			if (n == 2)
-				fast_pair(s2, tb, K, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0], &wk[1],
-				          st, st + 256);
+				fast_pair(s2, f2, tb, K, lb, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0],
+				          &wk[1], st, st + 256);
 			else
 				fast_tile(step, fused, tb, K, lb, cbo, cbt, x + t * 256, &wk[0], st);
 			for (int i = 0; i < 256 * n; i++) {
