@@ -303,57 +303,90 @@ TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w
  * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
  *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
  *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
+TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const float *cbo,
+                             float wa, float wb, const float *pa, const float *pbb,
+                             size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
+                             uint16_t *bb, int g0, int g1)
+{
+	const int NK = 1 << K;
+	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
+	const __m512 vw[2] = { _mm512_set1_ps(wa), _mm512_set1_ps(wb) };
+	const __m512i zl = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i zh = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
+	                                    25, 9, 24, 8);
+	const float *pt[2] = { pa, pbb };
+	float *ot[2] = { oa, ob };
+	uint16_t *bt[2] = { ba, bb };
+	if (wbp)
+		for (int t = 0; t < T; t++)
+			bt[t] += (size_t)b0 * (NK - 1) * NK;
+	for (int b = b0; b < b1; b++) {
+		const float *c = cbo + (size_t)b * NK * NK * 16;
+		__m512 m[2][8], P[2];
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++)
+			P[t] = _mm512_loadu_ps(pt[t] + 16 * b - poff);
+#pragma GCC unroll 8
+		for (int j = 0; j < NK; j++) {
+			__m512 x = _mm512_load_ps(c + 16 * j);
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++) {
+				__m512 d = _mm512_sub_ps(x, vw[t]);
+				m[t][j] = _mm512_fmadd_ps(d, d, P[t]);
+			}
+		}
+		c += 16 * NK;
+#pragma GCC unroll 8
+		for (int k = 1; k < NK; k++, c += 16 * NK) {
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++)
+				P[t] = _mm512_loadu_ps(pt[t] + 16 * b - poff + k * ks);
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++) {
+				__m512 x = _mm512_load_ps(c + 16 * j);
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++) {
+					__m512 d = _mm512_sub_ps(x, vw[t]);
+					__m512 v = _mm512_fmadd_ps(d, d, P[t]);
+					if (wbp)
+						STORE_MASK(bt[t] + j, _mm512_cmp_ps_mask(v, m[t][j], _CMP_LT_OQ));
+					m[t][j] = _mm512_min_ps(v, m[t][j]);
+				}
+			}
+			if (wbp)
+				for (int t = 0; t < T; t++)
+					bt[t] += NK;
+		}
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++) {
+			__m512 r[8], u[8];
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++)
+				r[j] = m[t][j];
+			/* round: u[2i], u[2i+1] = zip_lo, zip_hi of r[i], r[i + NK/2] */
+#pragma GCC unroll 3
+			for (int q = 0; q < K; q++) {
+#pragma GCC unroll 4
+				for (int i = 0; i < NK / 2; i++) {
+					u[2 * i] = _mm512_permutex2var_ps(r[i], zl, r[i + NK / 2]);
+					u[2 * i + 1] = _mm512_permutex2var_ps(r[i], zh, r[i + NK / 2]);
+				}
+#pragma GCC unroll 8
+				for (int j = 0; j < NK; j++)
+					r[j] = u[j];
+			}
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++)
+				_mm512_store_ps(ot[t] + (size_t)16 * NK * (b - b0) + 16 * j, r[j]);
+		}
+	}
+}
+
 TGT512 INLINE void body512b(const int K, const int wbp, const float *cbo, float w,
                             const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
                             int g0, int g1)
 {
-	const int NK = 1 << K;
-	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
-	const __m512 vw = _mm512_set1_ps(w);
-	const __m512i zl = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-	const __m512i zh = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
-	                                    25, 9, 24, 8);
-	if (wbp)
-		bp += (size_t)b0 * (NK - 1) * NK;
-	for (int b = b0; b < b1; b++, out += 16 * NK) {
-		const float *c = cbo + (size_t)b * NK * NK * 16;
-		const float *p = pb + 16 * b - poff;
-		__m512 m[8], t[8];
-		__m512 P = _mm512_loadu_ps(p);
-#pragma GCC unroll 8
-		for (int j = 0; j < NK; j++) {
-			__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
-			m[j] = _mm512_fmadd_ps(d, d, P);
-		}
-		c += 16 * NK;
-#pragma GCC unroll 8
-		for (int k = 1; k < NK; k++, c += 16 * NK, bp = wbp ? bp + NK : bp) {
-			P = _mm512_loadu_ps(p + k * ks);
-#pragma GCC unroll 8
-			for (int j = 0; j < NK; j++) {
-				__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
-				__m512 v = _mm512_fmadd_ps(d, d, P);
-				if (wbp)
-					STORE_MASK(bp + j, _mm512_cmp_ps_mask(v, m[j], _CMP_LT_OQ));
-				m[j] = _mm512_min_ps(v, m[j]);
-			}
-		}
-		/* round: t[2i], t[2i+1] = zip_lo, zip_hi of m[i], m[i + NK/2] */
-#pragma GCC unroll 3
-		for (int r = 0; r < K; r++) {
-#pragma GCC unroll 4
-			for (int i = 0; i < NK / 2; i++) {
-				t[2 * i] = _mm512_permutex2var_ps(m[i], zl, m[i + NK / 2]);
-				t[2 * i + 1] = _mm512_permutex2var_ps(m[i], zh, m[i + NK / 2]);
-			}
-#pragma GCC unroll 8
-			for (int j = 0; j < NK; j++)
-				m[j] = t[j];
-		}
-#pragma GCC unroll 8
-		for (int j = 0; j < NK; j++)
-			_mm512_store_ps(out + 16 * j, m[j]);
-	}
+	body512bt(K, wbp, 1, cbo, w, w, pb, pb, ks, poff, out, out, bp, bp, g0, g1);
 }
 
 /* one instance per K and back-pointer mode: shifts and trip counts are
@@ -467,11 +500,19 @@ TGT512 INLINE void fused512p(const int K, const int wbp, const float *cbo, float
 	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
 		for (int kk = 0; kk < NK; kk++) {
 			int x0 = kk * G + e0 / NK;
-			body512t(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
-			         midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+			if (LAYOUT_B(K))
+				body512bt(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+				          midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+			else
+				body512t(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+				         midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
 		}
-		body512t(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
-		         ba1, bb1, e0 / 64, (e0 + FUSE_B) / 64);
+		if (LAYOUT_B(K))
+			body512bt(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0,
+			          nextb + e0, ba1, bb1, e0 / 64, (e0 + FUSE_B) / 64);
+		else
+			body512t(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
+			         ba1, bb1, e0 / 64, (e0 + FUSE_B) / 64);
 	}
 }
 
@@ -480,12 +521,21 @@ TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, 
                                  float *nexta, float *nextb, float *mida, float *midb,
                                  uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1)
 {
-	if (ba0)
-		fused512p(1, 1, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
-		          ba0, ba1, bb0, bb1);
-	else
-		fused512p(1, 0, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
-		          ba0, ba1, bb0, bb1);
+#define FUSED512P(K, wbp) fused512p(K, wbp, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, \
+                                   nextb, mida, midb, ba0, ba1, bb0, bb1)
+	if (ba0) {
+		switch (K) {
+		case 1: FUSED512P(1, 1); break;
+		case 2: FUSED512P(2, 1); break;
+		default: FUSED512P(3, 1); break;
+		}
+	} else {
+		switch (K) {
+		case 1: FUSED512P(1, 0); break;
+		case 2: FUSED512P(2, 0); break;
+		default: FUSED512P(3, 0); break;
+		}
+	}
 }
 
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
@@ -668,7 +718,13 @@ static void *ws_get(size_t n)
  * where they evicted the codebook and the cost buffers, nor cost a
  * read-for-ownership; the trace-back reads one line per position back.
  * n and both addresses are multiples of 64. */
+#ifndef STAGE
 #define STAGE(K) ((K) <= 2)   /* at K = 3 it measured 5% slower */
+#endif
+/* K <= 3 with masks: two tiles in lock step where that measured faster */
+#ifndef PAIR_MASKS
+#define PAIR_MASKS(K) ((K) <= 2)
+#endif
 
 static void stream_copy(void *dst, const void *src, size_t n)
 {
@@ -888,14 +944,19 @@ static inline int k_at(tb_fn tb, int K, int lb, const float *cbt, const float *x
 
 /* pass-1 anchor: argmin of the final costs (lowest e on ties), traced
  * back to position 0 */
-static int anchor(tb_fn tb, int K, int lb, const float *cbt, const float *x,
-                  const struct work *wk, const float *fin)
+static int argmin_edge(const float *fin, int E)
 {
-	const int E = 1 << (16 - K);
 	int e = 0;
 	for (int i = 1; i < E; i++)
 		if (fin[i] < fin[e])
 			e = i;
+	return e;
+}
+
+static int anchor(tb_fn tb, int K, int lb, const float *cbt, const float *x,
+                  const struct work *wk, const float *fin)
+{
+	int e = argmin_edge(fin, 1 << (16 - K));
 	for (int p = 127; p >= 0; p--)
 		e = (int)(((uint32_t)k_at(tb, K, lb, cbt, x, wk, p, e) << (16 - K) | (uint32_t)e) >> K);
 	return e;
@@ -953,11 +1014,13 @@ static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const 
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
 		if (K <= 3) {
-			int keep = !pass1 || p < 128;
+			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
+			uint16_t *ba = stg ? wa->stage : wa->bp + p * ps, *bb = stg ? wb->stage : wb->bp + p * ps;
+			uint16_t *ba1 = stg ? wa->stage + ps : wa->bp + q * ps;
+			uint16_t *bb1 = stg ? wb->stage + ps : wb->bp + q * ps;
 			f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
-			   keep ? wa->stage : NULL, keep ? wa->stage + ps : NULL,
-			   keep ? wb->stage : NULL, keep ? wb->stage + ps : NULL);
-			if (keep) {
+			   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL);
+			if (stg) {
 				stream_copy(wa->bp + p * ps, wa->stage, ps * sizeof(uint16_t));
 				stream_copy(wa->bp + q * ps, wa->stage + ps, ps * sizeof(uint16_t));
 				stream_copy(wb->bp + p * ps, wb->stage, ps * sizeof(uint16_t));
@@ -990,13 +1053,25 @@ static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const 
 	start_costs(wa->ca, E, -1);
 	start_costs(wb->ca, E, -1);
 	run_pass2(s2, f2, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
-	const int pa = anchor(tb, K, lb, cbt, xa, wa, fa);
-	const int pb = anchor(tb, K, lb, cbt, xb, wb, fb);
+	int pa = argmin_edge(fa, E), pb = argmin_edge(fb, E);
+	/* the two trace-backs are independent latency chains: interleaved,
+	 * they overlap */
+	for (int p = 127; p >= 0; p--) {
+		pa = (int)(((uint32_t)k_at(tb, K, lb, cbt, xa, wa, p, pa) << (16 - K) | (uint32_t)pa) >> K);
+		pb = (int)(((uint32_t)k_at(tb, K, lb, cbt, xb, wb, p, pb) << (16 - K) | (uint32_t)pb) >> K);
+	}
 	start_costs(start2(K, wa), E, pa);
 	start_costs(start2(K, wb), E, pb);
 	run_pass2(s2, f2, K, cbo, xa, xb, 0, start2(K, wa), start2(K, wb), wa, wb, &fa, &fb);
-	trace(tb, K, lb, cbt, xa, wa, pa, sta);
-	trace(tb, K, lb, cbt, xb, wb, pb, stb);
+	int ea = pa, eb = pb;
+	for (int p = 255; p >= 0; p--) {
+		uint32_t s = (uint32_t)k_at(tb, K, lb, cbt, xa, wa, p, ea) << (16 - K) | (uint32_t)ea;
+		uint32_t t = (uint32_t)k_at(tb, K, lb, cbt, xb, wb, p, eb) << (16 - K) | (uint32_t)eb;
+		sta[p] = (uint16_t)s;
+		stb[p] = (uint16_t)t;
+		ea = (int)(s >> K);
+		eb = (int)(t >> K);
+	}
 }
 
 /* codec.h x3_viterbi_set_backend (added by the cuda branch) */
@@ -1092,7 +1167,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const size_t ma = (sizeof(float) * (FUSE_B + PAD) + 63) & ~(size_t)63;
 	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
 	const size_t ha = 256 * hs * sizeof(float);
-	const size_t sa = HIST(K) ? 0 : 2 * (bpn / 256) * sizeof(uint16_t);   /* 64-multiple */
+	const size_t sa = STAGE(K) ? 2 * (bpn / 256) * sizeof(uint16_t) : 0;   /* 64-multiple */
 
 	/* two tiles in lock step where there are at least two per thread */
 	step2_fn s2 = NULL;
@@ -1100,7 +1175,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512 && HIST(K))
 		s2 = step2_avx512;
-	if (isa == X3_ISA_AVX512 && K == 1)
+	if (isa == X3_ISA_AVX512 && PAIR_MASKS(K))
 		f2 = fused2_avx512;
 #endif
 	const int pair = (s2 || f2) && ntiles >= 2 * (int64_t)nt;
