@@ -220,15 +220,6 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
  * GPR, shifts, ors), which costs more than the arithmetic. */
 #define STORE_MASK(ptr, m) __asm__("kmovw %1, %0" : "=m"(*(ptr)) : "k"(m))
 
-/* Predecessor costs of 16 lanes. K >= 4: the lanes of a block share one
- * predecessor (broadcast). K < 4: lane l needs p[l >> K] (expand). */
-TGT512 INLINE __m512 pv512(const int K, const float *p, __m512i ix)
-{
-	if (K >= 4)
-		return _mm512_set1_ps(*p);
-	return _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p));
-}
-
 /* One group: four independent running-min chains over k, for T = 1 tile
  * or T = 2 tiles in lock step (one codebook load serves both; tile b's
  * predecessor costs, outputs and masks at pbb, ob, bb, at the same offsets
@@ -240,8 +231,15 @@ TGT512 INLINE void body512t(const int K, const int wbp, const int T, const float
 {
 	const int NK = 1 << K;
 	const __m512 vw[2] = { _mm512_set1_ps(wa), _mm512_set1_ps(wb) };
-	const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-	                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0));
+	/* K < 4: the 64 lanes of a group need p[(64g >> K) + ((16u + l) >> K)],
+	 * 64 >> K consecutive costs: one or two aligned-size loads per k,
+	 * expanded by a permute per u (no line-splitting loads per u) */
+	const int NV = K == 1 ? 2 : 1;
+	__m512i ixu[4];
+	for (int u = 0; u < 4; u++)
+		ixu[u] = _mm512_add_epi32(_mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10,
+		                          9, 8, 7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0)),
+		                          _mm512_set1_epi32(((16 * u) >> K) & 15));
 	const float *pt[2] = { pa, pbb };
 	float *ot[2] = { oa, ob };
 	uint16_t *bt[2] = { ba, bb };
@@ -250,28 +248,45 @@ TGT512 INLINE void body512t(const int K, const int wbp, const int T, const float
 			bt[t] += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++) {
 		const float *c = cbo + (size_t)g * NK * 64;
-		const float *q[2][4];
-		__m512 m[2][4];
+		/* (64g + 16u) >> K == (64g >> K) + (16u >> K) for K <= 8 */
+		const float *q[2];
+		__m512 m[2][4], V[2][2];
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++) {
+			q[t] = pt[t] + ((64 * g) >> K) - poff;
+			if (K < 4)
+				for (int i = 0; i < NV; i++)
+					V[t][i] = _mm512_loadu_ps(q[t] + 16 * i);
+		}
 #pragma GCC unroll 4
 		for (int u = 0; u < 4; u++) {
 			__m512 x = _mm512_load_ps(c + 16 * u);
 #pragma GCC unroll 2
 			for (int t = 0; t < T; t++) {
-				q[t][u] = pt[t] + ((64 * g + 16 * u) >> K) - poff;
 				__m512 d = _mm512_sub_ps(x, vw[t]);
-				m[t][u] = _mm512_fmadd_ps(d, d, pv512(K, q[t][u], ix));
+				__m512 pv = K >= 4 ? _mm512_set1_ps(q[t][(16 * u) >> K])
+				                   : _mm512_permutexvar_ps(ixu[u], V[t][((16 * u) >> K) >> 4]);
+				m[t][u] = _mm512_fmadd_ps(d, d, pv);
 			}
 		}
 		c += 64;
 		for (int k = 1; k < NK; k++, c += 64) {
 			const size_t o = k * ks;
+			if (K < 4)
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++)
+					for (int i = 0; i < NV; i++)
+						V[t][i] = _mm512_loadu_ps(q[t] + o + 16 * i);
 #pragma GCC unroll 4
 			for (int u = 0; u < 4; u++) {
 				__m512 x = _mm512_load_ps(c + 16 * u);
 #pragma GCC unroll 2
 				for (int t = 0; t < T; t++) {
 					__m512 d = _mm512_sub_ps(x, vw[t]);
-					__m512 v = _mm512_fmadd_ps(d, d, pv512(K, q[t][u] + o, ix));
+					__m512 pv = K >= 4 ? _mm512_set1_ps(q[t][o + ((16 * u) >> K)])
+					                   : _mm512_permutexvar_ps(ixu[u],
+					                                           V[t][((16 * u) >> K) >> 4]);
+					__m512 v = _mm512_fmadd_ps(d, d, pv);
 					if (wbp)
 						STORE_MASK(bt[t] + u, _mm512_cmp_ps_mask(v, m[t][u], _CMP_LT_OQ));
 					m[t][u] = _mm512_min_ps(v, m[t][u]);
