@@ -24,19 +24,32 @@
  * Fast path: costs are edge-indexed; the codebook is re-laid-out in the
  * order the step consumes it (one sequential 256 KB stream per step);
  * lanes are 16 consecutive out-edges, four 16-edge blocks in flight per
- * group (independent min chains). The running min m_k = min(m_{k-1}, c_k)
- * and the mask c_k < m_{k-1} are computed per candidate; the masks are the
- * back-pointers (2^K - 1 bits per edge): the winner is the largest k whose
- * mask bit is set, or 0, which is exactly the strict-< argmin. vminps
- * returns its first operand iff it is strictly less, so min and the blend
- * agree bit for bit (costs are never NaN or -0).
- * K <= 3: two steps are fused per 1024-edge block so the intermediate
- * costs stay in L1 (two_steps); AVX-512 uses layout B at K = 2, 3
- * (body512b). Kernels are instantiated per K. Dispatch is at run time
- * (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no -march.
- * What did not help on the build host (measured, not kept): two tiles in
- * lock step sharing the codebook stream, an fp16 copy of the codebook,
- * eight chains in flight at K >= 4, larger or smaller fused blocks. */
+ * group (independent min chains), running min m_k = min(m_{k-1}, c_k).
+ * vminps returns its first operand iff it is strictly less, so the min
+ * is the strict-< winner's cost bit for bit (costs are never NaN or -0).
+ * Back-pointers, two ways:
+ *  - K <= 3, masks: the mask c_k < m_{k-1} per candidate (2^K - 1 bits per
+ *    edge); the winner is the largest k whose bit is set, or 0, exactly the
+ *    strict-< argmin. Two steps are fused per 1024-edge block so the
+ *    intermediate costs stay in L1 (two_steps); AVX-512 uses layout B at
+ *    K = 2, 3 (body512bt). At K <= 2 the masks go through an L1 staging
+ *    area and out with non-temporal stores (stream_copy).
+ *  - K >= 4, recompute: no compare, no mask; the costs entering every
+ *    position the trace-back visits are kept (hist), and the trace-back
+ *    recomputes the 2^K candidates of the one edge on the path (tb_*).
+ *    3 vector ops per 16 candidates instead of 4.
+ * Pass 1's trace-back visits positions 127..0 only, so its first half
+ * (positions 128..255) keeps neither. AVX-512 runs two tiles in lock step
+ * (one codebook load for both) at K <= 2 and K >= 4 when there are at
+ * least two tiles per thread. Kernels are instantiated per K. Dispatch is
+ * at run time (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no
+ * -march. The re-laid-out codebooks are built once per (K, codebook,
+ * layout) and kept.
+ * Measured and not kept (build host, AVX-512): layout B at K = 1; mask
+ * staging at K = 3 (5% slower); pairs at K = 3 (no gain); software
+ * prefetch of the codebook stream (slower); non-temporal copies of the
+ * K = 4 costs (hist is 4 MB per tile there; 10-25% slower); an fp16 copy
+ * of the codebook and eight chains at K >= 4 (an earlier session). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
