@@ -922,7 +922,8 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
  * hist slot of position 0 (pass 2). Back-pointers (masks) or the costs
  * entering a position (hist) are kept only for positions the trace-back
  * visits: the first half of pass 1 runs without either. Returns the
- * buffer holding the final costs. */
+ * buffer holding the final costs (pass 1; pass 2 in recompute mode stops
+ * before its last step, whose costs nothing reads). */
 static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
                        const float *x, int pass1, float *start, struct work *wk)
 {
@@ -947,6 +948,10 @@ static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
 			}
 			i += 2;
 		} else {
+			/* pass 2's last step: its costs are never read (the trace-back
+			 * recomputes position 255 from the costs entering it) */
+			if (!pass1 && i == 255)
+				break;
 			/* the output enters position q; keep it if the trace-back
 			 * visits q */
 			if (i < 255 && (!pass1 || q < 128))
@@ -1056,6 +1061,8 @@ static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const 
 			}
 			i += 2;
 		} else {
+			if (!pass1 && i == 255)
+				break;   /* as in run_pass */
 			if (i < 255 && (!pass1 || q < 128)) {
 				na = wa->hist + q * wa->hs;
 				nb = wb->hist + q * wb->hs;
