@@ -2,8 +2,10 @@
  * for the model forward of hessian-capture and model-eval: the weight is
  * uploaded once, then y = x Wᵀ (+ bias) is one cuBLAS SGEMM (fp32 inputs,
  * fp32 accumulation: CUBLAS_DEFAULT_MATH, no TF32) per block of rows and
- * the bias a rank-1 update (SGER, y + b·1 rounded once, as the CPU's
- * y += b). Equal to linear.c's cblas_sgemm up to the summation order. */
+ * the bias a rank-1 update (an SGEMM of inner size 1 with beta = 1:
+ * y + b·1 rounded once, as the CPU's y += b). Equal to linear.c's
+ * cblas_sgemm up to the summation order. Only cublasSgemm is used, so the
+ * CPU emulator of tests/gpu/cusim runs this file unchanged. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +78,6 @@ int x3_gpu_dense_create(const float *w, const float *bias, int64_t in, int64_t o
 		rc = blaserr(cublasCreate(&d->blas), "create handle");
 	if (!rc)
 		rc = blaserr(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH), "set math mode");
-	if (!rc)
-		rc = blaserr(cublasSetPointerMode(d->blas, CUBLAS_POINTER_MODE_HOST), "set pointer mode");
 	if (rc) {
 		x3_gpu_dense_free(d);
 		return rc;
@@ -130,9 +130,11 @@ static int dense_block(x3_gpu_dense *d, const float *x_d, int64_t rows, float *y
 	int rc = blaserr(cublasSgemm(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)d->out, (int)rows,
 	                             (int)d->in, &one, d->w_d, (int)d->in, x_d, (int)d->in, &zero,
 	                             y_d, (int)d->out), "sgemm");
+	/* Y' += b 1^T: (out, 1) times (1, rows) */
 	if (!rc && d->b_d)
-		rc = blaserr(cublasSger(d->blas, (int)d->out, (int)rows, &one, d->b_d, 1, ones_d, 1,
-		                        y_d, (int)d->out), "sger (bias)");
+		rc = blaserr(cublasSgemm(d->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)d->out, (int)rows, 1,
+		                         &one, d->b_d, (int)d->out, ones_d, 1, &one, y_d,
+		                         (int)d->out), "sgemm (bias)");
 	return rc;
 }
 
