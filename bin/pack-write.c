@@ -189,6 +189,16 @@ static void copy_files(const char *src)
 		if (ends_with(n, ".safetensors") || !strcmp(n, "config.json") ||
 		    !strcmp(n, "model.safetensors.index.json") || !strcmp(n, "quantization_config.json"))
 			continue;
+		/* a quantized source's own quantization config: GPTQModel reads
+		 * quantize_config.json, then quant_config.json, before config.json;
+		 * ours replaces the first, the second would describe weights that
+		 * are no longer there (config.json nests it as
+		 * original_quantization_config) */
+		if (!strcmp(n, "quantize_config.json") || !strcmp(n, "quant_config.json")) {
+			if (!quiet)
+				warnx("warning: not copying '%s' (the source's quantization config)", n);
+			continue;
+		}
 		if (ends_with(n, ".bin") || ends_with(n, ".ckpt") || ends_with(n, ".pth") || ends_with(n, ".pt")) {
 			if (!quiet)
 				warnx("warning: not copying '%s' (weights in another format)", n);
@@ -864,6 +874,10 @@ int main(int argc, char **argv)
 	if (x3_pack_qconfig_json(&q, hdr, nent, &txt))
 		die_x3("quantization_config.json");
 	put_file("quantization_config.json", txt, strlen(txt));
+	free(txt);
+	if (x3_pack_gptqmodel_json(&q, hdr, nent, &txt))
+		die_x3("quantize_config.json");
+	put_file("quantize_config.json", txt, strlen(txt));
 	free(txt);
 	free(hdr);
 	copy_files(src);
