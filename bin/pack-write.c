@@ -660,11 +660,6 @@ int main(int argc, char **argv)
 				        L->key);
 				continue;
 			}
-			if (arch.tied) {
-				problem("tensor '%s': the embeddings are tied, an unquantized head is not stored",
-				        w->name);
-				continue;
-			}
 			int64_t shp[2] = {L->out, L->in};
 			if (w->rank != 2 || w->shape[0] != L->out || w->shape[1] != L->in || !is_float(w->dtype)) {
 				char s[64];
@@ -679,8 +674,40 @@ int main(int argc, char **argv)
 			head_bits = 16;
 			bias_len = L->out;
 		} else if (is_head && arch.tied && (head_opt == 0 || head_opt == 16)) {
-			/* tied and no quantized head asked for: the embedding is the head */
-			continue;
+			/* Tied, no quantized head: store lm_head.weight, an F16 copy of
+			 * the embedding, as ExLlamaV3's converter does (it clones the
+			 * head from model.embed_tokens). Its own loader would fall back
+			 * to the embedding, but its transformers integration unties the
+			 * embeddings and would leave a missing head random. */
+			static const char en[] = "model.embed_tokens.weight";
+			const x3_tensor *emb = NULL;
+			int ii;
+			for (ii = 0; ii < nin && strcmp(in[ii]->name, en); ii++)
+				;
+			if (ii < nin)
+				emb = in[ii];
+			else if (passthrough)
+				emb = x3_st_find(sst, en);
+			if (!emb)
+				continue;   /* reported missing with the pass-through tensors */
+			if (emb->rank != 2 || emb->shape[0] != L->out || emb->shape[1] != L->in || !is_float(emb->dtype)) {
+				char sh[64];
+				problem("tensor '%s': %s %s, expected a float %lldx%lld (it is also the tied head)", en,
+				        x3_dtype_name(emb->dtype), x3_shape_str(emb, sh, sizeof sh),
+				        (long long)L->out, (long long)L->in);
+				continue;
+			}
+			int64_t shp[2] = {L->out, L->in};
+			struct ent *e = new_ent();
+			e->t = out_header("lm_head.weight", X3_F16, 2, shp);
+			if (ii < nin) {
+				e->in = in[ii];
+				e->off = inoff[ii];
+			} else {
+				e->src = emb;
+			}
+			head_bits = 16;
+			bias_len = L->out;
 		} else if (is_head && head_opt == 16) {
 			char wn[160];
 			snprintf(wn, sizeof wn, "%s.weight", L->key);
@@ -844,9 +871,14 @@ int main(int argc, char **argv)
 			die("%s: %s", out, x3_errmsg());
 		}
 #ifdef FALLOC_FL_PUNCH_HOLE
-		if (e->in && e->in->nbytes > (1 << 20))   /* copied: give the spool space back */
-			fallocate(spool, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)e->off,
-			          (off_t)e->in->nbytes);
+		if (e->in && e->in->nbytes > (1 << 20)) {   /* copied: give the spool space back */
+			int later = 0;   /* unless a later tensor copies it too (a tied head) */
+			for (int j = i + 1; j < nent && !later; j++)
+				later = ents[j].in == e->in;
+			if (!later)
+				fallocate(spool, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)e->off,
+				          (off_t)e->in->nbytes);
+		}
 #endif
 	}
 	if (spool_map)
