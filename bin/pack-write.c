@@ -314,7 +314,21 @@ static void problem(const char *fmt, ...)
 
 static int is_float(x3_dtype t)
 {
-	return t == X3_F32 || t == X3_F16 || t == X3_BF16;
+	return t == X3_F64 || t == X3_F32 || t == X3_F16 || t == X3_BF16;
+}
+
+/* Stored dtype of a pass-through tensor: F32 and F64 become F16 (ExLlamaV3
+ * loads floats as F16 anyway, and its safetensors reader knows only F32,
+ * F16, BF16, I32 and I16: loader/safetensors.py, convert_dtype). */
+static x3_dtype passthrough_dtype(x3_dtype t)
+{
+	return t == X3_F32 || t == X3_F64 ? X3_F16 : t;
+}
+
+/* dtypes ExLlamaV3's safetensors reader accepts (convert_dtype) */
+static int exllamav3_dtype(x3_dtype t)
+{
+	return t == X3_F32 || t == X3_F16 || t == X3_BF16 || t == X3_I32 || t == X3_I16;
 }
 
 static int ent_cmp(const void *a, const void *b)
@@ -349,10 +363,42 @@ static void *materialize(const struct ent *e, int *owned)
 	unsigned char *buf = calloc(1, e->t->nbytes ? e->t->nbytes : 1);
 	if (!buf)
 		die("tensor '%s': out of memory", e->t->name);
-	if (x3_convert(buf, e->t->dtype, p, st, (size_t)n))
+	if (st == X3_F64 && e->t->dtype != X3_F32) {   /* via F32 */
+		float *f = malloc((size_t)n * sizeof *f + 1);
+		if (!f)
+			die("tensor '%s': out of memory", e->t->name);
+		if (x3_convert(f, X3_F32, p, st, (size_t)n) || x3_convert(buf, e->t->dtype, f, X3_F32, (size_t)n))
+			die_x3("tensor '%s'", e->t->name);
+		free(f);
+	} else if (x3_convert(buf, e->t->dtype, p, st, (size_t)n))
 		die_x3("tensor '%s'", e->t->name);
 	*owned = 1;
 	return buf;
+}
+
+/* Legal by the spec, but what the loaders checked in pack-write(1),
+ * COMPATIBILITY, trip over: warnings only. */
+static void loader_warnings(const char *cfg_text, const char *path, const x3_pack_linear *lin, int nlin)
+{
+	json_t *o = json_loads(cfg_text, 0, NULL);
+	json_t *a = o ? json_object_get(o, "architectures") : NULL;
+	if (!json_is_array(a) || json_array_size(a) != 1 || !json_is_string(json_array_get(a, 0)))
+		warnx("warning: %s: no single \"architectures\" entry; ExLlamaV3 "
+		      "(Config.from_directory) and transformers need one", path);
+	json_decref(o);
+	int odd = 0, first = -1;
+	for (int j = 0; j < nlin; j++)
+		if (lin[j].in % 128 || lin[j].out % 128) {
+			odd++;
+			if (first < 0)
+				first = j;
+		}
+	if (odd)
+		warnx("warning: %d linear%s with a size that is not a multiple of 128 (first '%s', "
+		      "%lldx%lld): stored zero-padded to 128 as the format requires; GPTQModel sizes its "
+		      "EXL3 modules from the unpadded model and cannot run %s; older ExLlamaV3 "
+		      "versions refuse padded inputs except in down_proj", odd, odd > 1 ? "s" : "", lin[first].key,
+		      (long long)lin[first].out, (long long)lin[first].in, odd > 1 ? "them" : "it");
 }
 
 static const char *cb_name(int cb)
@@ -452,6 +498,8 @@ int main(int argc, char **argv)
 	int nlin;
 	if (x3_pack_linears(&arch, &lin, &nlin))
 		die_x3("architecture");
+	if (!quiet)
+		loader_warnings(cfg_text, path, lin, nlin);
 	x3_st *sst;
 	if (x3_st_open(src, &sst))
 		die_x3("%s", src);
@@ -779,7 +827,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		struct ent *e = new_ent();
-		x3_dtype dt = in[i]->dtype == X3_F32 ? X3_F16 : in[i]->dtype;
+		x3_dtype dt = passthrough_dtype(in[i]->dtype);
 		e->t = out_header(in[i]->name, dt, in[i]->rank, in[i]->shape);
 		e->in = in[i];
 		e->off = inoff[i];
@@ -805,10 +853,16 @@ int main(int argc, char **argv)
 			continue;
 		}
 		struct ent *e = new_ent();
-		x3_dtype dt = s->dtype == X3_F32 ? X3_F16 : s->dtype;
+		x3_dtype dt = passthrough_dtype(s->dtype);
 		e->t = out_header(name, dt, s->rank, s->shape);
 		e->src = s;
 	}
+
+	/* what the loaders would trip over, but the spec allows: warnings */
+	for (int i = 0; i < nent && !quiet; i++)
+		if (!exllamav3_dtype(ents[i].t->dtype))
+			warnx("warning: tensor '%s': dtype %s, which ExLlamaV3 cannot read (F32, F16, BF16, "
+			      "I32, I16)", ents[i].t->name, x3_dtype_name(ents[i].t->dtype));
 
 	/* 5. config values */
 	if (head_opt && head_bits && head_opt != head_bits)
