@@ -10,6 +10,7 @@
 #include "util.h"
 #include "calib.h"
 #include "frame.h"
+#include "gpu.h"
 #include "hessian.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -17,10 +18,11 @@
 static const char usage[] =
 	"usage: hessian-capture --model DIR (--text FILE... | --tokens FRAMES) [--rows R]\n"
 	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
-	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
+	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
+	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
-	"                       [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
+	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"  --model DIR      Hugging Face model directory (Llama, Mistral, Qwen2, Qwen3)\n"
 	"  --text FILE      calibration text, plain or zstd ('-': stdin); repeatable\n"
 	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
@@ -35,7 +37,9 @@ static const char usage[] =
 	"                   head); layers after B are not run\n"
 	"  --quantized DIR  take layers < A from this EXL3 directory (sequential mode)\n"
 	"  --chunk N        tokens per forward chunk (default 4096)\n"
-	"  --f64            accumulate in and write F64\n"
+	"  --f64            accumulate in and write F64 (on the CPU, also with --device)\n"
+	"  --device D       cpu (default), cuda or auto: where the linears of the forward\n"
+	"                   and the accumulation run (cuBLAS; equal up to F32 rounding)\n"
 	"  --merge          sum Hessian streams (stdin and/or files) by name\n"
 	"  --activations    accumulate the Hessian of activation frames (rows x k)\n"
 	"  --name NAME      Hessian name for --activations (default: the frame's\n"
@@ -46,6 +50,8 @@ static const char usage[] =
 	"  -q               no progress\n"
 	"  -h               this help\n";
 
+
+static int device = X3_DEVICE_CPU;   /* resolved --device */
 
 /* ---- accumulators by name (first-seen order) -------------------------- */
 struct hset {
@@ -73,6 +79,9 @@ static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
 	x3_hess *h;
 	if (x3_hess_new(name, n, f64, members, layer, &h))
 		die_x3("hessian '%s'", name);
+	/* F64 sums stay on the CPU (the device accumulates in fp32) */
+	if (device == X3_DEVICE_CUDA && !f64 && x3_hess_set_device(h, device))
+		die("%s", x3_errmsg());
 	s->h[s->n++] = h;
 	return h;
 }
@@ -245,6 +254,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.chunk_tokens = chunk;
 	fo.layer_done = cap_layer_done;
 	fo.layer_done_ctx = &k;
+	fo.device = device;
 	if (x3_model_forward(m, ids, rows, cols, &fo))
 		die_x3("forward");
 	progress_done();
@@ -352,7 +362,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
-	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN };
+	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN, O_DEV };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -362,13 +372,15 @@ int main(int argc, char **argv)
 		{ "name", required_argument, 0, O_NAME }, { "members", required_argument, 0, O_MEMBERS },
 		{ "split", required_argument, 0, O_SPLIT }, { "stream", no_argument, 0, O_STREAM },
 		{ "strict", no_argument, 0, O_STRICT }, { "chunk", required_argument, 0, O_CHUNK },
-		{ "zstd", optional_argument, 0, O_ZSTD }, { "even-odd", no_argument, 0, O_EVEN }, { "help", no_argument, 0, 'h' },
+		{ "zstd", optional_argument, 0, O_ZSTD }, { "even-odd", no_argument, 0, O_EVEN },
+		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
+	int want_device = X3_DEVICE_CPU, have_device = 0;
 	long rows = 0, cols = 0, chunk = 4096;
 	int c;
 	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
@@ -399,6 +411,7 @@ int main(int argc, char **argv)
 		case O_EVEN: even_odd = 1; break;
 		case O_STRICT: strict = 1; break;
 		case O_CHUNK: chunk = parse_long(usage, "--chunk", optarg, 1, 1L << 30); break;
+		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
@@ -410,6 +423,8 @@ int main(int argc, char **argv)
 			            merge ? "merge" : "activations");
 		if (merge && (name || members))
 			usage_error(usage, "--name and --members go with --activations");
+		if (merge && have_device)
+			usage_error(usage, "--merge only adds frames: --device goes with a model or --activations");
 	} else {
 		if (!model)
 			usage_error(usage, "--model is required");
@@ -423,6 +438,7 @@ int main(int argc, char **argv)
 		if (quant && la == 0)
 			usage_error(usage, "--quantized needs --layers A-B with A > 0");
 	}
+	device = device_resolve(want_device);
 	/* -o: a temporary name beside FILE, renamed when complete */
 	int fd = output_open(outfile);
 	x3_writer *w;
