@@ -3,7 +3,8 @@
 # tests/gpu/cusim (no GPU needed): `make cusim` builds the real kernels and
 # host wrappers against the emulated runtime, cuBLAS and cuSOLVER under
 # tests/tmp/cusim; then the emulator's own checks (selftest), and the GPU
-# unit tests t1700-t1740 and t1750 (the programs' --device cuda) under two
+# unit tests (tests/unit/t17*-gpu-*) and the GPU shell tests t1750, t1761
+# (the programs' --device cuda, with ROOT=tests/tmp/cusim) under two
 # thread orders (X3SIM_ORDER=rev and rand): each run must pass, and the two
 # orders must print the same results (an order-dependent race would show
 # as a difference). The emulated device's name contains "emulated"; the
@@ -66,10 +67,13 @@ run_order() {
 		X3SIM_ORDER=$order timeout 600 "$t" >"$dir/${t##*/}.log" 2>"$dir/${t##*/}.err"
 		echo "$? $(( $(date +%s) - s ))" >"$dir/${t##*/}.rc"
 	done
-	s=$(date +%s)
-	X3SIM_ORDER=$order ROOT=$S timeout 600 bash tests/t1750-gpu-device-option.sh \
-		>"$dir/t1750-gpu-device-option.log" 2>"$dir/t1750-gpu-device-option.err"
-	echo "$? $(( $(date +%s) - s ))" >"$dir/t1750-gpu-device-option.rc"
+	for t in tests/t17*-gpu-*.sh; do
+		case $t in *t1705-*|*t1706-*) continue ;; esac
+		s=$(date +%s)
+		t=${t%.sh}
+		X3SIM_ORDER=$order ROOT=$S timeout 600 bash "$t.sh" >"$dir/${t##*/}.log" 2>"$dir/${t##*/}.err"
+		echo "$? $(( $(date +%s) - s ))" >"$dir/${t##*/}.rc"
+	done
 }
 orders="rev rand:1706"
 for o in $orders; do run_order "$o" & done

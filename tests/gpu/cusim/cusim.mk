@@ -4,7 +4,9 @@
 # cusim.h force-included, lib/gpu*.c with -DX3_CUDA=1, the other library
 # objects of the normal build, and the emulated runtime, cuBLAS and
 # cuSOLVER (tests/gpu/cusim/*.cpp). Programs and the GPU unit tests are
-# linked against that library (no CUDA libraries). Needs the CUDA headers
+# linked against that library (no CUDA libraries); examples/ and pipelines/
+# are linked in, so that a shell test runs on it with ROOT=tests/tmp/cusim.
+# Needs the CUDA headers
 # (CUSIM_CUDA_INC, default $(CUDA_HOME)/include or /usr/local/cuda/include)
 # and no GPU. Included by the Makefile.
 CUSIM := tests/tmp/cusim
@@ -27,6 +29,7 @@ CUSIM_PROGS := $(patsubst bin/%,$(CUSIM)/bin/%,$(PROGS))
 CUSIM_LDLIBS = $(filter-out -lcublas -lcusolver -lcudart -lstdc++ -L% -Wl%,$(LDLIBS)) -lstdc++
 
 cusim: $(CUSIM_LIB) $(CUSIM_UNIT) $(CUSIM_PROGS) $(CUSIM)/selftest
+	@ln -sfn ../../../examples $(CUSIM)/examples && ln -sfn ../../../pipelines $(CUSIM)/pipelines
 
 # checks of the emulator itself (t1706 runs them)
 $(CUSIM)/selftest: tests/gpu/cusim/selftest.cu $(CUSIM_LIB)
