@@ -189,6 +189,16 @@ static void copy_files(const char *src)
 		if (ends_with(n, ".safetensors") || !strcmp(n, "config.json") ||
 		    !strcmp(n, "model.safetensors.index.json") || !strcmp(n, "quantization_config.json"))
 			continue;
+		/* a quantized source's own quantization config: GPTQModel reads
+		 * quantize_config.json, then quant_config.json, before config.json;
+		 * ours replaces the first, the second would describe weights that
+		 * are no longer there (config.json nests it as
+		 * original_quantization_config) */
+		if (!strcmp(n, "quantize_config.json") || !strcmp(n, "quant_config.json")) {
+			if (!quiet)
+				warnx("warning: not copying '%s' (the source's quantization config)", n);
+			continue;
+		}
 		if (ends_with(n, ".bin") || ends_with(n, ".ckpt") || ends_with(n, ".pth") || ends_with(n, ".pt")) {
 			if (!quiet)
 				warnx("warning: not copying '%s' (weights in another format)", n);
@@ -304,7 +314,21 @@ static void problem(const char *fmt, ...)
 
 static int is_float(x3_dtype t)
 {
-	return t == X3_F32 || t == X3_F16 || t == X3_BF16;
+	return t == X3_F64 || t == X3_F32 || t == X3_F16 || t == X3_BF16;
+}
+
+/* Stored dtype of a pass-through tensor: F32 and F64 become F16 (ExLlamaV3
+ * loads floats as F16 anyway, and its safetensors reader knows only F32,
+ * F16, BF16, I32 and I16: loader/safetensors.py, convert_dtype). */
+static x3_dtype passthrough_dtype(x3_dtype t)
+{
+	return t == X3_F32 || t == X3_F64 ? X3_F16 : t;
+}
+
+/* dtypes ExLlamaV3's safetensors reader accepts (convert_dtype) */
+static int exllamav3_dtype(x3_dtype t)
+{
+	return t == X3_F32 || t == X3_F16 || t == X3_BF16 || t == X3_I32 || t == X3_I16;
 }
 
 static int ent_cmp(const void *a, const void *b)
@@ -339,10 +363,42 @@ static void *materialize(const struct ent *e, int *owned)
 	unsigned char *buf = calloc(1, e->t->nbytes ? e->t->nbytes : 1);
 	if (!buf)
 		die("tensor '%s': out of memory", e->t->name);
-	if (x3_convert(buf, e->t->dtype, p, st, (size_t)n))
+	if (st == X3_F64 && e->t->dtype != X3_F32) {   /* via F32 */
+		float *f = malloc((size_t)n * sizeof *f + 1);
+		if (!f)
+			die("tensor '%s': out of memory", e->t->name);
+		if (x3_convert(f, X3_F32, p, st, (size_t)n) || x3_convert(buf, e->t->dtype, f, X3_F32, (size_t)n))
+			die_x3("tensor '%s'", e->t->name);
+		free(f);
+	} else if (x3_convert(buf, e->t->dtype, p, st, (size_t)n))
 		die_x3("tensor '%s'", e->t->name);
 	*owned = 1;
 	return buf;
+}
+
+/* Legal by the spec, but what the loaders checked in pack-write(1),
+ * COMPATIBILITY, trip over: warnings only. */
+static void loader_warnings(const char *cfg_text, const char *path, const x3_pack_linear *lin, int nlin)
+{
+	json_t *o = json_loads(cfg_text, 0, NULL);
+	json_t *a = o ? json_object_get(o, "architectures") : NULL;
+	if (!json_is_array(a) || json_array_size(a) != 1 || !json_is_string(json_array_get(a, 0)))
+		warnx("warning: %s: no single \"architectures\" entry; ExLlamaV3 "
+		      "(Config.from_directory) and transformers need one", path);
+	json_decref(o);
+	int odd = 0, first = -1;
+	for (int j = 0; j < nlin; j++)
+		if (lin[j].in % 128 || lin[j].out % 128) {
+			odd++;
+			if (first < 0)
+				first = j;
+		}
+	if (odd)
+		warnx("warning: %d linear%s with a size that is not a multiple of 128 (first '%s', "
+		      "%lldx%lld): stored zero-padded to 128 as the format requires; GPTQModel sizes its "
+		      "EXL3 modules from the unpadded model and cannot run %s; older ExLlamaV3 "
+		      "versions refuse padded inputs except in down_proj", odd, odd > 1 ? "s" : "", lin[first].key,
+		      (long long)lin[first].out, (long long)lin[first].in, odd > 1 ? "them" : "it");
 }
 
 static const char *cb_name(int cb)
@@ -442,6 +498,8 @@ int main(int argc, char **argv)
 	int nlin;
 	if (x3_pack_linears(&arch, &lin, &nlin))
 		die_x3("architecture");
+	if (!quiet)
+		loader_warnings(cfg_text, path, lin, nlin);
 	x3_st *sst;
 	if (x3_st_open(src, &sst))
 		die_x3("%s", src);
@@ -650,11 +708,6 @@ int main(int argc, char **argv)
 				        L->key);
 				continue;
 			}
-			if (arch.tied) {
-				problem("tensor '%s': the embeddings are tied, an unquantized head is not stored",
-				        w->name);
-				continue;
-			}
 			int64_t shp[2] = {L->out, L->in};
 			if (w->rank != 2 || w->shape[0] != L->out || w->shape[1] != L->in || !is_float(w->dtype)) {
 				char s[64];
@@ -669,8 +722,40 @@ int main(int argc, char **argv)
 			head_bits = 16;
 			bias_len = L->out;
 		} else if (is_head && arch.tied && (head_opt == 0 || head_opt == 16)) {
-			/* tied and no quantized head asked for: the embedding is the head */
-			continue;
+			/* Tied, no quantized head: store lm_head.weight, an F16 copy of
+			 * the embedding, as ExLlamaV3's converter does (it clones the
+			 * head from model.embed_tokens). Its own loader would fall back
+			 * to the embedding, but its transformers integration unties the
+			 * embeddings and would leave a missing head random. */
+			static const char en[] = "model.embed_tokens.weight";
+			const x3_tensor *emb = NULL;
+			int ii;
+			for (ii = 0; ii < nin && strcmp(in[ii]->name, en); ii++)
+				;
+			if (ii < nin)
+				emb = in[ii];
+			else if (passthrough)
+				emb = x3_st_find(sst, en);
+			if (!emb)
+				continue;   /* reported missing with the pass-through tensors */
+			if (emb->rank != 2 || emb->shape[0] != L->out || emb->shape[1] != L->in || !is_float(emb->dtype)) {
+				char sh[64];
+				problem("tensor '%s': %s %s, expected a float %lldx%lld (it is also the tied head)", en,
+				        x3_dtype_name(emb->dtype), x3_shape_str(emb, sh, sizeof sh),
+				        (long long)L->out, (long long)L->in);
+				continue;
+			}
+			int64_t shp[2] = {L->out, L->in};
+			struct ent *e = new_ent();
+			e->t = out_header("lm_head.weight", X3_F16, 2, shp);
+			if (ii < nin) {
+				e->in = in[ii];
+				e->off = inoff[ii];
+			} else {
+				e->src = emb;
+			}
+			head_bits = 16;
+			bias_len = L->out;
 		} else if (is_head && head_opt == 16) {
 			char wn[160];
 			snprintf(wn, sizeof wn, "%s.weight", L->key);
@@ -742,7 +827,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		struct ent *e = new_ent();
-		x3_dtype dt = in[i]->dtype == X3_F32 ? X3_F16 : in[i]->dtype;
+		x3_dtype dt = passthrough_dtype(in[i]->dtype);
 		e->t = out_header(in[i]->name, dt, in[i]->rank, in[i]->shape);
 		e->in = in[i];
 		e->off = inoff[i];
@@ -768,10 +853,16 @@ int main(int argc, char **argv)
 			continue;
 		}
 		struct ent *e = new_ent();
-		x3_dtype dt = s->dtype == X3_F32 ? X3_F16 : s->dtype;
+		x3_dtype dt = passthrough_dtype(s->dtype);
 		e->t = out_header(name, dt, s->rank, s->shape);
 		e->src = s;
 	}
+
+	/* what the loaders would trip over, but the spec allows: warnings */
+	for (int i = 0; i < nent && !quiet; i++)
+		if (!exllamav3_dtype(ents[i].t->dtype))
+			warnx("warning: tensor '%s': dtype %s, which ExLlamaV3 cannot read (F32, F16, BF16, "
+			      "I32, I16)", ents[i].t->name, x3_dtype_name(ents[i].t->dtype));
 
 	/* 5. config values */
 	if (head_opt && head_bits && head_opt != head_bits)
@@ -834,9 +925,14 @@ int main(int argc, char **argv)
 			die("%s: %s", out, x3_errmsg());
 		}
 #ifdef FALLOC_FL_PUNCH_HOLE
-		if (e->in && e->in->nbytes > (1 << 20))   /* copied: give the spool space back */
-			fallocate(spool, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)e->off,
-			          (off_t)e->in->nbytes);
+		if (e->in && e->in->nbytes > (1 << 20)) {   /* copied: give the spool space back */
+			int later = 0;   /* unless a later tensor copies it too (a tied head) */
+			for (int j = i + 1; j < nent && !later; j++)
+				later = ents[j].in == e->in;
+			if (!later)
+				fallocate(spool, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)e->off,
+				          (off_t)e->in->nbytes);
+		}
 #endif
 	}
 	if (spool_map)
@@ -864,6 +960,10 @@ int main(int argc, char **argv)
 	if (x3_pack_qconfig_json(&q, hdr, nent, &txt))
 		die_x3("quantization_config.json");
 	put_file("quantization_config.json", txt, strlen(txt));
+	free(txt);
+	if (x3_pack_gptqmodel_json(&q, hdr, nent, &txt))
+		die_x3("quantize_config.json");
+	put_file("quantize_config.json", txt, strlen(txt));
 	free(txt);
 	free(hdr);
 	copy_files(src);

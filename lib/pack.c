@@ -293,14 +293,22 @@ static void torch_names(x3_dtype t, const char **torch, const char **plain)
 	}
 }
 
-int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out)
+/* tensor_storage over t[0..n), grouped by leaf module (the tensor name
+ * without its last component). exl3_only: only modules with a trellis. */
+static json_t *tensor_storage(x3_tensor *const *t, int n, int exl3_only)
 {
-	json_t *root = qcfg_block(q), *ts = json_object();
-	*out = NULL;
+	json_t *ts = json_object();
 	for (int i = 0; i < n; i++) {
 		const char *name = t[i]->name, *dot = strrchr(name, '.');
 		char mod[512];
 		snprintf(mod, sizeof mod, "%.*s", dot ? (int)(dot - name) : (int)strlen(name), name);
+		if (exl3_only) {
+			int q = 0;
+			for (int j = 0; j < n && !q; j++)
+				q = !strncmp(t[j]->name, mod, strlen(mod)) && !strcmp(t[j]->name + strlen(mod), ".trellis");
+			if (!q)
+				continue;
+		}
 		json_t *m = json_object_get(ts, mod);
 		if (!m) {
 			m = json_object();
@@ -327,7 +335,22 @@ int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char
 			json_object_set_new(m, "mcg_multiplier", json_integer(X3_MCG_MULT));
 		}
 	}
-	json_object_set_new(root, "tensor_storage", ts);
+	return ts;
+}
+
+int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out)
+{
+	json_t *root = qcfg_block(q);
+	json_object_set_new(root, "tensor_storage", tensor_storage(t, n, 0));
+	*out = dump(root);
+	json_decref(root);
+	return *out ? X3_OK : X3_ENOMEM;
+}
+
+int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out)
+{
+	json_t *root = qcfg_block(q);
+	json_object_set_new(root, "tensor_storage", tensor_storage(t, n, 1));
 	*out = dump(root);
 	json_decref(root);
 	return *out ? X3_OK : X3_ENOMEM;

@@ -68,5 +68,10 @@ int x3_pack_config_json(const char *src_text, const x3_pack_qcfg *q, char **out)
 /* quantization_config.json: the block plus tensor_storage over the
  * tensors t[0..n) (headers; data not read), grouped by leaf module. */
 int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out);
+/* quantize_config.json for GPTQModel: the same block, and tensor_storage
+ * over the EXL3 modules only (GPTQModel reads its quantization config from
+ * quantize_config.json, else config.json, never quantization_config.json,
+ * and turns every nn.Linear named in tensor_storage into an EXL3 module). */
+int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out);
 
 #endif

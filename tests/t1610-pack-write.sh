@@ -89,8 +89,12 @@ gen_quant 2 plan.json mcg >p.frames
 check "tied model with a plan" pack-write -q --model tied --passthrough --plan plan.json tout <p.frames
 check "config bits = round(plan bits, 2)" \
 	test "$(jq "$qc.bits" tout/config.json)" = "$(jq '.bits * 100 | round / 100' plan.json)"
-check "tied, no head asked for: no lm_head tensor, head_bits 16" \
-	test "$(tensor-ls tout | jq -r .name | grep -c lm_head)" -eq 0 -a "$(jq "$qc.head_bits" tout/config.json)" = 16
+# as ExLlamaV3's converter: the head is cloned from the embedding (F16)
+check "tied, no head asked for: lm_head.weight = F16 copy of the embedding, head_bits 16" \
+	test "$(tensor-ls tout | jq -r 'select(.name | startswith("lm_head")) | .name')" = lm_head.weight -a \
+	"$(jq "$qc.head_bits" tout/config.json)" = 16 -a \
+	"$(tensor-cat -q tout lm_head.weight | tensor-ls --stats - | jq -c .stats)" = \
+	"$(tensor-cat -q tied model.embed_tokens.weight | tensor-cat -q --dtype F16 - | tensor-ls --stats - | jq -c .stats)"
 check "BF16 pass-through kept BF16" \
 	test "$(tensor-ls tout | jq -r 'select(.name=="model.norm.weight").dtype')" = BF16
 check "per-tensor bits_per_weight follows the plan" \
@@ -137,8 +141,9 @@ if have_shared; then
 	# numel-weighted: (2*4096*4 + 2*2048*4 + 2*11008*3 + 11008*5) / (2*4096 + 2*2048 + 3*11008)
 	want=$(jq -n '(2*4096*4 + 2*2048*4 + 2*11008*3 + 11008*5) / (2*4096 + 2*2048 + 3*11008) * 100 | round / 100')
 	check "stories260K: bits = $want (numel-weighted integer K)" test "$(jq .quantization_config.bits st/config.json)" = "$want"
-	check "stories260K: tied, no lm_head; embedding F16" \
-		test "$(tensor-ls st | jq -r 'select(.name | startswith("lm_head")) | .name' | wc -l)" -eq 0 -a \
+	check "stories260K: tied, head = lm_head.weight F16 (512, 64); embedding F16" \
+		test "$(tensor-ls st | jq -c 'select(.name | startswith("lm_head")) | [.name, .dtype, .shape]')" = \
+		'["lm_head.weight","F16",[512,64]]' -a \
 		"$(tensor-ls st | jq -r 'select(.name=="model.embed_tokens.weight").dtype')" = F16
 	check "stories260K: tokenizer copied, .bin skipped" \
 		test -f st/tokenizer.json -a -f st/tokenizer_config.json -a ! -e st/stories260K.bin -a ! -e st/tok512.bin

@@ -94,8 +94,13 @@ fails "--head-bits disagrees with the stream's head" "head: 16 bits in the strea
 	pack-write -q --model src --head-bits 6 <all.frames
 gen_model tied 2 true 0
 { cat q.frames; tensor-cat -q src lm_head.weight; } >th.frames
-fails "tied model: an unquantized head is refused" "embeddings are tied" \
-	pack-write -q --model tied --passthrough <th.frames
+# a tied model's 16-bit head on stdin is stored (ExLlamaV3 stores one too)
+check "tied model: a 16-bit head on stdin is taken" pack-write -q --model tied --passthrough thead <th.frames
+check "... as lm_head.weight F16" \
+	test "$(tensor-ls thead | jq -c 'select(.name=="lm_head.weight") | [.dtype, .shape]')" = '["F16",[256,64]]'
+{ cat q.frames; tensor-gen -s 3 lm_head.weight=64x256; } >bh.frames
+fails "tied model: a misshapen 16-bit head" "tensor 'lm_head.weight': F32 64x256, expected a float 256x64" \
+	pack-write -q --model tied --passthrough <bh.frames
 fails "tied model: --head-bits 6 needs a quantized head" "missing linear 'lm_head'" \
 	pack-write -q --model tied --passthrough --head-bits 6 <q.frames
 
