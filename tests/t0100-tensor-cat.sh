@@ -102,6 +102,8 @@ mkdir dup
 cat three.frames three.frames >twice.frames
 check_fail "--split: a name twice" 1 "tensor 'h.a' appears twice" tensor-cat --split dup twice.frames
 check "... no temporary left behind" test -z "$(ls dup | grep tmp)"
+tensor-gen 'a/b=4' >slash.frames
+check_fail "--split: a name with a slash" 1 "tensor 'a/b': not usable as a file name" tensor-cat --split dup slash.frames
 
 # the real model
 if have_shared; then
