@@ -668,49 +668,64 @@ static int eval_scales(const float *src, int64_t m, int64_t step, const double *
 /* The coarse grid needs only its argmin, so a scale whose partial error
  * (the tiles summed in eval_scales' order) already exceeds a complete
  * scale's cannot win and is dropped (y = +inf): its final error is at least
- * the partial one. The argmin is eval_scales' exactly. Scales run from the
- * middle outward (0.9, 1.1, 0.7, ...; the optimum is usually near), tiles
- * of stride 3 in chunks of a few per thread. */
+ * the partial one. The argmin is eval_scales' exactly. The middle scale
+ * (0.9; the optimum is usually near) is evaluated first, in full; then the
+ * others together, a chunk of tiles at a time (one Viterbi batch per chunk,
+ * of every scale still in the race). */
 static int coarse_grid(const float *src, int64_t m, const double *s, int ns, int K, int cb,
                        int threads, struct tmemo *memo, double *y)
 {
 	const int64_t step = 3, cnt = (m + step - 1) / step;
+	const double N = (double)(cnt * 256);
+	const int mid = (ns - 1) / 2;
+	int rc = eval_scales(src, m, step, s + mid, 1, K, cb, threads, memo, y + mid);
+	if (rc)
+		return rc;
 	int64_t chunk = 4 * (int64_t)(threads > 0 ? threads : omp_get_max_threads());
+	if (chunk < (cnt + 7) / 8)
+		chunk = (cnt + 7) / 8;
 	if (chunk > cnt)
 		chunk = cnt;
-	float *x = xcalloc((size_t)(chunk * 256), sizeof(float));
-	float *q = xmalloc((size_t)(chunk * 256), sizeof(float));
-	if (!x || !q) {
-		free(x), free(q);
+	float *x = xcalloc((size_t)(ns * chunk * 256), sizeof(float));
+	float *q = xmalloc((size_t)(ns * chunk * 256), sizeof(float));
+	double *e = xcalloc((size_t)ns, sizeof(double));
+	int *alive = xmalloc((size_t)ns, sizeof(int));
+	if (!x || !q || !e || !alive) {
+		free(x), free(q), free(e), free(alive);
 		return x3_err(X3_ENOMEM, "out of memory in the scale search");
 	}
-	const double N = (double)(cnt * 256);
-	double best = INFINITY;
-	int rc = X3_OK;
-	for (int o = 0; o < ns && rc == X3_OK; o++) {
-		int j = (ns - 1) / 2 + (o % 2 ? (o + 1) / 2 : -(o / 2));
-		double e = 0;
-		int dropped = 0;
-		for (int64_t t0 = 0; t0 < cnt && !dropped && rc == X3_OK; t0 += chunk) {
-			int64_t c = cnt - t0 < chunk ? cnt - t0 : chunk;
+	int na = 0;
+	for (int j = 0; j < ns; j++)
+		if (j != mid)
+			alive[na++] = j;
+	for (int64_t t0 = 0; t0 < cnt && na > 0; t0 += chunk) {
+		int64_t c = cnt - t0 < chunk ? cnt - t0 : chunk;
+		for (int a = 0; a < na; a++)
 			for (int64_t t = 0; t < c; t++)
 				for (int i = 0; i < 256; i++)
-					x[t * 256 + i] = (float)(src[(t0 + t) * step * 256 + i] * s[j]);
-			if ((rc = encode_tiles(K, cb, x, c, NULL, q, threads, memo)))
-				break;
+					x[(a * c + t) * 256 + i] = (float)(src[(t0 + t) * step * 256 + i] * s[alive[a]]);
+		if ((rc = encode_tiles(K, cb, x, na * c, NULL, q, threads, memo)))
+			break;
+		int keep = 0;
+		for (int a = 0; a < na; a++) {
+			int j = alive[a], dropped = 0;
 			for (int64_t t = 0; t < c && !dropped; t++) {
 				for (int i = 0; i < 256; i++) {
-					double d = q[t * 256 + i] / s[j] - src[(t0 + t) * step * 256 + i];
-					e += d * d;
+					double d = q[(a * c + t) * 256 + i] / s[j] - src[(t0 + t) * step * 256 + i];
+					e[j] += d * d;
 				}
-				dropped = e / N > best;
+				dropped = e[j] / N > y[mid];
 			}
+			if (dropped)
+				y[j] = INFINITY;
+			else
+				alive[keep++] = j;
 		}
-		y[j] = dropped ? INFINITY : e / N;
-		if (y[j] < best)
-			best = y[j];
+		na = keep;
 	}
-	free(x), free(q);
+	for (int a = 0; a < na; a++)
+		y[alive[a]] = e[alive[a]] / N;
+	free(x), free(q), free(e), free(alive);
 	return rc;
 }
 
