@@ -51,7 +51,7 @@ for m in "${models[@]}"; do
 			sp=1.00
 			[ "$j" -eq 1 ] && t1=$wall || sp=$(awk -v a="$t1" -v b="$wall" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 		fi
-		printf '%-24s %10d %-10s %4d %9.1f %8.1f %12d %10.1f %8s\n' "$name" "$n" "$mode" "$j" "$wall" "$cpu" "$wps" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "$sp"
+		printf '%-24s %10d %-10s %4d %9.1f %8.1f %12d %10.1f %8s\n' "$name" "$n" "$mode" "$j" "$wall" "$cpu" "$wps" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "${sp/null/-}"
 		[ $first -eq 1 ] || json+=","
 		first=0
 		json+="{\"model\":\"$name\",\"weights\":$n,\"mode\":\"$mode\",\"jobs\":$j,\"wall_s\":$wall,\"cpu_s\":$cpu,\"weights_per_s\":$wps,\"peak_rss_kib\":$kb,\"speedup\":$sp}"
