@@ -9,12 +9,14 @@
 #include <string.h>
 #include <unistd.h>
 #include "frame.h"
+#include "gpu.h"
 #include "quant.h"
 #include "util.h"
 
 static const char usage[] =
 	"usage: had-rotate [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                  [-t THREADS] [-q] [--zstd[=LEVEL]] < frames > frames\n";
+	"                  [--device cpu|cuda|auto] [-t THREADS] [-q] [--zstd[=LEVEL]]\n"
+	"                  < frames > frames\n";
 
 static const char help[] =
 	"Rotate and regularize linear weights for trellis-encode (EXL3 spec 5.2, 8.2).\n"
@@ -23,6 +25,9 @@ static const char help[] =
 	"  --hessian FILE    Hessian frame (F32/F64, in x in, metadata count);\n"
 	"                    default: Hessian frames on standard input\n"
 	"  --out-scales P    output-channel scales: always (default), never, auto\n"
+	"  --device D        cpu (default), cuda or auto: where the Hadamard rotations\n"
+	"                    and the block LDL run (equal to the CPU up to F32 rounding,\n"
+	"                    so the trellis encoded from it may differ in some words)\n"
 	"  -t THREADS        threads (default: all)\n"
 	"  -q                no warnings about unusable Hessians\n"
 	"  --zstd[=LEVEL]    compress the output stream (level 1..22, default 3)\n"
@@ -105,11 +110,12 @@ int main(int argc, char **argv)
 		{ "hessian", required_argument, 0, 'H' },
 		{ "out-scales", required_argument, 0, 'o' },
 		{ "zstd", optional_argument, 0, 'z' },
+		{ "device", required_argument, 0, 'D' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hfile = NULL;
-	int c;
+	int c, want_device = X3_DEVICE_CPU;
 	while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
@@ -128,6 +134,9 @@ int main(int argc, char **argv)
 		case 'q':
 			quiet = 1;
 			break;
+		case 'D':
+			want_device = device_parse(usage, optarg);
+			break;
 		case 'z':
 			zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3;
 			break;
@@ -141,6 +150,8 @@ int main(int argc, char **argv)
 	if (optind != argc)
 		usage_error(usage, "unexpected argument '%s'", argv[optind]);
 	refuse_tty_stdout();
+	if (x3_quant_set_device(device_resolve(want_device)))
+		die("--device cuda: %s", x3_errmsg());
 
 	if (hfile)
 		hess_cache_load(&hc, hfile);

@@ -11,6 +11,7 @@
 #include "util.h"
 #include "calib.h"
 #include "frame.h"
+#include "gpu.h"
 #include "hessian.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -19,10 +20,11 @@ static const char usage[] =
 	"usage: hessian-capture --model DIR (--text FILE... | --tokens FRAMES) [--rows R]\n"
 	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
 	"                       [--hidden-in FILE] [--hidden-out FILE]\n"
-	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
+	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
+	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
-	"                       [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
+	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"  --model DIR      Hugging Face model directory (Llama, Mistral, Qwen2, Qwen3)\n"
 	"  --text FILE      calibration text, plain or zstd ('-': stdin); repeatable\n"
 	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
@@ -41,7 +43,9 @@ static const char usage[] =
 	"  --hidden-in FILE start from hidden states saved by --hidden-out (of the\n"
 	"                   same tokens, a layer <= A) instead of the embedding\n"
 	"  --chunk N        tokens per forward chunk (default 4096)\n"
-	"  --f64            accumulate in and write F64\n"
+	"  --f64            accumulate in and write F64 (on the CPU, also with --device)\n"
+	"  --device D       cpu (default), cuda or auto: where the linears of the forward\n"
+	"                   and the accumulation run (cuBLAS; equal up to F32 rounding)\n"
 	"  --merge          sum Hessian streams (stdin and/or files) by name\n"
 	"  --activations    accumulate the Hessian of activation frames (rows x k)\n"
 	"  --name NAME      Hessian name for --activations (default: the frame's\n"
@@ -52,6 +56,8 @@ static const char usage[] =
 	"  -q               no progress\n"
 	"  -h               this help\n";
 
+
+static int device = X3_DEVICE_CPU;   /* resolved --device */
 
 /* ---- accumulators by name (first-seen order) -------------------------- */
 struct hset {
@@ -79,6 +85,9 @@ static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
 	x3_hess *h;
 	if (x3_hess_new(name, n, f64, members, layer, &h))
 		die_x3("hessian '%s'", name);
+	/* F64 sums stay on the CPU (the device accumulates in fp32) */
+	if (device == X3_DEVICE_CUDA && !f64 && x3_hess_set_device(h, device))
+		die("%s", x3_errmsg());
 	s->h[s->n++] = h;
 	return h;
 }
@@ -327,6 +336,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.layer_input_ctx = &hd;
 	if (hid_in)
 		fo.hidden = hid_load(hid_in, &hd, cfg.hidden, la, &fo.first_layer);
+	fo.device = device;
 	if (x3_model_forward(m, ids, rows, cols, &fo))
 		die_x3("forward");
 	progress_done();
@@ -436,7 +446,7 @@ int main(int argc, char **argv)
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
 	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN,
-	       O_HIN, O_HOUT };
+	       O_HIN, O_HOUT, O_DEV };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -448,7 +458,7 @@ int main(int argc, char **argv)
 		{ "strict", no_argument, 0, O_STRICT }, { "chunk", required_argument, 0, O_CHUNK },
 		{ "zstd", optional_argument, 0, O_ZSTD }, { "even-odd", no_argument, 0, O_EVEN },
 		{ "hidden-in", required_argument, 0, O_HIN }, { "hidden-out", required_argument, 0, O_HOUT },
-		{ "help", no_argument, 0, 'h' },
+		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
@@ -456,6 +466,7 @@ int main(int argc, char **argv)
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
+	int want_device = X3_DEVICE_CPU, have_device = 0;
 	long rows = 0, cols = 0, chunk = 4096;
 	int c;
 	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
@@ -488,6 +499,7 @@ int main(int argc, char **argv)
 		case O_CHUNK: chunk = parse_long(usage, "--chunk", optarg, 1, 1L << 30); break;
 		case O_HIN: hid_in = optarg; break;
 		case O_HOUT: hid_out = optarg; break;
+		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
@@ -499,6 +511,8 @@ int main(int argc, char **argv)
 			            merge ? "merge" : "activations");
 		if (merge && (name || members))
 			usage_error(usage, "--name and --members go with --activations");
+		if (merge && have_device)
+			usage_error(usage, "--merge only adds frames: --device goes with a model or --activations");
 	} else {
 		if (!model)
 			usage_error(usage, "--model is required");
@@ -512,6 +526,7 @@ int main(int argc, char **argv)
 		if (quant && la == 0)
 			usage_error(usage, "--quantized needs --layers A-B with A > 0");
 	}
+	device = device_resolve(want_device);
 	/* -o: a temporary name beside FILE, renamed when complete */
 	int fd = output_open(outfile);
 	x3_writer *w;

@@ -10,13 +10,16 @@
 #include <jansson.h>
 #include "util.h"
 #include "calib.h"
+#include "gpu.h"
 #include "model.h"
 #include "tokenizer.h"
 
 static const char usage[] =
 	"usage: model-eval --model DIR [--quantized DIR] (--text FILE... | --tokens FRAMES)\n"
-	"                  [--rows R] [--cols C] [--split MODE] [--batch B] [--strict] [-q]\n"
+	"                  [--rows R] [--cols C] [--split MODE] [--batch B] [--strict]\n"
+	"                  [--device cpu|cuda|auto] [-q]\n"
 	"       model-eval --model DIR --generate N [--prompt TEXT] [--ids]\n"
+	"                  [--device cpu|cuda|auto]\n"
 	"  --model DIR      the (original) Hugging Face model directory\n"
 	"  --quantized DIR  a second model to compare with the first (an EXL3 directory\n"
 	"                   or another HF model): KL(model || quantized), top-1 agreement\n"
@@ -31,8 +34,12 @@ static const char usage[] =
 	"  --generate N     print N greedily generated tokens after BOS and the prompt\n"
 	"  --prompt TEXT    prompt for --generate (default: none)\n"
 	"  --ids            with --generate, print token ids instead of text\n"
+	"  --device D       cpu (default), cuda or auto: where the linears of the forward\n"
+	"                   run (cuBLAS; equal to the CPU up to F32 rounding)\n"
 	"  -q               no progress\n"
 	"  -h               this help\n";
+
+static int device = X3_DEVICE_CPU;   /* resolved --device */
 
 static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
                          int split, long *rows, long *cols, int strict)
@@ -106,6 +113,7 @@ static void forward_logits(x3_model *m, const int32_t *ids, long nr, long cols, 
 	x3_forward_opts_init(&fo, m);
 	fo.logits_mode = mode;
 	fo.logits = lg;
+	fo.device = device;
 	if (x3_model_forward(m, ids, nr, cols, &fo))
 		die_x3("forward");
 }
@@ -268,7 +276,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_QUANT, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_SPLIT, O_BATCH,
-	       O_STRICT, O_GEN, O_PROMPT, O_IDS };
+	       O_STRICT, O_GEN, O_PROMPT, O_IDS, O_DEV };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "quantized", required_argument, 0, O_QUANT },
 		{ "text", required_argument, 0, O_TEXT }, { "tokens", required_argument, 0, O_TOKENS },
@@ -276,11 +284,12 @@ int main(int argc, char **argv)
 		{ "split", required_argument, 0, O_SPLIT }, { "batch", required_argument, 0, O_BATCH },
 		{ "strict", no_argument, 0, O_STRICT }, { "generate", required_argument, 0, O_GEN },
 		{ "prompt", required_argument, 0, O_PROMPT }, { "ids", no_argument, 0, O_IDS },
-		{ "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
 	};
 	const char *model = NULL, *qdir = NULL, *tokens = NULL, *prompt = NULL;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
-	int ntexts = 0, split = X3_SPLIT_WHOLE, strict = 0, ids = 0;
+	int ntexts = 0, split = X3_SPLIT_WHOLE, strict = 0, ids = 0, want_device = X3_DEVICE_CPU;
 	long rows = 0, cols = 0, batch = 0, gen = -1;
 	int c;
 	while ((c = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
@@ -304,6 +313,7 @@ int main(int argc, char **argv)
 		case O_GEN: gen = parse_long(usage, "--generate", optarg, 0, 1000000); break;
 		case O_PROMPT: prompt = optarg; break;
 		case O_IDS: ids = 1; break;
+		case O_DEV: want_device = device_parse(usage, optarg); break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
@@ -311,6 +321,13 @@ int main(int argc, char **argv)
 		usage_error(usage, "--model is required");
 	for (int i = optind; i < argc; i++)
 		texts[ntexts++] = argv[i];
+	if (gen >= 0 && (ntexts || tokens || qdir))
+		usage_error(usage, "--generate takes no --text, --tokens or --quantized");
+	if (gen < 0 && (prompt || ids))
+		usage_error(usage, "--prompt and --ids go with --generate");
+	if (gen < 0 && !ntexts == !tokens)
+		usage_error(usage, "give either --text or --tokens");
+	device = device_resolve(want_device);
 	if (gen >= 0) {
 		if (ntexts || tokens || qdir)
 			usage_error(usage, "--generate takes no --text, --tokens or --quantized");

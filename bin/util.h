@@ -47,6 +47,14 @@ struct outfile {
 int outfile_open(struct outfile *o, const char *path);
 void outfile_commit(struct outfile *o);
 
+/* --device cpu|cuda|auto (gpu.h): parse one (a bad value is a usage
+ * error, exit 2, naming it) ... */
+int device_parse(const char *usage, const char *s);
+/* ... and resolve it to X3_DEVICE_CPU or X3_DEVICE_CUDA: cuda without a
+ * usable device exits 1 with the reason; auto without one runs on the CPU
+ * and says so on stderr unless quiet. Call after option parsing (-q). */
+int device_resolve(int want);
+
 /* Progress on stderr when it is a terminal and not quiet. */
 extern int quiet;
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

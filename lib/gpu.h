@@ -119,6 +119,26 @@ int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m,
  * W; inner = 1: W~), host memory. */
 int x3_gpu_linear_weight(x3_gpu_linear *L, int inner, float *w);
 
+/* ---- dense F32 linear (linear.h), lib/gpu_dense.c ---------------------- */
+/* For the model forward on the device (hessian-capture, model-eval): the
+ * weight is uploaded once, y = x Wᵀ (+ bias) is a cuBLAS SGEMM in fp32
+ * (no TF32) and the bias a rank-1 update, i.e. linear.c's cblas_sgemm and
+ * bias add up to the summation order (equal up to F32 rounding, not
+ * bit-identical). */
+typedef struct x3_gpu_dense x3_gpu_dense;
+/* Upload W (out, in) row-major (HF orientation) and bias (out) or NULL. */
+int x3_gpu_dense_create(const float *w, const float *bias, int64_t in,
+                        int64_t out, x3_gpu_dense **res);
+void x3_gpu_dense_free(x3_gpu_dense *d);
+/* Bytes of device memory held (weight, bias, staging). */
+size_t x3_gpu_dense_bytes(const x3_gpu_dense *d);
+/* y (rows, out) = x (rows, in) Wᵀ (+ bias), host memory (staged through
+ * device buffers kept with the linear). */
+int x3_gpu_dense_forward(x3_gpu_dense *d, const float *x, int64_t rows, float *y);
+/* Same with device pointers. */
+int x3_gpu_dense_forward_d(x3_gpu_dense *d, const float *x_d, int64_t rows,
+                           float *y_d);
+
 /* ---- quantizer pieces (quant.h), lib/gpu_quant.c ----------------------- */
 /* Hessian accumulator H = sum x^T x over row blocks, fp32 on the device
  * via cuBLAS SSYRK. */

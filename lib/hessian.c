@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
+#include "gpu.h"
 #include "hessian.h"
 
 struct x3_hess {
@@ -11,6 +12,7 @@ struct x3_hess {
 	int64_t n, count, dropped;
 	float *hf;      /* (n, n), upper triangle accumulated, or NULL */
 	double *hd;     /* (n, n) in f64 mode */
+	x3_gpu_hessian *g; /* rows accumulated on the device, or NULL */
 	struct x3_kv *extra;
 	int nextra;
 };
@@ -84,6 +86,7 @@ void x3_hess_free(x3_hess *h)
 	if (!h)
 		return;
 	free(h->name), free(h->members), free(h->hf), free(h->hd);
+	x3_gpu_hessian_free(h->g);
 	for (int i = 0; i < h->nextra; i++)
 		free(h->extra[i].key), free(h->extra[i].val);
 	free(h->extra);
@@ -106,6 +109,8 @@ static int add_block(x3_hess *h, const float *x, int64_t rows)
 	int64_t n = h->n;
 	if (!rows)
 		return X3_OK;
+	if (h->g)
+		return x3_gpu_hessian_add(h->g, x, rows);
 	if (!h->f64) {
 		cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)n, (int)rows, 1.0f, x, (int)n,
 		            1.0f, h->hf, (int)n);
@@ -120,6 +125,22 @@ static int add_block(x3_hess *h, const float *x, int64_t rows)
 	            1.0, h->hd, (int)n);
 	free(xd);
 	return X3_OK;
+}
+
+int x3_hess_set_device(x3_hess *h, int dev)
+{
+	if (dev == X3_DEVICE_CPU)
+		return h->g ? x3_err(X3_EINVAL, "hessian '%s': rows already accumulated on cuda",
+		                     h->name) : X3_OK;
+	if (dev != X3_DEVICE_CUDA)
+		return x3_err(X3_EINVAL, "hessian '%s': device %s (cpu or cuda expected)", h->name,
+		              x3_device_name(dev));
+	if (h->f64)
+		return x3_err(X3_EINVAL, "hessian '%s': F64 accumulation runs on the CPU", h->name);
+	if (h->g)
+		return X3_OK;
+	int rc = x3_gpu_hessian_create(h->n, &h->g);
+	return rc ? x3_errprefix(rc, "hessian '%s' on cuda", h->name) : X3_OK;
 }
 
 int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n)
@@ -212,16 +233,32 @@ x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
 	x3_tensor *t = x3_tensor_new2(h->name, dtype, n, n);
 	if (!t)
 		return NULL;
+	/* the device's sum (full symmetric; fetching it only symmetrizes the
+	 * device copy, hence the cast), added to frames merged on the host */
+	float *gh = NULL;
+	if (h->g) {
+		gh = malloc((size_t)(n * n) * sizeof *gh);
+		if (!gh || x3_gpu_hessian_get(((x3_hess *)h)->g, gh, NULL)) {
+			if (!gh)
+				x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
+			else
+				x3_errprefix(X3_EIO, "hessian '%s' on cuda", h->name);
+			free(gh);
+			x3_tensor_free(t);
+			return NULL;
+		}
+	}
 	for (int64_t i = 0; i < n; i++)
 		for (int64_t j = 0; j < n; j++) {
 			/* upper triangle (i <= j) is the accumulated one */
 			int64_t s = i <= j ? i * n + j : j * n + i;
-			double v = h->f64 ? h->hd[s] : (double)h->hf[s];
+			double v = h->f64 ? h->hd[s] : (double)(gh ? h->hf[s] + gh[s] : h->hf[s]);
 			if (dtype == X3_F64)
 				((double *)t->data)[i * n + j] = v;
 			else
 				((float *)t->data)[i * n + j] = (float)v;
 		}
+	free(gh);
 	if (x3_meta_set(t, "role", "hessian") ||
 	    x3_meta_setf(t, "count", "%lld", (long long)h->count) ||
 	    x3_meta_setf(t, "dropped", "%lld", (long long)h->dropped) ||

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <cblas.h>
 #include "exl3.h"
+#include "gpu.h"
 #include "linear.h"
 
 /* Batches of at least this many rows multiply an EXL3 linear through a
@@ -17,7 +18,18 @@ struct x3_linear {
 	float *b;       /* (out) or NULL */
 	x3_exl3 *q;     /* EXL3 linear, or NULL */
 	char *key;
+	/* on the device (x3_linear_set_device cuda): a dense weight, or an
+	 * EXL3 linear plus, made on the first batch of more than
+	 * GPU_GEMV_ROWS rows, its dense reconstruction */
+	int dev;
+	x3_gpu_dense *gd;
+	x3_gpu_linear *gq;
 };
+
+/* EXL3 batches up to this many rows go through the fused fp32 GEMV
+ * (x3_gpu_linear_forward_d path 3, m <= 16), larger ones through the dense
+ * reconstruction and SGEMM. */
+#define GPU_GEMV_ROWS 16
 
 static int is_float(x3_dtype t) { return t == X3_F32 || t == X3_F16 || t == X3_BF16; }
 
@@ -97,8 +109,10 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 	if (rc || check_only)
 		return rc;
 	x3_linear *l = calloc(1, sizeof *l);
-	if (!l)
+	if (!l || !(l->key = strdup(key))) {
+		free(l);
 		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", wn);
+	}
 	l->in = in, l->out = out;
 	l->w = x3_tensor_f32(w);
 	if (!l->w || (b && !(l->b = x3_tensor_f32(b)))) {
@@ -109,10 +123,112 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 	return X3_OK;
 }
 
+/* The fp32 bias of an EXL3 linear: the product of a zero row (y = 0·Wᵀ + b),
+ * as the CPU path takes it. */
+static int exl3_bias(x3_linear *l, float **b)
+{
+	*b = NULL;
+	if (!x3_exl3_has_bias(l->q))
+		return X3_OK;
+	float *z = calloc((size_t)l->in, sizeof *z);
+	*b = malloc((size_t)l->out * sizeof **b);
+	int rc = !z || !*b ? x3_err(X3_ENOMEM, "out of memory") : x3_exl3_matmul(l->q, z, 1, l->in, *b, 1);
+	free(z);
+	if (rc)
+		free(*b), *b = NULL;
+	return rc;
+}
+
+/* The dense reconstruction of an EXL3 linear on the device, from the
+ * device's decode (x3_gpu_linear_weight, fp32): (k, n) to HF (out, in). */
+static int exl3_gpu_dense(x3_linear *l)
+{
+	int64_t k = x3_exl3_k(l->q), n = x3_exl3_n(l->q);
+	float *wk = malloc((size_t)(k * n) * sizeof *wk);
+	float *w = malloc((size_t)(l->out * l->in) * sizeof *w), *b = NULL;
+	int rc = !wk || !w ? x3_err(X3_ENOMEM, "out of memory") : x3_gpu_linear_weight(l->gq, 0, wk);
+	if (!rc) {
+		for (int64_t o = 0; o < l->out; o++)
+			for (int64_t i = 0; i < l->in; i++)
+				w[o * l->in + i] = wk[i * n + o];
+		rc = exl3_bias(l, &b);
+	}
+	if (!rc)
+		rc = x3_gpu_dense_create(w, b, l->in, l->out, &l->gd);
+	free(wk), free(w), free(b);
+	return rc;
+}
+
+/* An EXL3 batch of at most GPU_GEMV_ROWS rows: x zero-extended to k, the
+ * fp32 GEMV, y trimmed to out. */
+static int exl3_gpu_gemv(x3_linear *l, const float *x, int64_t rows, float *y)
+{
+	int64_t k = x3_exl3_k(l->q), n = x3_exl3_n(l->q);
+	float *xk = calloc((size_t)(rows * k), sizeof *xk);
+	float *yn = malloc((size_t)(rows * n) * sizeof *yn);
+	float *x_d = NULL, *y_d = NULL;
+	int rc = !xk || !yn ? x3_err(X3_ENOMEM, "out of memory") : X3_OK;
+	if (!rc) {
+		for (int64_t r = 0; r < rows; r++)
+			memcpy(xk + r * k, x + r * l->in, (size_t)l->in * sizeof *xk);
+		rc = x3_gpu_alloc((void **)&x_d, (size_t)(rows * k) * sizeof(float));
+	}
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&y_d, (size_t)(rows * n) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_upload(x_d, xk, (size_t)(rows * k) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_linear_forward_d(l->gq, x_d, rows, y_d, 3);
+	if (!rc)
+		rc = x3_gpu_download(yn, y_d, (size_t)(rows * n) * sizeof(float));
+	if (!rc)
+		for (int64_t r = 0; r < rows; r++)
+			memcpy(y + r * l->out, yn + r * n, (size_t)l->out * sizeof *y);
+	x3_gpu_free(x_d), x3_gpu_free(y_d);
+	free(xk), free(yn);
+	return rc;
+}
+
+static int apply_gpu(x3_linear *l, const float *x, int64_t rows, float *y)
+{
+	int rc = X3_OK;
+	if (l->q && rows <= GPU_GEMV_ROWS) {
+		rc = exl3_gpu_gemv(l, x, rows, y);
+	} else {
+		if (!l->gd)
+			rc = exl3_gpu_dense(l);
+		if (!rc)
+			rc = x3_gpu_dense_forward(l->gd, x, rows, y);
+	}
+	return rc ? x3_errprefix(rc, "linear '%s' on cuda", l->key) : X3_OK;
+}
+
+int x3_linear_set_device(x3_linear *l, int dev)
+{
+	if (dev != X3_DEVICE_CPU && dev != X3_DEVICE_CUDA)
+		return x3_err(X3_EINVAL, "linear '%s': device %s (cpu or cuda expected)", l->key,
+		              x3_device_name(dev));
+	if (dev == l->dev)
+		return X3_OK;
+	x3_gpu_dense_free(l->gd), x3_gpu_linear_free(l->gq);
+	l->gd = NULL, l->gq = NULL;
+	l->dev = X3_DEVICE_CPU;
+	if (dev == X3_DEVICE_CPU)
+		return X3_OK;
+	int rc = l->q ? x3_gpu_linear_from_exl3(l->q, &l->gq)
+	              : x3_gpu_dense_create(l->w, l->b, l->in, l->out, &l->gd);
+	if (rc)
+		return x3_errprefix(rc, "linear '%s': upload to cuda", l->key);
+	l->dev = X3_DEVICE_CUDA;
+	return X3_OK;
+}
+
 int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y)
 {
 	if (rows <= 0)
 		return X3_OK;
+	if (l->dev == X3_DEVICE_CUDA)
+		return apply_gpu(l, x, rows, y);
 	if (l->q && !l->w && rows < EXL3_DENSE_ROWS) {
 		int rc = x3_exl3_matmul(l->q, x, rows, l->in, y, 0);
 		return rc ? x3_errprefix(rc, "linear '%s'", l->key) : X3_OK;
@@ -121,14 +237,9 @@ int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y)
 		/* dense reconstruction, once; the bias comes from the matmul of
 		 * a zero row (y = 0·Wᵀ + b) */
 		l->w = malloc((size_t)(l->out * l->in) * sizeof *l->w);
-		float *z = calloc((size_t)l->in, sizeof *z);
-		if (x3_exl3_has_bias(l->q))
-			l->b = malloc((size_t)l->out * sizeof *l->b);
-		int rc = !l->w || !z || (x3_exl3_has_bias(l->q) && !l->b)
-		         ? x3_err(X3_ENOMEM, "out of memory") : x3_exl3_dequant(l->q, l->w);
-		if (!rc && l->b)
-			rc = x3_exl3_matmul(l->q, z, 1, l->in, l->b, 1);
-		free(z);
+		int rc = !l->w ? x3_err(X3_ENOMEM, "out of memory") : x3_exl3_dequant(l->q, l->w);
+		if (!rc)
+			rc = exl3_bias(l, &l->b);
 		if (rc) {
 			free(l->w), free(l->b);
 			l->w = l->b = NULL;
@@ -156,5 +267,7 @@ void x3_linear_free(x3_linear *l)
 	free(l->b);
 	free(l->key);
 	x3_exl3_free(l->q);
+	x3_gpu_dense_free(l->gd);
+	x3_gpu_linear_free(l->gq);
 	free(l);
 }

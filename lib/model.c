@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "gpu.h"
 #include "model.h"
 #include "safetensors.h"
 #include "linear.h"
@@ -533,6 +534,12 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			x3_errprefix(rc, "layer %d", l);
 			goto out;
 		}
+		for (int i = 0; i < L_N && o->device != X3_DEVICE_CPU; i++)
+			if ((rc = x3_linear_set_device(w.lin[i], o->device))) {
+				layer_free(&w);
+				x3_errprefix(rc, "layer %d", l);
+				goto out;
+			}
 		for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
 			int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
 			rc = layer_chunk(&f, l, &w, x + r0 * cols * H, nr);
@@ -553,8 +560,10 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 
 	float *norm = NULL;
 	x3_linear *head = NULL;
-	if ((rc = load_vec(m->st, "model.norm.weight", H, &norm)) || (rc = head_open(m, 0, &head))) {
+	if ((rc = load_vec(m->st, "model.norm.weight", H, &norm)) || (rc = head_open(m, 0, &head)) ||
+	    (o->device != X3_DEVICE_CPU && (rc = x3_linear_set_device(head, o->device)))) {
 		free(norm);
+		x3_linear_free(head);
 		goto out;
 	}
 	for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {

@@ -104,6 +104,11 @@ struct x3_forward_opts {
 	 * NULL. A non-zero return aborts the forward. */
 	int (*layer_input)(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden);
 	void *layer_input_ctx;
+	/* Where the linears multiply: X3_DEVICE_CPU (default) or
+	 * X3_DEVICE_CUDA (resolved; gpu.h), see x3_linear_set_device. Each
+	 * layer's weights go to the device when the layer runs; embedding,
+	 * norms, RoPE, attention and the activation stay on the CPU. */
+	int device;
 };
 /* Set defaults: no hook, all layers, no logits. */
 void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m);

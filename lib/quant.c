@@ -11,6 +11,7 @@
 #include <omp.h>
 #include <xxhash.h>
 #include "codec.h"
+#include "gpu.h"
 #include "quant.h"
 
 /* -1.24371088: RMS of the 3INST codebook, negated (§5.2 step 7) */
@@ -165,19 +166,53 @@ int x3_block_ldl(float *A, int64_t k)
 	return X3_OK;
 }
 
+/* Where the Hadamard rotations and the block LDL of x3_qhess_finalize and
+ * x3_regularize run (x3_quant_set_device). */
+static int quant_device = X3_DEVICE_CPU;
+
+int x3_quant_set_device(int dev)
+{
+	if (dev != X3_DEVICE_CPU && dev != X3_DEVICE_CUDA)
+		return x3_err(X3_EINVAL, "quantizer device %s (cpu or cuda expected)",
+		              x3_device_name(dev));
+	if (dev == X3_DEVICE_CUDA && !x3_gpu_available())
+		return X3_EUNSUP;
+	quant_device = dev;
+	return X3_OK;
+}
+
+/* x3_had128_rows/cols on the quantizer's device */
+static int had_rows(float *x, int64_t rows, int64_t cols)
+{
+	if (quant_device == X3_DEVICE_CUDA)
+		return x3_gpu_had128_rows(x, rows, cols);
+	x3_had128_rows(x, rows, cols);
+	return X3_OK;
+}
+
+static int had_cols(float *x, int64_t rows, int64_t cols)
+{
+	if (quant_device == X3_DEVICE_CUDA)
+		return x3_gpu_had128_cols(x, rows, cols);
+	x3_had128_cols(x, rows, cols);
+	return X3_OK;
+}
+
 /* H <- Hb diag(s) H diag(s) Hb (§8.2.6) */
-static void rotate_hessian(float *H, int64_t k, const float *s)
+static int rotate_hessian(float *H, int64_t k, const float *s)
 {
 	#pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < k; i++)
 		for (int64_t j = 0; j < k; j++)
 			H[i * k + j] *= s[j];
-	x3_had128_rows(H, k, k);
+	int rc = had_rows(H, k, k);
+	if (rc)
+		return rc;
 	#pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < k; i++)
 		for (int64_t j = 0; j < k; j++)
 			H[i * k + j] *= s[i];
-	x3_had128_cols(H, k, k);
+	return had_cols(H, k, k);
 }
 
 static double diag_mean(const float *H, int64_t k)
@@ -250,11 +285,31 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 		*out = h;
 		return X3_OK;
 	}
-	rotate_hessian(H, k, sign);
+	int rc = rotate_hessian(H, k, sign);
+	if (rc) {
+		x3_qhess_free(h);
+		return x3_errprefix(rc, "hessian rotation");
+	}
 	h->L = xmalloc((size_t)(k * k), sizeof(float));
 	if (!h->L) {
 		x3_qhess_free(h);
 		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld LDL factor", (long long)k, (long long)k);
+	}
+	if (quant_device == X3_DEVICE_CUDA) {
+		/* the same loop on the device (cuSOLVER SPOTRF) */
+		rc = x3_gpu_block_ldl_retry(H, k, X3_LDL_RETRIES, h->L, &h->retries);
+		if (rc == X3_ENUM) {
+			char why[200];
+			snprintf(why, sizeof why, "not positive definite after %d damping retries (%s)",
+			         X3_LDL_RETRIES, x3_errmsg());
+			h->retries = X3_LDL_RETRIES;
+			qhess_fallback(h, why);
+		} else if (rc) {
+			x3_qhess_free(h);
+			return x3_errprefix(rc, "block LDL");
+		}
+		*out = h;
+		return X3_OK;
 	}
 	for (;;) {
 		memcpy(h->L, H, (size_t)(k * k) * sizeof(float));
@@ -419,7 +474,11 @@ int x3_regularize(const float *Whf, int64_t n0, int64_t k0, const x3_qhess *h,
 		if (c[j] != 0)
 			sv[j] = 0;
 	/* 5. right Hadamard */
-	x3_had128_rows(W, k, n);
+	if ((rc = had_rows(W, k, n))) {
+		free(c);
+		x3_qweight_free(w);
+		return x3_errprefix(rc, "weight rotation");
+	}
 	/* 6.-8. input-channel RMS, rows normalized to the codebook RMS */
 	#pragma omp parallel for schedule(static)
 	for (int64_t i = 0; i < k; i++) {
@@ -434,7 +493,11 @@ int x3_regularize(const float *Whf, int64_t n0, int64_t k0, const x3_qhess *h,
 			W[i * n + j] /= su[i];
 	}
 	/* 9. left Hadamard */
-	x3_had128_cols(W, k, n);
+	if ((rc = had_cols(W, k, n))) {
+		free(c);
+		x3_qweight_free(w);
+		return x3_errprefix(rc, "weight rotation");
+	}
 	free(c);
 	*out = w;
 	return X3_OK;
