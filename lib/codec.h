@@ -58,7 +58,8 @@ int x3_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k,
  * ties; ExLlamaV3's penultimate-buffer quirk is not reproduced); pass 2
  * constrained to start and end at that edge, so every tile is tail-biting.
  * Targets must be finite with |x| <= 1e16 (else X3_ENUM naming the tile).
- * Each OpenMP thread keeps a 1-2.5 MB workspace between calls. */
+ * Each OpenMP thread keeps a workspace between calls (0.5-8.5 MB, the most
+ * at K = 4), and the codebook re-laid-out per (K, codebook) is kept. */
 int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
                       uint16_t *states, float *values, int threads);
 int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,

@@ -24,23 +24,37 @@
  * Fast path: costs are edge-indexed; the codebook is re-laid-out in the
  * order the step consumes it (one sequential 256 KB stream per step);
  * lanes are 16 consecutive out-edges, four 16-edge blocks in flight per
- * group (independent min chains). The running min m_k = min(m_{k-1}, c_k)
- * and the mask c_k < m_{k-1} are computed per candidate; the masks are the
- * back-pointers (2^K - 1 bits per edge): the winner is the largest k whose
- * mask bit is set, or 0, which is exactly the strict-< argmin. vminps
- * returns its first operand iff it is strictly less, so min and the blend
- * agree bit for bit (costs are never NaN or -0).
- * K <= 3: two steps are fused per 1024-edge block so the intermediate
- * costs stay in L1 (two_steps); AVX-512 uses layout B at K = 2, 3
- * (body512b). Kernels are instantiated per K. Dispatch is at run time
- * (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no -march.
- * What did not help on the build host (measured, not kept): two tiles in
- * lock step sharing the codebook stream, an fp16 copy of the codebook,
- * eight chains in flight at K >= 4, larger or smaller fused blocks. */
+ * group (independent min chains), running min m_k = min(m_{k-1}, c_k).
+ * vminps returns its first operand iff it is strictly less, so the min
+ * is the strict-< winner's cost bit for bit (costs are never NaN or -0).
+ * Back-pointers, two ways:
+ *  - K <= 3, masks: the mask c_k < m_{k-1} per candidate (2^K - 1 bits per
+ *    edge); the winner is the largest k whose bit is set, or 0, exactly the
+ *    strict-< argmin. Two steps are fused per 1024-edge block so the
+ *    intermediate costs stay in L1 (two_steps); AVX-512 uses layout B at
+ *    K = 2, 3 (body512bt). At K <= 2 the masks go through an L1 staging
+ *    area and out with non-temporal stores (stream_copy).
+ *  - K >= 4, recompute: no compare, no mask; the costs entering every
+ *    position the trace-back visits are kept (hist), and the trace-back
+ *    recomputes the 2^K candidates of the one edge on the path (tb_*).
+ *    3 vector ops per 16 candidates instead of 4.
+ * Pass 1's trace-back visits positions 127..0 only, so its first half
+ * (positions 128..255) keeps neither. AVX-512 runs two tiles in lock step
+ * (one codebook load for both) at K <= 2 and K >= 4 when there are at
+ * least two tiles per thread. Kernels are instantiated per K. Dispatch is
+ * at run time (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no
+ * -march. The re-laid-out codebooks are built once per (K, codebook,
+ * layout) and kept.
+ * Measured and not kept (build host, AVX-512): layout B at K = 1; mask
+ * staging at K = 3 (5% slower); pairs at K = 3 (no gain); software
+ * prefetch of the codebook stream (slower); non-temporal copies of the
+ * K = 4 costs (hist is 4 MB per tile there; 10-25% slower); an fp16 copy
+ * of the codebook and eight chains at K >= 4 (an earlier session). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
+#include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define X3_X86 1
@@ -52,7 +66,13 @@
 /* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
  * bound by memory traffic and layout A measured slightly faster */
 #define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
-#define FUSE_B 1024        /* edges per block of the fused step pair (K <= 3) */
+/* edges per block of the fused step pair (K <= 3); the mid scratch holds
+ * FUSE_MAX. At K = 1, 2 (two tiles, two scratch blocks) 512 measured 3-10%
+ * faster than 1024; 2048 and 4096 were slower. */
+#ifndef FUSE_B
+#define FUSE_B(K) ((K) <= 2 ? 512 : 1024)
+#endif
+#define FUSE_MAX 1024
 #define PAD 16             /* floats past the end of a cost buffer */
 
 static int check_args(int K, int cb, const float *x, int64_t ntiles)
@@ -179,7 +199,8 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
                         int g0, int g1)
 {
 	const int NK = 1 << K;
-	bp += (size_t)g0 * (NK - 1) * 4;
+	if (bp)
+		bp += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
 		const float *p = pb - poff;
@@ -189,7 +210,7 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
 			m[l] = fmaf(d, d, p[(64 * g + l) >> K]);
 		}
 		c += 64;
-		for (int k = 1; k < NK; k++, c += 64, bp += 4)
+		for (int k = 1; k < NK; k++, c += 64, bp = bp ? bp + 4 : bp)
 			for (int u = 0; u < 4; u++) {
 				unsigned mask = 0;
 				const float *pv = p + k * ks;
@@ -201,7 +222,8 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
 						mask |= 1u << l;
 					}
 				}
-				bp[u] = (uint16_t)mask;
+				if (bp)
+					bp[u] = (uint16_t)mask;
 			}
 		memcpy(out, m, sizeof m);
 	}
@@ -217,62 +239,95 @@ static void step_scalar(int K, const float *cbo, float w, const float *pb,
  * GPR, shifts, ors), which costs more than the arithmetic. */
 #define STORE_MASK(ptr, m) __asm__("kmovw %1, %0" : "=m"(*(ptr)) : "k"(m))
 
-/* Predecessor costs of 16 lanes. K >= 4: the lanes of a block share one
- * predecessor (broadcast). K < 4: lane l needs p[l >> K] (expand). */
-TGT512 INLINE __m512 pv512(const int K, const float *p, __m512i ix)
-{
-	if (K >= 4)
-		return _mm512_set1_ps(*p);
-	return _mm512_permutexvar_ps(ix, _mm512_loadu_ps(p));
-}
-
-/* One group: four independent running-min chains over k. */
-TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *pb,
-                           size_t ks, int poff, float *out, uint16_t *bp,
-                           int g0, int g1)
+/* One group: four independent running-min chains over k, for T = 1 tile
+ * or T = 2 tiles in lock step (one codebook load serves both; tile b's
+ * predecessor costs, outputs and masks at pbb, ob, bb, at the same offsets
+ * as tile a's). */
+TGT512 INLINE void body512t(const int K, const int wbp, const int T, const float *cbo,
+                            float wa, float wb, const float *pa, const float *pbb,
+                            size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
+                            uint16_t *bb, int g0, int g1)
 {
 	const int NK = 1 << K;
-	const __m512 vw = _mm512_set1_ps(w);
-	const __m512i ix = _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
-	                                     7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0));
-	bp += (size_t)g0 * (NK - 1) * 4;
-	for (int g = g0; g < g1; g++, out += 64) {
+	const __m512 vw[2] = { _mm512_set1_ps(wa), _mm512_set1_ps(wb) };
+	/* K < 4: the 64 lanes of a group need p[(64g >> K) + ((16u + l) >> K)],
+	 * 64 >> K consecutive costs: one or two aligned-size loads per k,
+	 * expanded by a permute per u (no line-splitting loads per u) */
+	const int NV = K == 1 ? 2 : 1;
+	__m512i ixu[4];
+	for (int u = 0; u < 4; u++)
+		ixu[u] = _mm512_add_epi32(_mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10,
+		                          9, 8, 7, 6, 5, 4, 3, 2, 1, 0), (unsigned)(K < 4 ? K : 0)),
+		                          _mm512_set1_epi32(((16 * u) >> K) & 15));
+	const float *pt[2] = { pa, pbb };
+	float *ot[2] = { oa, ob };
+	uint16_t *bt[2] = { ba, bb };
+	if (wbp)
+		for (int t = 0; t < T; t++)
+			bt[t] += (size_t)g0 * (NK - 1) * 4;
+	for (int g = g0; g < g1; g++) {
 		const float *c = cbo + (size_t)g * NK * 64;
-		const float *p0 = pb + ((64 * g) >> K) - poff, *p1 = pb + ((64 * g + 16) >> K) - poff;
-		const float *p2 = pb + ((64 * g + 32) >> K) - poff, *p3 = pb + ((64 * g + 48) >> K) - poff;
-		__m512 d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-		__m512 d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-		__m512 d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-		__m512 d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-		__m512 m0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0, ix));
-		__m512 m1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1, ix));
-		__m512 m2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2, ix));
-		__m512 m3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3, ix));
-		c += 64;
-		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
-			const size_t o = k * ks;
-			d0 = _mm512_sub_ps(_mm512_load_ps(c), vw);
-			d1 = _mm512_sub_ps(_mm512_load_ps(c + 16), vw);
-			d2 = _mm512_sub_ps(_mm512_load_ps(c + 32), vw);
-			d3 = _mm512_sub_ps(_mm512_load_ps(c + 48), vw);
-			__m512 v0 = _mm512_fmadd_ps(d0, d0, pv512(K, p0 + o, ix));
-			__m512 v1 = _mm512_fmadd_ps(d1, d1, pv512(K, p1 + o, ix));
-			__m512 v2 = _mm512_fmadd_ps(d2, d2, pv512(K, p2 + o, ix));
-			__m512 v3 = _mm512_fmadd_ps(d3, d3, pv512(K, p3 + o, ix));
-			STORE_MASK(bp + 0, _mm512_cmp_ps_mask(v0, m0, _CMP_LT_OQ));
-			STORE_MASK(bp + 1, _mm512_cmp_ps_mask(v1, m1, _CMP_LT_OQ));
-			STORE_MASK(bp + 2, _mm512_cmp_ps_mask(v2, m2, _CMP_LT_OQ));
-			STORE_MASK(bp + 3, _mm512_cmp_ps_mask(v3, m3, _CMP_LT_OQ));
-			m0 = _mm512_min_ps(v0, m0);
-			m1 = _mm512_min_ps(v1, m1);
-			m2 = _mm512_min_ps(v2, m2);
-			m3 = _mm512_min_ps(v3, m3);
+		/* (64g + 16u) >> K == (64g >> K) + (16u >> K) for K <= 8 */
+		const float *q[2];
+		__m512 m[2][4], V[2][2];
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++) {
+			q[t] = pt[t] + ((64 * g) >> K) - poff;
+			if (K < 4)
+				for (int i = 0; i < NV; i++)
+					V[t][i] = _mm512_loadu_ps(q[t] + 16 * i);
 		}
-		_mm512_store_ps(out, m0);
-		_mm512_store_ps(out + 16, m1);
-		_mm512_store_ps(out + 32, m2);
-		_mm512_store_ps(out + 48, m3);
+#pragma GCC unroll 4
+		for (int u = 0; u < 4; u++) {
+			__m512 x = _mm512_load_ps(c + 16 * u);
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++) {
+				__m512 d = _mm512_sub_ps(x, vw[t]);
+				__m512 pv = K >= 4 ? _mm512_set1_ps(q[t][(16 * u) >> K])
+				                   : _mm512_permutexvar_ps(ixu[u], V[t][((16 * u) >> K) >> 4]);
+				m[t][u] = _mm512_fmadd_ps(d, d, pv);
+			}
+		}
+		c += 64;
+		for (int k = 1; k < NK; k++, c += 64) {
+			const size_t o = k * ks;
+			if (K < 4)
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++)
+					for (int i = 0; i < NV; i++)
+						V[t][i] = _mm512_loadu_ps(q[t] + o + 16 * i);
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++) {
+				__m512 x = _mm512_load_ps(c + 16 * u);
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++) {
+					__m512 d = _mm512_sub_ps(x, vw[t]);
+					__m512 pv = K >= 4 ? _mm512_set1_ps(q[t][o + ((16 * u) >> K)])
+					                   : _mm512_permutexvar_ps(ixu[u],
+					                                           V[t][((16 * u) >> K) >> 4]);
+					__m512 v = _mm512_fmadd_ps(d, d, pv);
+					if (wbp)
+						STORE_MASK(bt[t] + u, _mm512_cmp_ps_mask(v, m[t][u], _CMP_LT_OQ));
+					m[t][u] = _mm512_min_ps(v, m[t][u]);
+				}
+			}
+			if (wbp)
+				for (int t = 0; t < T; t++)
+					bt[t] += 4;
+		}
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++)
+#pragma GCC unroll 4
+			for (int u = 0; u < 4; u++)
+				_mm512_store_ps(ot[t] + (size_t)64 * (g - g0) + 16 * u, m[t][u]);
 	}
+}
+
+TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w,
+                           const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
+                           int g0, int g1)
+{
+	body512t(K, wbp, 1, cbo, w, w, pb, pb, ks, poff, out, out, bp, bp, g0, g1);
 }
 
 /* Layout B (AVX-512, K with LAYOUT_B(K)): lanes are 16 consecutive
@@ -282,121 +337,238 @@ TGT512 INLINE void body512(const int K, const float *cbo, float w, const float *
  * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
  *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
  *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
-TGT512 INLINE void body512b(const int K, const float *cbo, float w, const float *pb,
-                            size_t ks, int poff, float *out, uint16_t *bp,
-                            int g0, int g1)
+TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const float *cbo,
+                             float wa, float wb, const float *pa, const float *pbb,
+                             size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
+                             uint16_t *bb, int g0, int g1)
 {
 	const int NK = 1 << K;
 	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
-	const __m512 vw = _mm512_set1_ps(w);
+	const __m512 vw[2] = { _mm512_set1_ps(wa), _mm512_set1_ps(wb) };
 	const __m512i zl = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
 	const __m512i zh = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10,
 	                                    25, 9, 24, 8);
-	bp += (size_t)b0 * (NK - 1) * NK;
-	for (int b = b0; b < b1; b++, out += 16 * NK) {
+	const float *pt[2] = { pa, pbb };
+	float *ot[2] = { oa, ob };
+	uint16_t *bt[2] = { ba, bb };
+	if (wbp)
+		for (int t = 0; t < T; t++)
+			bt[t] += (size_t)b0 * (NK - 1) * NK;
+	for (int b = b0; b < b1; b++) {
 		const float *c = cbo + (size_t)b * NK * NK * 16;
-		const float *p = pb + 16 * b - poff;
-		__m512 m[8], t[8];
-		__m512 P = _mm512_loadu_ps(p);
+		__m512 m[2][8], P[2];
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++)
+			P[t] = _mm512_loadu_ps(pt[t] + 16 * b - poff);
 #pragma GCC unroll 8
 		for (int j = 0; j < NK; j++) {
-			__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
-			m[j] = _mm512_fmadd_ps(d, d, P);
+			__m512 x = _mm512_load_ps(c + 16 * j);
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++) {
+				__m512 d = _mm512_sub_ps(x, vw[t]);
+				m[t][j] = _mm512_fmadd_ps(d, d, P[t]);
+			}
 		}
 		c += 16 * NK;
 #pragma GCC unroll 8
-		for (int k = 1; k < NK; k++, c += 16 * NK, bp += NK) {
-			P = _mm512_loadu_ps(p + k * ks);
+		for (int k = 1; k < NK; k++, c += 16 * NK) {
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++)
+				P[t] = _mm512_loadu_ps(pt[t] + 16 * b - poff + k * ks);
 #pragma GCC unroll 8
 			for (int j = 0; j < NK; j++) {
-				__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
-				__m512 v = _mm512_fmadd_ps(d, d, P);
-				STORE_MASK(bp + j, _mm512_cmp_ps_mask(v, m[j], _CMP_LT_OQ));
-				m[j] = _mm512_min_ps(v, m[j]);
+				__m512 x = _mm512_load_ps(c + 16 * j);
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++) {
+					__m512 d = _mm512_sub_ps(x, vw[t]);
+					__m512 v = _mm512_fmadd_ps(d, d, P[t]);
+					if (wbp)
+						STORE_MASK(bt[t] + j, _mm512_cmp_ps_mask(v, m[t][j], _CMP_LT_OQ));
+					m[t][j] = _mm512_min_ps(v, m[t][j]);
+				}
 			}
+			if (wbp)
+				for (int t = 0; t < T; t++)
+					bt[t] += NK;
 		}
-		/* round: t[2i], t[2i+1] = zip_lo, zip_hi of m[i], m[i + NK/2] */
+#pragma GCC unroll 2
+		for (int t = 0; t < T; t++) {
+			__m512 r[8], u[8];
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++)
+				r[j] = m[t][j];
+			/* round: u[2i], u[2i+1] = zip_lo, zip_hi of r[i], r[i + NK/2] */
 #pragma GCC unroll 3
-		for (int r = 0; r < K; r++) {
+			for (int q = 0; q < K; q++) {
 #pragma GCC unroll 4
-			for (int i = 0; i < NK / 2; i++) {
-				t[2 * i] = _mm512_permutex2var_ps(m[i], zl, m[i + NK / 2]);
-				t[2 * i + 1] = _mm512_permutex2var_ps(m[i], zh, m[i + NK / 2]);
+				for (int i = 0; i < NK / 2; i++) {
+					u[2 * i] = _mm512_permutex2var_ps(r[i], zl, r[i + NK / 2]);
+					u[2 * i + 1] = _mm512_permutex2var_ps(r[i], zh, r[i + NK / 2]);
+				}
+#pragma GCC unroll 8
+				for (int j = 0; j < NK; j++)
+					r[j] = u[j];
 			}
 #pragma GCC unroll 8
 			for (int j = 0; j < NK; j++)
-				m[j] = t[j];
+				_mm512_store_ps(ot[t] + (size_t)16 * NK * (b - b0) + 16 * j, r[j]);
 		}
-#pragma GCC unroll 8
-		for (int j = 0; j < NK; j++)
-			_mm512_store_ps(out + 16 * j, m[j]);
 	}
 }
+
+TGT512 INLINE void body512b(const int K, const int wbp, const float *cbo, float w,
+                            const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
+                            int g0, int g1)
+{
+	body512bt(K, wbp, 1, cbo, w, w, pb, pb, ks, poff, out, out, bp, bp, g0, g1);
+}
+
+/* one instance per K and back-pointer mode: shifts and trip counts are
+ * constants; bp == NULL selects the instance without masks */
+#define BODY512(K, wbp) do { \
+		if (LAYOUT_B(K)) \
+			body512b(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
+		else \
+			body512(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
+	} while (0)
+#define SWITCH_K(M, wbp) switch (K) { \
+	case 1: M(1, wbp); break; case 2: M(2, wbp); break; \
+	case 3: M(3, wbp); break; case 4: M(4, wbp); break; \
+	case 5: M(5, wbp); break; case 6: M(6, wbp); break; \
+	case 7: M(7, wbp); break; default: M(8, wbp); break; }
 
 TGT512 static void step_avx512(int K, const float *cbo, float w, const float *pb,
                                size_t ks, int poff, float *out, uint16_t *bp,
                                int g0, int g1)
 {
-	switch (K) {   /* one instance per K: shifts and trip counts constant */
-	case 1:
-		if (LAYOUT_B(1))
-			body512b(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		else
-			body512(1, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		break;
-	case 2:
-		if (LAYOUT_B(2))
-			body512b(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		else
-			body512(2, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		break;
-	case 3:
-		if (LAYOUT_B(3))
-			body512b(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		else
-			body512(3, cbo, w, pb, ks, poff, out, bp, g0, g1);
-		break;
-	case 4: body512(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 5: body512(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 6: body512(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 7: body512(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	default: body512(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	}
+	if (bp)
+		SWITCH_K(BODY512, 1)
+	else
+		SWITCH_K(BODY512, 0)
 }
 
 /* The fused step pair of two_steps() with the kernels inlined: one call
  * per pair of steps instead of NK + 1 calls per 1024-edge block. */
-TGT512 INLINE void fused512(const int K, const float *cbo, float w0, float w1,
-                            const float *prev, float *next, float *mid,
+TGT512 INLINE void fused512(const int K, const int wbp, const float *cbo, float w0,
+                            float w1, const float *prev, float *next, float *mid,
                             uint16_t *bp0, uint16_t *bp1)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
-	const int L = FUSE_B / NK;
-	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+	const int L = FUSE_B(K) / NK;
+	for (int e0 = 0; e0 < E; e0 += FUSE_B(K)) {
 		for (int kk = 0; kk < NK; kk++) {
 			int x0 = kk * G + e0 / NK;
 			if (LAYOUT_B(K))
-				body512b(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+				body512b(K, wbp, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64,
+				         (x0 + L) / 64);
 			else
-				body512(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
+				body512(K, wbp, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64,
+				        (x0 + L) / 64);
 		}
 		if (LAYOUT_B(K))
-			body512b(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
-			         (e0 + FUSE_B) / 64);
+			body512b(K, wbp, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			         (e0 + FUSE_B(K)) / 64);
 		else
-			body512(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
-			        (e0 + FUSE_B) / 64);
+			body512(K, wbp, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
+			        (e0 + FUSE_B(K)) / 64);
 	}
 }
+
+#define FUSED512(K, wbp) fused512(K, wbp, cbo, w0, w1, prev, next, mid, bp0, bp1)
 
 TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
                                 const float *prev, float *next, float *mid,
                                 uint16_t *bp0, uint16_t *bp1)
 {
+	if (bp0) {
+		switch (K) {
+		case 1: FUSED512(1, 1); break;
+		case 2: FUSED512(2, 1); break;
+		default: FUSED512(3, 1); break;
+		}
+	} else {
+		switch (K) {
+		case 1: FUSED512(1, 0); break;
+		case 2: FUSED512(2, 0); break;
+		default: FUSED512(3, 0); break;
+		}
+	}
+}
+
+/* Two tiles in lock step (AVX-512, layout A: K = 1 fused with masks, and
+ * recompute mode K >= 4, whole steps without masks). One codebook load
+ * serves the candidates of both tiles: the 64-byte load per 16 candidates
+ * asks ~40 B/cycle of L2 at the recompute kernels' 1.5 cycles per vector,
+ * about all L2 delivers, and at K = 1 the codebook stream is the bound. */
+typedef void (*step2_fn)(int K, const float *cbo, float wa, float wb, const float *pa,
+                         const float *pb, float *oa, float *ob);
+typedef void (*fused2_fn)(int K, const float *cbo, float wa0, float wa1, float wb0,
+                          float wb1, const float *preva, const float *prevb, float *nexta,
+                          float *nextb, float *mida, float *midb, uint16_t *ba0,
+                          uint16_t *ba1, uint16_t *bb0, uint16_t *bb1);
+
+#define BODY2(K) body512t(K, 0, 2, cbo, wa, wb, pa, pb, (size_t)1 << (16 - 2 * (K)), 0, \
+                          oa, ob, NULL, NULL, 0, 1 << (10 - (K)))
+
+TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, const float *pa,
+                                const float *pb, float *oa, float *ob)
+{
 	switch (K) {
-	case 1: fused512(1, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
-	case 2: fused512(2, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
-	default: fused512(3, cbo, w0, w1, prev, next, mid, bp0, bp1); break;
+	case 4: BODY2(4); break;
+	case 5: BODY2(5); break;
+	case 6: BODY2(6); break;
+	case 7: BODY2(7); break;
+	default: BODY2(8); break;
+	}
+}
+
+/* fused512 for a pair at K = 1 */
+TGT512 INLINE void fused512p(const int K, const int wbp, const float *cbo, float wa0,
+                             float wa1, float wb0, float wb1, const float *preva,
+                             const float *prevb, float *nexta, float *nextb, float *mida,
+                             float *midb, uint16_t *ba0, uint16_t *ba1, uint16_t *bb0,
+                             uint16_t *bb1)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B(K) / NK;
+	for (int e0 = 0; e0 < E; e0 += FUSE_B(K)) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			if (LAYOUT_B(K))
+				body512bt(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+				          midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+			else
+				body512t(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+				         midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+		}
+		if (LAYOUT_B(K))
+			body512bt(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0,
+			          nextb + e0, ba1, bb1, e0 / 64, (e0 + FUSE_B(K)) / 64);
+		else
+			body512t(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
+			         ba1, bb1, e0 / 64, (e0 + FUSE_B(K)) / 64);
+	}
+}
+
+TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, float wb0,
+                                 float wb1, const float *preva, const float *prevb,
+                                 float *nexta, float *nextb, float *mida, float *midb,
+                                 uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1)
+{
+#define FUSED512P(K, wbp) fused512p(K, wbp, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, \
+                                   nextb, mida, midb, ba0, ba1, bb0, bb1)
+	if (ba0) {
+		switch (K) {
+		case 1: FUSED512P(1, 1); break;
+		case 2: FUSED512P(2, 1); break;
+		default: FUSED512P(3, 1); break;
+		}
+	} else {
+		switch (K) {
+		case 1: FUSED512P(1, 0); break;
+		case 2: FUSED512P(2, 0); break;
+		default: FUSED512P(3, 0); break;
+		}
 	}
 }
 
@@ -408,15 +580,16 @@ TGT2 INLINE __m256 pv256(const int K, const float *p, __m256i ix)
 	return _mm256_permutevar8x32_ps(_mm256_loadu_ps(p), ix);
 }
 
-TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb,
-                         size_t ks, int poff, float *out, uint16_t *bp,
+TGT2 INLINE void body256(const int K, const int wbp, const float *cbo, float w,
+                         const float *pb, size_t ks, int poff, float *out, uint16_t *bp,
                          int g0, int g1)
 {
 	const int NK = 1 << K;
 	const __m256 vw = _mm256_set1_ps(w);
 	const __m256i ix = _mm256_srli_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0),
 	                                     K < 3 ? K : 0);
-	bp += (size_t)g0 * (NK - 1) * 4;
+	if (wbp)
+		bp += (size_t)g0 * (NK - 1) * 4;
 	for (int g = g0; g < g1; g++, out += 64) {
 		const float *c = cbo + (size_t)g * NK * 64;
 		/* (64g + 8h) >> K == (64g >> K) + (8h >> K) for K <= 8 */
@@ -428,16 +601,20 @@ TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb
 			m[h] = _mm256_fmadd_ps(d, d, pv256(K, p + ((8 * h) >> K), ix));
 		}
 		c += 64;
-		for (int k = 1; k < NK; k++, c += 64, bp += 4) {
+		for (int k = 1; k < NK; k++, c += 64, bp = wbp ? bp + 4 : bp) {
 			const float *pk = p + k * ks;
 			unsigned bits[8];
 #pragma GCC unroll 8
 			for (int h = 0; h < 8; h++) {
 				__m256 d = _mm256_sub_ps(_mm256_load_ps(c + 8 * h), vw);
 				__m256 v = _mm256_fmadd_ps(d, d, pv256(K, pk + ((8 * h) >> K), ix));
-				bits[h] = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, m[h], _CMP_LT_OQ));
+				if (wbp)
+					bits[h] = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, m[h],
+					                                                     _CMP_LT_OQ));
 				m[h] = _mm256_min_ps(v, m[h]);
 			}
+			if (!wbp)
+				continue;
 			/* one 64-bit store of the four 16-bit masks */
 			uint64_t q = (uint64_t)(bits[0] | bits[1] << 8 | bits[2] << 16 | bits[3] << 24) |
 			             (uint64_t)(bits[4] | bits[5] << 8 | bits[6] << 16 | bits[7] << 24) << 32;
@@ -449,20 +626,16 @@ TGT2 INLINE void body256(const int K, const float *cbo, float w, const float *pb
 	}
 }
 
+#define BODY256(K, wbp) body256(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1)
+
 TGT2 static void step_avx2(int K, const float *cbo, float w, const float *pb,
                            size_t ks, int poff, float *out, uint16_t *bp,
                            int g0, int g1)
 {
-	switch (K) {
-	case 1: body256(1, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 2: body256(2, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 3: body256(3, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 4: body256(4, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 5: body256(5, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 6: body256(6, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	case 7: body256(7, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	default: body256(8, cbo, w, pb, ks, poff, out, bp, g0, g1); break;
-	}
+	if (bp)
+		SWITCH_K(BODY256, 1)
+	else
+		SWITCH_K(BODY256, 0)
 }
 #endif
 
@@ -573,16 +746,163 @@ static void *ws_get(size_t n)
 	return ws_mem;
 }
 
+/* Masks (K <= 3) are written by the kernels into an L1 staging area (two
+ * positions, 4-7 KB each) and copied out with non-temporal stores: the
+ * 256 positions' masks (1-1.8 MB per tile) then neither pass through L2,
+ * where they evicted the codebook and the cost buffers, nor cost a
+ * read-for-ownership; the trace-back reads one line per position back.
+ * n and both addresses are multiples of 64. */
+#ifndef STAGE
+#define STAGE(K) ((K) <= 2)   /* at K = 3 it measured 5% slower */
+#endif
+/* K <= 3 with masks: two tiles in lock step where that measured faster */
+#ifndef PAIR_MASKS
+#define PAIR_MASKS(K) ((K) <= 2)
+#endif
+
+static void stream_copy(void *dst, const void *src, size_t n)
+{
+#ifdef X3_X86
+	for (size_t i = 0; i < n; i += 16)
+		_mm_stream_si128((__m128i *)((char *)dst + i),
+		                 _mm_load_si128((const __m128i *)((const char *)src + i)));
+#else
+	memcpy(dst, src, n);
+#endif
+}
+
+static void stream_fence(void)
+{
+#ifdef X3_X86
+	_mm_sfence();
+#endif
+}
+
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
-	float *mid;        /* FUSE_B + PAD floats: fused intermediate costs */
-	uint16_t *bp;      /* 256 positions x E/16 x (2^K - 1) masks */
+	float *mid;        /* FUSE_MAX + PAD floats: fused intermediate costs */
+	uint16_t *bp;      /* masks: 256 positions x E/16 x (2^K - 1) */
+	uint16_t *stage;   /* masks of the two positions in the works */
+	float *hist;       /* recompute mode: 256 positions x hs floats */
+	size_t hs;         /* floats per position in hist (E + PAD, 64-byte multiple) */
 };
+
+/* Back-pointers by recomputation (K >= HIST_K). The steps keep only the
+ * running minimum (sub, fma, min per 16 candidates: no compare, no mask
+ * store), and the costs entering every position the trace-back visits are
+ * kept (hist). The trace-back then recomputes, at each position on the
+ * path only, the 2^K candidates of its one edge with the same fmaf from
+ * the same stored costs and takes the strict-< argmin (the first k that
+ * attains the minimum): exactly the back-pointer the step would have
+ * stored. Memory per position is E floats instead of E (2^K - 1) bits, so
+ * this pays from K = 4 on (at K <= 3 the costs are 32-128 KB per position,
+ * the masks far less). */
+#define HIST_K 4
+#define HIST(K) ((K) >= HIST_K)
+
+/* k of the winner at (p, e): cbt = the codebook by edge, cbt[e * NK + k]
+ * = cb[(k << (16-K)) | e] (contiguous per edge); h = costs entering
+ * position p. The candidates' costs come from h[(k << (16-2K)) | (e >> K)]. */
+typedef int (*tb_fn)(int K, const float *cbt, const float *h, float w, int e);
+
+static int tb_scalar(int K, const float *cbt, const float *h, float w, int e)
+{
+	const int NK = 1 << K;
+	const size_t G = (size_t)1 << (16 - 2 * K);
+	const float *c = cbt + (size_t)e * NK, *hp = h + (e >> K);
+	float best = 0.0f;
+	int bk = 0;
+	for (int k = 0; k < NK; k++) {
+		float d = c[k] - w;
+		float v = fmaf(d, d, hp[k * G]);
+		if (k == 0 || v < best) {
+			best = v;
+			bk = k;
+		}
+	}
+	return bk;
+}
+
+#ifdef X3_X86
+/* the same with fmaf as an instruction instead of a libm call */
+TGT2 static int tb_fma(int K, const float *cbt, const float *h, float w, int e)
+{
+	const int NK = 1 << K;
+	const size_t G = (size_t)1 << (16 - 2 * K);
+	const float *c = cbt + (size_t)e * NK, *hp = h + (e >> K);
+	float best = 0.0f;
+	int bk = 0;
+	for (int k = 0; k < NK; k++) {
+		float d = c[k] - w;
+		float v = fmaf(d, d, hp[k * G]);
+		if (k == 0 || v < best) {
+			best = v;
+			bk = k;
+		}
+	}
+	return bk;
+}
+
+/* 16 candidates at a time (a gather of the costs unless G = 1); the
+ * minimum over all by a tree, then the first k attaining it (costs are
+ * never NaN, so this is the strict-< argmin) */
+TGT512 INLINE int tb512(const int K, const float *cbt, const float *h, float w, int e)
+{
+	const int NK = 1 << K, NV = NK / 16;
+	const int G = 1 << (16 - 2 * K);
+	const float *c = cbt + (size_t)e * NK, *hp = h + (e >> K);
+	const __m512i ih = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8,
+	                                      7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(G));
+	const __m512 vw = _mm512_set1_ps(w);
+	__m512 v[16], t[16];
+#pragma GCC unroll 16
+	for (int j = 0; j < NV; j++) {
+		__m512 d = _mm512_sub_ps(_mm512_load_ps(c + 16 * j), vw);
+		__m512 hv = G == 1 ? _mm512_loadu_ps(hp + 16 * j)
+		                   : _mm512_i32gather_ps(ih, hp + (size_t)16 * j * G, 4);
+		t[j] = v[j] = _mm512_fmadd_ps(d, d, hv);
+	}
+#pragma GCC unroll 4
+	for (int n = NV; n > 1; n /= 2)
+#pragma GCC unroll 8
+		for (int j = 0; j < n / 2; j++)
+			t[j] = _mm512_min_ps(t[2 * j], t[2 * j + 1]);
+	const __m512 mn = _mm512_set1_ps(_mm512_reduce_min_ps(t[0]));
+	for (int j = 0; j < NV; j++) {
+		unsigned q = _mm512_cmp_ps_mask(v[j], mn, _CMP_EQ_OQ);
+		if (q)
+			return 16 * j + __builtin_ctz(q);
+	}
+	return 0;   /* not reached: the minimum is one of the candidates */
+}
+
+TGT512 static int tb_avx512(int K, const float *cbt, const float *h, float w, int e)
+{
+	switch (K) {
+	case 4: return tb512(4, cbt, h, w, e);
+	case 5: return tb512(5, cbt, h, w, e);
+	case 6: return tb512(6, cbt, h, w, e);
+	case 7: return tb512(7, cbt, h, w, e);
+	default: return tb512(8, cbt, h, w, e);
+	}
+}
+#endif
+
+static tb_fn pick_tb(void)
+{
+	switch (x3_viterbi_isa()) {
+#ifdef X3_X86
+	case X3_ISA_AVX512: return tb_avx512;
+	case X3_ISA_AVX2: return tb_fma;
+#endif
+	default: return tb_scalar;
+	}
+}
 
 /* Fused pair of steps for K <= 3, where the cost buffers (128/64/32 KB) do
  * not fit in L1 next to the codebook stream. Output edges e of the second
- * step in a block [e0, e0 + FUSE_B) need exactly the intermediate edges
- * (k << (16-2K)) | (e >> K), i.e. NK ranges of FUSE_B/NK edges that no
+ * step in a block [e0, e0 + B) need exactly the intermediate edges
+ * (k << (16-2K)) | (e >> K), i.e. NK ranges of B/NK edges that no
  * other block needs; they are computed into the scratch mid and consumed
  * at once, so intermediate costs never leave L1. The arithmetic is the
  * same as two plain steps. */
@@ -592,73 +912,206 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
                       uint16_t *bp1)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
-	const int L = FUSE_B / NK;   /* a multiple of 64 for K <= 3 */
-	for (int e0 = 0; e0 < E; e0 += FUSE_B) {
+	const int L = FUSE_B(K) / NK;   /* a multiple of 64 for K <= 3 */
+	for (int e0 = 0; e0 < E; e0 += FUSE_B(K)) {
 		for (int kk = 0; kk < NK; kk++) {
 			int x0 = kk * G + e0 / NK;
 			step(K, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64, (x0 + L) / 64);
 		}
-		step(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64, (e0 + FUSE_B) / 64);
+		step(K, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64, (e0 + FUSE_B(K)) / 64);
 	}
 }
 
-/* 256 steps at positions (i + roll) & 255 from the costs in *pprev;
- * returns the buffer holding the final costs. */
+/* One forward pass: 256 steps at positions (i + roll) & 255, roll = 128
+ * for pass 1 (whose trace-back visits positions 127..0 only) and 0 for
+ * pass 2. Start costs are in wk->ca (pass 1) or, in recompute mode, the
+ * hist slot of position 0 (pass 2). Back-pointers (masks) or the costs
+ * entering a position (hist) are kept only for positions the trace-back
+ * visits: the first half of pass 1 runs without either. Returns the
+ * buffer holding the final costs (pass 1; pass 2 in recompute mode stops
+ * before its last step, whose costs nothing reads). */
 static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
-                       const float *x, int roll, struct work *wk)
+                       const float *x, int pass1, float *start, struct work *wk)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
 	const size_t ps = (size_t)(E / 16) * (NK - 1);   /* masks per position */
-	float *prev = wk->ca, *next = wk->cb, *t;
+	const int roll = pass1 ? 128 : 0;
+	float *prev = start;
 	for (int i = 0; i < 256;) {
-		int p = (i + roll) & 255;
+		int p = (i + roll) & 255, q = (p + 1) & 255;
+		float *next = prev == wk->ca ? wk->cb : wk->ca;
 		if (K <= 3) {
-			int q = (p + 1) & 255;
+			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
+			uint16_t *b0 = stg ? wk->stage : keep ? wk->bp + p * ps : NULL;
+			uint16_t *b1 = stg ? wk->stage + ps : keep ? wk->bp + q * ps : NULL;
 			if (fused)
-				fused(K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
-				      wk->bp + q * ps);
+				fused(K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
 			else
-				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, wk->bp + p * ps,
-				          wk->bp + q * ps);
+				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
+			if (stg) {
+				stream_copy(wk->bp + p * ps, wk->stage, ps * sizeof(uint16_t));
+				stream_copy(wk->bp + q * ps, wk->stage + ps, ps * sizeof(uint16_t));
+			}
 			i += 2;
 		} else {
-			step(K, cbo, x[p], prev, G, 0, next, wk->bp + p * ps, 0, E / 64);
+			/* pass 2's last step: its costs are never read (the trace-back
+			 * recomputes position 255 from the costs entering it) */
+			if (!pass1 && i == 255)
+				break;
+			/* the output enters position q; keep it if the trace-back
+			 * visits q */
+			if (i < 255 && (!pass1 || q < 128))
+				next = wk->hist + q * wk->hs;
+			step(K, cbo, x[p], prev, G, 0, next, NULL, 0, E / 64);
 			i++;
 		}
-		t = prev; prev = next; next = t;
+		prev = next;
 	}
+	stream_fence();
 	return prev;
 }
 
-static void fast_tile(step_fn step, fused_fn fused, int K, int lb, const float *cbo,
-                      const float *x, struct work *wk, uint16_t *st)
+/* back-pointer k at (p, e): recomputed (hist) or from the masks */
+static inline int k_at(tb_fn tb, int K, int lb, const float *cbt, const float *x,
+                       const struct work *wk, int p, int e)
 {
-	const int E = 1 << (16 - K), NK = 1 << K;
-	const size_t ps = (size_t)(E / 16) * (NK - 1);
+	if (HIST(K))
+		return tb(K, cbt, wk->hist + p * wk->hs, x[p], e);
+	const size_t ps = (size_t)(1 << (12 - K)) * ((1 << K) - 1);
+	return bp_k(K, lb, wk->bp + p * ps, e);
+}
 
-	/* pass 1: positions 128..255, 0..127, unconstrained start */
-	for (int e = 0; e < E; e++)
-		wk->ca[e] = 0.0f;
-	const float *fin = run_pass(step, fused, K, cbo, x, 128, wk);
+/* pass-1 anchor: argmin of the final costs (lowest e on ties), traced
+ * back to position 0 */
+static int argmin_edge(const float *fin, int E)
+{
 	int e = 0;
 	for (int i = 1; i < E; i++)
 		if (fin[i] < fin[e])
 			e = i;
-	for (int p = 127; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
-		e = (int)(s >> K);
-	}
-	const int pre = e;
+	return e;
+}
 
-	/* pass 2: start and end at edge pre */
-	for (int i = 0; i < E; i++)
-		wk->ca[i] = i == pre ? 0.0f : INFINITY;
-	run_pass(step, fused, K, cbo, x, 0, wk);
-	e = pre;
+static int anchor(tb_fn tb, int K, int lb, const float *cbt, const float *x,
+                  const struct work *wk, const float *fin)
+{
+	int e = argmin_edge(fin, 1 << (16 - K));
+	for (int p = 127; p >= 0; p--)
+		e = (int)(((uint32_t)k_at(tb, K, lb, cbt, x, wk, p, e) << (16 - K) | (uint32_t)e) >> K);
+	return e;
+}
+
+/* pass-2 trace-back from out-edge pre at position 255 */
+static void trace(tb_fn tb, int K, int lb, const float *cbt, const float *x,
+                  const struct work *wk, int pre, uint16_t *st)
+{
+	int e = pre;
 	for (int p = 255; p >= 0; p--) {
-		uint32_t s = (uint32_t)bp_k(K, lb, wk->bp + p * ps, e) << (16 - K) | (uint32_t)e;
+		uint32_t s = (uint32_t)k_at(tb, K, lb, cbt, x, wk, p, e) << (16 - K) | (uint32_t)e;
 		st[p] = (uint16_t)s;
 		e = (int)(s >> K);
+	}
+}
+
+/* start costs: 0 everywhere (pre < 0) or 0 at e == pre and +inf elsewhere */
+static void start_costs(float *c, int E, int pre)
+{
+	for (int i = 0; i < E; i++)
+		c[i] = pre < 0 || i == pre ? 0.0f : INFINITY;
+}
+
+/* pass 2 starts in the hist slot of position 0 (recompute mode) */
+static float *start2(int K, struct work *wk)
+{
+	return HIST(K) ? wk->hist : wk->ca;
+}
+
+static void fast_tile(step_fn step, fused_fn fused, tb_fn tb, int K, int lb,
+                      const float *cbo, const float *cbt, const float *x, struct work *wk,
+                      uint16_t *st)
+{
+	const int E = 1 << (16 - K);
+	start_costs(wk->ca, E, -1);
+	const float *fin = run_pass(step, fused, K, cbo, x, 1, wk->ca, wk);
+	const int pre = anchor(tb, K, lb, cbt, x, wk, fin);
+	start_costs(start2(K, wk), E, pre);
+	run_pass(step, fused, K, cbo, x, 0, start2(K, wk), wk);
+	trace(tb, K, lb, cbt, x, wk, pre, st);
+}
+
+/* run_pass for two tiles in lock step (fused pairs of steps with masks at
+ * K <= 3, whole steps in recompute mode); the final costs of each tile go
+ * to *fa, *fb */
+static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const float *xa,
+                      const float *xb, int pass1, float *sa, float *sb, struct work *wa,
+                      struct work *wb, float **fa, float **fb)
+{
+	const int roll = pass1 ? 128 : 0;
+	const size_t ps = (size_t)(1 << (12 - K)) * ((1 << K) - 1);
+	float *pa = sa, *pb = sb;
+	for (int i = 0; i < 256;) {
+		int p = (i + roll) & 255, q = (p + 1) & 255;
+		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
+		if (K <= 3) {
+			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
+			uint16_t *ba = stg ? wa->stage : wa->bp + p * ps, *bb = stg ? wb->stage : wb->bp + p * ps;
+			uint16_t *ba1 = stg ? wa->stage + ps : wa->bp + q * ps;
+			uint16_t *bb1 = stg ? wb->stage + ps : wb->bp + q * ps;
+			f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
+			   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL);
+			if (stg) {
+				stream_copy(wa->bp + p * ps, wa->stage, ps * sizeof(uint16_t));
+				stream_copy(wa->bp + q * ps, wa->stage + ps, ps * sizeof(uint16_t));
+				stream_copy(wb->bp + p * ps, wb->stage, ps * sizeof(uint16_t));
+				stream_copy(wb->bp + q * ps, wb->stage + ps, ps * sizeof(uint16_t));
+			}
+			i += 2;
+		} else {
+			if (!pass1 && i == 255)
+				break;   /* as in run_pass */
+			if (i < 255 && (!pass1 || q < 128)) {
+				na = wa->hist + q * wa->hs;
+				nb = wb->hist + q * wb->hs;
+			}
+			s2(K, cbo, xa[p], xb[p], pa, pb, na, nb);
+			i++;
+		}
+		pa = na;
+		pb = nb;
+	}
+	stream_fence();
+	*fa = pa;
+	*fb = pb;
+}
+
+/* fast_tile for a pair of tiles in lock step */
+static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const float *cbo,
+                      const float *cbt, const float *xa, const float *xb, struct work *wa,
+                      struct work *wb, uint16_t *sta, uint16_t *stb)
+{
+	const int E = 1 << (16 - K);
+	float *fa, *fb;
+	start_costs(wa->ca, E, -1);
+	start_costs(wb->ca, E, -1);
+	run_pass2(s2, f2, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
+	int pa = argmin_edge(fa, E), pb = argmin_edge(fb, E);
+	/* the two trace-backs are independent latency chains: interleaved,
+	 * they overlap */
+	for (int p = 127; p >= 0; p--) {
+		pa = (int)(((uint32_t)k_at(tb, K, lb, cbt, xa, wa, p, pa) << (16 - K) | (uint32_t)pa) >> K);
+		pb = (int)(((uint32_t)k_at(tb, K, lb, cbt, xb, wb, p, pb) << (16 - K) | (uint32_t)pb) >> K);
+	}
+	start_costs(start2(K, wa), E, pa);
+	start_costs(start2(K, wb), E, pb);
+	run_pass2(s2, f2, K, cbo, xa, xb, 0, start2(K, wa), start2(K, wb), wa, wb, &fa, &fb);
+	int ea = pa, eb = pb;
+	for (int p = 255; p >= 0; p--) {
+		uint32_t s = (uint32_t)k_at(tb, K, lb, cbt, xa, wa, p, ea) << (16 - K) | (uint32_t)ea;
+		uint32_t t = (uint32_t)k_at(tb, K, lb, cbt, xb, wb, p, eb) << (16 - K) | (uint32_t)eb;
+		sta[p] = (uint16_t)s;
+		stb[p] = (uint16_t)t;
+		ea = (int)(s >> K);
+		eb = (int)(t >> K);
 	}
 }
 
@@ -668,6 +1121,56 @@ static x3_viterbi_backend_fn backend;
 void x3_viterbi_set_backend(x3_viterbi_backend_fn fn)
 {
 	backend = fn;
+}
+
+/* The codebook re-laid-out for the steps (cbo: layout A, or B where lb)
+ * and, in recompute mode, by edge for the trace-back (cbt). Built on first
+ * use per (K, codebook, layout), 256 KB each, kept for the process's life
+ * like the codebook tables: rebuilding them cost more than encoding the
+ * few tiles of one LDLQ block. */
+static struct { float *cbo, *cbt; } tables[8][X3_CB_COUNT][2];
+static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int get_tables(int K, int cb, int lb, const float **cbo, const float **cbt)
+{
+	const float *tab = x3_codebook_table(cb);
+	const int E = 1 << (16 - K), NK = 1 << K;
+	int rc = 0;
+	pthread_mutex_lock(&tables_lock);
+	float **po = &tables[K - 1][cb][lb].cbo, **pt = &tables[K - 1][cb][lb].cbt;
+	if (!*po) {
+		float *o = aligned_alloc(64, sizeof(float) * 65536);
+		if (o && lb) {
+			for (int b = 0; b < E / (16 * NK); b++)
+				for (int k = 0; k < NK; k++)
+					for (int j = 0; j < NK; j++)
+						for (int l = 0; l < 16; l++)
+							o[(((size_t)b * NK + k) * NK + j) * 16 + l] =
+								tab[(uint32_t)k << (16 - K) | (uint32_t)(16 * b + l) << K |
+								    (uint32_t)j];
+		} else if (o) {
+			for (int g = 0; g < E / 64; g++)
+				for (int k = 0; k < NK; k++)
+					for (int j = 0; j < 64; j++)
+						o[((size_t)g * NK + k) * 64 + j] =
+							tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
+		}
+		*po = o;
+	}
+	if (*po && HIST(K) && !*pt) {
+		float *t = aligned_alloc(64, sizeof(float) * 65536);
+		if (t)
+			for (int k = 0; k < NK; k++)
+				for (int e = 0; e < E; e++)
+					t[(size_t)e * NK + k] = tab[(uint32_t)k << (16 - K) | (uint32_t)e];
+		*pt = t;
+	}
+	if (!*po || (HIST(K) && !*pt))
+		rc = X3_ENOMEM;
+	*cbo = *po;
+	*cbt = *pt;
+	pthread_mutex_unlock(&tables_lock);
+	return rc;
 }
 
 int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
@@ -681,27 +1184,14 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	if (ntiles == 0)
 		return X3_OK;
 	const float *tab = x3_codebook_table(cb);
-	const int E = 1 << (16 - K), NK = 1 << K, ng = E / 64;
-	float *cbo = aligned_alloc(64, sizeof(float) * 65536);
-	if (!cbo)
-		return x3_err(X3_ENOMEM, "viterbi: out of memory");
+	const int E = 1 << (16 - K), NK = 1 << K;
 	const int isa = x3_viterbi_isa();
 	const int lb = isa == X3_ISA_AVX512 && LAYOUT_B(K);
-	if (lb) {
-		for (int b = 0; b < E / (16 * NK); b++)
-			for (int k = 0; k < NK; k++)
-				for (int j = 0; j < NK; j++)
-					for (int l = 0; l < 16; l++)
-						cbo[(((size_t)b * NK + k) * NK + j) * 16 + l] =
-							tab[(uint32_t)k << (16 - K) | (uint32_t)(16 * b + l) << K | (uint32_t)j];
-	} else {
-		for (int g = 0; g < ng; g++)
-			for (int k = 0; k < NK; k++)
-				for (int j = 0; j < 64; j++)
-					cbo[((size_t)g * NK + k) * 64 + j] =
-						tab[(uint32_t)k << (16 - K) | (uint32_t)(64 * g + j)];
-	}
+	const float *cbo, *cbt;
+	if (get_tables(K, cb, lb, &cbo, &cbt))
+		return x3_err(X3_ENOMEM, "viterbi: out of memory");
 	step_fn step = pick_step();
+	tb_fn tb = pick_tb();
 	fused_fn fused = NULL;
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512)
@@ -711,38 +1201,66 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	if (nt > ntiles)
 		nt = (int)ntiles;
 	int failed = 0;
-	const size_t bpn = (size_t)256 * (E / 16) * (NK - 1);
+	const size_t bpn = HIST(K) ? 0 : (size_t)256 * (E / 16) * (NK - 1);
+	const size_t hs = HIST(K) ? ((size_t)E + PAD + 15) & ~(size_t)15 : 0;
 	const size_t cbytes = ((sizeof(float) * (E + PAD)) + 63) & ~(size_t)63;
 
-	const size_t ma = (sizeof(float) * (FUSE_B + PAD) + 63) & ~(size_t)63;
+	const size_t ma = (sizeof(float) * (FUSE_MAX + PAD) + 63) & ~(size_t)63;
 	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
+	const size_t ha = 256 * hs * sizeof(float);
+	const size_t sa = STAGE(K) ? 2 * (bpn / 256) * sizeof(uint16_t) : 0;   /* 64-multiple */
+
+	/* two tiles in lock step where there are at least two per thread */
+	step2_fn s2 = NULL;
+	fused2_fn f2 = NULL;
+#ifdef X3_X86
+	if (isa == X3_ISA_AVX512 && HIST(K))
+		s2 = step2_avx512;
+	if (isa == X3_ISA_AVX512 && PAIR_MASKS(K))
+		f2 = fused2_avx512;
+#endif
+	const int pair = (s2 || f2) && ntiles >= 2 * (int64_t)nt;
+	const int64_t nunits = pair ? (ntiles + 1) / 2 : ntiles;
+	const size_t one = 2 * cbytes + ma + ba + ha + sa;
 
 	#pragma omp parallel num_threads(nt)
 	{
-		struct work wk;
-		char *mem = ws_get(2 * cbytes + ma + ba);
+		struct work wk[2];
+		char *mem = ws_get(pair ? 2 * one : one);
 		int ok = mem != NULL;
 		if (!ok) {
 			#pragma omp atomic write
 			failed = 1;
 		} else {
-			wk.ca = (float *)mem;
-			wk.cb = (float *)(mem + cbytes);
-			wk.mid = (float *)(mem + 2 * cbytes);
-			wk.bp = (uint16_t *)(mem + 2 * cbytes + ma);
-			/* pads are read by the expand loads but never selected */
-			for (int i = 0; i < E + PAD; i++)
-				wk.ca[i] = wk.cb[i] = 0.0f;
-			for (int i = 0; i < FUSE_B + PAD; i++)
-				wk.mid[i] = 0.0f;
+			for (int j = 0; j < 1 + pair; j++) {
+				char *m = mem + j * one;
+				wk[j].ca = (float *)m;
+				wk[j].cb = (float *)(m + cbytes);
+				wk[j].mid = (float *)(m + 2 * cbytes);
+				wk[j].bp = (uint16_t *)(m + 2 * cbytes + ma);
+				wk[j].hist = (float *)(m + 2 * cbytes + ma + ba);
+				wk[j].hs = hs;
+				wk[j].stage = (uint16_t *)(m + 2 * cbytes + ma + ba + ha);
+				/* pads are read by the expand loads but never selected */
+				for (int i = 0; i < E + PAD; i++)
+					wk[j].ca[i] = wk[j].cb[i] = 0.0f;
+				for (int i = 0; i < FUSE_MAX + PAD; i++)
+					wk[j].mid[i] = 0.0f;
+			}
 		}
 		#pragma omp for schedule(dynamic, 1)
-		for (int64_t t = 0; t < ntiles; t++) {
+		for (int64_t u = 0; u < nunits; u++) {
 			if (!ok)
 				continue;
-			uint16_t st[256];
-			fast_tile(step, fused, K, lb, cbo, x + t * 256, &wk, st);
-			for (int i = 0; i < 256; i++) {
+			uint16_t st[512];
+			int64_t t = pair ? 2 * u : u;
+			int n = pair && t + 1 < ntiles ? 2 : 1;
+			if (n == 2)
+				fast_pair(s2, f2, tb, K, lb, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0],
+				          &wk[1], st, st + 256);
+			else
+				fast_tile(step, fused, tb, K, lb, cbo, cbt, x + t * 256, &wk[0], st);
+			for (int i = 0; i < 256 * n; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
 				if (values)
@@ -750,7 +1268,6 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			}
 		}
 	}
-	free(cbo);
 	if (failed)
 		return x3_err(X3_ENOMEM, "viterbi: out of memory for the encoder buffers");
 	return X3_OK;
