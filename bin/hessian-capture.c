@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include "util.h"
 #include "calib.h"
 #include "frame.h"
@@ -18,6 +19,7 @@
 static const char usage[] =
 	"usage: hessian-capture --model DIR (--text FILE... | --tokens FRAMES) [--rows R]\n"
 	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
+	"                       [--hidden-in FILE] [--hidden-out FILE]\n"
 	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
 	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
@@ -36,6 +38,10 @@ static const char usage[] =
 	"  --layers A-B     capture layers A..B only (layer N = num_hidden_layers is the\n"
 	"                   head); layers after B are not run\n"
 	"  --quantized DIR  take layers < A from this EXL3 directory (sequential mode)\n"
+	"  --hidden-out FILE\n"
+	"                   save the hidden states entering layer A (one frame)\n"
+	"  --hidden-in FILE start from hidden states saved by --hidden-out (of the\n"
+	"                   same tokens, a layer <= A) instead of the embedding\n"
 	"  --chunk N        tokens per forward chunk (default 4096)\n"
 	"  --f64            accumulate in and write F64 (on the CPU, also with --device)\n"
 	"  --device D       cpu (default), cuda or auto: where the linears of the forward\n"
@@ -132,6 +138,75 @@ static int cap_hook(void *ctx, const struct x3_capture *c)
 	return x3_hess_add_rows(h, c->x, c->ntok, c->in);
 }
 
+/* --hidden-out: the hidden states entering the first captured layer, as
+ * one frame "hidden" (rows, cols, hidden) with the layer and a hash of the
+ * token ids, for a later --hidden-in */
+struct hid {
+	const char *out;
+	int layer;
+	int64_t rows, cols;
+	char tokens[17];
+};
+
+static void tokens_hash(const int32_t *ids, int64_t n, char hex[17])
+{
+	snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits(ids, (size_t)n * sizeof *ids));
+}
+
+static int hid_save(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden)
+{
+	struct hid *h = ctx;
+	if (layer != h->layer || !h->out)
+		return X3_OK;
+	int64_t shape[3] = { h->rows, h->cols, hidden };
+	x3_tensor *t = x3_tensor_new("hidden", X3_F32, 3, shape, 0);
+	if (!t || x3_meta_setf(t, "role", "hidden") || x3_meta_setf(t, "layer", "%d", layer) ||
+	    x3_meta_set(t, "tokens_xxh3", h->tokens))
+		die_x3("%s", h->out);
+	(void)ntok;
+	t->data = (void *)x;
+	struct outfile of;
+	x3_writer *w;
+	if (x3_writer_open_fd(outfile_open(&of, h->out), 0, &w) || x3_writer_put(w, t) ||
+	    x3_writer_close(w))
+		die_x3("%s", h->out);
+	outfile_commit(&of);
+	t->data = NULL;
+	x3_tensor_free(t);
+	return X3_OK;
+}
+
+/* --hidden-in: the saved hidden states (the forward runs in their buffer) */
+static float *hid_load(const char *path, const struct hid *want, int64_t hidden, int la, int *layer)
+{
+	x3_reader *r;
+	x3_tensor *t;
+	if (x3_reader_open(path, &r))
+		die_x3("%s", path);
+	if (x3_reader_next(r, &t))
+		die_x3("%s", path);
+	const char *tok = x3_meta_get(t, "tokens_xxh3");
+	int64_t l = -1;
+	x3_meta_get_i64(t, "layer", &l);
+	if (strcmp(t->name, "hidden") || t->dtype != X3_F32 || l < 0)
+		die("%s: not a --hidden-out frame (F32 'hidden' with a layer)", path);
+	if (t->rank != 3 || t->shape[0] != want->rows || t->shape[1] != want->cols || t->shape[2] != hidden)
+		die("%s: hidden states are not %lldx%lldx%lld (rows x cols x hidden)", path,
+		    (long long)want->rows, (long long)want->cols, (long long)hidden);
+	if (!tok || strcmp(tok, want->tokens))
+		die("%s: the hidden states are of other tokens", path);
+	if (l > la)
+		die("%s: the hidden states enter layer %lld, after the first captured layer %d",
+		    path, (long long)l, la);
+	float *x = t->data;
+	t->data = NULL;
+	t->owns_data = 0;
+	x3_tensor_free(t);
+	x3_reader_close(r);
+	*layer = (int)l;
+	return x;
+}
+
 static int cap_layer_done(void *ctx, int layer, int n)
 {
 	struct cap *k = ctx;
@@ -215,7 +290,8 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 
 static int do_capture(const char *model, const char *quant, char **texts, int ntexts,
                       const char *tokens, long rows, long cols, int la, int lb, int split,
-                      int stream, int even_odd, int strict, long chunk, int f64, x3_writer *w)
+                      int stream, int even_odd, int strict, long chunk, int f64,
+                      const char *hid_in, const char *hid_out, x3_writer *w)
 {
 	x3_model_config cfg;
 	if (x3_config_load(model, &cfg))
@@ -254,10 +330,17 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.chunk_tokens = chunk;
 	fo.layer_done = cap_layer_done;
 	fo.layer_done_ctx = &k;
+	struct hid hd = { .out = hid_out, .layer = la, .rows = rows, .cols = cols };
+	tokens_hash(ids, (int64_t)rows * cols, hd.tokens);
+	fo.layer_input = hid_save;
+	fo.layer_input_ctx = &hd;
+	if (hid_in)
+		fo.hidden = hid_load(hid_in, &hd, cfg.hidden, la, &fo.first_layer);
 	fo.device = device;
 	if (x3_model_forward(m, ids, rows, cols, &fo))
 		die_x3("forward");
 	progress_done();
+	free(fo.hidden);
 	free(ids);
 	free(k.set.h);
 	x3_model_close(m);
@@ -362,7 +445,8 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
-	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN, O_DEV };
+	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN,
+	       O_HIN, O_HOUT, O_DEV };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -373,10 +457,12 @@ int main(int argc, char **argv)
 		{ "split", required_argument, 0, O_SPLIT }, { "stream", no_argument, 0, O_STREAM },
 		{ "strict", no_argument, 0, O_STRICT }, { "chunk", required_argument, 0, O_CHUNK },
 		{ "zstd", optional_argument, 0, O_ZSTD }, { "even-odd", no_argument, 0, O_EVEN },
+		{ "hidden-in", required_argument, 0, O_HIN }, { "hidden-out", required_argument, 0, O_HOUT },
 		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
+	const char *hid_in = NULL, *hid_out = NULL;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
@@ -411,6 +497,8 @@ int main(int argc, char **argv)
 		case O_EVEN: even_odd = 1; break;
 		case O_STRICT: strict = 1; break;
 		case O_CHUNK: chunk = parse_long(usage, "--chunk", optarg, 1, 1L << 30); break;
+		case O_HIN: hid_in = optarg; break;
+		case O_HOUT: hid_out = optarg; break;
 		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
 		default: fputs(usage, stderr); return 2;
 		}
@@ -418,7 +506,7 @@ int main(int argc, char **argv)
 	if (merge + act > 1)
 		usage_error(usage, "--merge and --activations exclude each other");
 	if (merge || act) {
-		if (model || tokens || ntexts || quant || have_layers)
+		if (model || tokens || ntexts || quant || have_layers || hid_in || hid_out)
 			usage_error(usage, "--%s takes frames, not a model or text",
 			            merge ? "merge" : "activations");
 		if (merge && (name || members))
@@ -450,7 +538,7 @@ int main(int argc, char **argv)
 		do_activations(argv + optind, argc - optind, name, members, f64, w);
 	else
 		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
-		           even_odd, strict, chunk, f64, w);
+		           even_odd, strict, chunk, f64, hid_in, hid_out, w);
 	if (x3_writer_close(w))
 		die_x3("%s", outfile ? outfile : "stdout");
 	output_commit();

@@ -15,8 +15,8 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: tensor-cat [-o FILE] [--dtype T] [--zstd[=LEVEL]] [--regex] [--meta KEY=VAL]...\n"
-	"                  [--shard-size MB] [-q] SOURCE [PATTERN...]\n";
+	"usage: tensor-cat [-o FILE | --split DIR] [--dtype T] [--zstd[=LEVEL]] [--regex]\n"
+	"                  [--meta KEY=VAL]... [--shard-size MB] [-q] SOURCE [PATTERN...]\n";
 
 static char **pats;
 static int npats, use_regex;
@@ -81,6 +81,40 @@ static void add_metas(x3_tensor *t)
 /* sinks */
 static x3_writer *fw;
 static x3_stw *sw;
+
+/* --split DIR: each tensor to its own frame file DIR/NAME.frames, written
+ * atomically (one pass over the source instead of one per tensor) */
+static const char *split_dir;
+static int split_zlevel;
+static char split_path[4096];
+static char **split_seen;
+static int nsplit_seen;
+
+static void split_open(const char *name)
+{
+	if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		die("tensor '%s': not usable as a file name (--split)", name);
+	for (int i = 0; i < nsplit_seen; i++)
+		if (!strcmp(split_seen[i], name))
+			die("tensor '%s' appears twice (--split writes one file per name)", name);
+	char **p = realloc(split_seen, (size_t)(nsplit_seen + 1) * sizeof *p);
+	if (!p || !(p[nsplit_seen] = strdup(name)))
+		die("out of memory");
+	split_seen = p;
+	nsplit_seen++;
+	if (snprintf(split_path, sizeof split_path, "%s/%s.frames", split_dir, name) >= (int)sizeof split_path)
+		die("%s/%s.frames: path too long", split_dir, name);
+	if (x3_writer_open_fd(output_open(split_path), split_zlevel, &fw))
+		die("%s: %s", split_path, x3_errmsg());
+}
+
+static void split_close(void)
+{
+	if (x3_writer_close(fw))
+		die("%s: %s", split_path, x3_errmsg());
+	fw = NULL;
+	output_commit();
+}
 
 static void abort_sw(void)
 {
@@ -185,6 +219,8 @@ static void from_frames(const char *path)
 			x3_tensor_free(t);
 			continue;
 		}
+		if (split_dir)
+			split_open(t->name);
 		x3_dtype dt = out_dtype(t->dtype);
 		if (!sw && dt == t->dtype) {
 			/* pass-through: re-declare the input's checksum and stream the
@@ -203,6 +239,8 @@ static void from_frames(const char *path)
 				left -= k;
 			}
 			x3_tensor_free(t);
+			if (split_dir)
+				split_close();
 			continue;
 		}
 		if (x3_reader_load(r, t))
@@ -218,6 +256,8 @@ static void from_frames(const char *path)
 		}
 		emit_whole(t);
 		x3_tensor_free(t);
+		if (split_dir)
+			split_close();
 	}
 	x3_reader_close(r);
 }
@@ -229,8 +269,13 @@ static void from_st(const char *path)
 		die("%s", x3_errmsg());
 	for (int i = 0; i < x3_st_count(s); i++) {
 		const x3_tensor *t = x3_st_get(s, i);
-		if (selected(t->name))
-			emit_mapped(t);
+		if (!selected(t->name))
+			continue;
+		if (split_dir)
+			split_open(t->name);
+		emit_mapped(t);
+		if (split_dir)
+			split_close();
 	}
 	x3_st_close(s);
 }
@@ -241,11 +286,12 @@ int main(int argc, char **argv)
 	const char *outp = NULL;
 	int zlevel = 0;
 	long shard_mb = 0;
-	enum { O_DTYPE = 256, O_ZSTD, O_REGEX, O_META, O_SHARD };
+	enum { O_DTYPE = 256, O_ZSTD, O_REGEX, O_META, O_SHARD, O_SPLIT };
 	static const struct option lo[] = {
 		{"output", required_argument, 0, 'o'}, {"dtype", required_argument, 0, O_DTYPE},
 		{"zstd", optional_argument, 0, O_ZSTD}, {"regex", no_argument, 0, O_REGEX},
 		{"meta", required_argument, 0, O_META}, {"shard-size", required_argument, 0, O_SHARD},
+		{"split", required_argument, 0, O_SPLIT},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	metas = calloc(argc, sizeof *metas);
@@ -267,6 +313,7 @@ int main(int argc, char **argv)
 			metas[nmetas++] = optarg;
 			break;
 		case O_SHARD: shard_mb = parse_long(usage, "--shard-size", optarg, 1, 1L << 30); break;
+		case O_SPLIT: split_dir = optarg; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
@@ -286,7 +333,18 @@ int main(int argc, char **argv)
 	if (x3_source_kind(src, &kind))
 		die("%s", x3_errmsg());
 
-	/* output: safetensors file/dir, a frame file, or stdout */
+	/* output: safetensors file/dir, a frame file, stdout, or a frame file
+	 * per tensor */
+	if (split_dir) {
+		if (outp)
+			usage_error(usage, "-o and --split exclude each other");
+		if (shard_mb)
+			usage_error(usage, "--shard-size needs -o DIR");
+		struct stat sd;
+		if (stat(split_dir, &sd) || !S_ISDIR(sd.st_mode))
+			die("%s: not a directory (--split)", split_dir);
+		split_zlevel = zlevel;
+	}
 	size_t ol = outp ? strlen(outp) : 0;
 	struct stat st;
 	int out_dir = outp && stat(outp, &st) == 0 && S_ISDIR(st.st_mode);
@@ -296,7 +354,7 @@ int main(int argc, char **argv)
 		if (x3_stw_create(outp, out_dir ? (uint64_t)shard_mb << 20 : 0, &sw))
 			die("%s", x3_errmsg());
 		atexit(abort_sw);   /* a failed run leaves no spool file behind */
-	} else {
+	} else if (!split_dir) {
 		if (shard_mb)
 			usage_error(usage, "--shard-size needs -o DIR");
 		if (x3_writer_open_fd(output_open(outp), zlevel, &fw))
@@ -316,7 +374,7 @@ int main(int argc, char **argv)
 		sw = NULL;   /* commit frees it, whatever the outcome */
 		if (x3_stw_commit(w))
 			die("%s", x3_errmsg());
-	} else {
+	} else if (!split_dir) {
 		if (x3_writer_close(fw))
 			die("%s: %s", outp ? outp : "stdout", x3_errmsg());
 		output_commit();

@@ -110,45 +110,69 @@ void check_stdout(void)
 		die("write error on standard output: %s", strerror(errno));
 }
 
-static char out_tmp[4096];
-static const char *out_path;
-static int out_fd = -1;
+/* files being written under a temporary name: removed at exit unless
+ * committed */
+static struct outfile *outfiles;
 
-static void output_cleanup(void)
+static void outfiles_cleanup(void)
 {
-	if (out_tmp[0])
-		unlink(out_tmp);
+	for (struct outfile *o = outfiles; o; o = o->next)
+		if (o->tmp[0])
+			unlink(o->tmp);
 }
+
+int outfile_open(struct outfile *o, const char *path)
+{
+	static int registered;
+	if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof o->tmp)
+		die("%s: path too long", path);
+	if ((o->fd = mkstemp(o->tmp)) < 0) {
+		o->tmp[0] = 0;
+		die("%s: %s", path, strerror(errno));
+	}
+	o->path = path;
+	if (!registered++)
+		atexit(outfiles_cleanup);
+	o->next = outfiles;
+	outfiles = o;
+	return o->fd;
+}
+
+void outfile_commit(struct outfile *o)
+{
+	mode_t um = umask(022);
+	umask(um);
+	if (fchmod(o->fd, 0666 & ~um) || fsync(o->fd) || close(o->fd) || rename(o->tmp, o->path))
+		die("%s: %s", o->path, strerror(errno));
+	o->tmp[0] = 0;
+	for (struct outfile **p = &outfiles; *p; p = &(*p)->next)
+		if (*p == o) {
+			*p = o->next;
+			break;
+		}
+}
+
+static struct outfile out_main;
+static int out_file;
 
 int output_open(const char *path)
 {
 	if (!path || !strcmp(path, "-")) {
 		refuse_tty_stdout();
-		out_fd = STDOUT_FILENO;
-		return out_fd;
+		out_file = 0;
+		return STDOUT_FILENO;
 	}
-	if (snprintf(out_tmp, sizeof out_tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof out_tmp)
-		die("%s: path too long", path);
-	if ((out_fd = mkstemp(out_tmp)) < 0) {
-		out_tmp[0] = 0;
-		die("%s: %s", path, strerror(errno));
-	}
-	out_path = path;
-	atexit(output_cleanup);
-	return out_fd;
+	out_file = 1;
+	return outfile_open(&out_main, path);
 }
 
 void output_commit(void)
 {
-	if (!out_path) {
+	if (!out_file) {
 		check_stdout();
 		return;
 	}
-	mode_t um = umask(022);
-	umask(um);
-	if (fchmod(out_fd, 0666 & ~um) || fsync(out_fd) || close(out_fd) || rename(out_tmp, out_path))
-		die("%s: %s", out_path, strerror(errno));
-	out_tmp[0] = 0;
+	outfile_commit(&out_main);
 }
 
 int device_parse(const char *usage, const char *s)

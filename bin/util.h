@@ -31,10 +31,21 @@ void check_stdout(void);
 /* The program's output: stdout (refusing a terminal) when path is NULL or
  * "-", else FILE written under a temporary name beside it, removed at exit
  * unless output_commit renamed it into place: a failed run never leaves a
- * half-written FILE or a stray temporary. Returns the fd to write to. */
+ * half-written FILE or a stray temporary. Returns the fd to write to. One
+ * output at a time: the next output_open comes after output_commit. */
 int output_open(const char *path);
 /* Flush to disk and rename into place (or check stdout); exits on error. */
 void output_commit(void);
+/* A further output file, same contract (output_open's FILE is one): open
+ * under a temporary name, removed at exit unless committed. */
+struct outfile {
+	char tmp[4096];
+	const char *path;
+	int fd;
+	struct outfile *next;
+};
+int outfile_open(struct outfile *o, const char *path);
+void outfile_commit(struct outfile *o);
 
 /* --device cpu|cuda|auto (gpu.h): parse one (a bad value is a usage
  * error, exit 2, naming it) ... */

@@ -478,6 +478,9 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		              "(%lld), which is not supported", (long long)cols, (long long)c->sliding_window);
 	if (o->logits_mode != X3_LOGITS_NONE && (!o->logits || o->last_layer < n))
 		return x3_err(X3_EINVAL, "forward: logits need a buffer and all layers");
+	int first = o->hidden ? o->first_layer : 0;
+	if (first < 0 || first > n)
+		return x3_err(X3_EINVAL, "forward: first layer %d is not 0..%d", first, n);
 	for (int64_t i = 0; i < T; i++)
 		if (tokens[i] < 0 || tokens[i] >= c->vocab)
 			return x3_err(X3_EINVAL, "forward: token id %ld at row %lld, column %lld is "
@@ -493,7 +496,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	int64_t kvd = c->n_kv_heads * c->head_dim, half = c->head_dim / 2;
 	struct fwd f = { .m = m, .o = o, .cols = cols };
 	int rc = X3_OK;
-	float *x = malloc((size_t)T * H * sizeof *x);
+	float *x = o->hidden ? o->hidden : malloc((size_t)T * H * sizeof *x);
 	f.xn = malloc((size_t)ct * i64max(H, qd) * sizeof(float));
 	f.q = malloc((size_t)ct * qd * sizeof(float));
 	f.a = malloc((size_t)ct * qd * sizeof(float));
@@ -516,15 +519,17 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			f.sinv[p * half + i] = (float)sin(ang);
 		}
 
-	/* embedding rows, converted from the mmap'd table */
+	/* embedding rows, converted from the mmap'd table (unless resuming) */
 	size_t es = x3_dtype_size(m->embed->dtype);
-	for (int64_t t = 0; t < T; t++)
+	for (int64_t t = 0; t < T && !o->hidden; t++)
 		x3_convert(x + t * H, X3_F32, (const char *)m->embed->data + (size_t)tokens[t] * H * es,
 		           m->embed->dtype, (size_t)H);
 
 	int last = o->last_layer < n ? o->last_layer : n - 1;
-	for (int l = 0; l <= last; l++) {
+	for (int l = first; l <= last; l++) {
 		struct layer_w w;
+		if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, l, x, T, H)))
+			goto out;
 		if ((rc = layer_load(m, l, 0, &w))) {
 			x3_errprefix(rc, "layer %d", l);
 			goto out;
@@ -546,6 +551,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			goto out;
 	}
 	if (o->last_layer < n)
+		goto out;
+	if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, n, x, T, H)))
 		goto out;
 	int want_hook = o->hook && o->hook_first <= n && o->hook_last >= n;
 	if (!want_hook && o->logits_mode == X3_LOGITS_NONE)
@@ -578,7 +585,9 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	if (!rc && o->layer_done)
 		rc = o->layer_done(o->layer_done_ctx, n, n);
 out:
-	free(x), free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u);
+	if (x != o->hidden)
+		free(x);
+	free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u);
 	free(f.cosv), free(f.sinv), free(fr);
 	return rc;
 }

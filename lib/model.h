@@ -92,6 +92,18 @@ struct x3_forward_opts {
 	 * head); may be NULL. A non-zero return aborts the forward. */
 	int (*layer_done)(void *ctx, int layer, int n_layers);
 	void *layer_done_ctx;
+	/* Resume: start at layer first_layer from hidden, the hidden states
+	 * entering that layer ((rows*cols, hidden) floats, e.g. saved through
+	 * layer_input by an earlier forward over the same tokens and layers),
+	 * instead of the embedding. The forward runs in this buffer (it is
+	 * overwritten). NULL: from the embedding, first_layer is ignored. */
+	float *hidden;
+	int first_layer;
+	/* Called with the hidden states (ntok, hidden) entering each layer
+	 * before it runs (layer n_layers: the final norm and head); may be
+	 * NULL. A non-zero return aborts the forward. */
+	int (*layer_input)(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden);
+	void *layer_input_ctx;
 	/* Where the linears multiply: X3_DEVICE_CPU (default) or
 	 * X3_DEVICE_CUDA (resolved; gpu.h), see x3_linear_set_device. Each
 	 * layer's weights go to the device when the layer runs; embedding,

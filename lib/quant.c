@@ -8,6 +8,8 @@
 #include <time.h>
 #include <cblas.h>
 #include <lapacke.h>
+#include <omp.h>
+#include <xxhash.h>
 #include "codec.h"
 #include "gpu.h"
 #include "quant.h"
@@ -568,10 +570,137 @@ int64_t x3_scale_sample(const float *W, int64_t k, int64_t n, float *tiles)
 	return m;
 }
 
+/* ---- encoding equal tiles once ---------------------------------------- */
+/* The Viterbi result of a tile is a function of its 256 input values alone
+ * (codec.h), so a batch encodes each distinct tile once and copies the
+ * result to its repeats; the output is what encoding every tile gives.
+ * Repeats are common where padding meets the Hadamard transform: a 128-block
+ * whose upper half is zero comes out of the transform as two equal halves,
+ * so a 64x64 weight padded to 128x128 is four copies of one 64x64 block,
+ * and the scale search's sample often holds a tile twice. A memo can also
+ * keep the results between batches (the scale search's coarse and fine
+ * grids share a scale). */
+struct tmemo {
+	int64_t n, cap;      /* entries, entry capacity */
+	int64_t nslot;       /* hash slots, a power of 2 */
+	int64_t *slot;       /* entry index, -1 when free */
+	uint64_t *hash;      /* (cap) */
+	float *x, *v;        /* (cap, 256) input tile, decoded values */
+	uint16_t *s;         /* (cap, 256) states */
+};
+
+static void tmemo_free(struct tmemo *m)
+{
+	free(m->slot), free(m->hash), free(m->x), free(m->v), free(m->s);
+	memset(m, 0, sizeof *m);
+}
+
+/* Room for `more` new entries (the slots at most half full). */
+static int tmemo_reserve(struct tmemo *m, int64_t more)
+{
+	int64_t need = m->n + more;
+	if (need > m->cap) {
+		int64_t cap = m->cap ? m->cap : 64;
+		while (cap < need)
+			cap *= 2;
+		uint64_t *h = realloc(m->hash, (size_t)cap * sizeof *h);
+		if (h)
+			m->hash = h;
+		float *x = realloc(m->x, (size_t)cap * 256 * sizeof *x);
+		if (x)
+			m->x = x;
+		float *v = realloc(m->v, (size_t)cap * 256 * sizeof *v);
+		if (v)
+			m->v = v;
+		uint16_t *s = realloc(m->s, (size_t)cap * 256 * sizeof *s);
+		if (s)
+			m->s = s;
+		if (!h || !x || !v || !s)
+			return X3_ENOMEM;
+		m->cap = cap;
+	}
+	if (2 * need > m->nslot) {
+		int64_t ns = m->nslot ? m->nslot : 128;
+		while (ns < 2 * need)
+			ns *= 2;
+		int64_t *sl = malloc((size_t)ns * sizeof *sl);
+		if (!sl)
+			return X3_ENOMEM;
+		for (int64_t i = 0; i < ns; i++)
+			sl[i] = -1;
+		for (int64_t e = 0; e < m->n; e++) {
+			int64_t j = (int64_t)(m->hash[e] & (uint64_t)(ns - 1));
+			while (sl[j] >= 0)
+				j = (j + 1) & (ns - 1);
+			sl[j] = e;
+		}
+		free(m->slot);
+		m->slot = sl;
+		m->nslot = ns;
+	}
+	return X3_OK;
+}
+
+/* Entry of tile t (256 floats, hash h), or -1 with *free_slot set. */
+static int64_t tmemo_find(const struct tmemo *m, const float *t, uint64_t h, int64_t *free_slot)
+{
+	int64_t j = (int64_t)(h & (uint64_t)(m->nslot - 1));
+	for (; m->slot[j] >= 0; j = (j + 1) & (m->nslot - 1)) {
+		int64_t e = m->slot[j];
+		if (m->hash[e] == h && !memcmp(m->x + e * 256, t, 256 * sizeof *t))
+			return e;
+	}
+	*free_slot = j;
+	return -1;
+}
+
+/* x3_viterbi_encode of nt tiles x (states and values may be NULL), each
+ * distinct tile encoded once; memo keeps the results for later calls (it
+ * starts empty: {0}). */
+static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *states,
+                        float *values, int threads, struct tmemo *memo)
+{
+	int64_t *ent = xmalloc((size_t)nt, sizeof *ent);
+	int rc = ent ? tmemo_reserve(memo, nt) : X3_ENOMEM;
+	if (rc) {
+		free(ent);
+		return x3_err(X3_ENOMEM, "out of memory for %lld tiles", (long long)nt);
+	}
+	int64_t first = memo->n;   /* entries from here on are new: to encode */
+	for (int64_t t = 0; t < nt; t++) {
+		const float *xt = x + t * 256;
+		uint64_t h = XXH3_64bits(xt, 256 * sizeof *xt);
+		int64_t fs = 0, e = tmemo_find(memo, xt, h, &fs);
+		if (e < 0) {
+			e = memo->n++;
+			memo->slot[fs] = e;
+			memo->hash[e] = h;
+			memcpy(memo->x + e * 256, xt, 256 * sizeof *xt);
+		}
+		ent[t] = e;
+	}
+	int64_t nnew = memo->n - first;
+	rc = x3_viterbi_encode(K, cb, memo->x + first * 256, nnew, memo->s + first * 256,
+	                       memo->v + first * 256, threads);
+	if (rc) {
+		/* the error names a tile of the batch as given */
+		free(ent);
+		return x3_viterbi_encode(K, cb, x, nt, states, values, threads);
+	}
+	for (int64_t t = 0; t < nt; t++) {
+		if (states)
+			memcpy(states + t * 256, memo->s + ent[t] * 256, 256 * sizeof *states);
+		if (values)
+			memcpy(values + t * 256, memo->v + ent[t] * 256, 256 * sizeof *values);
+	}
+	free(ent);
+	return X3_OK;
+}
+
 /* mse(s) for ns scales on m tiles of stride `step` in src (one Viterbi
  * batch of ns*m tiles) */
 static int eval_scales(const float *src, int64_t m, int64_t step, const double *s,
-                       int ns, int K, int cb, int threads, double *mse)
+                       int ns, int K, int cb, int threads, struct tmemo *memo, double *mse)
 {
 	int64_t cnt = (m + step - 1) / step, nt = cnt * ns;
 	float *x = xcalloc((size_t)(nt * 256), sizeof(float));
@@ -584,7 +713,7 @@ static int eval_scales(const float *src, int64_t m, int64_t step, const double *
 		for (int64_t t = 0; t < cnt; t++)
 			for (int i = 0; i < 256; i++)
 				x[((j * cnt) + t) * 256 + i] = (float)(src[t * step * 256 + i] * s[j]);
-	int rc = x3_viterbi_encode(K, cb, x, nt, NULL, q, threads);
+	int rc = encode_tiles(K, cb, x, nt, NULL, q, threads, memo);
 	if (rc == X3_OK)
 		for (int j = 0; j < ns; j++) {
 			double e = 0;
@@ -596,6 +725,70 @@ static int eval_scales(const float *src, int64_t m, int64_t step, const double *
 			mse[j] = e / (double)(cnt * 256);
 		}
 	free(x), free(q);
+	return rc;
+}
+
+/* The coarse grid needs only its argmin, so a scale whose partial error
+ * (the tiles summed in eval_scales' order) already exceeds a complete
+ * scale's cannot win and is dropped (y = +inf): its final error is at least
+ * the partial one. The argmin is eval_scales' exactly. The middle scale
+ * (0.9; the optimum is usually near) is evaluated first, in full; then the
+ * others together, a chunk of tiles at a time (one Viterbi batch per chunk,
+ * of every scale still in the race). */
+static int coarse_grid(const float *src, int64_t m, const double *s, int ns, int K, int cb,
+                       int threads, struct tmemo *memo, double *y)
+{
+	const int64_t step = 3, cnt = (m + step - 1) / step;
+	const double N = (double)(cnt * 256);
+	const int mid = (ns - 1) / 2;
+	int rc = eval_scales(src, m, step, s + mid, 1, K, cb, threads, memo, y + mid);
+	if (rc)
+		return rc;
+	int64_t chunk = 4 * (int64_t)(threads > 0 ? threads : omp_get_max_threads());
+	if (chunk < (cnt + 7) / 8)
+		chunk = (cnt + 7) / 8;
+	if (chunk > cnt)
+		chunk = cnt;
+	float *x = xcalloc((size_t)(ns * chunk * 256), sizeof(float));
+	float *q = xmalloc((size_t)(ns * chunk * 256), sizeof(float));
+	double *e = xcalloc((size_t)ns, sizeof(double));
+	int *alive = xmalloc((size_t)ns, sizeof(int));
+	if (!x || !q || !e || !alive) {
+		free(x), free(q), free(e), free(alive);
+		return x3_err(X3_ENOMEM, "out of memory in the scale search");
+	}
+	int na = 0;
+	for (int j = 0; j < ns; j++)
+		if (j != mid)
+			alive[na++] = j;
+	for (int64_t t0 = 0; t0 < cnt && na > 0; t0 += chunk) {
+		int64_t c = cnt - t0 < chunk ? cnt - t0 : chunk;
+		for (int a = 0; a < na; a++)
+			for (int64_t t = 0; t < c; t++)
+				for (int i = 0; i < 256; i++)
+					x[(a * c + t) * 256 + i] = (float)(src[(t0 + t) * step * 256 + i] * s[alive[a]]);
+		if ((rc = encode_tiles(K, cb, x, na * c, NULL, q, threads, memo)))
+			break;
+		int keep = 0;
+		for (int a = 0; a < na; a++) {
+			int j = alive[a], dropped = 0;
+			for (int64_t t = 0; t < c && !dropped; t++) {
+				for (int i = 0; i < 256; i++) {
+					double d = q[(a * c + t) * 256 + i] / s[j] - src[(t0 + t) * step * 256 + i];
+					e[j] += d * d;
+				}
+				dropped = e[j] / N > y[mid];
+			}
+			if (dropped)
+				y[j] = INFINITY;
+			else
+				alive[keep++] = j;
+		}
+		na = keep;
+	}
+	for (int a = 0; a < na; a++)
+		y[alive[a]] = e[alive[a]] / N;
+	free(x), free(q), free(e), free(alive);
 	return rc;
 }
 
@@ -612,9 +805,11 @@ int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
 	double s[10], y[10];
 	for (int i = 0; i < 10; i++)
 		s[i] = 0.1 + 0.2 * i;
-	int rc = eval_scales(tiles, m, 3, s, 10, K, cb, threads, y);
+	struct tmemo memo = { 0 };
+	int rc = coarse_grid(tiles, m, s, 10, K, cb, threads, &memo, y);
 	if (rc) {
 		free(tiles);
+		tmemo_free(&memo);
 		return rc;
 	}
 	int best = 0;
@@ -634,8 +829,9 @@ int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
 			ps[np++] = fs[i];
 		}
 	}
-	rc = eval_scales(tiles, m, 1, ps, np, K, cb, threads, py);
+	rc = eval_scales(tiles, m, 1, ps, np, K, cb, threads, &memo, py);
 	free(tiles);
+	tmemo_free(&memo);
 	if (rc)
 		return rc;
 	for (int j = 0; j < np; j++)
@@ -668,7 +864,9 @@ static int quant_block(const float *X, int64_t n, int K, int cb, int threads,
 	int64_t tn = n / 16;
 	for (int64_t t = 0; t < tn; t++)
 		get_tile(X, n, 0, t, tiles + 256 * t);
-	int rc = x3_viterbi_encode(K, cb, tiles, tn, st, vals, threads);
+	struct tmemo memo = { 0 };   /* equal tiles of this block only */
+	int rc = encode_tiles(K, cb, tiles, tn, st, vals, threads, &memo);
+	tmemo_free(&memo);
 	if (rc)
 		return rc;
 	for (int64_t t = 0; t < tn; t++)

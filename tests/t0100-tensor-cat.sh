@@ -81,6 +81,30 @@ tensor-gen -s 1 big1=600x1000 big2=600x1000 | tensor-cat - -o shards --shard-siz
 check "sharded output has an index" test -f shards/model.safetensors.index.json
 check "sharded output reads back" test "$(tensor-ls shards | wc -l)" -eq 2
 
+# --split: one frame file per tensor, each what a pattern would select
+tensor-gen -s 4 h.a=16x16 h.b=8 h.c=4x4 >three.frames
+mkdir parts
+check "--split DIR" tensor-cat -q --split parts three.frames
+check "... writes one file per tensor" test "$(ls parts | tr '\n' ' ')" = "h.a.frames h.b.frames h.c.frames "
+for n in h.a h.b h.c; do
+	check "... $n.frames is tensor-cat's selection of '$n', byte for byte" cmp parts/$n.frames <(tensor-cat three.frames $n)
+done
+mkdir zparts
+check "--split with patterns, from stdin, compressed" sh -c 'tensor-cat --split zparts --zstd - "h.[bc]" <three.frames'
+check "... only the selected, readable" test "$(ls zparts | tr '\n' ' ')" = "h.b.frames h.c.frames " -a \
+	"$(tensor-cat zparts/h.b.frames | md5sum)" = "$(tensor-cat three.frames h.b | md5sum)"
+mkdir sparts
+check "--split from safetensors" tensor-cat --split sparts x.safetensors
+check "... one file per tensor" test "$(ls sparts | wc -l)" -eq "$(tensor-ls x.safetensors | wc -l)"
+check_fail "--split and -o" 2 "exclude each other" tensor-cat --split parts -o y.frames three.frames
+check_fail "--split to a missing directory" 1 "nodir: not a directory" tensor-cat --split nodir three.frames
+mkdir dup
+cat three.frames three.frames >twice.frames
+check_fail "--split: a name twice" 1 "tensor 'h.a' appears twice" tensor-cat --split dup twice.frames
+check "... no temporary left behind" test -z "$(ls dup | grep tmp)"
+tensor-gen 'a/b=4' >slash.frames
+check_fail "--split: a name with a slash" 1 "tensor 'a/b': not usable as a file name" tensor-cat --split dup slash.frames
+
 # the real model
 if have_shared; then
 	M=$SHARED/models/stories260K

@@ -34,6 +34,29 @@ check "layer 0 of the sequential capture is not written" test "$(tensor-ls hseq 
 mkdir qlin && tensor-cat -q q 'model.layers.0.*_proj.*' -o qlin/model.safetensors
 check "--quantized DIR of the quantized linears alone (norms from the model)" cmp -s hseq <(hessian-capture --model m --quantized qlin --tokens tok --layers 1-)
 check_fail "--quantized DIR lacking a layer's linear" 1 "model.layers.1.self_attn.q_proj.weight' is missing" hessian-capture --model m --quantized qlin --tokens tok --layers 2
+# sequential chain: layer 0's capture saves the hidden states entering it,
+# layer 1's starts from them (runs quantized layer 0, then layer 1): the same
+# Hessians, and the same states for layer 1, as a forward from the embedding
+hessian-capture --model m --tokens tok --layers 0-0 --hidden-out hid0 >h0
+hessian-capture --model m --quantized q --tokens tok --layers 1-1 --hidden-in hid0 --hidden-out hid1 >hchain
+hessian-capture --model m --quantized q --tokens tok --layers 1-1 --hidden-out hid1full >hfull
+check "--hidden-in: layer 1 from layer 0's saved states == from the embedding, bit for bit" cmp -s hchain hfull
+check "... and so are the states it saves for layer 2" cmp -s hid1 hid1full
+check "--hidden-out: a frame 'hidden' (rows, cols, hidden) entering layer 1" \
+	jqc '.name == "hidden" and .shape == [4, 16, 32] and .meta.layer == "1" and .meta.role == "hidden"' <(tensor-ls hid1)
+hessian-capture --model m --quantized q --tokens tok --layers 2 --hidden-in hid1 >hhead
+check "--hidden-in: the head from layer 1's states == from the embedding" \
+	cmp -s hhead <(hessian-capture --model m --quantized q --tokens tok --layers 2)
+synth_tokens tok2 4 16 64 9
+check_fail "--hidden-in of other tokens" 1 "hid0: the hidden states are of other tokens" \
+	hessian-capture --model m --tokens tok2 --layers 1 --hidden-in hid0
+check_fail "--hidden-in of a later layer" 1 "enter layer 1, after the first captured layer 0" \
+	hessian-capture --model m --tokens tok --layers 0 --hidden-in hid1
+check_fail "--hidden-in of another row shape" 1 "hid0: hidden states are not 2x32x32" \
+	hessian-capture --model m --tokens tok --cols 32 --layers 1 --hidden-in hid0
+check_fail "--hidden-in of a frame that is not hidden states" 1 "h0: not a --hidden-out frame" \
+	hessian-capture --model m --tokens tok --layers 1 --hidden-in h0
+check_fail "--hidden-out with --merge" 2 "takes frames" hessian-capture --merge --hidden-out x h0
 cp -r q qbad && jq '.intermediate_size = 200 | .quantization_config = {quant_method: "exl3"}' m/config.json > qbad/config.json
 check_fail "EXL3 linear too small for the config" 1 "mlp.gate_proj.trellis': padded size 128x128 does not hold 32x200" model-eval --model qbad --generate 1 --ids
 done_testing

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/bench/convert.sh: end-to-end conversion (pipelines/convert, 4 bpw,
-# onepass, 32 calibration rows of 256 tokens) with -j 1 and -j 2: wall time,
-# peak RSS of the largest process, quantized weights per second, and the
-# speed-up of -j 2. Models: stories260K (../shared, when present) and a
+# 32 calibration rows of 256 tokens), onepass with -j 1 and -j 2 and
+# sequential with -j 2 (BENCH_MODES="onepass sequential"): wall time, CPU
+# time (user + sys of every process), peak RSS of the largest process,
+# quantized weights per second, and the speed-up of -j 2 over -j 1. Models: stories260K (../shared, when present) and a
 # synthetic Llama made by examples/make-tiny-llama, by default hidden 1024,
 # intermediate 2816, 4 layers (override with BENCH_HIDDEN, BENCH_INTER,
 # BENCH_LAYERS; BENCH_BITS for the rate). -j 1 runs one program at a time
@@ -25,25 +26,35 @@ numel() {
 		(map(select(.name | test("_proj\\.weight$|^lm_head\\.weight$")) | .shape[0] * .shape[1]) | add)
 		+ (if $tied then (map(select(.name == "model.embed_tokens.weight")) | .[0].shape[0] * .[0].shape[1]) else 0 end)'
 }
-printf '%-24s %10s %4s %9s %12s %10s %8s\n' model weights -j wall_s weights/s peak_MiB speedup
+runs=()
+for m in ${BENCH_MODES:-onepass sequential}; do
+	case $m in onepass) runs+=(onepass:1 onepass:2) ;; sequential) runs+=(sequential:2) ;;
+	*) echo "convert.sh: BENCH_MODES: '$m' is not onepass or sequential" >&2; exit 2 ;; esac
+done
+printf '%-24s %10s %-10s %4s %9s %8s %12s %10s %8s\n' model weights mode -j wall_s cpu_s weights/s peak_MiB speedup
 json="{\"bench\":\"convert\",\"bits\":$B,\"results\":["
 first=1
 for m in "${models[@]}"; do
 	name=${m%%=*} dir=${m#*=}
 	n=$(numel "$dir")
 	t1=
-	for j in 1 2; do
+	for r in "${runs[@]}"; do
+		mode=${r%:*} j=${r#*:}
 		rm -rf "$tmp/out" "$tmp/out.work"
-		/usr/bin/time -f '%e %M' -o "$tmp/time" \
-			convert "$dir" "$tmp/out" --bits "$B" --rows 32 --cols 256 -j "$j" -q
-		read -r wall kb <"$tmp/time"
+		/usr/bin/time -f '%e %M %U %S' -o "$tmp/time" \
+			convert "$dir" "$tmp/out" --bits "$B" --rows 32 --cols 256 --mode "$mode" -j "$j" -q
+		read -r wall kb us ss <"$tmp/time"
+		cpu=$(awk -v u="$us" -v s="$ss" 'BEGIN { printf "%.1f", u + s }')
 		wps=$(awk -v n="$n" -v t="$wall" 'BEGIN { printf "%.0f", (t > 0 ? n / t : 0) }')
-		sp=1.00
-		[ "$j" -eq 1 ] && t1=$wall || sp=$(awk -v a="$t1" -v b="$wall" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-		printf '%-24s %10d %4d %9.1f %12d %10.1f %8s\n' "$name" "$n" "$j" "$wall" "$wps" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "$sp"
+		sp=null   # the -j 2 speed-up is onepass's
+		if [ "$mode" = onepass ]; then
+			sp=1.00
+			[ "$j" -eq 1 ] && t1=$wall || sp=$(awk -v a="$t1" -v b="$wall" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+		fi
+		printf '%-24s %10d %-10s %4d %9.1f %8.1f %12d %10.1f %8s\n' "$name" "$n" "$mode" "$j" "$wall" "$cpu" "$wps" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "${sp/null/-}"
 		[ $first -eq 1 ] || json+=","
 		first=0
-		json+="{\"model\":\"$name\",\"weights\":$n,\"jobs\":$j,\"wall_s\":$wall,\"weights_per_s\":$wps,\"peak_rss_kib\":$kb,\"speedup\":$sp}"
+		json+="{\"model\":\"$name\",\"weights\":$n,\"mode\":\"$mode\",\"jobs\":$j,\"wall_s\":$wall,\"cpu_s\":$cpu,\"weights_per_s\":$wps,\"peak_rss_kib\":$kb,\"speedup\":$sp}"
 	done
 done
 echo "$json]}"
