@@ -62,6 +62,7 @@ int x3_device_select(const char *s, int *dev)
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include "gpu_kern.h"
+#include "gpu_impl.h"
 
 #define RSQRT128 0.08838834764831845f
 
@@ -75,7 +76,7 @@ static int check_kcb(const char *what, int K, int cb)
 }
 
 
-static int cuerr(int e, const char *what)
+int x3_gpu_cuerr(int e, const char *what)
 {
 	if (e == cudaSuccess)
 		return X3_OK;
@@ -88,7 +89,7 @@ static int cuerr(int e, const char *what)
 	return x3_err(X3_EIO, "cuda: %s: %s", what, why);
 }
 
-static int blaserr(cublasStatus_t s, const char *what)
+int x3_gpu_blaserr(int s, const char *what)
 {
 	if (s == CUBLAS_STATUS_SUCCESS)
 		return X3_OK;
@@ -119,9 +120,9 @@ int x3_gpu_describe(char *buf, size_t len)
 		return X3_EUNSUP;
 	int dev = 0;
 	struct cudaDeviceProp p;
-	int rc = cuerr(cudaGetDevice(&dev), "get device");
+	int rc = x3_gpu_cuerr(cudaGetDevice(&dev), "get device");
 	if (!rc)
-		rc = cuerr(cudaGetDeviceProperties(&p, dev), "device properties");
+		rc = x3_gpu_cuerr(cudaGetDeviceProperties(&p, dev), "device properties");
 	if (rc)
 		return rc;
 	snprintf(buf, len, "%s, sm_%d%d, %d SMs, %.1f GiB, L2 %d MiB", p.name, p.major, p.minor,
@@ -139,7 +140,7 @@ int x3_gpu_alloc(void **p, size_t bytes)
 	*p = NULL;
 	if (bytes == 0)
 		bytes = 1;
-	return cuerr(cudaMalloc(p, bytes), "allocate device memory");
+	return x3_gpu_cuerr(cudaMalloc(p, bytes), "allocate device memory");
 }
 
 void x3_gpu_free(void *p)
@@ -150,27 +151,27 @@ void x3_gpu_free(void *p)
 
 int x3_gpu_upload(void *dst_d, const void *src, size_t bytes)
 {
-	return bytes ? cuerr(cudaMemcpy(dst_d, src, bytes, cudaMemcpyHostToDevice), "upload") : X3_OK;
+	return bytes ? x3_gpu_cuerr(cudaMemcpy(dst_d, src, bytes, cudaMemcpyHostToDevice), "upload") : X3_OK;
 }
 
 int x3_gpu_download(void *dst, const void *src_d, size_t bytes)
 {
-	return bytes ? cuerr(cudaMemcpy(dst, src_d, bytes, cudaMemcpyDeviceToHost), "download") : X3_OK;
+	return bytes ? x3_gpu_cuerr(cudaMemcpy(dst, src_d, bytes, cudaMemcpyDeviceToHost), "download") : X3_OK;
 }
 
 int x3_gpu_memset(void *dst_d, int byte, size_t bytes)
 {
-	return bytes ? cuerr(cudaMemset(dst_d, byte, bytes), "memset") : X3_OK;
+	return bytes ? x3_gpu_cuerr(cudaMemset(dst_d, byte, bytes), "memset") : X3_OK;
 }
 
 int x3_gpu_sync(void)
 {
-	return cuerr(cudaDeviceSynchronize(), "synchronize");
+	return x3_gpu_cuerr(cudaDeviceSynchronize(), "synchronize");
 }
 
 int x3_gpu_meminfo(size_t *free_b, size_t *total_b)
 {
-	return cuerr(cudaMemGetInfo(free_b, total_b), "memory info");
+	return x3_gpu_cuerr(cudaMemGetInfo(free_b, total_b), "memory info");
 }
 
 /* ---- Viterbi ----------------------------------------------------------- */
@@ -189,13 +190,13 @@ static int vrun_init(struct vrun *v, int K, int cb, int64_t max_tiles, size_t ma
 	v->K = K;
 	v->cb = cb;
 	struct x3k_viterbi_plan p;
-	int rc = cuerr(x3k_viterbi_plan(K, cb, &p), "viterbi plan");
+	int rc = x3_gpu_cuerr(x3k_viterbi_plan(K, cb, &p), "viterbi plan");
 	if (rc)
 		return rc;
 	int dev, sms;
-	rc = cuerr(cudaGetDevice(&dev), "get device");
+	rc = x3_gpu_cuerr(cudaGetDevice(&dev), "get device");
 	if (!rc)
-		rc = cuerr(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
+		rc = x3_gpu_cuerr(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
 	if (rc)
 		return rc;
 	if (!max_scratch) {
@@ -242,10 +243,10 @@ static int vrun_go(struct vrun *v, const float *x_d, int64_t ntiles, uint16_t *s
 	int rc = x3_gpu_memset(v->bad, 0xff, sizeof *v->bad);
 	if (rc)
 		return rc;
-	rc = cuerr(x3k_viterbi(v->K, v->cb, x_d, ntiles, st_d, val_d, v->scratch, v->nblocks,
+	rc = x3_gpu_cuerr(x3k_viterbi(v->K, v->cb, x_d, ntiles, st_d, val_d, v->scratch, v->nblocks,
 	                       v->bad, NULL), "viterbi launch");
 	if (!rc)
-		rc = cuerr(cudaDeviceSynchronize(), "viterbi");
+		rc = x3_gpu_cuerr(cudaDeviceSynchronize(), "viterbi");
 	unsigned long long bad = 0;
 	if (!rc)
 		rc = x3_gpu_download(&bad, v->bad, sizeof bad);
@@ -363,8 +364,8 @@ int x3_gpu_trellis_decode_d(int K, int cb, const uint16_t *trellis_d, int64_t k,
 		return x3_err(X3_EINVAL, "decode: NULL pointer");
 	if ((rc = need_device()))
 		return rc;
-	rc = cuerr(x3k_decode(K, cb, trellis_d, k, n, w_d, out_f16 != 0, NULL), "decode launch");
-	return rc ? rc : cuerr(cudaDeviceSynchronize(), "decode");
+	rc = x3_gpu_cuerr(x3k_decode(K, cb, trellis_d, k, n, w_d, out_f16 != 0, NULL), "decode launch");
+	return rc ? rc : x3_gpu_cuerr(cudaDeviceSynchronize(), "decode");
 }
 
 int x3_gpu_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n, float *w)
@@ -434,10 +435,10 @@ int x3_gpu_reconstruct(int K, int cb, const uint16_t *trellis, const uint16_t *s
 	if (!rc)
 		rc = upload_f16_as_f32(&sv_d, svh, n);
 	if (!rc)
-		rc = cuerr(x3k_reconstruct(K, cb, t_d, su_d, sv_d, k, n, w_d, 0, NULL),
+		rc = x3_gpu_cuerr(x3k_reconstruct(K, cb, t_d, su_d, sv_d, k, n, w_d, 0, NULL),
 		           "reconstruct launch");
 	if (!rc)
-		rc = cuerr(cudaDeviceSynchronize(), "reconstruct");
+		rc = x3_gpu_cuerr(cudaDeviceSynchronize(), "reconstruct");
 	if (!rc)
 		rc = x3_gpu_download(w, w_d, (size_t)(k * n) * sizeof(float));
 	x3_gpu_free(t_d);
@@ -467,7 +468,7 @@ static int had_host(float *x, int64_t rows, int64_t cols, int along_cols)
 	if (!rc)
 		rc = x3_gpu_upload(x_d, x, b);
 	if (!rc)
-		rc = cuerr(along_cols ? x3k_had128_cols(x_d, rows, cols, NULL, NULL, RSQRT128, NULL)
+		rc = x3_gpu_cuerr(along_cols ? x3k_had128_cols(x_d, rows, cols, NULL, NULL, RSQRT128, NULL)
 		                      : x3k_had128_rows(x_d, x_d, rows, cols, NULL, NULL, NULL, RSQRT128,
 		                                        NULL), "hadamard launch");
 	if (!rc)
@@ -544,9 +545,9 @@ int x3_gpu_linear_create_f32(int K, int cb, int64_t k, int64_t n, const uint16_t
 	L->n = n;
 	int dev;
 	const size_t tb = (size_t)(k / 16) * (size_t)(n / 16) * 16 * (size_t)K * 2;
-	rc = cuerr(cudaGetDevice(&dev), "get device");
+	rc = x3_gpu_cuerr(cudaGetDevice(&dev), "get device");
 	if (!rc)
-		rc = cuerr(cudaDeviceGetAttribute(&L->sms, cudaDevAttrMultiProcessorCount, dev), "SMs");
+		rc = x3_gpu_cuerr(cudaDeviceGetAttribute(&L->sms, cudaDevAttrMultiProcessorCount, dev), "SMs");
 	if (!rc)
 		rc = x3_gpu_alloc((void **)&L->trellis_d, tb);
 	if (!rc)
@@ -562,7 +563,7 @@ int x3_gpu_linear_create_f32(int K, int cb, int64_t k, int64_t n, const uint16_t
 	if (!rc)
 		rc = x3_gpu_alloc((void **)&L->y1_d, (size_t)(X3K_GEMV_MAX_M * n) * sizeof(float));
 	if (!rc)
-		rc = blaserr(cublasCreate(&L->blas), "create handle");
+		rc = x3_gpu_blaserr(cublasCreate(&L->blas), "create handle");
 	if (rc) {
 		x3_gpu_linear_free(L);
 		return rc;
@@ -611,16 +612,16 @@ size_t x3_gpu_linear_bytes(const x3_gpu_linear *L)
 static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d, int use_mma)
 {
 	const int ksplit = x3k_gemv_ksplit(L->k, L->n);
-	int rc = cuerr(x3k_had128_rows(x_d, L->xh_d, m, L->k, L->suh_d, NULL, NULL, RSQRT128, NULL),
+	int rc = x3_gpu_cuerr(x3k_had128_rows(x_d, L->xh_d, m, L->k, L->suh_d, NULL, NULL, RSQRT128, NULL),
 	               "input hadamard");
 	if (!rc)
-		rc = cuerr(cudaMemsetAsync(L->y1_d, 0, (size_t)(m * L->n) * sizeof(float), NULL),
+		rc = x3_gpu_cuerr(cudaMemsetAsync(L->y1_d, 0, (size_t)(m * L->n) * sizeof(float), NULL),
 		           "memset");
 	if (!rc)
-		rc = cuerr(x3k_gemv(L->K, L->cb, L->trellis_d, L->k, L->n, L->xh_d, m, L->y1_d,
+		rc = x3_gpu_cuerr(x3k_gemv(L->K, L->cb, L->trellis_d, L->k, L->n, L->xh_d, m, L->y1_d,
 		                    ksplit, use_mma, NULL), "gemv launch");
 	if (!rc)
-		rc = cuerr(x3k_had128_rows(L->y1_d, y_d, m, L->n, NULL, L->svh_d, L->bias_d, RSQRT128,
+		rc = x3_gpu_cuerr(x3k_had128_rows(L->y1_d, y_d, m, L->n, NULL, L->svh_d, L->bias_d, RSQRT128,
 		                           NULL), "output hadamard");
 	return rc;
 }
@@ -643,21 +644,21 @@ static int lin_gemm(x3_gpu_linear *L, const float *x_d, int64_t m, float *y_d)
 			return rc;
 		L->x16_rows = m;
 	}
-	rc = cuerr(x3k_reconstruct(L->K, L->cb, L->trellis_d, L->suh_d, L->svh_d, L->k, L->n,
+	rc = x3_gpu_cuerr(x3k_reconstruct(L->K, L->cb, L->trellis_d, L->suh_d, L->svh_d, L->k, L->n,
 	                           L->w16_d, 1, NULL), "reconstruct launch");
 	if (!rc)
-		rc = cuerr(x3k_f32_to_f16(x_d, L->x16_d, m * L->k, NULL), "convert launch");
+		rc = x3_gpu_cuerr(x3k_f32_to_f16(x_d, L->x16_d, m * L->k, NULL), "convert launch");
 	if (rc)
 		return rc;
 	/* row-major Y (m, n) = X (m, k) W (k, n) is column-major
 	 * Y^T (n, m) = W^T (n, k) X^T (k, m) */
 	const float one = 1.0f, zero = 0.0f;
-	rc = blaserr(cublasGemmEx(L->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)L->n, (int)m, (int)L->k,
+	rc = x3_gpu_blaserr(cublasGemmEx(L->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)L->n, (int)m, (int)L->k,
 	                          &one, L->w16_d, CUDA_R_16F, (int)L->n, L->x16_d, CUDA_R_16F,
 	                          (int)L->k, &zero, y_d, CUDA_R_32F, (int)L->n, CUBLAS_COMPUTE_32F,
 	                          CUBLAS_GEMM_DEFAULT), "gemm");
 	for (int64_t i = 0; !rc && L->bias_d && i < m; i++)
-		rc = cuerr(x3k_add(y_d + i * L->n, L->bias_d, L->n, NULL), "bias launch");
+		rc = x3_gpu_cuerr(x3k_add(y_d + i * L->n, L->bias_d, L->n, NULL), "bias launch");
 	return rc;
 }
 
@@ -677,7 +678,7 @@ int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m, float
 		rc = lin_gemv(L, x_d, (int)m, y_d, path != 3);
 	else
 		rc = lin_gemm(L, x_d, m, y_d);
-	return rc ? rc : cuerr(cudaDeviceSynchronize(), "linear forward");
+	return rc ? rc : x3_gpu_cuerr(cudaDeviceSynchronize(), "linear forward");
 }
 
 int x3_gpu_linear_forward(x3_gpu_linear *L, const float *x, int64_t m, float *y)
@@ -716,7 +717,7 @@ int x3_gpu_linear_weight(x3_gpu_linear *L, int inner, float *w)
 	float *w_d = NULL;
 	int rc = x3_gpu_alloc((void **)&w_d, (size_t)(L->k * L->n) * sizeof(float));
 	if (!rc)
-		rc = cuerr(inner ? x3k_decode(L->K, L->cb, L->trellis_d, L->k, L->n, w_d, 0, NULL)
+		rc = x3_gpu_cuerr(inner ? x3k_decode(L->K, L->cb, L->trellis_d, L->k, L->n, w_d, 0, NULL)
 		                 : x3k_reconstruct(L->K, L->cb, L->trellis_d, L->suh_d, L->svh_d, L->k,
 		                                   L->n, w_d, 0, NULL), "weight launch");
 	if (!rc)

@@ -17,6 +17,7 @@
 
 #ifdef X3_CUDA
 #include <cublas_v2.h>
+#include "gpu_impl.h"
 
 struct x3_gpu_dense {
 	int64_t in, out;
@@ -27,15 +28,6 @@ struct x3_gpu_dense {
 	int64_t stage_rows;
 	cublasHandle_t blas;
 };
-
-static int blaserr(cublasStatus_t s, const char *what)
-{
-	if (s == CUBLAS_STATUS_SUCCESS)
-		return X3_OK;
-	if (s == CUBLAS_STATUS_ALLOC_FAILED)
-		return x3_err(X3_ENOMEM, "cublas: %s: out of memory", what);
-	return x3_err(X3_EIO, "cublas: %s: status %d", what, (int)s);
-}
 
 void x3_gpu_dense_free(x3_gpu_dense *d)
 {
@@ -75,9 +67,9 @@ int x3_gpu_dense_create(const float *w, const float *bias, int64_t in, int64_t o
 			rc = x3_gpu_upload(d->b_d, bias, (size_t)out * sizeof(float));
 	}
 	if (!rc)
-		rc = blaserr(cublasCreate(&d->blas), "create handle");
+		rc = x3_gpu_blaserr(cublasCreate(&d->blas), "create handle");
 	if (!rc)
-		rc = blaserr(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH), "set math mode");
+		rc = x3_gpu_blaserr(cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH), "set math mode");
 	if (rc) {
 		x3_gpu_dense_free(d);
 		return rc;
@@ -127,12 +119,12 @@ static int dense_block(x3_gpu_dense *d, const float *x_d, int64_t rows, float *y
 	/* column-major view: X' = x^T (in, rows), W' = W^T (in, out),
 	 * Y' = y^T (out, rows) = W'^T X' */
 	const float one = 1.0f, zero = 0.0f;
-	int rc = blaserr(cublasSgemm(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)d->out, (int)rows,
+	int rc = x3_gpu_blaserr(cublasSgemm(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)d->out, (int)rows,
 	                             (int)d->in, &one, d->w_d, (int)d->in, x_d, (int)d->in, &zero,
 	                             y_d, (int)d->out), "sgemm");
 	/* Y' += b 1^T: (out, 1) times (1, rows) */
 	if (!rc && d->b_d)
-		rc = blaserr(cublasSgemm(d->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)d->out, (int)rows, 1,
+		rc = x3_gpu_blaserr(cublasSgemm(d->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)d->out, (int)rows, 1,
 		                         &one, d->b_d, (int)d->out, ones_d, 1, &one, y_d,
 		                         (int)d->out), "sgemm (bias)");
 	return rc;

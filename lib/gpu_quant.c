@@ -20,26 +20,7 @@
 #include <cublas_v2.h>
 #include <cusolverDn.h>
 #include "gpu_kern.h"
-
-static int cuerr(int e, const char *what)
-{
-	if (e == cudaSuccess)
-		return X3_OK;
-	(void)cudaGetLastError();
-	const char *why = cudaGetErrorString((cudaError_t)e);
-	if (e == cudaErrorMemoryAllocation)
-		return x3_err(X3_ENOMEM, "cuda: %s: %s", what, why);
-	return x3_err(X3_EIO, "cuda: %s: %s", what, why);
-}
-
-static int blaserr(cublasStatus_t s, const char *what)
-{
-	if (s == CUBLAS_STATUS_SUCCESS)
-		return X3_OK;
-	if (s == CUBLAS_STATUS_ALLOC_FAILED)
-		return x3_err(X3_ENOMEM, "cublas: %s: out of memory", what);
-	return x3_err(X3_EIO, "cublas: %s: status %d", what, (int)s);
-}
+#include "gpu_impl.h"
 
 static int solvererr(cusolverStatus_t s, const char *what)
 {
@@ -88,7 +69,7 @@ int x3_gpu_hessian_create(int64_t k, x3_gpu_hessian **out)
 	if (!rc)
 		rc = x3_gpu_memset(h->H_d, 0, (size_t)(k * k) * sizeof(float));
 	if (!rc)
-		rc = blaserr(cublasCreate(&h->blas), "create handle");
+		rc = x3_gpu_blaserr(cublasCreate(&h->blas), "create handle");
 	if (rc) {
 		x3_gpu_hessian_free(h);
 		return rc;
@@ -106,7 +87,7 @@ int x3_gpu_hessian_add_d(x3_gpu_hessian *h, const float *x_d, int64_t rows)
 	/* row-major x (rows, k) is column-major A = x^T (k, rows), lda k;
 	 * H += A A^T = x^T x, lower triangle */
 	const float one = 1.0f;
-	int rc = blaserr(cublasSsyrk(h->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, (int)h->k,
+	int rc = x3_gpu_blaserr(cublasSsyrk(h->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, (int)h->k,
 	                             (int)rows, &one, x_d, (int)h->k, &one, h->H_d, (int)h->k),
 	                 "ssyrk");
 	if (!rc)
@@ -138,7 +119,7 @@ int x3_gpu_hessian_get(x3_gpu_hessian *h, float *H, double *count)
 {
 	if (!h || !H)
 		return x3_err(X3_EINVAL, "hessian: NULL argument");
-	int rc = cuerr(x3k_symmetrize(h->H_d, h->k, 1, NULL), "symmetrize launch");
+	int rc = x3_gpu_cuerr(x3k_symmetrize(h->H_d, h->k, 1, NULL), "symmetrize launch");
 	if (!rc)
 		rc = x3_gpu_download(H, h->H_d, (size_t)(h->k * h->k) * sizeof(float));
 	if (!rc && count)
@@ -174,7 +155,7 @@ static int block_ldl_d(cusolverDnHandle_t sol, float *A_d, int64_t k)
 		rc = x3_err(X3_ENUM, "cholesky failed (%s %d)",
 		            info > 0 ? "leading minor not positive definite at" : "bad argument", info);
 	if (!rc)
-		rc = cuerr(x3k_block_ldl_normalize(A_d, k, bad_d, NULL), "ldl normalize launch");
+		rc = x3_gpu_cuerr(x3k_block_ldl_normalize(A_d, k, bad_d, NULL), "ldl normalize launch");
 	int bad = 0;
 	if (!rc)
 		rc = x3_gpu_download(&bad, bad_d, sizeof bad);
@@ -259,7 +240,7 @@ int x3_gpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int
 	uint16_t *S_d = NULL;
 	cublasHandle_t blas = NULL;
 	const size_t kn = (size_t)(k * n) * sizeof(float);
-	int rc = blaserr(cublasCreate(&blas), "create handle");
+	int rc = x3_gpu_blaserr(cublasCreate(&blas), "create handle");
 	if (!rc)
 		rc = x3_gpu_alloc((void **)&W_d, kn);
 	if (!rc)
@@ -289,12 +270,12 @@ int x3_gpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int
 	unsigned long long *bad_d = NULL;
 	int nblocks = 0;
 	if (!rc)
-		rc = cuerr(x3k_viterbi_plan(K, cb, &plan), "viterbi plan");
+		rc = x3_gpu_cuerr(x3k_viterbi_plan(K, cb, &plan), "viterbi plan");
 	if (!rc) {
 		int dev, sms;
-		rc = cuerr(cudaGetDevice(&dev), "get device");
+		rc = x3_gpu_cuerr(cudaGetDevice(&dev), "get device");
 		if (!rc)
-			rc = cuerr(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SMs");
+			rc = x3_gpu_cuerr(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SMs");
 		int64_t nb = (int64_t)plan.blocks_per_sm * (rc ? 1 : sms);
 		if (nb > tn)
 			nb = tn;
@@ -310,30 +291,30 @@ int x3_gpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int
 		/* P = L[s1:k, s0:s1]^T E[s1:k, :] (128 x n); row-major C = A^T B is
 		 * column-major C^T = B^T A: gemm(N, T) on (E, ld n) and (L, ld k) */
 		if (L && s1 < k)
-			rc = blaserr(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)n, QSPAN,
+			rc = x3_gpu_blaserr(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)n, QSPAN,
 			                         (int)(k - s1), &one, E_d + s1 * n, (int)n,
 			                         L_d + s1 * k + s0, (int)k, &zero, P_d, (int)n), "sgemm");
 		else if (L)
 			rc = x3_gpu_memset(P_d, 0, (size_t)(QSPAN * n) * sizeof(float));
 		for (int64_t b1 = s1; !rc && b1 > s0; b1 -= 16) {
 			const int64_t b0 = b1 - 16;
-			rc = cuerr(cudaMemcpy(X_d, W_d + b0 * n, (size_t)(16 * n) * sizeof(float),
+			rc = x3_gpu_cuerr(cudaMemcpy(X_d, W_d + b0 * n, (size_t)(16 * n) * sizeof(float),
 			                      cudaMemcpyDeviceToDevice), "copy");
 			if (!rc && L) {
 				/* X = W_B + P_B + L[b1:s1, B]^T E[b1:s1, :] */
-				rc = cuerr(x3k_add(X_d, P_d + (b0 - s0) * n, 16 * n, NULL), "add launch");
+				rc = x3_gpu_cuerr(x3k_add(X_d, P_d + (b0 - s0) * n, 16 * n, NULL), "add launch");
 				if (!rc && b1 < s1)
-					rc = blaserr(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)n, 16,
+					rc = x3_gpu_blaserr(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)n, 16,
 					                         (int)(s1 - b1), &one, E_d + b1 * n, (int)n,
 					                         L_d + b1 * k + b0, (int)k, &one, X_d, (int)n),
 					             "sgemm");
 			}
 			if (!rc)
-				rc = cuerr(x3k_tiles_gather(X_d, n, T_d, NULL), "gather launch");
+				rc = x3_gpu_cuerr(x3k_tiles_gather(X_d, n, T_d, NULL), "gather launch");
 			if (!rc)
 				rc = x3_gpu_memset(bad_d, 0xff, sizeof *bad_d);
 			if (!rc)
-				rc = cuerr(x3k_viterbi(K, cb, T_d, tn, S_d + (b0 / 16) * tn * 256, V_d, vs,
+				rc = x3_gpu_cuerr(x3k_viterbi(K, cb, T_d, tn, S_d + (b0 / 16) * tn * 256, V_d, vs,
 				                       nblocks, bad_d, NULL), "viterbi launch");
 			unsigned long long bad = 0;
 			if (!rc)
@@ -343,7 +324,7 @@ int x3_gpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int
 				            "or exceeds 1e16", (long long)b0, (long long)(b1 - 1),
 				            (long long)(bad / 256));
 			if (!rc)
-				rc = cuerr(x3k_tiles_scatter(V_d, W_d + b0 * n, n, Q_d + b0 * n,
+				rc = x3_gpu_cuerr(x3k_tiles_scatter(V_d, W_d + b0 * n, n, Q_d + b0 * n,
 				                             L ? E_d + b0 * n : NULL, NULL), "scatter launch");
 		}
 	}
