@@ -805,7 +805,7 @@ struct work {
  * position p. The candidates' costs come from h[(k << (16-2K)) | (e >> K)]. */
 typedef int (*tb_fn)(int K, const float *cbt, const float *h, float w, int e);
 
-static int tb_scalar(int K, const float *cbt, const float *h, float w, int e)
+INLINE int tb_body(int K, const float *cbt, const float *h, float w, int e)
 {
 	const int NK = 1 << K;
 	const size_t G = (size_t)1 << (16 - 2 * K);
@@ -823,24 +823,16 @@ static int tb_scalar(int K, const float *cbt, const float *h, float w, int e)
 	return bk;
 }
 
+static int tb_scalar(int K, const float *cbt, const float *h, float w, int e)
+{
+	return tb_body(K, cbt, h, w, e);
+}
+
 #ifdef X3_X86
-/* the same with fmaf as an instruction instead of a libm call */
+/* the same, inlined where fmaf is an instruction instead of a libm call */
 TGT2 static int tb_fma(int K, const float *cbt, const float *h, float w, int e)
 {
-	const int NK = 1 << K;
-	const size_t G = (size_t)1 << (16 - 2 * K);
-	const float *c = cbt + (size_t)e * NK, *hp = h + (e >> K);
-	float best = 0.0f;
-	int bk = 0;
-	for (int k = 0; k < NK; k++) {
-		float d = c[k] - w;
-		float v = fmaf(d, d, hp[k * G]);
-		if (k == 0 || v < best) {
-			best = v;
-			bk = k;
-		}
-	}
-	return bk;
+	return tb_body(K, cbt, h, w, e);
 }
 
 /* 16 candidates at a time (a gather of the costs unless G = 1); the
