@@ -6,7 +6,7 @@
  * the tile. Skips without a device. On cusim, the CPU emulator (device
  * name "... emulated ..."), fewer random tiles per K and codebook. */
 #include <math.h>
-#include "test.h"
+#include "gpu-test.h"
 #include "codec.h"
 #include "gpu.h"
 
@@ -33,14 +33,8 @@ static void make_tiles(int K, int cb, float *x)
 
 int main(void)
 {
-	if (!x3_gpu_available()) {
-		SKIP("no CUDA device (%s)", x3_errmsg());
-		TEST_DONE();
-	}
-	char desc[256] = "";
-	if (x3_gpu_describe(desc, sizeof desc) == X3_OK)
-		printf("# %s\n", desc);
-	if (strstr(desc, "emulated")) {   /* cusim: scale the data, not the coverage */
+	GPU_TEST_START(emulated);
+	if (emulated) {   /* cusim: scale the data, not the coverage */
 		NRAND = 1;
 		NT = NRAND + NSPEC;
 		printf("# emulated device: %d random tiles per K and codebook\n", NRAND);

@@ -14,7 +14,7 @@
  *   GEMM path (2, the default above 16 rows): W and x rounded to fp16,
  *               fp32 accumulation: 2e-3 (expected ~4e-4). */
 #include <math.h>
-#include "test.h"
+#include "gpu-test.h"
 #include "codec.h"
 #include "gpu.h"
 #include "exl3.h"
@@ -27,22 +27,6 @@ static const double budget[4][9] = {
 	{0, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5},
 };
 static const char *path_name[4] = {"auto", "gemv-mma", "gemm", "gemv-fma"};
-
-static void had_ref_rows(double *x, int64_t rows, int64_t cols)
-{
-	double t[128];
-	for (int64_t r = 0; r < rows; r++)
-		for (int64_t c0 = 0; c0 < cols; c0 += 128) {
-			double *v = x + r * cols + c0;
-			for (int i = 0; i < 128; i++) {
-				double s = 0;
-				for (int j = 0; j < 128; j++)
-					s += (__builtin_popcount(i & j) & 1) ? -v[j] : v[j];
-				t[i] = s / sqrt(128.0);
-			}
-			memcpy(v, t, sizeof t);
-		}
-}
 
 /* dense W (k, n) in float64 from the decoded W~ */
 static void dense_ref(const float *wt, const uint16_t *suh, const uint16_t *svh, int64_t k,
@@ -64,14 +48,7 @@ static void dense_ref(const float *wt, const uint16_t *suh, const uint16_t *svh,
 
 int main(void)
 {
-	if (!x3_gpu_available()) {
-		SKIP("no CUDA device (%s)", x3_errmsg());
-		TEST_DONE();
-	}
-	char desc[256] = "";
-	if (x3_gpu_describe(desc, sizeof desc) == X3_OK)
-		printf("# %s\n", desc);
-	const int emulated = strstr(desc, "emulated") != NULL;   /* scale the data, not the coverage */
+	GPU_TEST_START(emulated);
 	x3_rng r;
 	x3_rng_seed(&r, 1730, 0);
 	const int64_t k = emulated ? 256 : 1024, n = emulated ? 128 : 512;

@@ -7,21 +7,14 @@
  * (device name "... emulated ..."), LDLQ and x3_quantize take a 256x32
  * weight instead of 256x256. */
 #include <math.h>
-#include "test.h"
+#include "gpu-test.h"
 #include "codec.h"
 #include "gpu.h"
 #include "quant.h"
 
 int main(void)
 {
-	if (!x3_gpu_available()) {
-		SKIP("no CUDA device (%s)", x3_errmsg());
-		TEST_DONE();
-	}
-	char desc[256] = "";
-	if (x3_gpu_describe(desc, sizeof desc) == X3_OK)
-		printf("# %s\n", desc);
-	const int emulated = strstr(desc, "emulated") != NULL;   /* scale the data, not the coverage */
+	GPU_TEST_START(emulated);
 	x3_rng r;
 	x3_rng_seed(&r, 1740, 0);
 	const int64_t k = 256, rows = 700, n = emulated ? 32 : 256;
