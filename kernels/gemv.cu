@@ -96,8 +96,11 @@ __device__ __forceinline__ void gemv_finish(float *y1, int64_t n, int m, const g
 	const int64_t g = blockIdx.x / 2;
 	__threadfence();   /* this thread's y1 atomics before the count */
 	__syncthreads();
-	if (threadIdx.x == 0)
+	if (threadIdx.x == 0) {
+		__threadfence();   /* cumulative: the block's sums, ordered by the barrier */
 		last = atomicAdd(f.cnt + g, 1) == 2 * (int)gridDim.y - 1;
+		__threadfence();   /* acquire side, for the last block */
+	}
 	__syncthreads();
 	if (!last)
 		return;
