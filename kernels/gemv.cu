@@ -22,6 +22,14 @@
  *     Hadamard-128, * 1/sqrt(128), * svh, + bias, writes y, zeroes its y1
  *     group and resets cnt[g]: the next launch needs no memset. Nothing
  *     depends on the order in which blocks run or finish.
+ *     Block shape: GW = 4 is kept (rather than 8 warps covering a whole
+ *     group, which would count gridDim.y arrivals) so that the fused and
+ *     unfused kernels run the same decode loop in the same block shape and
+ *     compare like for like, and 128-thread blocks keep a fine occupancy
+ *     granularity; the price is that both halves of a group stage (and
+ *     rotate) the same x' slice. Rounding kbps up to 8 tiles also means
+ *     fewer k-slices than x3k_gemv_ksplit asks for on narrow layers
+ *     (n <= ~2048 on a large GPU), i.e. fewer warps in flight there.
  *   y1 and cnt belong to one x3_gpu_linear; two launches on them must not
  *   run concurrently (not reentrant across streams). A launch that dies
  *   half way (an error) leaves them dirty: the caller re-zeroes them
