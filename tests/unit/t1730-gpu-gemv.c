@@ -101,10 +101,15 @@ static int nan_max(double *worst, double v)
  * 128-column chunks; the shared-memory cap does not bind here) */
 static int64_t fused_slices(int64_t k, int64_t n)
 {
+#ifdef X3_CUDA
 	const int64_t tk = k / 16, ks = x3k_gemv_ksplit(k, n);
 	int64_t kbps = (tk + ks - 1) / ks;
 	kbps = (kbps + 7) / 8 * 8;
 	return (tk + kbps - 1) / kbps;
+#else
+	(void)k, (void)n;
+	return 1;   /* no kernels in this build (the test skips) */
+#endif
 }
 
 /* The fused GEMV (paths 1, 3) on one (k, n) for every m = 1..16, bias on
