@@ -32,7 +32,8 @@
  *    edge); the winner is the largest k whose bit is set, or 0, exactly the
  *    strict-< argmin. Two steps are fused per 1024-edge block so the
  *    intermediate costs stay in L1 (two_steps); AVX-512 uses layout B at
- *    K = 2, 3 (body512bt). At K <= 2 the masks go through an L1 staging
+ *    K = 1..3 (body512bt) and at K = 1 updates the costs in place, in
+ *    rotated chunks (fusedip512). At K <= 2 the masks go through an L1 staging
  *    area and out with non-temporal stores (stream_copy).
  *  - K >= 4, recompute: no compare, no mask; the costs entering every
  *    position the trace-back visits are kept (hist), and the trace-back
@@ -45,7 +46,9 @@
  * at run time (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no
  * -march. The re-laid-out codebooks are built once per (K, codebook,
  * layout) and kept.
- * Measured and not kept (build host, AVX-512): layout B at K = 1; mask
+ * Measured and not kept (build host, AVX-512): in-place pairs at K = 2
+ * (4-8% slower there: the store stream is not the bound; with one call
+ * per chunk, worse), software prefetch of the in-place chunks; mask
  * staging at K = 3 (5% slower); pairs at K = 3 (no gain); software
  * prefetch of the codebook stream (slower); non-temporal copies of the
  * K = 4 costs (hist is 4 MB per tile there; 10-25% slower); an fp16 copy
@@ -63,9 +66,12 @@
 #include "codec.h"
 
 #define TARGET_MAX 1e16f   /* |d|^2 * 256 stays far below FLT_MAX */
-/* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
- * bound by memory traffic and layout A measured slightly faster */
-#define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
+/* AVX-512 uses layout B (see body512bt) for these K. (At K = 1 layout A
+ * was faster while the costs went to a second buffer; with the in-place
+ * pairs of fusedip512 layout B is.) */
+#ifndef LAYOUT_B
+#define LAYOUT_B(K) ((K) <= 3)
+#endif
 /* edges per block of the fused step pair (K <= 3); the mid scratch holds
  * FUSE_MAX. At K = 1, 2 (two tiles, two scratch blocks) 512 measured 3-10%
  * faster than 1024; 2048 and 4096 were slower. */
@@ -74,6 +80,16 @@
 #endif
 #define FUSE_MAX 1024
 #define PAD 16             /* floats past the end of a cost buffer */
+/* in-place fused pairs (AVX-512, K = 1), see fusedip512() */
+#define IN_PLACE(K) ((K) == 1)
+#define IP_N 8                        /* chunk index bits */
+#define IP_C(K) (1 << (8 - (K)))      /* floats per chunk: 2^(16-K) / 2^IP_N */
+#define IP_B(K) (IP_C(K) << 2 * (K))  /* block: 512 at K = 1, 1024 at K = 2 */
+
+static inline unsigned rotr_n(unsigned c, int s)
+{
+	return s ? ((c >> s) | (c << (IP_N - s))) & ((1u << IP_N) - 1) : c;
+}
 
 static int check_args(int K, int cb, const float *x, int64_t ntiles)
 {
@@ -193,6 +209,12 @@ typedef void (*step_fn)(int K, const float *cbo, float w, const float *pb,
 typedef void (*fused_fn)(int K, const float *cbo, float w0, float w1,
                          const float *prev, float *next, float *mid,
                          uint16_t *bp0, uint16_t *bp1);
+
+/* the same for one tile (cb2 == NULL) or two tiles in lock step, with the
+ * costs updated in place (pair m of the pass), see fusedip512() */
+typedef void (*fusedip_fn)(int K, const float *cbo, float wa0, float wa1, float wb0,
+                           float wb1, float *ca, float *cb2, float *mida, float *midb,
+                           uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1, int m);
 
 static void step_scalar(int K, const float *cbo, float w, const float *pb,
                         size_t ks, int poff, float *out, uint16_t *bp,
@@ -337,10 +359,10 @@ TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w
  * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
  *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
  *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
-TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const float *cbo,
+TGT512 INLINE void body512bo(const int K, const int wbp, const int T, const float *cbo,
                              float wa, float wb, const float *pa, const float *pbb,
                              size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
-                             uint16_t *bb, int g0, int g1)
+                             uint16_t *bb, int g0, int g1, const int ipo, int s1)
 {
 	const int NK = 1 << K;
 	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
@@ -356,6 +378,13 @@ TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const floa
 			bt[t] += (size_t)b0 * (NK - 1) * NK;
 	for (int b = b0; b < b1; b++) {
 		const float *c = cbo + (size_t)b * NK * NK * 16;
+		/* outputs: contiguous from ot, or (ipo, in-place pairs) edge
+		 * 16 NK b lies in logical chunk c, stored at chunk rotr_n(c, s1) */
+		float *o[2];
+		for (int t = 0; t < T; t++)
+			o[t] = ipo ? ot[t] + (size_t)rotr_n((unsigned)(16 * NK * b / IP_C(K)), s1) * IP_C(K) +
+			             16 * NK * b % IP_C(K)
+			           : ot[t] + (size_t)16 * NK * (b - b0);
 		__m512 m[2][8], P[2];
 #pragma GCC unroll 2
 		for (int t = 0; t < T; t++)
@@ -411,9 +440,17 @@ TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const floa
 			}
 #pragma GCC unroll 8
 			for (int j = 0; j < NK; j++)
-				_mm512_store_ps(ot[t] + (size_t)16 * NK * (b - b0) + 16 * j, r[j]);
+				_mm512_store_ps(o[t] + 16 * j, r[j]);
 		}
 	}
+}
+
+TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const float *cbo,
+                             float wa, float wb, const float *pa, const float *pbb,
+                             size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
+                             uint16_t *bb, int g0, int g1)
+{
+	body512bo(K, wbp, T, cbo, wa, wb, pa, pbb, ks, poff, oa, ob, ba, bb, g0, g1, 0, 0);
 }
 
 TGT512 INLINE void body512b(const int K, const int wbp, const float *cbo, float w,
@@ -570,6 +607,83 @@ TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, 
 		default: FUSED512P(3, 0); break;
 		}
 	}
+}
+
+/* In-place fused pairs of steps (AVX-512, layout B, K = 1: IN_PLACE(K)).
+ * At K = 1 a cost buffer (128 KB) lives in L2, and writing the second
+ * step's outputs to a second buffer costs a read-for-ownership from L2 per
+ * line; with layout B that store stream, not the arithmetic, bounded the
+ * fused pair (measured: the second step of a pair took twice the first).
+ * Instead each block of the pair writes its outputs over the very costs its
+ * first step has just read (still in L1), so one buffer per tile suffices
+ * and no line is fetched only to be overwritten. (The scheme holds for
+ * K = 2 as well, with n = 8; measured slower there, so not used.)
+ *
+ * Why that works. Cut the edges into chunks of C = B / NK^2 (B = FUSE_B(K)
+ * outputs per block). Block j (outputs e0 = jB .. e0 + B - 1, logical
+ * chunks (j << 2K) | q for q < NK^2) reads, through its first step, the
+ * predecessor costs at k*G + kk*G/NK + e0/NK^2 + [0, C) for k, kk < NK:
+ * exactly the NK^2 logical chunks (k << (n-K)) | (kk << (n-2K)) | j, where
+ * n = log2(E / C) is the width of a chunk index. Reading chunk index
+ * c = (j << 2K) | q as the read chunk (q << (n-2K)) | j is a rotation right
+ * by 2K bits, so if logical chunk c is stored at chunk rotr_n(c, s_m) before
+ * pair m (s_0 = 0, the natural order), writing the outputs at
+ * s_{m+1} = s_m + 2K puts each output chunk on a chunk its block has read.
+ * Blocks read disjoint chunks, so no block overwrites a cost another still
+ * needs. C is chosen so that K divides n: the NK chunks of one kk (k = 0 ..
+ * NK-1, the top K bits) then stay equally spaced after any rotation by a
+ * multiple of K, which is the (pb, ks, poff) form the kernels read. With
+ * n = 8 and 128 pairs per pass, s_128 = 256K = 0 mod 8: a pass ends in the
+ * natural order, so the anchor's argmin reads the costs as they are. The
+ * arithmetic, the masks and the trace-back are those of two_steps(). */
+/* pair m of a pass for T = 1 tile (ca) or T = 2 tiles in lock step (ca,
+ * cb2); costs in and out in the same buffer, chunks rotated as above */
+TGT512 INLINE void fusedip512(const int K, const int wbp, const int T, const float *cbo,
+                              float wa0, float wa1, float wb0, float wb1, float *ca, float *cb2,
+                              float *mida, float *midb, uint16_t *ba0, uint16_t *ba1,
+                              uint16_t *bb0, uint16_t *bb1, int m)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int B = IP_B(K), L = B / NK, C = IP_C(K);
+	const int s0 = 2 * K * m % IP_N, s1 = 2 * K * (m + 1) % IP_N;
+	/* storage distance between the chunks of k and k + 1 (the k field, bits
+	 * n-K .. n-1 of a chunk index, lands at bit n-K-s0 mod n) */
+	const size_t ks = (size_t)C << ((IP_N - K - s0 + IP_N) % IP_N);
+	for (int e0 = 0, j = 0; e0 < E; e0 += B, j++) {
+		for (int kk = 0; kk < NK; kk++) {
+			const size_t base = (size_t)rotr_n((unsigned)(kk << (IP_N - 2 * K) | j), s0) * C;
+			const int x0 = kk * G + e0 / NK;   /* first intermediate edge */
+			body512bt(K, wbp, T, cbo, wa0, wb0, ca + base, cb2 + base, ks, x0 / NK,
+			          mida + kk * L, midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+		}
+		/* the NK^2 output chunks go to the chunks just read */
+		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, ca, cb2, ba1, bb1,
+		          e0 / 64, (e0 + B) / 64, 1, s1);
+	}
+}
+
+/* cb2 == NULL: one tile */
+TGT512 static void fusedip_avx512(int K, const float *cbo, float wa0, float wa1, float wb0,
+                                  float wb1, float *ca, float *cb2, float *mida, float *midb,
+                                  uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1,
+                                  int m)
+{
+#define FUSEDIP(K, wbp, T) fusedip512(K, wbp, T, cbo, wa0, wa1, wb0, wb1, ca, T == 2 ? cb2 : ca, \
+                                      mida, T == 2 ? midb : mida, ba0, ba1, \
+                                      T == 2 ? bb0 : ba0, T == 2 ? bb1 : ba1, m)
+	(void)K;   /* K = 1 only (IN_PLACE) */
+	if (cb2) {
+		if (ba0)
+			FUSEDIP(1, 1, 2);
+		else
+			FUSEDIP(1, 0, 2);
+	} else {
+		if (ba0)
+			FUSEDIP(1, 1, 1);
+		else
+			FUSEDIP(1, 0, 1);
+	}
+#undef FUSEDIP
 }
 
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
@@ -922,7 +1036,7 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
  * visits: the first half of pass 1 runs without either. Returns the
  * buffer holding the final costs (pass 1; pass 2 in recompute mode stops
  * before its last step, whose costs nothing reads). */
-static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
+static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const float *cbo,
                        const float *x, int pass1, float *start, struct work *wk)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
@@ -936,7 +1050,11 @@ static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
 			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
 			uint16_t *b0 = stg ? wk->stage : keep ? wk->bp + p * ps : NULL;
 			uint16_t *b1 = stg ? wk->stage + ps : keep ? wk->bp + q * ps : NULL;
-			if (fused)
+			if (ip) {   /* in place: the costs stay in prev (wk->ca) */
+				ip(K, cbo, x[p], x[q], 0.0f, 0.0f, prev, NULL, wk->mid, NULL, b0, b1, NULL,
+				   NULL, i / 2);
+				next = prev;
+			} else if (fused)
 				fused(K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
 			else
 				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
@@ -1018,23 +1136,23 @@ static float *start2(int K, struct work *wk)
 	return HIST(K) ? wk->hist : wk->ca;
 }
 
-static void fast_tile(step_fn step, fused_fn fused, tb_fn tb, int K, int lb,
+static void fast_tile(step_fn step, fused_fn fused, fusedip_fn ip, tb_fn tb, int K, int lb,
                       const float *cbo, const float *cbt, const float *x, struct work *wk,
                       uint16_t *st)
 {
 	const int E = 1 << (16 - K);
 	start_costs(wk->ca, E, -1);
-	const float *fin = run_pass(step, fused, K, cbo, x, 1, wk->ca, wk);
+	const float *fin = run_pass(step, fused, ip, K, cbo, x, 1, wk->ca, wk);
 	const int pre = anchor(tb, K, lb, cbt, x, wk, fin);
 	start_costs(start2(K, wk), E, pre);
-	run_pass(step, fused, K, cbo, x, 0, start2(K, wk), wk);
+	run_pass(step, fused, ip, K, cbo, x, 0, start2(K, wk), wk);
 	trace(tb, K, lb, cbt, x, wk, pre, st);
 }
 
 /* run_pass for two tiles in lock step (fused pairs of steps with masks at
  * K <= 3, whole steps in recompute mode); the final costs of each tile go
  * to *fa, *fb */
-static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const float *xa,
+static void run_pass2(step2_fn s2, fused2_fn f2, fusedip_fn ip, int K, const float *cbo, const float *xa,
                       const float *xb, int pass1, float *sa, float *sb, struct work *wa,
                       struct work *wb, float **fa, float **fb)
 {
@@ -1049,8 +1167,15 @@ static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const 
 			uint16_t *ba = stg ? wa->stage : wa->bp + p * ps, *bb = stg ? wb->stage : wb->bp + p * ps;
 			uint16_t *ba1 = stg ? wa->stage + ps : wa->bp + q * ps;
 			uint16_t *bb1 = stg ? wb->stage + ps : wb->bp + q * ps;
-			f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
-			   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL);
+			if (ip) {   /* in place */
+				ip(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, wa->mid, wb->mid,
+				   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL,
+				   i / 2);
+				na = pa;
+				nb = pb;
+			} else
+				f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
+				   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL);
 			if (stg) {
 				stream_copy(wa->bp + p * ps, wa->stage, ps * sizeof(uint16_t));
 				stream_copy(wa->bp + q * ps, wa->stage + ps, ps * sizeof(uint16_t));
@@ -1077,7 +1202,7 @@ static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const 
 }
 
 /* fast_tile for a pair of tiles in lock step */
-static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const float *cbo,
+static void fast_pair(step2_fn s2, fused2_fn f2, fusedip_fn ip, tb_fn tb, int K, int lb, const float *cbo,
                       const float *cbt, const float *xa, const float *xb, struct work *wa,
                       struct work *wb, uint16_t *sta, uint16_t *stb)
 {
@@ -1085,7 +1210,7 @@ static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const 
 	float *fa, *fb;
 	start_costs(wa->ca, E, -1);
 	start_costs(wb->ca, E, -1);
-	run_pass2(s2, f2, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
+	run_pass2(s2, f2, ip, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
 	int pa = argmin_edge(fa, E), pb = argmin_edge(fb, E);
 	/* the two trace-backs are independent latency chains: interleaved,
 	 * they overlap */
@@ -1095,7 +1220,7 @@ static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const 
 	}
 	start_costs(start2(K, wa), E, pa);
 	start_costs(start2(K, wb), E, pb);
-	run_pass2(s2, f2, K, cbo, xa, xb, 0, start2(K, wa), start2(K, wb), wa, wb, &fa, &fb);
+	run_pass2(s2, f2, ip, K, cbo, xa, xb, 0, start2(K, wa), start2(K, wb), wa, wb, &fa, &fb);
 	int ea = pa, eb = pb;
 	for (int p = 255; p >= 0; p--) {
 		uint32_t s = (uint32_t)k_at(tb, K, lb, cbt, xa, wa, p, ea) << (16 - K) | (uint32_t)ea;
@@ -1185,9 +1310,12 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	step_fn step = pick_step();
 	tb_fn tb = pick_tb();
 	fused_fn fused = NULL;
+	fusedip_fn ip = NULL;
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512)
 		fused = fused_avx512;
+	if (isa == X3_ISA_AVX512 && IN_PLACE(K))
+		ip = fusedip_avx512;
 #endif
 	int nt = threads > 0 ? threads : omp_get_max_threads();
 	if (nt > ntiles)
@@ -1211,7 +1339,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	if (isa == X3_ISA_AVX512 && PAIR_MASKS(K))
 		f2 = fused2_avx512;
 #endif
-	const int pair = (s2 || f2) && ntiles >= 2 * (int64_t)nt;
+	const int pair = (s2 || f2 || ip) && ntiles >= 2 * (int64_t)nt;
 	const int64_t nunits = pair ? (ntiles + 1) / 2 : ntiles;
 	const size_t one = 2 * cbytes + ma + ba + ha + sa;
 
@@ -1248,10 +1376,10 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			int64_t t = pair ? 2 * u : u;
 			int n = pair && t + 1 < ntiles ? 2 : 1;
 			if (n == 2)
-				fast_pair(s2, f2, tb, K, lb, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0],
+				fast_pair(s2, f2, ip, tb, K, lb, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0],
 				          &wk[1], st, st + 256);
 			else
-				fast_tile(step, fused, tb, K, lb, cbo, cbt, x + t * 256, &wk[0], st);
+				fast_tile(step, fused, ip, tb, K, lb, cbo, cbt, x + t * 256, &wk[0], st);
 			for (int i = 0; i < 256 * n; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];

@@ -1,17 +1,19 @@
 /* t1021-viterbi-paths: every code path of the fast Viterbi encoder is
  * bit-identical to the reference (x3_viterbi_encode_ref): each instruction
- * set this CPU has x each K = 1..8 x the three codebooks, on three tiles
+ * set this CPU has x each K = 1..8 x the three codebooks, on five tiles
  * per case (random N(0, s), tie-heavy: zeros, a constant, exact codebook
- * values and a huge constant, and tiny/large alternating values), encoded
- * (a) with one thread, so tiles run in lock-step pairs where the path has
- * them plus a single leftover tile, and (b) with three threads, one tile
- * each. Also a larger odd batch at K = 4, 8 against the fast path with
+ * values and a huge constant, tiny/large alternating values, a constant
+ * tile, three repeated values), encoded (a) with one thread, so tiles run
+ * in lock-step pairs where the path has them plus a single leftover tile,
+ * and (b) with three threads, one tile at a time (fewer than two tiles per
+ * thread: no pairs). At K = 1 AVX-512 that covers the in-place fused steps
+ * for a pair and for one tile. Also a larger odd batch at K = 4, 8 against the fast path with
  * one tile per thread (pairs vs singles). */
 #include <math.h>
 #include "test.h"
 #include "codec.h"
 
-#define NT 3
+#define NT 5
 
 static void make_tiles(int K, int cb, float *x)
 {
@@ -32,6 +34,11 @@ static void make_tiles(int K, int cb, float *x)
 		else
 			t[i] = 3e6f;                               /* d^2 ulp ~1e6: costs tie */
 		x[512 + i] = (i & 1) ? 1e3f : -1e-3f;
+		/* a constant tile (every path costs the same up to the codebook
+		 * value: ties between whole paths) and one of three repeated
+		 * values, one of them a codebook value */
+		x[768 + i] = 0.25f;
+		x[1024 + i] = i % 3 == 0 ? tab[0x1234] : i % 3 == 1 ? -0.75f : 0.0f;
 	}
 }
 
@@ -66,8 +73,8 @@ static void test_paths(void)
 					for (int i = 0; i < NT * 256 && bad < 0; i++)
 						if (s[i] != sr[i] || memcmp(&v[i], &vr[i], 4))
 							bad = i;
-					CHECK(bad < 0, "K=%d %s %s, %d thread(s): random, tie-heavy and tiny/large "
-					      "tiles bit-identical to the reference%s", K, cn, in, th,
+					CHECK(bad < 0, "K=%d %s %s, %d thread(s): random, tie-heavy, tiny/large, constant and "
+					      "repeated-value tiles bit-identical to the reference%s", K, cn, in, th,
 					      bad < 0 ? "" : " (first difference below)");
 					if (bad >= 0)
 						printf("#   tile %d position %d: state %u, reference %u\n", bad / 256,
