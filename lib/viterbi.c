@@ -362,7 +362,8 @@ TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w
 TGT512 INLINE void body512bo(const int K, const int wbp, const int T, const float *cbo,
                              float wa, float wb, const float *pa, const float *pbb,
                              size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
-                             uint16_t *bb, int g0, int g1, const int ipo, int s1)
+                             uint16_t *bb, int g0, int g1, const int ipo, int s1,
+                             const int mrel)
 {
 	const int NK = 1 << K;
 	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
@@ -373,7 +374,7 @@ TGT512 INLINE void body512bo(const int K, const int wbp, const int T, const floa
 	const float *pt[2] = { pa, pbb };
 	float *ot[2] = { oa, ob };
 	uint16_t *bt[2] = { ba, bb };
-	if (wbp)
+	if (wbp && !mrel)   /* mrel: masks from ba, bb on, not at their place in a position */
 		for (int t = 0; t < T; t++)
 			bt[t] += (size_t)b0 * (NK - 1) * NK;
 	for (int b = b0; b < b1; b++) {
@@ -450,7 +451,7 @@ TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const floa
                              size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
                              uint16_t *bb, int g0, int g1)
 {
-	body512bo(K, wbp, T, cbo, wa, wb, pa, pbb, ks, poff, oa, ob, ba, bb, g0, g1, 0, 0);
+	body512bo(K, wbp, T, cbo, wa, wb, pa, pbb, ks, poff, oa, ob, ba, bb, g0, g1, 0, 0, 0);
 }
 
 TGT512 INLINE void body512b(const int K, const int wbp, const float *cbo, float w,
@@ -517,18 +518,17 @@ TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
                                 const float *prev, float *next, float *mid,
                                 uint16_t *bp0, uint16_t *bp1)
 {
+	/* K = 2, 3 (K = 1: fusedip_avx512) */
 	if (bp0) {
-		switch (K) {
-		case 1: FUSED512(1, 1); break;
-		case 2: FUSED512(2, 1); break;
-		default: FUSED512(3, 1); break;
-		}
+		if (K == 2)
+			FUSED512(2, 1);
+		else
+			FUSED512(3, 1);
 	} else {
-		switch (K) {
-		case 1: FUSED512(1, 0); break;
-		case 2: FUSED512(2, 0); break;
-		default: FUSED512(3, 0); break;
-		}
+		if (K == 2)
+			FUSED512(2, 0);
+		else
+			FUSED512(3, 0);
 	}
 }
 
@@ -559,31 +559,46 @@ TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, con
 	}
 }
 
-/* fused512 for a pair at K = 1 */
-TGT512 INLINE void fused512p(const int K, const int wbp, const float *cbo, float wa0,
-                             float wa1, float wb0, float wb1, const float *preva,
+/* fused512 at K = 2 for T = 1 tile or T = 2 tiles in lock step, its masks
+ * written to 64-byte lines kept in L1 and sent on with non-temporal stores
+ * (instead of the per-position staging of run_pass): a block's second
+ * step writes 8 g-blocks x 12 masks = 3 lines, the first step's call for
+ * kk 2 x 12 masks, so four blocks fill 3 lines per kk. */
+TGT512 INLINE void fused512p(const int K, const int wbp, const int T, const float *cbo,
+                             float wa0, float wa1, float wb0, float wb1, const float *preva,
                              const float *prevb, float *nexta, float *nextb, float *mida,
                              float *midb, uint16_t *ba0, uint16_t *ba1, uint16_t *bb0,
                              uint16_t *bb1)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
-	const int L = FUSE_B(K) / NK;
-	for (int e0 = 0; e0 < E; e0 += FUSE_B(K)) {
+	const int FB = FUSE_B(K), L = FB / NK;
+	const int MB = (NK - 1) * NK;                               /* masks per g-block */
+	const int MC1 = L / (16 * NK) * MB, MC2 = FB / (16 * NK) * MB;   /* per call: 24, 96 */
+	const int R = 4;                                            /* calls per kk line set */
+	_Alignas(64) uint16_t r0[2][4][4 * 24], r1[2][96];
+	uint16_t *bp0[2] = { ba0, bb0 }, *bp1[2] = { ba1, bb1 };
+	for (int e0 = 0, j = 0; e0 < E; e0 += FB, j++) {
 		for (int kk = 0; kk < NK; kk++) {
 			int x0 = kk * G + e0 / NK;
-			if (LAYOUT_B(K))
-				body512bt(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
-				          midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
-			else
-				body512t(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
-				         midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+			body512bo(K, wbp, T, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+			          midb + kk * L, r0[0][kk] + j % R * MC1, r0[1][kk] + j % R * MC1,
+			          x0 / 64, (x0 + L) / 64, 0, 0, 1);
+			if (wbp && j % R == R - 1) {
+				/* masks of intermediate edges x0 - (R-1) L .. x0 + L */
+				const size_t d = (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB;
+				for (int t = 0; t < T; t++)
+					for (int i = 0; i < R * MC1; i += 32)
+						_mm512_stream_si512((void *)(bp0[t] + d + i),
+						                    _mm512_load_si512(r0[t][kk] + i));
+			}
 		}
-		if (LAYOUT_B(K))
-			body512bt(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0,
-			          nextb + e0, ba1, bb1, e0 / 64, (e0 + FUSE_B(K)) / 64);
-		else
-			body512t(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
-			         ba1, bb1, e0 / 64, (e0 + FUSE_B(K)) / 64);
+		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
+		          r1[0], r1[1], e0 / 64, (e0 + FB) / 64, 0, 0, 1);
+		if (wbp)
+			for (int t = 0; t < T; t++)
+				for (int i = 0; i < MC2; i += 32)
+					_mm512_stream_si512((void *)(bp1[t] + (size_t)e0 / (16 * NK) * MB + i),
+					                    _mm512_load_si512(r1[t] + i));
 	}
 }
 
@@ -592,21 +607,13 @@ TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, 
                                  float *nexta, float *nextb, float *mida, float *midb,
                                  uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1)
 {
-#define FUSED512P(K, wbp) fused512p(K, wbp, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, \
-                                   nextb, mida, midb, ba0, ba1, bb0, bb1)
-	if (ba0) {
-		switch (K) {
-		case 1: FUSED512P(1, 1); break;
-		case 2: FUSED512P(2, 1); break;
-		default: FUSED512P(3, 1); break;
-		}
-	} else {
-		switch (K) {
-		case 1: FUSED512P(1, 0); break;
-		case 2: FUSED512P(2, 0); break;
-		default: FUSED512P(3, 0); break;
-		}
-	}
+	(void)K;   /* K = 2 only (K = 1: fusedip_avx512; K = 3: no pairs) */
+	if (ba0)
+		fused512p(2, 1, 2, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
+		          ba0, ba1, bb0, bb1);
+	else
+		fused512p(2, 0, 2, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
+		          ba0, ba1, bb0, bb1);
 }
 
 /* In-place fused pairs of steps (AVX-512, layout B, K = 1: IN_PLACE(K)).
@@ -649,16 +656,30 @@ TGT512 INLINE void fusedip512(const int K, const int wbp, const int T, const flo
 	/* storage distance between the chunks of k and k + 1 (the k field, bits
 	 * n-K .. n-1 of a chunk index, lands at bit n-K-s0 mod n) */
 	const size_t ks = (size_t)C << ((IP_N - K - s0 + IP_N) % IP_N);
+	/* Masks (K = 1: one uint16 per 16 edges) are written to 64-byte lines
+	 * kept in L1 and sent on with one non-temporal store per line: a
+	 * block's second step fills a line (B/16 = 32 masks), the first step's
+	 * call for kk half of one (L/16), completed by the next block. */
+	_Alignas(64) uint16_t r0[2][2][32], r1[2][32];
+	uint16_t *bp0[2] = { ba0, bb0 }, *bp1[2] = { ba1, bb1 };
 	for (int e0 = 0, j = 0; e0 < E; e0 += B, j++) {
 		for (int kk = 0; kk < NK; kk++) {
 			const size_t base = (size_t)rotr_n((unsigned)(kk << (IP_N - 2 * K) | j), s0) * C;
 			const int x0 = kk * G + e0 / NK;   /* first intermediate edge */
-			body512bt(K, wbp, T, cbo, wa0, wb0, ca + base, cb2 + base, ks, x0 / NK,
-			          mida + kk * L, midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+			body512bo(K, wbp, T, cbo, wa0, wb0, ca + base, cb2 + base, ks, x0 / NK,
+			          mida + kk * L, midb + kk * L, r0[0][kk] + (j & 1) * 16,
+			          r0[1][kk] + (j & 1) * 16, x0 / 64, (x0 + L) / 64, 0, 0, 1);
+			if (wbp && (j & 1))   /* the line of intermediate edges x0 - L .. x0 + L */
+				for (int t = 0; t < T; t++)
+					_mm512_stream_si512((void *)(bp0[t] + (x0 - L) / 16),
+					                    _mm512_load_si512(r0[t][kk]));
 		}
 		/* the NK^2 output chunks go to the chunks just read */
-		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, ca, cb2, ba1, bb1,
-		          e0 / 64, (e0 + B) / 64, 1, s1);
+		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, ca, cb2, r1[0], r1[1],
+		          e0 / 64, (e0 + B) / 64, 1, s1, 1);
+		if (wbp)
+			for (int t = 0; t < T; t++)
+				_mm512_stream_si512((void *)(bp1[t] + e0 / 16), _mm512_load_si512(r1[t]));
 	}
 }
 
@@ -1047,7 +1068,7 @@ static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *next = prev == wk->ca ? wk->cb : wk->ca;
 		if (K <= 3) {
-			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
+			int keep = !pass1 || p < 128, stg = keep && STAGE(K) && !ip;   /* ip streams its own */
 			uint16_t *b0 = stg ? wk->stage : keep ? wk->bp + p * ps : NULL;
 			uint16_t *b1 = stg ? wk->stage + ps : keep ? wk->bp + q * ps : NULL;
 			if (ip) {   /* in place: the costs stay in prev (wk->ca) */
@@ -1163,10 +1184,10 @@ static void run_pass2(step2_fn s2, fused2_fn f2, fusedip_fn ip, int K, const flo
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
 		if (K <= 3) {
-			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
-			uint16_t *ba = stg ? wa->stage : wa->bp + p * ps, *bb = stg ? wb->stage : wb->bp + p * ps;
-			uint16_t *ba1 = stg ? wa->stage + ps : wa->bp + q * ps;
-			uint16_t *bb1 = stg ? wb->stage + ps : wb->bp + q * ps;
+			/* the pair kernels send their masks out themselves (no staging) */
+			int keep = !pass1 || p < 128;
+			uint16_t *ba = wa->bp + p * ps, *bb = wb->bp + p * ps;
+			uint16_t *ba1 = wa->bp + q * ps, *bb1 = wb->bp + q * ps;
 			if (ip) {   /* in place */
 				ip(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, wa->mid, wb->mid,
 				   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL,
@@ -1176,12 +1197,6 @@ static void run_pass2(step2_fn s2, fused2_fn f2, fusedip_fn ip, int K, const flo
 			} else
 				f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
 				   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL);
-			if (stg) {
-				stream_copy(wa->bp + p * ps, wa->stage, ps * sizeof(uint16_t));
-				stream_copy(wa->bp + q * ps, wa->stage + ps, ps * sizeof(uint16_t));
-				stream_copy(wb->bp + p * ps, wb->stage, ps * sizeof(uint16_t));
-				stream_copy(wb->bp + q * ps, wb->stage + ps, ps * sizeof(uint16_t));
-			}
 			i += 2;
 		} else {
 			if (!pass1 && i == 255)
