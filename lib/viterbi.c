@@ -514,29 +514,11 @@ TGT512 INLINE void fused512(const int K, const int wbp, const float *cbo, float 
 
 #define FUSED512(K, wbp) fused512(K, wbp, cbo, w0, w1, prev, next, mid, bp0, bp1)
 
-TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
-                                const float *prev, float *next, float *mid,
-                                uint16_t *bp0, uint16_t *bp1)
-{
-	/* K = 2, 3 (K = 1: fusedip_avx512) */
-	if (bp0) {
-		if (K == 2)
-			FUSED512(2, 1);
-		else
-			FUSED512(3, 1);
-	} else {
-		if (K == 2)
-			FUSED512(2, 0);
-		else
-			FUSED512(3, 0);
-	}
-}
-
-/* Two tiles in lock step (AVX-512, layout A: K = 1 fused with masks, and
- * recompute mode K >= 4, whole steps without masks). One codebook load
- * serves the candidates of both tiles: the 64-byte load per 16 candidates
- * asks ~40 B/cycle of L2 at the recompute kernels' 1.5 cycles per vector,
- * about all L2 delivers, and at K = 1 the codebook stream is the bound. */
+/* Two tiles in lock step (AVX-512: K = 1 in place, fusedip512; K = 2
+ * fused with masks, fused512p; recompute mode K >= 4, whole steps without
+ * masks). One codebook load serves the candidates of both tiles: the
+ * 64-byte load per 16 candidates asks ~40 B/cycle of L2 at the recompute
+ * kernels' 1.5 cycles per vector, about all L2 delivers. */
 typedef void (*step2_fn)(int K, const float *cbo, float wa, float wb, const float *pa,
                          const float *pb, float *oa, float *ob);
 typedef void (*fused2_fn)(int K, const float *cbo, float wa0, float wa1, float wb0,
@@ -616,6 +598,24 @@ TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, 
 		          ba0, ba1, bb0, bb1);
 }
 
+TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
+                                const float *prev, float *next, float *mid,
+                                uint16_t *bp0, uint16_t *bp1)
+{
+	/* K = 2, 3 (K = 1: fusedip_avx512); K = 2 sends its masks out itself */
+	if (K == 2) {
+		if (bp0)
+			fused512p(2, 1, 1, cbo, w0, w1, w0, w1, prev, prev, next, next, mid, mid, bp0,
+			          bp1, bp0, bp1);
+		else
+			fused512p(2, 0, 1, cbo, w0, w1, w0, w1, prev, prev, next, next, mid, mid, bp0,
+			          bp1, bp0, bp1);
+	} else if (bp0)
+		FUSED512(3, 1);
+	else
+		FUSED512(3, 0);
+}
+
 /* In-place fused pairs of steps (AVX-512, layout B, K = 1: IN_PLACE(K)).
  * At K = 1 a cost buffer (128 KB) lives in L2, and writing the second
  * step's outputs to a second buffer costs a read-for-ownership from L2 per
@@ -626,7 +626,7 @@ TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, 
  * and no line is fetched only to be overwritten. (The scheme holds for
  * K = 2 as well, with n = 8; measured slower there, so not used.)
  *
- * Why that works. Cut the edges into chunks of C = B / NK^2 (B = FUSE_B(K)
+ * Why that works. Cut the edges into chunks of C = B / NK^2 (B = IP_B(K)
  * outputs per block). Block j (outputs e0 = jB .. e0 + B - 1, logical
  * chunks (j << 2K) | q for q < NK^2) reads, through its first step, the
  * predecessor costs at k*G + kk*G/NK + e0/NK^2 + [0, C) for k, kk < NK:
@@ -1068,7 +1068,8 @@ static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *next = prev == wk->ca ? wk->cb : wk->ca;
 		if (K <= 3) {
-			int keep = !pass1 || p < 128, stg = keep && STAGE(K) && !ip;   /* ip streams its own */
+			/* the AVX-512 kernels at K <= 2 send their masks out themselves */
+			int keep = !pass1 || p < 128, stg = keep && STAGE(K) && !ip && !fused;
 			uint16_t *b0 = stg ? wk->stage : keep ? wk->bp + p * ps : NULL;
 			uint16_t *b1 = stg ? wk->stage + ps : keep ? wk->bp + q * ps : NULL;
 			if (ip) {   /* in place: the costs stay in prev (wk->ca) */
