@@ -33,8 +33,10 @@
  *    strict-< argmin. Two steps are fused per 1024-edge block so the
  *    intermediate costs stay in L1 (two_steps); AVX-512 uses layout B at
  *    K = 1..3 (body512bt) and at K = 1 updates the costs in place, in
- *    rotated chunks (fusedip512). At K <= 2 the masks go through an L1 staging
- *    area and out with non-temporal stores (stream_copy).
+ *    rotated chunks (fusedip512). At K <= 2 the masks leave with
+ *    non-temporal stores: AVX-512 collects them in 64-byte lines in L1 and
+ *    stores each line when full (fusedip512, fused512p), the other paths
+ *    stage whole positions in L1 and copy them out (stream_copy).
  *  - K >= 4, recompute: no compare, no mask; the costs entering every
  *    position the trace-back visits are kept (hist), and the trace-back
  *    recomputes the 2^K candidates of the one edge on the path (tb_*).
@@ -881,7 +883,8 @@ static void *ws_get(size_t n)
 	return ws_mem;
 }
 
-/* Masks (K <= 3) are written by the kernels into an L1 staging area (two
+/* Masks (K <= 2, AVX2 and portable paths; AVX-512 sends them out line by
+ * line itself) are written by the kernels into an L1 staging area (two
  * positions, 4-7 KB each) and copied out with non-temporal stores: the
  * 256 positions' masks (1-1.8 MB per tile) then neither pass through L2,
  * where they evicted the codebook and the cost buffers, nor cost a
