@@ -83,7 +83,11 @@
 #define FUSE_MAX 1024
 #define PAD 16             /* floats past the end of a cost buffer */
 /* in-place fused pairs (AVX-512, K = 1), see fusedip512() */
+/* K = 2 works too (bit-identical, IP_N = 8 there as well) but measured
+ * 5-8% slower than fused512p: build with -D'IN_PLACE(K)=((K)<=2)' to try */
+#ifndef IN_PLACE
 #define IN_PLACE(K) ((K) == 1)
+#endif
 #define IP_N 8                        /* chunk index bits */
 #define IP_C(K) (1 << (8 - (K)))      /* floats per chunk: 2^(16-K) / 2^IP_N */
 #define IP_B(K) (IP_C(K) << 2 * (K))  /* block: 512 at K = 1, 1024 at K = 2 */
@@ -626,7 +630,8 @@ TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
  * Instead each block of the pair writes its outputs over the very costs its
  * first step has just read (still in L1), so one buffer per tile suffices
  * and no line is fetched only to be overwritten. (The scheme holds for
- * K = 2 as well, with n = 8; measured slower there, so not used.)
+ * K = 2 as well, with n = 8; measured slower there, so not used by
+ * default, see IN_PLACE.)
  *
  * Why that works. Cut the edges into chunks of C = B / NK^2 (B = IP_B(K)
  * outputs per block). Block j (outputs e0 = jB .. e0 + B - 1, logical
@@ -658,34 +663,43 @@ TGT512 INLINE void fusedip512(const int K, const int wbp, const int T, const flo
 	/* storage distance between the chunks of k and k + 1 (the k field, bits
 	 * n-K .. n-1 of a chunk index, lands at bit n-K-s0 mod n) */
 	const size_t ks = (size_t)C << ((IP_N - K - s0 + IP_N) % IP_N);
-	/* Masks (K = 1: one uint16 per 16 edges) are written to 64-byte lines
-	 * kept in L1 and sent on with one non-temporal store per line: a
-	 * block's second step fills a line (B/16 = 32 masks), the first step's
-	 * call for kk half of one (L/16), completed by the next block. */
-	_Alignas(64) uint16_t r0[2][2][32], r1[2][32];
+	/* Masks are written to 64-byte lines kept in L1 and sent on with one
+	 * non-temporal store per line: MB masks per g-block of 16 NK edges, MC1
+	 * per first-step call (L edges: K = 1: 16, K = 2: 48), MC2 per block's
+	 * second step (B edges: 32, 192, whole lines); R = 2 calls for kk fill
+	 * whole lines, the next block completing what one leaves. */
+	const int MB = (NK - 1) * NK, MC1 = L / (16 * NK) * MB, MC2 = B / (16 * NK) * MB;
+	const int R = 2;
+	_Alignas(64) uint16_t r0[2][4][96], r1[2][192];
 	uint16_t *bp0[2] = { ba0, bb0 }, *bp1[2] = { ba1, bb1 };
 	for (int e0 = 0, j = 0; e0 < E; e0 += B, j++) {
 		for (int kk = 0; kk < NK; kk++) {
 			const size_t base = (size_t)rotr_n((unsigned)(kk << (IP_N - 2 * K) | j), s0) * C;
 			const int x0 = kk * G + e0 / NK;   /* first intermediate edge */
 			body512bo(K, wbp, T, cbo, wa0, wb0, ca + base, cb2 + base, ks, x0 / NK,
-			          mida + kk * L, midb + kk * L, r0[0][kk] + (j & 1) * 16,
-			          r0[1][kk] + (j & 1) * 16, x0 / 64, (x0 + L) / 64, 0, 0, 1);
-			if (wbp && (j & 1))   /* the line of intermediate edges x0 - L .. x0 + L */
+			          mida + kk * L, midb + kk * L, r0[0][kk] + j % R * MC1,
+			          r0[1][kk] + j % R * MC1, x0 / 64, (x0 + L) / 64, 0, 0, 1);
+			if (wbp && j % R == R - 1) {
+				/* masks of intermediate edges x0 - (R-1) L .. x0 + L */
+				const size_t d = (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB;
 				for (int t = 0; t < T; t++)
-					_mm512_stream_si512((void *)(bp0[t] + (x0 - L) / 16),
-					                    _mm512_load_si512(r0[t][kk]));
+					for (int i = 0; i < R * MC1; i += 32)
+						_mm512_stream_si512((void *)(bp0[t] + d + i),
+						                    _mm512_load_si512(r0[t][kk] + i));
+			}
 		}
 		/* the NK^2 output chunks go to the chunks just read */
 		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, ca, cb2, r1[0], r1[1],
 		          e0 / 64, (e0 + B) / 64, 1, s1, 1);
 		if (wbp)
 			for (int t = 0; t < T; t++)
-				_mm512_stream_si512((void *)(bp1[t] + e0 / 16), _mm512_load_si512(r1[t]));
+				for (int i = 0; i < MC2; i += 32)
+					_mm512_stream_si512((void *)(bp1[t] + (size_t)e0 / (16 * NK) * MB + i),
+					                    _mm512_load_si512(r1[t] + i));
 	}
 }
 
-/* cb2 == NULL: one tile */
+/* cb2 == NULL: one tile; K = 1, 2 (IN_PLACE) */
 TGT512 static void fusedip_avx512(int K, const float *cbo, float wa0, float wa1, float wb0,
                                   float wb1, float *ca, float *cb2, float *mida, float *midb,
                                   uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1,
@@ -694,17 +708,18 @@ TGT512 static void fusedip_avx512(int K, const float *cbo, float wa0, float wa1,
 #define FUSEDIP(K, wbp, T) fusedip512(K, wbp, T, cbo, wa0, wa1, wb0, wb1, ca, T == 2 ? cb2 : ca, \
                                       mida, T == 2 ? midb : mida, ba0, ba1, \
                                       T == 2 ? bb0 : ba0, T == 2 ? bb1 : ba1, m)
-	(void)K;   /* K = 1 only (IN_PLACE) */
 	if (cb2) {
-		if (ba0)
-			FUSEDIP(1, 1, 2);
-		else
-			FUSEDIP(1, 0, 2);
+		if (ba0) {
+			if (K == 1) FUSEDIP(1, 1, 2); else FUSEDIP(2, 1, 2);
+		} else {
+			if (K == 1) FUSEDIP(1, 0, 2); else FUSEDIP(2, 0, 2);
+		}
 	} else {
-		if (ba0)
-			FUSEDIP(1, 1, 1);
-		else
-			FUSEDIP(1, 0, 1);
+		if (ba0) {
+			if (K == 1) FUSEDIP(1, 1, 1); else FUSEDIP(2, 1, 1);
+		} else {
+			if (K == 1) FUSEDIP(1, 0, 1); else FUSEDIP(2, 0, 1);
+		}
 	}
 #undef FUSEDIP
 }
