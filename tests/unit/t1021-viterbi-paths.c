@@ -3,12 +3,13 @@
  * set this CPU has x each K = 1..8 x the three codebooks, on five tiles
  * per case (random N(0, s), tie-heavy: zeros, a constant, exact codebook
  * values and a huge constant, tiny/large alternating values, a constant
- * tile, three repeated values), encoded (a) with one thread, so tiles run
- * in lock-step pairs where the path has them plus a single leftover tile,
- * and (b) with three threads, one tile at a time (fewer than two tiles per
- * thread: no pairs). At K = 1 AVX-512 that covers the in-place fused steps
- * for a pair and for one tile. Also a larger odd batch at K = 4, 8 against the fast path with
- * one tile per thread (pairs vs singles). */
+ * tile, three repeated values), encoded with one and two threads, so
+ * tiles run in lock-step pairs where the path has them plus a single
+ * leftover tile, and with three threads, one tile at a time (fewer than
+ * two tiles per thread: no pairs). At K = 1 AVX-512 that covers the
+ * in-place fused steps for a pair and for one tile. Also larger odd
+ * batches (9 and 7 tiles) at K = 1..8 on one thread (pairs and a single
+ * tile) against the fast path with one tile per thread. */
 #include <math.h>
 #include "test.h"
 #include "codec.h"
@@ -64,7 +65,7 @@ static void test_paths(void)
 					SKIP("K=%d %s: portable path checked at K = 1, 4, 8 only", K, cn);
 					continue;
 				}
-				for (int th = 1; th <= 3; th += 2) {
+				for (int th = 1; th <= 3; th++) {
 					memset(s, 0, sizeof s);
 					memset(v, 0, sizeof v);
 					CHECK_OK(x3_viterbi_encode(K, cb, x, NT, s, v, th), "K=%d %s %s: encode",
@@ -88,19 +89,21 @@ static void test_paths(void)
 /* pairs and singles agree on a bigger odd batch (fast path only) */
 static void test_batch(void)
 {
-	enum { N = 9 };
-	static float x[N * 256];
-	static uint16_t a[N * 256], b[N * 256];
+	enum { NMAX = 9 };
+	static float x[NMAX * 256];
+	static uint16_t a[NMAX * 256], b[NMAX * 256];
 	x3_rng r;
 	x3_rng_seed(&r, 10211, 1);
-	for (int i = 0; i < N * 256; i++)
+	for (int i = 0; i < NMAX * 256; i++)
 		x[i] = (float)x3_rng_normal(&r) * (i < 4 * 256 ? 1.0f : 0.3f);
-	for (int K = 1; K <= 8; K++) {
-		CHECK_OK(x3_viterbi_encode(K, X3_CB_3INST, x, N, a, NULL, 1), "K=%d: 1 thread", K);
-		CHECK_OK(x3_viterbi_encode(K, X3_CB_3INST, x, N, b, NULL, N), "K=%d: %d threads", K, N);
-		CHECK(memcmp(a, b, sizeof a) == 0, "K=%d: %d tiles on 1 thread (lock-step pairs) "
-		      "== one tile per thread", K, N);
-	}
+	for (int N = 9; N >= 7; N -= 2)
+		for (int K = 1; K <= 8; K++) {
+			CHECK_OK(x3_viterbi_encode(K, X3_CB_3INST, x, N, a, NULL, 1), "K=%d: 1 thread", K);
+			CHECK_OK(x3_viterbi_encode(K, X3_CB_3INST, x, N, b, NULL, N), "K=%d: %d threads",
+			         K, N);
+			CHECK(memcmp(a, b, sizeof(uint16_t) * 256 * N) == 0, "K=%d: %d tiles on 1 thread "
+			      "(lock-step groups) == one tile per thread", K, N);
+		}
 }
 
 int main(void)
