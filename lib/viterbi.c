@@ -50,7 +50,10 @@
  * layout) and kept.
  * Measured and not kept (build host, AVX-512): in-place pairs at K = 2
  * (4-8% slower there: the store stream is not the bound; with one call
- * per chunk, worse), software prefetch of the in-place chunks; mask
+ * per chunk, worse), software prefetch of the in-place chunks, 1024-edge
+ * in-place blocks at K = 1 (7% slower); four tiles in lock step at K = 2
+ * (a kernel-only loop gained 9%, the encoder lost 7-10%) and at K = 1 in
+ * place (slower: four tiles' chunks no longer stay in L1); mask
  * staging at K = 3 (5% slower); pairs at K = 3 (no gain); software
  * prefetch of the codebook stream (slower); non-temporal copies of the
  * K = 4 costs (hist is 4 MB per tile there; 10-25% slower); an fp16 copy
