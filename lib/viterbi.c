@@ -555,6 +555,9 @@ TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, con
  * (instead of the per-position staging of run_pass): a block's second
  * step writes 8 g-blocks x 12 masks = 3 lines, the first step's call for
  * kk 2 x 12 masks, so four blocks fill 3 lines per kk. */
+#if FUSE_B(2) != 512
+#error "fused512p's mask lines (R, r0, r1) assume FUSE_B(2) == 512"
+#endif
 TGT512 INLINE void fused512p(const int K, const int wbp, const int T, const float *cbo,
                              float wa0, float wa1, float wb0, float wb1, const float *preva,
                              const float *prevb, float *nexta, float *nextb, float *mida,
