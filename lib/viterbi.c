@@ -32,8 +32,11 @@
  *    edge); the winner is the largest k whose bit is set, or 0, exactly the
  *    strict-< argmin. Two steps are fused per 1024-edge block so the
  *    intermediate costs stay in L1 (two_steps); AVX-512 uses layout B at
- *    K = 2, 3 (body512bt). At K <= 2 the masks go through an L1 staging
- *    area and out with non-temporal stores (stream_copy).
+ *    K = 1..3 (body512bt) and at K = 1 updates the costs in place, in
+ *    rotated chunks (fusedip512). At K <= 2 the masks leave with
+ *    non-temporal stores: AVX-512 collects them in 64-byte lines in L1 and
+ *    stores each line when full (fusedip512, fused512p), the other paths
+ *    stage whole positions in L1 and copy them out (stream_copy).
  *  - K >= 4, recompute: no compare, no mask; the costs entering every
  *    position the trace-back visits are kept (hist), and the trace-back
  *    recomputes the 2^K candidates of the one edge on the path (tb_*).
@@ -45,7 +48,12 @@
  * at run time (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no
  * -march. The re-laid-out codebooks are built once per (K, codebook,
  * layout) and kept.
- * Measured and not kept (build host, AVX-512): layout B at K = 1; mask
+ * Measured and not kept (build host, AVX-512): in-place pairs at K = 2
+ * (4-8% slower there: the store stream is not the bound; with one call
+ * per chunk, worse), software prefetch of the in-place chunks, 1024-edge
+ * in-place blocks at K = 1 (7% slower); four tiles in lock step at K = 2
+ * (a kernel-only loop gained 9%, the encoder lost 7-10%) and at K = 1 in
+ * place (slower: four tiles' chunks no longer stay in L1); mask
  * staging at K = 3 (5% slower); pairs at K = 3 (no gain); software
  * prefetch of the codebook stream (slower); non-temporal copies of the
  * K = 4 costs (hist is 4 MB per tile there; 10-25% slower); an fp16 copy
@@ -63,9 +71,12 @@
 #include "codec.h"
 
 #define TARGET_MAX 1e16f   /* |d|^2 * 256 stays far below FLT_MAX */
-/* AVX-512 uses layout B (see body512b) for these K; at K = 1 the step is
- * bound by memory traffic and layout A measured slightly faster */
-#define LAYOUT_B(K) ((K) >= 2 && (K) <= 3)
+/* AVX-512 uses layout B (see body512bt) for these K. (At K = 1 layout A
+ * was faster while the costs went to a second buffer; with the in-place
+ * pairs of fusedip512 layout B is.) */
+#ifndef LAYOUT_B
+#define LAYOUT_B(K) ((K) <= 3)
+#endif
 /* edges per block of the fused step pair (K <= 3); the mid scratch holds
  * FUSE_MAX. At K = 1, 2 (two tiles, two scratch blocks) 512 measured 3-10%
  * faster than 1024; 2048 and 4096 were slower. */
@@ -74,6 +85,20 @@
 #endif
 #define FUSE_MAX 1024
 #define PAD 16             /* floats past the end of a cost buffer */
+/* in-place fused pairs (AVX-512, K = 1), see fusedip512() */
+/* K = 2 works too (bit-identical, IP_N = 8 there as well) but measured
+ * 5-8% slower than fused512p: build with -D'IN_PLACE(K)=((K)<=2)' to try */
+#ifndef IN_PLACE
+#define IN_PLACE(K) ((K) == 1)
+#endif
+#define IP_N 8                        /* chunk index bits */
+#define IP_C(K) (1 << (8 - (K)))      /* floats per chunk: 2^(16-K) / 2^IP_N */
+#define IP_B(K) (IP_C(K) << 2 * (K))  /* block: 512 at K = 1, 1024 at K = 2 */
+
+static inline unsigned rotr_n(unsigned c, int s)
+{
+	return s ? ((c >> s) | (c << (IP_N - s))) & ((1u << IP_N) - 1) : c;
+}
 
 static int check_args(int K, int cb, const float *x, int64_t ntiles)
 {
@@ -193,6 +218,12 @@ typedef void (*step_fn)(int K, const float *cbo, float w, const float *pb,
 typedef void (*fused_fn)(int K, const float *cbo, float w0, float w1,
                          const float *prev, float *next, float *mid,
                          uint16_t *bp0, uint16_t *bp1);
+
+/* the same for one tile (cb2 == NULL) or two tiles in lock step, with the
+ * costs updated in place (pair m of the pass), see fusedip512() */
+typedef void (*fusedip_fn)(int K, const float *cbo, float wa0, float wa1, float wb0,
+                           float wb1, float *ca, float *cb2, float *mida, float *midb,
+                           uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1, int m);
 
 static void step_scalar(int K, const float *cbo, float w, const float *pb,
                         size_t ks, int poff, float *out, uint16_t *bp,
@@ -337,10 +368,11 @@ TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w
  * interleaved to natural edge order e = gv*NK + j by K rounds of zips.
  *  codebook: cbo[((b*NK + k)*NK + j)*16 + l] = cb[(k << (16-K)) | ((16b+l) << K) | j]
  *  masks:    bp[(b*(NK-1) + k-1)*NK + j], bit l, for g-block b (16 gv). */
-TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const float *cbo,
+TGT512 INLINE void body512bo(const int K, const int wbp, const int T, const float *cbo,
                              float wa, float wb, const float *pa, const float *pbb,
                              size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
-                             uint16_t *bb, int g0, int g1)
+                             uint16_t *bb, int g0, int g1, const int ipo, int s1,
+                             const int mrel)
 {
 	const int NK = 1 << K;
 	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
@@ -351,11 +383,18 @@ TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const floa
 	const float *pt[2] = { pa, pbb };
 	float *ot[2] = { oa, ob };
 	uint16_t *bt[2] = { ba, bb };
-	if (wbp)
+	if (wbp && !mrel)   /* mrel: masks from ba, bb on, not at their place in a position */
 		for (int t = 0; t < T; t++)
 			bt[t] += (size_t)b0 * (NK - 1) * NK;
 	for (int b = b0; b < b1; b++) {
 		const float *c = cbo + (size_t)b * NK * NK * 16;
+		/* outputs: contiguous from ot, or (ipo, in-place pairs) edge
+		 * 16 NK b lies in logical chunk c, stored at chunk rotr_n(c, s1) */
+		float *o[2];
+		for (int t = 0; t < T; t++)
+			o[t] = ipo ? ot[t] + (size_t)rotr_n((unsigned)(16 * NK * b / IP_C(K)), s1) * IP_C(K) +
+			             16 * NK * b % IP_C(K)
+			           : ot[t] + (size_t)16 * NK * (b - b0);
 		__m512 m[2][8], P[2];
 #pragma GCC unroll 2
 		for (int t = 0; t < T; t++)
@@ -411,9 +450,17 @@ TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const floa
 			}
 #pragma GCC unroll 8
 			for (int j = 0; j < NK; j++)
-				_mm512_store_ps(ot[t] + (size_t)16 * NK * (b - b0) + 16 * j, r[j]);
+				_mm512_store_ps(o[t] + 16 * j, r[j]);
 		}
 	}
+}
+
+TGT512 INLINE void body512bt(const int K, const int wbp, const int T, const float *cbo,
+                             float wa, float wb, const float *pa, const float *pbb,
+                             size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
+                             uint16_t *bb, int g0, int g1)
+{
+	body512bo(K, wbp, T, cbo, wa, wb, pa, pbb, ks, poff, oa, ob, ba, bb, g0, g1, 0, 0, 0);
 }
 
 TGT512 INLINE void body512b(const int K, const int wbp, const float *cbo, float w,
@@ -476,30 +523,11 @@ TGT512 INLINE void fused512(const int K, const int wbp, const float *cbo, float 
 
 #define FUSED512(K, wbp) fused512(K, wbp, cbo, w0, w1, prev, next, mid, bp0, bp1)
 
-TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
-                                const float *prev, float *next, float *mid,
-                                uint16_t *bp0, uint16_t *bp1)
-{
-	if (bp0) {
-		switch (K) {
-		case 1: FUSED512(1, 1); break;
-		case 2: FUSED512(2, 1); break;
-		default: FUSED512(3, 1); break;
-		}
-	} else {
-		switch (K) {
-		case 1: FUSED512(1, 0); break;
-		case 2: FUSED512(2, 0); break;
-		default: FUSED512(3, 0); break;
-		}
-	}
-}
-
-/* Two tiles in lock step (AVX-512, layout A: K = 1 fused with masks, and
- * recompute mode K >= 4, whole steps without masks). One codebook load
- * serves the candidates of both tiles: the 64-byte load per 16 candidates
- * asks ~40 B/cycle of L2 at the recompute kernels' 1.5 cycles per vector,
- * about all L2 delivers, and at K = 1 the codebook stream is the bound. */
+/* Two tiles in lock step (AVX-512: K = 1 in place, fusedip512; K = 2
+ * fused with masks, fused512p; recompute mode K >= 4, whole steps without
+ * masks). One codebook load serves the candidates of both tiles: the
+ * 64-byte load per 16 candidates asks ~40 B/cycle of L2 at the recompute
+ * kernels' 1.5 cycles per vector, about all L2 delivers. */
 typedef void (*step2_fn)(int K, const float *cbo, float wa, float wb, const float *pa,
                          const float *pb, float *oa, float *ob);
 typedef void (*fused2_fn)(int K, const float *cbo, float wa0, float wa1, float wb0,
@@ -522,31 +550,49 @@ TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, con
 	}
 }
 
-/* fused512 for a pair at K = 1 */
-TGT512 INLINE void fused512p(const int K, const int wbp, const float *cbo, float wa0,
-                             float wa1, float wb0, float wb1, const float *preva,
+/* fused512 at K = 2 for T = 1 tile or T = 2 tiles in lock step, its masks
+ * written to 64-byte lines kept in L1 and sent on with non-temporal stores
+ * (instead of the per-position staging of run_pass): a block's second
+ * step writes 8 g-blocks x 12 masks = 3 lines, the first step's call for
+ * kk 2 x 12 masks, so four blocks fill 3 lines per kk. */
+#if FUSE_B(2) != 512
+#error "fused512p's mask lines (R, r0, r1) assume FUSE_B(2) == 512"
+#endif
+TGT512 INLINE void fused512p(const int K, const int wbp, const int T, const float *cbo,
+                             float wa0, float wa1, float wb0, float wb1, const float *preva,
                              const float *prevb, float *nexta, float *nextb, float *mida,
                              float *midb, uint16_t *ba0, uint16_t *ba1, uint16_t *bb0,
                              uint16_t *bb1)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
-	const int L = FUSE_B(K) / NK;
-	for (int e0 = 0; e0 < E; e0 += FUSE_B(K)) {
+	const int FB = FUSE_B(K), L = FB / NK;
+	const int MB = (NK - 1) * NK;                               /* masks per g-block */
+	const int MC1 = L / (16 * NK) * MB, MC2 = FB / (16 * NK) * MB;   /* per call: 24, 96 */
+	const int R = 4;                                            /* calls per kk line set */
+	_Alignas(64) uint16_t r0[2][4][4 * 24], r1[2][96];
+	uint16_t *bp0[2] = { ba0, bb0 }, *bp1[2] = { ba1, bb1 };
+	for (int e0 = 0, j = 0; e0 < E; e0 += FB, j++) {
 		for (int kk = 0; kk < NK; kk++) {
 			int x0 = kk * G + e0 / NK;
-			if (LAYOUT_B(K))
-				body512bt(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
-				          midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
-			else
-				body512t(K, wbp, 2, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
-				         midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+			body512bo(K, wbp, T, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+			          midb + kk * L, r0[0][kk] + j % R * MC1, r0[1][kk] + j % R * MC1,
+			          x0 / 64, (x0 + L) / 64, 0, 0, 1);
+			if (wbp && j % R == R - 1) {
+				/* masks of intermediate edges x0 - (R-1) L .. x0 + L */
+				const size_t d = (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB;
+				for (int t = 0; t < T; t++)
+					for (int i = 0; i < R * MC1; i += 32)
+						_mm512_stream_si512((void *)(bp0[t] + d + i),
+						                    _mm512_load_si512(r0[t][kk] + i));
+			}
 		}
-		if (LAYOUT_B(K))
-			body512bt(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0,
-			          nextb + e0, ba1, bb1, e0 / 64, (e0 + FUSE_B(K)) / 64);
-		else
-			body512t(K, wbp, 2, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
-			         ba1, bb1, e0 / 64, (e0 + FUSE_B(K)) / 64);
+		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
+		          r1[0], r1[1], e0 / 64, (e0 + FB) / 64, 0, 0, 1);
+		if (wbp)
+			for (int t = 0; t < T; t++)
+				for (int i = 0; i < MC2; i += 32)
+					_mm512_stream_si512((void *)(bp1[t] + (size_t)e0 / (16 * NK) * MB + i),
+					                    _mm512_load_si512(r1[t] + i));
 	}
 }
 
@@ -555,21 +601,133 @@ TGT512 static void fused2_avx512(int K, const float *cbo, float wa0, float wa1, 
                                  float *nexta, float *nextb, float *mida, float *midb,
                                  uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1)
 {
-#define FUSED512P(K, wbp) fused512p(K, wbp, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, \
-                                   nextb, mida, midb, ba0, ba1, bb0, bb1)
-	if (ba0) {
-		switch (K) {
-		case 1: FUSED512P(1, 1); break;
-		case 2: FUSED512P(2, 1); break;
-		default: FUSED512P(3, 1); break;
+	(void)K;   /* K = 2 only (K = 1: fusedip_avx512; K = 3: no pairs) */
+	if (ba0)
+		fused512p(2, 1, 2, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
+		          ba0, ba1, bb0, bb1);
+	else
+		fused512p(2, 0, 2, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, nextb, mida, midb,
+		          ba0, ba1, bb0, bb1);
+}
+
+TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
+                                const float *prev, float *next, float *mid,
+                                uint16_t *bp0, uint16_t *bp1)
+{
+	/* K = 2, 3 (K = 1: fusedip_avx512); K = 2 sends its masks out itself */
+	if (K == 2) {
+		if (bp0)
+			fused512p(2, 1, 1, cbo, w0, w1, w0, w1, prev, prev, next, next, mid, mid, bp0,
+			          bp1, bp0, bp1);
+		else
+			fused512p(2, 0, 1, cbo, w0, w1, w0, w1, prev, prev, next, next, mid, mid, bp0,
+			          bp1, bp0, bp1);
+	} else if (bp0)
+		FUSED512(3, 1);
+	else
+		FUSED512(3, 0);
+}
+
+/* In-place fused pairs of steps (AVX-512, layout B, K = 1: IN_PLACE(K)).
+ * At K = 1 a cost buffer (128 KB) lives in L2, and writing the second
+ * step's outputs to a second buffer costs a read-for-ownership from L2 per
+ * line; with layout B that store stream, not the arithmetic, bounded the
+ * fused pair (measured: the second step of a pair took twice the first).
+ * Instead each block of the pair writes its outputs over the very costs its
+ * first step has just read (still in L1), so one buffer per tile suffices
+ * and no line is fetched only to be overwritten. (The scheme holds for
+ * K = 2 as well, with n = 8; measured slower there, so not used by
+ * default, see IN_PLACE.)
+ *
+ * Why that works. Cut the edges into chunks of C = B / NK^2 (B = IP_B(K)
+ * outputs per block). Block j (outputs e0 = jB .. e0 + B - 1, logical
+ * chunks (j << 2K) | q for q < NK^2) reads, through its first step, the
+ * predecessor costs at k*G + kk*G/NK + e0/NK^2 + [0, C) for k, kk < NK:
+ * exactly the NK^2 logical chunks (k << (n-K)) | (kk << (n-2K)) | j, where
+ * n = log2(E / C) is the width of a chunk index. Reading chunk index
+ * c = (j << 2K) | q as the read chunk (q << (n-2K)) | j is a rotation right
+ * by 2K bits, so if logical chunk c is stored at chunk rotr_n(c, s_m) before
+ * pair m (s_0 = 0, the natural order), writing the outputs at
+ * s_{m+1} = s_m + 2K puts each output chunk on a chunk its block has read.
+ * Blocks read disjoint chunks, so no block overwrites a cost another still
+ * needs. C is chosen so that K divides n: the NK chunks of one kk (k = 0 ..
+ * NK-1, the top K bits) then stay equally spaced after any rotation by a
+ * multiple of K, which is the (pb, ks, poff) form the kernels read. With
+ * n = 8 and 128 pairs per pass, s_128 = 256K = 0 mod 8: a pass ends in the
+ * natural order, so the anchor's argmin reads the costs as they are. The
+ * arithmetic, the masks and the trace-back are those of two_steps(). */
+/* pair m of a pass for T = 1 tile (ca) or T = 2 tiles in lock step (ca,
+ * cb2); costs in and out in the same buffer, chunks rotated as above */
+TGT512 INLINE void fusedip512(const int K, const int wbp, const int T, const float *cbo,
+                              float wa0, float wa1, float wb0, float wb1, float *ca, float *cb2,
+                              float *mida, float *midb, uint16_t *ba0, uint16_t *ba1,
+                              uint16_t *bb0, uint16_t *bb1, int m)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int B = IP_B(K), L = B / NK, C = IP_C(K);
+	const int s0 = 2 * K * m % IP_N, s1 = 2 * K * (m + 1) % IP_N;
+	/* storage distance between the chunks of k and k + 1 (the k field, bits
+	 * n-K .. n-1 of a chunk index, lands at bit n-K-s0 mod n) */
+	const size_t ks = (size_t)C << ((IP_N - K - s0 + IP_N) % IP_N);
+	/* Masks are written to 64-byte lines kept in L1 and sent on with one
+	 * non-temporal store per line: MB masks per g-block of 16 NK edges, MC1
+	 * per first-step call (L edges: K = 1: 16, K = 2: 48), MC2 per block's
+	 * second step (B edges: 32, 192, whole lines); R = 2 calls for kk fill
+	 * whole lines, the next block completing what one leaves. */
+	const int MB = (NK - 1) * NK, MC1 = L / (16 * NK) * MB, MC2 = B / (16 * NK) * MB;
+	const int R = 2;
+	_Alignas(64) uint16_t r0[2][4][96], r1[2][192];
+	uint16_t *bp0[2] = { ba0, bb0 }, *bp1[2] = { ba1, bb1 };
+	for (int e0 = 0, j = 0; e0 < E; e0 += B, j++) {
+		for (int kk = 0; kk < NK; kk++) {
+			const size_t base = (size_t)rotr_n((unsigned)(kk << (IP_N - 2 * K) | j), s0) * C;
+			const int x0 = kk * G + e0 / NK;   /* first intermediate edge */
+			body512bo(K, wbp, T, cbo, wa0, wb0, ca + base, cb2 + base, ks, x0 / NK,
+			          mida + kk * L, midb + kk * L, r0[0][kk] + j % R * MC1,
+			          r0[1][kk] + j % R * MC1, x0 / 64, (x0 + L) / 64, 0, 0, 1);
+			if (wbp && j % R == R - 1) {
+				/* masks of intermediate edges x0 - (R-1) L .. x0 + L */
+				const size_t d = (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB;
+				for (int t = 0; t < T; t++)
+					for (int i = 0; i < R * MC1; i += 32)
+						_mm512_stream_si512((void *)(bp0[t] + d + i),
+						                    _mm512_load_si512(r0[t][kk] + i));
+			}
+		}
+		/* the NK^2 output chunks go to the chunks just read */
+		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, ca, cb2, r1[0], r1[1],
+		          e0 / 64, (e0 + B) / 64, 1, s1, 1);
+		if (wbp)
+			for (int t = 0; t < T; t++)
+				for (int i = 0; i < MC2; i += 32)
+					_mm512_stream_si512((void *)(bp1[t] + (size_t)e0 / (16 * NK) * MB + i),
+					                    _mm512_load_si512(r1[t] + i));
+	}
+}
+
+/* cb2 == NULL: one tile; K = 1, 2 (IN_PLACE) */
+TGT512 static void fusedip_avx512(int K, const float *cbo, float wa0, float wa1, float wb0,
+                                  float wb1, float *ca, float *cb2, float *mida, float *midb,
+                                  uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1,
+                                  int m)
+{
+#define FUSEDIP(K, wbp, T) fusedip512(K, wbp, T, cbo, wa0, wa1, wb0, wb1, ca, T == 2 ? cb2 : ca, \
+                                      mida, T == 2 ? midb : mida, ba0, ba1, \
+                                      T == 2 ? bb0 : ba0, T == 2 ? bb1 : ba1, m)
+	if (cb2) {
+		if (ba0) {
+			if (K == 1) FUSEDIP(1, 1, 2); else FUSEDIP(2, 1, 2);
+		} else {
+			if (K == 1) FUSEDIP(1, 0, 2); else FUSEDIP(2, 0, 2);
 		}
 	} else {
-		switch (K) {
-		case 1: FUSED512P(1, 0); break;
-		case 2: FUSED512P(2, 0); break;
-		default: FUSED512P(3, 0); break;
+		if (ba0) {
+			if (K == 1) FUSEDIP(1, 1, 1); else FUSEDIP(2, 1, 1);
+		} else {
+			if (K == 1) FUSEDIP(1, 0, 1); else FUSEDIP(2, 0, 1);
 		}
 	}
+#undef FUSEDIP
 }
 
 /* AVX2: each 16-lane block is two 8-lane halves; masks are joined. */
@@ -746,7 +904,8 @@ static void *ws_get(size_t n)
 	return ws_mem;
 }
 
-/* Masks (K <= 3) are written by the kernels into an L1 staging area (two
+/* Masks (K <= 2, AVX2 and portable paths; AVX-512 sends them out line by
+ * line itself) are written by the kernels into an L1 staging area (two
  * positions, 4-7 KB each) and copied out with non-temporal stores: the
  * 256 positions' masks (1-1.8 MB per tile) then neither pass through L2,
  * where they evicted the codebook and the cost buffers, nor cost a
@@ -922,7 +1081,7 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
  * visits: the first half of pass 1 runs without either. Returns the
  * buffer holding the final costs (pass 1; pass 2 in recompute mode stops
  * before its last step, whose costs nothing reads). */
-static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
+static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const float *cbo,
                        const float *x, int pass1, float *start, struct work *wk)
 {
 	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
@@ -933,10 +1092,15 @@ static float *run_pass(step_fn step, fused_fn fused, int K, const float *cbo,
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *next = prev == wk->ca ? wk->cb : wk->ca;
 		if (K <= 3) {
-			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
+			/* the AVX-512 kernels at K <= 2 send their masks out themselves */
+			int keep = !pass1 || p < 128, stg = keep && STAGE(K) && !ip && !fused;
 			uint16_t *b0 = stg ? wk->stage : keep ? wk->bp + p * ps : NULL;
 			uint16_t *b1 = stg ? wk->stage + ps : keep ? wk->bp + q * ps : NULL;
-			if (fused)
+			if (ip) {   /* in place: the costs stay in prev (wk->ca) */
+				ip(K, cbo, x[p], x[q], 0.0f, 0.0f, prev, NULL, wk->mid, NULL, b0, b1, NULL,
+				   NULL, i / 2);
+				next = prev;
+			} else if (fused)
 				fused(K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
 			else
 				two_steps(step, K, cbo, x[p], x[q], prev, next, wk->mid, b0, b1);
@@ -1018,23 +1182,23 @@ static float *start2(int K, struct work *wk)
 	return HIST(K) ? wk->hist : wk->ca;
 }
 
-static void fast_tile(step_fn step, fused_fn fused, tb_fn tb, int K, int lb,
+static void fast_tile(step_fn step, fused_fn fused, fusedip_fn ip, tb_fn tb, int K, int lb,
                       const float *cbo, const float *cbt, const float *x, struct work *wk,
                       uint16_t *st)
 {
 	const int E = 1 << (16 - K);
 	start_costs(wk->ca, E, -1);
-	const float *fin = run_pass(step, fused, K, cbo, x, 1, wk->ca, wk);
+	const float *fin = run_pass(step, fused, ip, K, cbo, x, 1, wk->ca, wk);
 	const int pre = anchor(tb, K, lb, cbt, x, wk, fin);
 	start_costs(start2(K, wk), E, pre);
-	run_pass(step, fused, K, cbo, x, 0, start2(K, wk), wk);
+	run_pass(step, fused, ip, K, cbo, x, 0, start2(K, wk), wk);
 	trace(tb, K, lb, cbt, x, wk, pre, st);
 }
 
 /* run_pass for two tiles in lock step (fused pairs of steps with masks at
  * K <= 3, whole steps in recompute mode); the final costs of each tile go
  * to *fa, *fb */
-static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const float *xa,
+static void run_pass2(step2_fn s2, fused2_fn f2, fusedip_fn ip, int K, const float *cbo, const float *xa,
                       const float *xb, int pass1, float *sa, float *sb, struct work *wa,
                       struct work *wb, float **fa, float **fb)
 {
@@ -1045,18 +1209,19 @@ static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const 
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
 		if (K <= 3) {
-			int keep = !pass1 || p < 128, stg = keep && STAGE(K);
-			uint16_t *ba = stg ? wa->stage : wa->bp + p * ps, *bb = stg ? wb->stage : wb->bp + p * ps;
-			uint16_t *ba1 = stg ? wa->stage + ps : wa->bp + q * ps;
-			uint16_t *bb1 = stg ? wb->stage + ps : wb->bp + q * ps;
-			f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
-			   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL);
-			if (stg) {
-				stream_copy(wa->bp + p * ps, wa->stage, ps * sizeof(uint16_t));
-				stream_copy(wa->bp + q * ps, wa->stage + ps, ps * sizeof(uint16_t));
-				stream_copy(wb->bp + p * ps, wb->stage, ps * sizeof(uint16_t));
-				stream_copy(wb->bp + q * ps, wb->stage + ps, ps * sizeof(uint16_t));
-			}
+			/* the pair kernels send their masks out themselves (no staging) */
+			int keep = !pass1 || p < 128;
+			uint16_t *ba = wa->bp + p * ps, *bb = wb->bp + p * ps;
+			uint16_t *ba1 = wa->bp + q * ps, *bb1 = wb->bp + q * ps;
+			if (ip) {   /* in place */
+				ip(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, wa->mid, wb->mid,
+				   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL,
+				   i / 2);
+				na = pa;
+				nb = pb;
+			} else
+				f2(K, cbo, xa[p], xa[q], xb[p], xb[q], pa, pb, na, nb, wa->mid, wb->mid,
+				   keep ? ba : NULL, keep ? ba1 : NULL, keep ? bb : NULL, keep ? bb1 : NULL);
 			i += 2;
 		} else {
 			if (!pass1 && i == 255)
@@ -1077,7 +1242,7 @@ static void run_pass2(step2_fn s2, fused2_fn f2, int K, const float *cbo, const 
 }
 
 /* fast_tile for a pair of tiles in lock step */
-static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const float *cbo,
+static void fast_pair(step2_fn s2, fused2_fn f2, fusedip_fn ip, tb_fn tb, int K, int lb, const float *cbo,
                       const float *cbt, const float *xa, const float *xb, struct work *wa,
                       struct work *wb, uint16_t *sta, uint16_t *stb)
 {
@@ -1085,7 +1250,7 @@ static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const 
 	float *fa, *fb;
 	start_costs(wa->ca, E, -1);
 	start_costs(wb->ca, E, -1);
-	run_pass2(s2, f2, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
+	run_pass2(s2, f2, ip, K, cbo, xa, xb, 1, wa->ca, wb->ca, wa, wb, &fa, &fb);
 	int pa = argmin_edge(fa, E), pb = argmin_edge(fb, E);
 	/* the two trace-backs are independent latency chains: interleaved,
 	 * they overlap */
@@ -1095,7 +1260,7 @@ static void fast_pair(step2_fn s2, fused2_fn f2, tb_fn tb, int K, int lb, const 
 	}
 	start_costs(start2(K, wa), E, pa);
 	start_costs(start2(K, wb), E, pb);
-	run_pass2(s2, f2, K, cbo, xa, xb, 0, start2(K, wa), start2(K, wb), wa, wb, &fa, &fb);
+	run_pass2(s2, f2, ip, K, cbo, xa, xb, 0, start2(K, wa), start2(K, wb), wa, wb, &fa, &fb);
 	int ea = pa, eb = pb;
 	for (int p = 255; p >= 0; p--) {
 		uint32_t s = (uint32_t)k_at(tb, K, lb, cbt, xa, wa, p, ea) << (16 - K) | (uint32_t)ea;
@@ -1185,9 +1350,12 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	step_fn step = pick_step();
 	tb_fn tb = pick_tb();
 	fused_fn fused = NULL;
+	fusedip_fn ip = NULL;
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512)
 		fused = fused_avx512;
+	if (isa == X3_ISA_AVX512 && IN_PLACE(K))
+		ip = fusedip_avx512;
 #endif
 	int nt = threads > 0 ? threads : omp_get_max_threads();
 	if (nt > ntiles)
@@ -1211,7 +1379,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	if (isa == X3_ISA_AVX512 && PAIR_MASKS(K))
 		f2 = fused2_avx512;
 #endif
-	const int pair = (s2 || f2) && ntiles >= 2 * (int64_t)nt;
+	const int pair = (s2 || f2 || ip) && ntiles >= 2 * (int64_t)nt;
 	const int64_t nunits = pair ? (ntiles + 1) / 2 : ntiles;
 	const size_t one = 2 * cbytes + ma + ba + ha + sa;
 
@@ -1248,10 +1416,10 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 			int64_t t = pair ? 2 * u : u;
 			int n = pair && t + 1 < ntiles ? 2 : 1;
 			if (n == 2)
-				fast_pair(s2, f2, tb, K, lb, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0],
+				fast_pair(s2, f2, ip, tb, K, lb, cbo, cbt, x + t * 256, x + (t + 1) * 256, &wk[0],
 				          &wk[1], st, st + 256);
 			else
-				fast_tile(step, fused, tb, K, lb, cbo, cbt, x + t * 256, &wk[0], st);
+				fast_tile(step, fused, ip, tb, K, lb, cbo, cbt, x + t * 256, &wk[0], st);
 			for (int i = 0; i < 256 * n; i++) {
 				if (states)
 					states[t * 256 + i] = st[i];
