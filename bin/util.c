@@ -58,6 +58,10 @@ void die_x3(const char *fmt, ...)
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
 	const char *m = x3_errmsg();
+	size_t bl = strlen(buf);
+	/* library messages often name the file already: "f: f: why" says it twice */
+	if (m && bl && !strncmp(m, buf, bl) && m[bl] == ':')
+		die("%s", m);
 	if (m && *m)
 		die("%s: %s", buf, m);
 	die("%s", buf);
