@@ -14,7 +14,7 @@
 static const char usage[] =
 	"usage: tokenize -t TOKENIZER [--rows R] [--cols C] [--split whole|lines|blank]\n"
 	"                [--pack articles|stream] [--bos|--no-bos] [--eos|--no-eos] [--even-odd]\n"
-	"                [--keep-partial] [--pad ID] [--strict] [--name NAME] [-z LEVEL] [FILE...]\n"
+	"                [--keep-partial] [--pad ID] [--strict] [--name NAME] [-z LEVEL] [-q] [FILE...]\n"
 	"       tokenize -t TOKENIZER --ids [--split MODE] [--bos|--no-bos] [--eos|--no-eos] [FILE...]\n"
 	"       tokenize -t TOKENIZER --decode [--ids] [--skip-special] [FILE...]\n";
 
@@ -280,7 +280,8 @@ int main(int argc, char **argv)
 	if (!got) die("%s: the text fills no row of %ld tokens (%zu documents)", src, cols, ndocs);
 	if (rows > 0 && got < (size_t)rows) {
 		if (strict) die("%s: the text fills only %zu of %ld rows of %ld tokens", src, got, rows, cols);
-		warnx("%s: the text fills only %zu of %ld rows of %ld tokens: writing %zu rows", src, got, rows, cols, got);
+		if (!quiet)
+			warnx("%s: the text fills only %zu of %ld rows of %ld tokens: writing %zu rows", src, got, rows, cols, got);
 	}
 
 	/* what was added: a tokenizer without BOS (Qwen) gets none by default */

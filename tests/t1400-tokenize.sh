@@ -62,6 +62,7 @@ check "frame: metadata" test "$(tensor-ls f.frames | jq -r '.meta | [.rows, .col
 check "frame: tokenizer in metadata" test "$(tensor-ls f.frames | jq -r .meta.tokenizer)" = tiny.json
 check "decode frames: one line per row" test "$(tokenize -t tiny.json --decode f.frames | wc -l)" -eq 2
 check_fail "short text: --strict fails" 1 "fills only [0-9]+ of 50 rows" tokenize -t tiny.json --rows 50 --cols 4 --strict tiny.txt
+check "short text: -q silences it" sh -c 'test -z "$(tokenize -q -t tiny.json --rows 50 --cols 4 tiny.txt 2>&1 >/dev/null)"'
 check_fail "short text: warns" 0 "fills only [0-9]+ of 50 rows" sh -c 'tokenize -t tiny.json --rows 50 --cols 4 tiny.txt > s.frames'
 check "short text: writes what there is" test "$(tensor-ls s.frames | jq -c '.shape[0] < 50 and .shape[0] > 0')" = true
 check "--keep-partial pads the last row" test "$(tokenize -t tiny.json --cols 100 --pack stream --keep-partial --pad 2 tiny.txt | tensor-ls | jq -c .shape)" = '[1,100]'
