@@ -106,8 +106,8 @@ static int64_t argmax(const float *v, int64_t n)
 	return b;
 }
 
-static void forward_logits(x3_model *m, const int32_t *ids, long nr, long cols, float *lg,
-                           int mode)
+static void forward_logits(x3_model *m, const char *dir, const int32_t *ids, long nr, long cols,
+                           float *lg, int mode)
 {
 	struct x3_forward_opts fo;
 	x3_forward_opts_init(&fo, m);
@@ -115,7 +115,7 @@ static void forward_logits(x3_model *m, const int32_t *ids, long nr, long cols, 
 	fo.logits = lg;
 	fo.device = device;
 	if (x3_model_forward(m, ids, nr, cols, &fo))
-		die_x3("forward");
+		die_x3("%s: forward", dir);
 }
 
 /* a JSON number, or null when not finite (a diverging model) */
@@ -153,9 +153,9 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 	for (long r0 = 0; r0 < rows; r0 += batch) {
 		long nr = rows - r0 < batch ? rows - r0 : batch;
 		const int32_t *rid = ids + (size_t)r0 * cols;
-		forward_logits(m, rid, nr, cols, lm, X3_LOGITS_ALL);
+		forward_logits(m, model, rid, nr, cols, lm, X3_LOGITS_ALL);
 		if (q)
-			forward_logits(q, rid, nr, cols, lq, X3_LOGITS_ALL);
+			forward_logits(q, qdir, rid, nr, cols, lq, X3_LOGITS_ALL);
 		double s_nll = 0, s_nllq = 0, s_kl = 0;
 		long long s_agree = 0;
 		#pragma omp parallel for if(nr * cols * V > (1 << 16)) schedule(static) reduction(+:s_nll, s_nllq, s_kl, s_agree)
@@ -245,7 +245,7 @@ static void generate(const char *model, long ntok, const char *prompt, int print
 	size_t n = np;
 	/* no KV cache: each step reruns the whole sequence (a test helper) */
 	for (long i = 0; i < ntok; i++) {
-		forward_logits(m, ids, 1, (long)n, lg, X3_LOGITS_LAST);
+		forward_logits(m, model, ids, 1, (long)n, lg, X3_LOGITS_LAST);
 		int32_t next = (int32_t)argmax(lg, V);
 		ids[n++] = next;
 		progress("%ld/%ld tokens", i + 1, ntok);

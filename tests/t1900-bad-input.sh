@@ -3,6 +3,7 @@
 # file or tensor and the problem once, with exit 1 for data errors and 2 for
 # usage errors.
 . "$(dirname "$0")/lib.sh"
+. "$ROOT/tests/lib-convert.sh"
 cd "$TMP"
 
 tensor-gen -s 1 w=64x48 >w.frames
@@ -25,4 +26,31 @@ once "trellis-encode --hessian: a missing file, named once" nosuch.frames \
 once "had-rotate --hessian: a directory, named once" adir sh -c 'had-rotate --hessian adir <w.frames'
 once "hessian-capture --merge: a truncated file, named once" hcut.frames hessian-capture --merge hcut.frames
 once "hessian-capture --activations: a missing file, named once" nosuch.frames hessian-capture --activations nosuch.frames
+
+# a model directory without an index: shards named NAME-0000i-of-0000n must
+# all be there (a partial copy is not a smaller model)
+mkdir sh
+tensor-gen -s 1 a=300x1000 b=300x1000 c=300x1000 | tensor-cat - -o sh --shard-size 1
+rm sh/model.safetensors.index.json
+check "shards without an index, all there: read" test "$(tensor-ls sh | wc -l)" -eq 3
+rm sh/model-00002-of-00003.safetensors
+check_fail "a shard missing and no index: tensor-ls" 1 \
+	"^tensor-ls: sh: shard 'model-00002-of-00003.safetensors' is missing" tensor-ls sh
+check_fail "... tensor-cat" 1 "^tensor-cat: sh: shard 'model-00002-of-00003.safetensors' is missing" tensor-cat sh
+# a NaN in a weight is named, with the model, before the forward makes every
+# row non-finite (before: "512 of 512 rows dropped" for a Hessian downstream)
+tiny_model m 1
+mkdir nanm && cp m/config.json m/tokenizer*.json nanm/
+up=model.layers.0.mlp.up_proj.weight
+{ tensor-cat -q m $(tensor-ls m | jq -r .name | grep -vxF $up)
+  tensor-gen -d constant --value nan "$up=$(tensor-ls m | jq -r "select(.name == \"$up\") | .shape | map(tostring) | join(\"x\")")"
+} | tensor-cat -q -o nanm/model.safetensors -
+echo "Once upon a time there was a cat. The cat sat on the mat." >t.txt
+check_fail "hessian-capture: a NaN weight" 1 \
+	"^hessian-capture: nanm: forward: layer 0: tensor '$up': non-finite value nan at \\[0\\]\\[0\\]" \
+	hessian-capture -q --model nanm --text t.txt --rows 1 --cols 8
+check_fail "model-eval --quantized: names the model with the NaN weight" 1 \
+	"^model-eval: nanm: forward: layer 0: tensor '$up': non-finite" \
+	model-eval -q --model m --quantized nanm --text t.txt --cols 8
+check "the model without it runs" sh -c 'model-eval -q --model m --text t.txt --cols 8 >/dev/null'
 done_testing
