@@ -53,4 +53,13 @@ check_fail "model-eval --quantized: names the model with the NaN weight" 1 \
 	"^model-eval: nanm: forward: layer 0: tensor '$up': non-finite" \
 	model-eval -q --model m --quantized nanm --text t.txt --cols 8
 check "the model without it runs" sh -c 'model-eval -q --model m --text t.txt --cols 8 >/dev/null'
+# an empty weight is called that, not "hessian size 0 is not a positive multiple of 128"
+tensor-gen w=64x0 >w64x0.frames
+tensor-gen w=0x48 >w0x48.frames
+for c in "had-rotate" "had-rotate --hessian h.frames" "trellis-encode -K 2" "trellis-encode --measure 2"; do
+	for f in w64x0 w0x48; do
+		check_fail "$c: an empty weight ($f)" 1 "^${c%% *}: weight 'w': shape ${f#w} is not a non-empty matrix" \
+			sh -c "$c <$f.frames >/dev/null"
+	done
+done
 done_testing
