@@ -235,8 +235,18 @@ static void generate(const char *model, long ntok, const char *prompt, int print
 		p[0] = bos;
 		np = 1;
 	}
-	int64_t V = x3_model_cfg(m)->vocab;
+	int64_t V = x3_model_cfg(m)->vocab, maxpos = x3_model_cfg(m)->max_pos;
 	int64_t eos = tok ? x3_tok_eos(tok) : x3_model_cfg(m)->eos_id;
+	/* positions past max_position_embeddings are not what the model was
+	 * trained on (--cols refuses them too) */
+	if (maxpos > 0 && (int64_t)np >= maxpos)
+		die("--prompt: %zu tokens, the model's max_position_embeddings %lld leaves no room to generate",
+		    np, (long long)maxpos);
+	if (maxpos > 0 && (int64_t)np + ntok > maxpos) {
+		warnx("--generate %ld: stopping at max_position_embeddings %lld (%lld tokens after the prompt)",
+		      ntok, (long long)maxpos, (long long)(maxpos - (int64_t)np));
+		ntok = (long)(maxpos - (int64_t)np);
+	}
 	int32_t *ids = malloc((np + (size_t)ntok) * sizeof *ids);
 	float *lg = malloc((size_t)V * sizeof *lg);
 	if (!ids || !lg)
