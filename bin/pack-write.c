@@ -156,7 +156,7 @@ static char *slurp(const char *path, size_t *len)
 			break;
 	}
 	if (ferror(f))
-		die("%s: read error", path);
+		die("%s: read error: %s", path, strerror(errno));
 	fclose(f);
 	buf[n] = 0;
 	if (len)

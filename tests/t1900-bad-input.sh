@@ -62,4 +62,16 @@ for c in "had-rotate" "had-rotate --hessian h.frames" "trellis-encode -K 2" "tre
 			sh -c "$c <$f.frames >/dev/null"
 	done
 done
+# a directory where a file is expected: the reason, not a bare "read error"
+mkdir -p cfgdir/config.json tokdir/tokenizer.json
+tensor-gen -s 1 w=64x48 | trellis-encode --measure 2 >m.jsonl 2>/dev/null
+check_fail "bitalloc: a directory as input" 1 "^bitalloc: adir: read error: Is a directory" bitalloc --bits 3 adir
+check_fail "bitalloc --importance: a directory" 1 "^bitalloc: adir: read error: Is a directory" \
+	bitalloc --bits 3 --importance adir m.jsonl
+check_fail "hessian-capture --text: a directory" 1 "adir: read error: Is a directory" \
+	hessian-capture -q --model m --text adir --rows 1 --cols 8
+check_fail "model-eval: config.json a directory" 1 "cfgdir/config.json: read error: Is a directory" \
+	model-eval -q --model cfgdir --text t.txt
+check_fail "tokenize: tokenizer.json a directory" 1 "tokdir/tokenizer.json: read error: Is a directory" \
+	tokenize -t tokdir --ids t.txt
 done_testing
