@@ -74,4 +74,10 @@ check_fail "model-eval: config.json a directory" 1 "cfgdir/config.json: read err
 	model-eval -q --model cfgdir --text t.txt
 check_fail "tokenize: tokenizer.json a directory" 1 "tokdir/tokenizer.json: read error: Is a directory" \
 	tokenize -t tokdir --ids t.txt
+# tensor-gen shapes: a trailing x or a sign is a typo, not a smaller tensor
+for a in "w=256x" "w= 3" "w=+3" "w=3,"; do
+	check_fail "tensor-gen '$a' is a usage error" 2 "^tensor-gen: 'w=[^']*': expected NAME=SHAPE" tensor-gen "$a"
+done
+check "tensor-gen w=3,4 and w= (a scalar) still work" \
+	test "$(tensor-gen w=3,4 s= | tensor-ls | jq -c .shape | tr -d '\n')" = '[3,4][]'
 done_testing
