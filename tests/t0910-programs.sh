@@ -7,8 +7,10 @@
 # the options of the usage's synopsis ("usage:" and the lines after it
 # indented by 3 or more spaces), and of the man page's OPTIONS items (the
 # line after each .TP)
-opts() { grep -oE -- '(^|[^a-zA-Z0-9-])--?[a-zA-Z][a-z0-9-]*' | grep -oE -- '--?[a-zA-Z][a-z0-9-]*' | sort -u; }
-syn_opts() { awk 'NR == 1 || (!stop && /^   /) { print; next } { stop = 1 }' | opts; }
+opts_seq() { grep -oE -- '(^|[^a-zA-Z0-9-])--?[a-zA-Z][a-z0-9-]*' | grep -oE -- '--?[a-zA-Z][a-z0-9-]*'; }
+opts() { opts_seq | sort -u; }
+syn_opts_seq() { awk 'NR == 1 || (!stop && /^   /) { print; next } { stop = 1 }' | opts_seq; }
+syn_opts() { syn_opts_seq | sort -u; }
 item_opts() {
 	awk '/^\.SH OPTIONS/ { o = 1; next } /^\.SH/ { o = 0 } o && prev == ".TP" { print } { prev = $0 }' "$1" |
 		sed 's/\\-/-/g; s/\\f[BIRP]//g' | opts
@@ -31,6 +33,11 @@ options_match() {
 	missing=$(comm -23 <(syn_opts <<<"$out" | grep -vx -- -h) <(item_opts "$page") | tr '\n' ' ')
 	if [ -z "$missing" ]; then ok "$n: the man page's OPTIONS describe every option of the usage"
 	else notok "$n: no OPTIONS item for $missing"; fi
+	local u m
+	u=$(syn_opts_seq <<<"$out" | tr '\n' ' ')
+	m=$(awk '/^\.SH SYNOPSIS/ { o = 1; next } /^\.SH/ { o = 0 } o' "$page" | sed 's/\\-/-/g; s/\\f[BIRP]//g' | opts_seq | tr '\n' ' ')
+	if [ "$u" = "$m" ]; then ok "$n: the man page's SYNOPSIS has the usage's options in its order"
+	else notok "$n: SYNOPSIS options '$m', usage '$u'"; fi
 	for o in $(item_opts "$page"); do
 		accepts "$src" "$o" || stale="$stale $o"
 	done
