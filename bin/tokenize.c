@@ -89,7 +89,10 @@ static void decode_text(x3_tok *tok, const char *name, FILE *f, int skip)
 			if (!*p) break;
 			errno = 0;
 			long v = strtol(p, &e, 10);
-			if (e == p || errno || v < 0 || v > INT32_MAX) die("%s: line %zu: bad token id '%.20s'", name, lineno, p);
+			if (e == p || errno || v < 0 || v > INT32_MAX || (*e && !strchr(" \t\r\n", *e))) {
+				size_t w = strcspn(p, " \t\r\n");   /* the word, not the rest of the line */
+				die("%s: line %zu: bad token id '%.*s'", name, lineno, (int)(w > 20 ? 20 : w), p);
+			}
 			if (n == icap && !(ids = realloc(ids, (icap = icap ? 2 * icap : 256) * sizeof *ids))) die("out of memory");
 			ids[n++] = (int32_t)v;
 			p = e;

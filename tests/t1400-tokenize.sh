@@ -97,6 +97,8 @@ check_fail "regex PCRE2 cannot compile" 1 "pre_tokenizer Split: regex" tokenize 
 check_fail "missing tokenizer" 1 "nonexistent.json" tokenize -t nonexistent.json --ids tiny.txt
 check_fail "decode: id out of range" 1 "token id 99 is not in the vocabulary" sh -c 'echo "1 99" | tokenize -t tiny.json --decode --ids'
 check_fail "decode: not an id" 1 "line 1: bad token id" sh -c 'echo "1 x" | tokenize -t tiny.json --decode --ids'
+check_fail "decode: the bad id quoted alone, not the rest of the line" 1 "line 1: bad token id '2x'\$" \
+	sh -c 'echo "1 2x 3" | tokenize -t tiny.json --decode --ids'
 check_fail "no -t" 2 "no tokenizer" tokenize --ids tiny.txt
 check_fail "bad --split" 2 "--split: want whole, lines or blank" tokenize -t tiny.json --split para --ids tiny.txt
 check_fail "--even-odd with --bos" 2 "--even-odd decides" tokenize -t tiny.json --even-odd --bos tiny.txt
