@@ -487,7 +487,10 @@ struct x3_gpu_linear {
 	int64_t k, n;
 	uint16_t *trellis_d;
 	float *suh_d, *svh_d, *bias_d;     /* (k), (n), (n) or NULL */
-	float *xh_d, *y1_d;                /* GEMV: x' (16, k), y' (16, n) */
+	float *y1_d;                       /* fused GEMV: y' (16, n) scratch, kept zero */
+	int *cnt_d;                        /* fused GEMV: (n / 128) arrival counters, kept zero */
+	int dirty;                         /* a fused forward failed: re-zero y1_d, cnt_d */
+	float *xh_d, *y1u_d;               /* unfused GEMV (made on first use): x' (16, k), y' (16, n) */
 	uint16_t *w16_d;                   /* GEMM: reconstructed W (k, n) fp16 */
 	uint16_t *x16_d;                   /* GEMM: x (m, k) fp16 */
 	int64_t x16_rows;
@@ -507,6 +510,8 @@ void x3_gpu_linear_free(x3_gpu_linear *L)
 	x3_gpu_free(L->bias_d);
 	x3_gpu_free(L->xh_d);
 	x3_gpu_free(L->y1_d);
+	x3_gpu_free(L->y1u_d);
+	x3_gpu_free(L->cnt_d);
 	x3_gpu_free(L->w16_d);
 	x3_gpu_free(L->x16_d);
 	x3_gpu_free(L->hx_d);
@@ -559,16 +564,21 @@ int x3_gpu_linear_create_f32(int K, int cb, int64_t k, int64_t n, const uint16_t
 	if (!rc && bias)
 		rc = upload_f32(&L->bias_d, bias, n);
 	if (!rc)
-		rc = x3_gpu_alloc((void **)&L->xh_d, (size_t)(X3K_GEMV_MAX_M * k) * sizeof(float));
-	if (!rc)
 		rc = x3_gpu_alloc((void **)&L->y1_d, (size_t)(X3K_GEMV_MAX_M * n) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_memset(L->y1_d, 0, (size_t)(X3K_GEMV_MAX_M * n) * sizeof(float));
+	if (!rc)
+		rc = x3_gpu_alloc((void **)&L->cnt_d, (size_t)(n / 128) * sizeof(int));
+	if (!rc)
+		rc = x3_gpu_memset(L->cnt_d, 0, (size_t)(n / 128) * sizeof(int));
 	if (!rc)
 		rc = x3_gpu_blaserr(cublasCreate(&L->blas), "create handle");
 	if (rc) {
 		x3_gpu_linear_free(L);
 		return rc;
 	}
-	L->bytes = tb + (size_t)(k + 2 * n) * 4 + (size_t)X3K_GEMV_MAX_M * (size_t)(k + n) * 4;
+	L->bytes = tb + (size_t)(k + 2 * n) * 4 + (size_t)X3K_GEMV_MAX_M * (size_t)n * 4 +
+	           (size_t)(n / 128) * sizeof(int);
 	*out = L;
 	return X3_OK;
 }
@@ -609,20 +619,57 @@ size_t x3_gpu_linear_bytes(const x3_gpu_linear *L)
 	return L ? L->bytes : 0;
 }
 
+/* The fused GEMV (kernels/gemv.cu): one launch for the whole §5.3 formula.
+ * y1_d and cnt_d are zero between calls (the kernel's last block of each
+ * 128-column group re-zeroes them); after a failed forward they may not
+ * be, so the next call clears them first. One x3_gpu_linear is not
+ * reentrant: two forwards on it must not run at once (they share y1_d and
+ * cnt_d; everything here is on the default stream). */
 static int lin_gemv(x3_gpu_linear *L, const float *x_d, int m, float *y_d, int use_mma)
 {
+	int rc = X3_OK;
+	if (L->dirty) {
+		rc = x3_gpu_memset(L->y1_d, 0, (size_t)(X3K_GEMV_MAX_M * L->n) * sizeof(float));
+		if (!rc)
+			rc = x3_gpu_memset(L->cnt_d, 0, (size_t)(L->n / 128) * sizeof(int));
+		if (rc)
+			return rc;
+		L->dirty = 0;
+	}
 	const int ksplit = x3k_gemv_ksplit(L->k, L->n);
-	int rc = x3_gpu_cuerr(x3k_had128_rows(x_d, L->xh_d, m, L->k, L->suh_d, NULL, NULL, RSQRT128, NULL),
-	               "input hadamard");
+	return x3_gpu_cuerr(x3k_gemv_fused(L->K, L->cb, L->trellis_d, L->k, L->n, x_d, m, L->suh_d,
+	                                   L->svh_d, L->bias_d, y_d, L->y1_d, L->cnt_d, ksplit,
+	                                   use_mma, NULL), "fused gemv launch");
+}
+
+/* The unfused GEMV (paths 4, 5): input Hadamard, memset, GEMV, output
+ * Hadamard (4 launches), on buffers of its own made on first use. */
+static int lin_gemv_unfused(x3_gpu_linear *L, const float *x_d, int m, float *y_d, int use_mma)
+{
+	int rc = X3_OK;
+	if (!L->xh_d) {
+		rc = x3_gpu_alloc((void **)&L->xh_d, (size_t)(X3K_GEMV_MAX_M * L->k) * sizeof(float));
+		if (!rc)
+			rc = x3_gpu_alloc((void **)&L->y1u_d, (size_t)(X3K_GEMV_MAX_M * L->n) * sizeof(float));
+		if (rc) {
+			x3_gpu_free(L->xh_d);
+			L->xh_d = NULL;
+			return rc;
+		}
+		L->bytes += (size_t)X3K_GEMV_MAX_M * (size_t)(L->k + L->n) * 4;
+	}
+	const int ksplit = x3k_gemv_ksplit(L->k, L->n);
+	rc = x3_gpu_cuerr(x3k_had128_rows(x_d, L->xh_d, m, L->k, L->suh_d, NULL, NULL, RSQRT128, NULL),
+	                  "input hadamard");
 	if (!rc)
-		rc = x3_gpu_cuerr(cudaMemsetAsync(L->y1_d, 0, (size_t)(m * L->n) * sizeof(float), NULL),
-		           "memset");
+		rc = x3_gpu_cuerr(cudaMemsetAsync(L->y1u_d, 0, (size_t)(m * L->n) * sizeof(float), NULL),
+		                  "memset");
 	if (!rc)
-		rc = x3_gpu_cuerr(x3k_gemv(L->K, L->cb, L->trellis_d, L->k, L->n, L->xh_d, m, L->y1_d,
-		                    ksplit, use_mma, NULL), "gemv launch");
+		rc = x3_gpu_cuerr(x3k_gemv(L->K, L->cb, L->trellis_d, L->k, L->n, L->xh_d, m, L->y1u_d,
+		                           ksplit, use_mma, NULL), "gemv launch");
 	if (!rc)
-		rc = x3_gpu_cuerr(x3k_had128_rows(L->y1_d, y_d, m, L->n, NULL, L->svh_d, L->bias_d, RSQRT128,
-		                           NULL), "output hadamard");
+		rc = x3_gpu_cuerr(x3k_had128_rows(L->y1u_d, y_d, m, L->n, NULL, L->svh_d, L->bias_d,
+		                                  RSQRT128, NULL), "output hadamard");
 	return rc;
 }
 
@@ -666,16 +713,32 @@ int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m, float
 {
 	if (!L || !x_d || !y_d)
 		return x3_err(X3_EINVAL, "linear: NULL argument");
-	if (m < 0 || m > (int64_t)1 << 30 || path < 0 || path > 3)
+	if (m < 0 || m > (int64_t)1 << 30 || path < 0 || path > 5)
 		return x3_err(X3_EINVAL, "linear: bad row count %lld or path %d", (long long)m, path);
 	if (m == 0)
 		return X3_OK;
-	if ((path == 1 || path == 3) && m > X3K_GEMV_MAX_M)
-		return x3_err(X3_EINVAL, "linear: the fused GEMV takes at most %d rows, not %lld",
+	if (path != 0 && path != 2 && m > X3K_GEMV_MAX_M)
+		return x3_err(X3_EINVAL, "linear: the GEMV takes at most %d rows, not %lld",
 		              X3K_GEMV_MAX_M, (long long)m);
+	/* the fused GEMV writes y while other blocks still read x */
+	const int overlap = (const char *)y_d < (const char *)(x_d + m * L->k) &&
+	                    (const char *)x_d < (const char *)(y_d + m * L->n);
+	if (overlap && (path == 1 || path == 3))
+		return x3_err(X3_EINVAL, "linear: the fused GEMV needs y apart from x (path 4/5 or 0 "
+		              "work in place)");
+	if (path == 0)
+		path = m > X3K_GEMV_MAX_M ? 2 : overlap ? 4 : 1;
 	int rc;
-	if (path == 1 || path == 3 || (path == 0 && m <= X3K_GEMV_MAX_M))
-		rc = lin_gemv(L, x_d, (int)m, y_d, path != 3);
+	if (path == 1 || path == 3) {
+		rc = lin_gemv(L, x_d, (int)m, y_d, path == 1);
+		if (!rc)
+			rc = x3_gpu_cuerr(cudaDeviceSynchronize(), "linear forward");
+		if (rc)
+			L->dirty = 1;
+		return rc;
+	}
+	if (path == 4 || path == 5)
+		rc = lin_gemv_unfused(L, x_d, (int)m, y_d, path == 4);
 	else
 		rc = lin_gemm(L, x_d, m, y_d);
 	return rc ? rc : x3_gpu_cuerr(cudaDeviceSynchronize(), "linear forward");

@@ -104,15 +104,23 @@ int x3_gpu_linear_from_exl3(const struct x3_exl3 *e, x3_gpu_linear **out);
 void x3_gpu_linear_free(x3_gpu_linear *L);
 /* Bytes of device memory the linear holds (weights + workspace). */
 size_t x3_gpu_linear_bytes(const x3_gpu_linear *L);
-/* y (m, n) = x (m, k) W (+ bias), host memory. m <= 16: fused decode
- * GEMV (input Hadamard in fp32, decode-in-the-loop tensor-core product
- * with x' rounded to fp16 and fp32 accumulation, output Hadamard);
- * m > 16: reconstruct W in fp16 and one cuBLAS GEMM (fp32 accumulate,
- * x rounded to fp16). x' and x must stay within the fp16 range. */
+/* y (m, n) = x (m, k) W (+ bias), host memory. m <= 16: the fused decode
+ * GEMV, ONE kernel launch (input Hadamard in fp32 in shared memory,
+ * decode-in-the-loop tensor-core product with x' rounded to fp16 and fp32
+ * accumulation, output Hadamard, svh and bias by the last block of each
+ * 128-column group); m > 16: reconstruct W in fp16 and one cuBLAS GEMM
+ * (fp32 accumulate, x rounded to fp16). x' and x must stay within the
+ * fp16 range. Not reentrant: one linear must not run two forwards at once
+ * (from two threads or streams); it keeps device scratch between calls. */
 int x3_gpu_linear_forward(x3_gpu_linear *L, const float *x, int64_t m, float *y);
-/* Same with device pointers. path: 0 auto, 1 the fused GEMV (m <= 16),
- * 2 reconstruct + GEMM, 3 the fused GEMV with fp32 x' and fp32 FMAs
- * (slower, no fp16 rounding; m <= 16). */
+/* Same with device pointers. path: 0 auto (1 for m <= 16, or 4 when x_d
+ * and y_d overlap; 2 above), 1 the fused GEMV with tensor cores (m <= 16,
+ * one launch), 2 reconstruct + GEMM, 3 the fused GEMV with fp32 x' and
+ * fp32 FMAs (slower, no fp16 rounding; m <= 16), 4 and 5 the unfused
+ * forms of 1 and 3 (input Hadamard, memset, GEMV, output Hadamard: four
+ * launches, kept to compare). Paths 1 and 3 need y_d apart from x_d
+ * (X3_EINVAL); 0, 2, 4, 5 also work in place. Results of 1 and 4 (3 and
+ * 5) differ only in the order of the fp32 atomic sums over k-slices. */
 int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m,
                             float *y_d, int path);
 /* Dense weight (k, n) in the EXL3 orientation (inner = 0: original basis

@@ -62,15 +62,28 @@ int x3k_had128_cols(float *x, int64_t rows, int64_t cols, const float *pre,
                     const float *post, float scale, void *stream);
 
 /* ---- gemv.cu --------------------------------------------------------- */
-/* y (m, n) += x (m, k) W~ for 1 <= m <= 16, decoding the trellis inside
- * the loop; y must be zeroed by the caller (partial sums are added
- * atomically). ksplit: number of k-slices (>= 1). use_mma: tensor-core
- * product with x rounded to fp16 (1), or fp32 FMAs (0). */
+/* The decode-in-the-loop GEMV for 1 <= m <= 16. use_mma: tensor-core
+ * product with x' rounded to fp16 (1), or fp32 FMAs (0). ksplit: number
+ * of k-slices wanted (>= 1; rounded to the shared-memory cap and, fused,
+ * to whole 128-column chunks). */
 #define X3K_GEMV_MAX_M 16
 /* default ksplit for a (k, n) weight on the current device */
 int x3k_gemv_ksplit(int64_t k, int64_t n);
+/* Unfused: y (m, n) += x (m, k) W~, x = x' already rotated; y must be
+ * zeroed by the caller (partial sums are added atomically). k, n
+ * multiples of 16. */
 int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n,
              const float *x, int m, float *y, int ksplit, int use_mma, void *stream);
+/* Fused, one launch: y (m, n) = Hb(Hb(x (.) suh) / sqrt128 W~) / sqrt128
+ * (.) svh (+ bias) (spec §5.3), x (m, k), suh (k), svh (n), bias (n) or
+ * NULL; k, n multiples of 128. y1 (16, n) fp32 scratch and cnt (n / 128)
+ * ints must be zero on entry and are zero again when the launch
+ * completes; they must not be used by two launches at once (one set per
+ * stream). y must not overlap x. */
+int x3k_gemv_fused(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n,
+                   const float *x, int m, const float *suh, const float *svh,
+                   const float *bias, float *y, float *y1, int *cnt, int ksplit,
+                   int use_mma, void *stream);
 
 /* ---- util.cu --------------------------------------------------------- */
 int x3k_f32_to_f16(const float *x, uint16_t *y, int64_t n, void *stream);

@@ -1,8 +1,19 @@
 /* t1730-gpu-gemv: the GPU EXL3 linear (fused decode GEMV for m <= 16,
  * reconstruct + cuBLAS GEMM above) against a float64 product with the
  * dequantized weight, for K = 1..8 and all codebooks, with and without
- * bias. Skips without a device. On cusim, the CPU emulator (device name
- * "... emulated ..."), the weight is 256x128 instead of 1024x512.
+ * bias, on every path: 1/3 the fused one-launch GEMV (tensor cores / fp32),
+ * 4/5 the same unfused (Hadamard, memset, GEMV, Hadamard launches), 2 the
+ * GEMM, 0 auto. Then the fused GEMV on several shapes (one and several
+ * k-slices, one and an odd number of 128-column groups) for every m = 1..16:
+ * against float64, against the unfused path (same x', only the order of
+ * the atomic sums differs), back-to-back calls with y poisoned in between
+ * (the kernel must leave its scratch and arrival counters zero: the second
+ * call equals the first), in place (path 0 falls back to unfused, paths
+ * 1/3 refuse). On cusim the fused shapes also run with the blocks in
+ * reverse and random order (X3SIM_BLOCKS), so that a different block
+ * finishes each 128-column group. Skips without a device. On cusim, the
+ * CPU emulator (device name "... emulated ..."), the weights are smaller
+ * (256x128 instead of 1024x512, and so on).
  *
  * Error budgets (||y - y_ref||_F / ||y_ref||_F), the same for every K since
  * W~ is decoded exactly and only the arithmetic differs:
@@ -11,6 +22,10 @@
  *               (expected ~3e-4);
  *   fused GEMV, fp32 FMAs (path 3): fp32 Hadamards and accumulation over
  *               k = 1024: 1e-5 (expected ~1e-6);
+ *   unfused GEMV (paths 4, 5): as 1 and 3;
+ *   fused vs unfused: 1e-5 (the same x' bits, different fp32 sum order);
+ *   back-to-back fused calls: 1e-5 (bit-identical unless the order of the
+ *               atomic sums changes, which on a GPU it may);
  *   GEMM path (2, the default above 16 rows): W and x rounded to fp16,
  *               fp32 accumulation: 2e-3 (expected ~4e-4). */
 #include <math.h>
@@ -18,15 +33,42 @@
 #include "codec.h"
 #include "gpu.h"
 #include "exl3.h"
+#include "gpu_kern.h"
 
+#define NPATH 6
 /* [path][K] */
-static const double budget[4][9] = {
+static const double budget[NPATH][9] = {
 	{0},
 	{0, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3},
 	{0, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3},
 	{0, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5},
+	{0, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3, 2e-3},
+	{0, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5},
 };
-static const char *path_name[4] = {"auto", "gemv-mma", "gemm", "gemv-fma"};
+static const char *path_name[NPATH] = {"auto", "gemv-mma", "gemm", "gemv-fma", "unfused-mma",
+                                       "unfused-fma"};
+#define SAME_BUDGET 1e-5
+
+static double rel_err(const float *y, const double *yr, int64_t len)
+{
+	double num = 0, den = 0;
+	for (int64_t i = 0; i < len; i++) {
+		num += (y[i] - yr[i]) * (y[i] - yr[i]);
+		den += yr[i] * yr[i];
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ||a - b|| / ||b|| in float64; NaN anywhere gives NaN */
+static double rel_diff(const float *a, const float *b, int64_t len)
+{
+	double num = 0, den = 0;
+	for (int64_t i = 0; i < len; i++) {
+		num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		den += (double)b[i] * b[i];
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
 
 /* dense W (k, n) in float64 from the decoded W~ */
 static void dense_ref(const float *wt, const uint16_t *suh, const uint16_t *svh, int64_t k,
@@ -44,6 +86,172 @@ static void dense_ref(const float *wt, const uint16_t *suh, const uint16_t *svh,
 		for (int64_t j = 0; j < n; j++)
 			W[i * n + j] = T[j * k + i] * x3_f16_to_f32(suh[i]) * x3_f16_to_f32(svh[j]);
 	free(T);
+}
+
+static int nan_max(double *worst, double v)
+{
+	if (!(v <= *worst)) {   /* NaN sticks */
+		*worst = v;
+		return 1;
+	}
+	return 0;
+}
+
+/* k-slices the fused GEMV uses (kernels/gemv.cu: ksplit rounded to whole
+ * 128-column chunks; the shared-memory cap does not bind here) */
+static int64_t fused_slices(int64_t k, int64_t n)
+{
+#ifdef X3_CUDA
+	const int64_t tk = k / 16, ks = x3k_gemv_ksplit(k, n);
+	int64_t kbps = (tk + ks - 1) / ks;
+	kbps = (kbps + 7) / 8 * 8;
+	return (tk + kbps - 1) / kbps;
+#else
+	(void)k, (void)n;
+	return 1;   /* no kernels in this build (the test skips) */
+#endif
+}
+
+/* The fused GEMV (paths 1, 3) on one (k, n) for every m = 1..16, bias on
+ * odd m: the worst error against float64, against the unfused path (4, 5)
+ * and between two back-to-back calls with y poisoned (NaN) in between
+ * (bit-identical if exact). tag: the block order (cusim) for messages. */
+static void fused_shape(x3_rng *r, int64_t k, int64_t n, int K, int cb, const char *tag, int exact)
+{
+	const int M = X3K_GEMV_MAX_M;
+	uint16_t *tr = malloc((size_t)(k * n / 256) * 16 * K * 2);
+	uint16_t *suh = malloc(2 * k), *svh = malloc(2 * n), *bias = malloc(2 * n);
+	float *wt = malloc(sizeof(float) * k * n), *x = malloc(sizeof(float) * M * k);
+	float *y = malloc(sizeof(float) * M * n), *y2 = malloc(sizeof(float) * M * n);
+	float *yu = malloc(sizeof(float) * M * n);
+	double *W = malloc(sizeof(double) * k * n), *P = malloc(sizeof(double) * M * n);
+	double *yr = malloc(sizeof(double) * M * n);
+	for (int64_t i = 0; i < (k / 16) * (n / 16) * 16 * K; i++)
+		tr[i] = (uint16_t)x3_rng_u64(r);
+	for (int64_t i = 0; i < k; i++)
+		suh[i] = x3_f32_to_f16((float)((x3_rng_uniform(r) + 0.5) * (i % 7 ? 0.03 : -0.03)));
+	for (int64_t j = 0; j < n; j++) {
+		svh[j] = x3_f32_to_f16((float)((x3_rng_uniform(r) + 0.5) * (j % 3 ? 1 : -1)));
+		bias[j] = x3_f32_to_f16((float)x3_rng_normal(r));
+	}
+	for (int64_t i = 0; i < M * k; i++)
+		x[i] = (float)x3_rng_normal(r);
+	CHECK_OK(x3_trellis_decode(K, cb, tr, k, n, wt), "cpu decode");
+	dense_ref(wt, suh, svh, k, n, W);
+	for (int i = 0; i < M; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double acc = 0;
+			for (int64_t c = 0; c < k; c++)
+				acc += (double)x[i * k + c] * W[c * n + j];
+			P[i * n + j] = acc;
+		}
+	x3_gpu_linear *L[2] = {NULL, NULL};   /* without, with bias */
+	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L[0]), "create");
+	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, bias, &L[1]), "create +bias");
+	float *x_d = NULL, *y_d = NULL;
+	CHECK_OK(x3_gpu_alloc((void **)&x_d, sizeof(float) * M * k), "alloc x");
+	CHECK_OK(x3_gpu_alloc((void **)&y_d, sizeof(float) * M * n), "alloc y");
+	CHECK_OK(x3_gpu_upload(x_d, x, sizeof(float) * M * k), "upload x");
+	const int64_t sl = fused_slices(k, n);
+	for (int path = 1; L[0] && L[1] && x_d && y_d && path <= 3; path += 2) {
+		const int unf = path == 1 ? 4 : 5;   /* the unfused form */
+		double we = 0, wu = 0, wr = 0;
+		int me = 0, mu = 0, mr = 0, calls_ok = 1, same = 1;
+		for (int m = 1; m <= M; m++) {
+			const int b = m & 1;
+			for (int64_t i = 0; i < m * n; i++)
+				yr[i] = P[i] + (b ? x3_f16_to_f32(bias[i % n]) : 0.0);
+			int rc = x3_gpu_memset(y_d, 0xff, sizeof(float) * m * n);
+			rc = rc ? rc : x3_gpu_linear_forward_d(L[b], x_d, m, y_d, path);
+			rc = rc ? rc : x3_gpu_download(y, y_d, sizeof(float) * m * n);
+			rc = rc ? rc : x3_gpu_memset(y_d, 0xff, sizeof(float) * m * n);
+			rc = rc ? rc : x3_gpu_linear_forward_d(L[b], x_d, m, y_d, path);
+			rc = rc ? rc : x3_gpu_download(y2, y_d, sizeof(float) * m * n);
+			rc = rc ? rc : x3_gpu_memset(y_d, 0xff, sizeof(float) * m * n);
+			rc = rc ? rc : x3_gpu_linear_forward_d(L[b], x_d, m, y_d, unf);
+			rc = rc ? rc : x3_gpu_download(yu, y_d, sizeof(float) * m * n);
+			if (rc) {
+				CHECK_OK(rc, "%s %lldx%lld m=%d: forward calls", path_name[path], (long long)k,
+				         (long long)n, m);
+				calls_ok = 0;
+				break;
+			}
+			if (nan_max(&we, rel_err(y, yr, m * n)))
+				me = m;
+			if (nan_max(&wu, rel_diff(yu, y, m * n)))
+				mu = m;
+			if (nan_max(&wr, rel_diff(y2, y, m * n)))
+				mr = m;
+			same &= !memcmp(y, y2, sizeof(float) * m * n);
+		}
+		if (!calls_ok)
+			continue;
+		char what[160];
+		snprintf(what, sizeof what, "%s K=%d %s %lldx%lld (%lld k-slice%s, %lld groups, %s blocks)",
+		         path_name[path], K, x3_codebook_name(cb), (long long)k, (long long)n,
+		         (long long)sl, sl > 1 ? "s" : "", (long long)(n / 128), tag);
+		CHECK(we <= budget[path][K], "%s m=1..16: worst relative error %.3g at m=%d (budget %g)",
+		      what, we, me, budget[path][K]);
+		CHECK(wu <= SAME_BUDGET, "%s: vs %s worst %.3g at m=%d (budget %g)", what,
+		      path_name[unf], wu, mu, SAME_BUDGET);
+		if (exact)
+			CHECK(same, "%s: back-to-back calls bit-identical (scratch and counters reset)", what);
+		else
+			CHECK(wr <= SAME_BUDGET, "%s: back-to-back calls worst %.3g at m=%d (budget %g)",
+			      what, wr, mr, SAME_BUDGET);
+	}
+	x3_gpu_linear_free(L[0]);
+	x3_gpu_linear_free(L[1]);
+	x3_gpu_free(x_d), x3_gpu_free(y_d);
+	free(tr), free(suh), free(svh), free(bias), free(wt), free(x), free(y), free(y2), free(yu);
+	free(W), free(P), free(yr);
+}
+
+/* In place (x_d == y_d, k == n): path 0 runs the unfused GEMV and is right,
+ * the fused paths refuse. */
+static void in_place(x3_rng *r)
+{
+	const int64_t k = 128, n = 128;
+	const int K = 4, cb = X3_CB_MCG, m = 3;
+	uint16_t *tr = malloc((size_t)(k * n / 256) * 16 * K * 2), suh[128], svh[128];
+	float *wt = malloc(sizeof(float) * k * n), x[3 * 128], y[3 * 128];
+	double *W = malloc(sizeof(double) * k * n), yr[3 * 128];
+	for (int64_t i = 0; i < (k / 16) * (n / 16) * 16 * K; i++)
+		tr[i] = (uint16_t)x3_rng_u64(r);
+	for (int i = 0; i < 128; i++) {
+		suh[i] = x3_f32_to_f16(i % 2 ? 0.02f : -0.02f);
+		svh[i] = x3_f32_to_f16(i % 3 ? 1.0f : -0.5f);
+	}
+	for (int i = 0; i < m * 128; i++)
+		x[i] = (float)x3_rng_normal(r);
+	CHECK_OK(x3_trellis_decode(K, cb, tr, k, n, wt), "cpu decode");
+	dense_ref(wt, suh, svh, k, n, W);
+	for (int i = 0; i < m; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double acc = 0;
+			for (int64_t c = 0; c < k; c++)
+				acc += (double)x[i * k + c] * W[c * n + j];
+			yr[i * n + j] = acc;
+		}
+	x3_gpu_linear *L = NULL;
+	float *xy_d = NULL;
+	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L), "create");
+	CHECK_OK(x3_gpu_alloc((void **)&xy_d, sizeof x), "alloc");
+	if (L && xy_d) {
+		CHECK_OK(x3_gpu_upload(xy_d, x, sizeof x), "upload");
+		CHECK(x3_gpu_linear_forward_d(L, xy_d, m, xy_d, 1) == X3_EINVAL,
+		      "fused path 1 in place refused: %s", x3_errmsg());
+		CHECK(x3_gpu_linear_forward_d(L, xy_d, m, xy_d + 1, 3) == X3_EINVAL,
+		      "fused path 3 on overlapping x, y refused: %s", x3_errmsg());
+		CHECK_OK(x3_gpu_linear_forward_d(L, xy_d, m, xy_d, 0), "path 0 in place");
+		CHECK_OK(x3_gpu_download(y, xy_d, sizeof y), "download");
+		const double e = rel_err(y, yr, m * n);
+		CHECK(e <= budget[4][K], "path 0 in place (unfused): relative error %.3g (budget %g)", e,
+		      budget[4][K]);
+	}
+	x3_gpu_linear_free(L);
+	x3_gpu_free(xy_d);
+	free(tr), free(wt), free(W);
 }
 
 int main(void)
@@ -97,8 +305,8 @@ int main(void)
 							s += (double)x[i * k + c] * W[c * n + j];
 						yr[i * n + j] = s;
 					}
-				for (int path = 0; path <= 3; path++) {
-					if (m > 16 && (path == 1 || path == 3))
+				for (int path = 0; path < NPATH; path++) {
+					if (m > 16 && path != 0 && path != 2)
 						continue;
 					if (path == 0)
 						CHECK_OK(x3_gpu_linear_forward(L, x, m, y), "forward m=%d", m);
@@ -107,12 +315,7 @@ int main(void)
 						CHECK_OK(x3_gpu_linear_forward_d(L, x_d, m, y_d, path), "forward_d");
 						CHECK_OK(x3_gpu_download(y, y_d, sizeof(float) * m * n), "download");
 					}
-					double num = 0, den = 0;
-					for (int64_t i = 0; i < m * n; i++) {
-						num += (y[i] - yr[i]) * (y[i] - yr[i]);
-						den += yr[i] * yr[i];
-					}
-					const double e = sqrt(num / den);
+					const double e = rel_err(y, yr, m * n);
 					const int pe = path ? path : m <= 16 ? 1 : 2;
 					CHECK(e <= budget[pe][K], "K=%d %s m=%d%s %s: relative error %.3g (budget %g)",
 					      K, x3_codebook_name(cb), m, with_bias ? " +bias" : "",
@@ -122,6 +325,34 @@ int main(void)
 			}
 			x3_gpu_linear_free(L);
 		}
+	}
+	/* the fused GEMV on several shapes, every m = 1..16 */
+	{
+		const int64_t shp_emu[3][2] = {{128, 128}, {512, 384}, {1024, 128}};
+		const int64_t shp_dev[3][2] = {{128, 128}, {4096, 384}, {2048, 1280}};
+		const int64_t(*shp)[2] = emulated ? shp_emu : shp_dev;
+		const char *bo = getenv("X3SIM_BLOCKS");
+		const int rand_blocks = bo && !strncmp(bo, "rand", 4);
+		int64_t most = 1;
+		for (int i = 0; i < 3; i++) {
+			const int64_t sl = fused_slices(shp[i][0], shp[i][1]);
+			most = sl > most ? sl : most;
+			fused_shape(&r, shp[i][0], shp[i][1], 2 + 2 * i, i, emulated ? "in-order" : "device",
+			            emulated && !rand_blocks);
+		}
+		CHECK(most > 1, "a fused shape has several k-slices (%lld)", (long long)most);
+		/* cusim runs blocks one at a time: run them backwards and shuffled
+		 * too, so that other blocks finish the groups */
+		if (emulated && !bo) {
+			const char *orders[2] = {"rev", "rand:1730"};
+			for (int o = 0; o < 2; o++) {
+				setenv("X3SIM_BLOCKS", orders[o], 1);
+				for (int i = 1; i < 3; i++)
+					fused_shape(&r, shp[i][0], shp[i][1], 3, 2 - i, orders[o], o == 0);
+			}
+			unsetenv("X3SIM_BLOCKS");
+		}
+		in_place(&r);
 	}
 	/* the same layer through exl3.h: GPU forward vs x3_exl3_matmul */
 	{

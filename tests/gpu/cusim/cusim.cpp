@@ -12,7 +12,10 @@
  * (results that depend on which thread writes first between two barriers),
  * not all races: two threads that both run between the same barriers in
  * every order, or a missing barrier between a write and a read of the same
- * thread order, go unnoticed.
+ * thread order, go unnoticed. Blocks run one at a time, in index order or
+ * (X3SIM_BLOCKS=rev or rand[:seed]) reversed or shuffled per launch, so
+ * that code which picks "the last block to finish" (the fused GEMV) gets
+ * a different finisher.
  *
  * __syncthreads semantics: threads that have exited count as arrived (as
  * on sm_70 and later). All waiting threads must be at the same
@@ -473,6 +476,48 @@ static void run_block()
 	}
 }
 
+/* Block order (X3SIM_BLOCKS=fwd|rev|rand[:SEED], read at every launch so
+ * that a test may setenv it between launches): blocks still run one after
+ * another, in linear index order, reversed, or a new random permutation
+ * per launch (from its own generator, independent of X3SIM_ORDER). */
+static int border_mode;   /* 0 fwd, 1 rev, 2 rand */
+static uint64_t border_rng;
+static std::string border_env;
+static std::vector<uint64_t> border;
+
+static void block_order_setup(uint64_t nb)
+{
+	const char *e = getenv("X3SIM_BLOCKS");
+	const std::string v = e ? e : "";
+	if (v != border_env) {
+		border_env = v;
+		if (v.empty() || v == "fwd")
+			border_mode = 0;
+		else if (v == "rev")
+			border_mode = 1;
+		else if (!strncmp(v.c_str(), "rand", 4) && (v.size() == 4 || v[4] == ':')) {
+			border_mode = 2;
+			border_rng = v.size() > 5 ? strtoull(v.c_str() + 5, NULL, 0) : 1;
+		} else {
+			fprintf(stderr, "cusim: X3SIM_BLOCKS=%s: expected fwd, rev or rand[:SEED]\n",
+			        v.c_str());
+			exit(2);
+		}
+	}
+	if (border_mode != 2)
+		return;
+	border.resize(nb);
+	for (uint64_t i = 0; i < nb; i++)
+		border[i] = i;
+	for (uint64_t i = nb; i > 1; i--) {
+		uint64_t z = (border_rng += 0x9E3779B97F4A7C15ull);
+		z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+		z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+		z ^= z >> 31;
+		std::swap(border[i - 1], border[z % i]);
+	}
+}
+
 bool arg_ok(const void *p) { return rt_is_device(p, 0); }
 
 void arg_error(const char *name, int i, const void *p)
@@ -503,10 +548,12 @@ int launch(const void *func, const char *name, dim3 grid, dim3 block, size_t sme
 	dyn_smem = NULL;
 	if (smem)
 		smem_setup(smem);
+	block_order_setup(nb);
 	in_kernel = true;
 	launch_err = 0;
 	if (sigsetjmp(launch_jb, 1) == 0) {
-		for (uint64_t b = 0; b < nb; b++) {
+		for (uint64_t bi = 0; bi < nb; bi++) {
+			const uint64_t b = border_mode == 0 ? bi : border_mode == 1 ? nb - 1 - bi : border[bi];
 			cur_block = {(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
 			             (unsigned)(b / ((uint64_t)grid.x * grid.y))};
 			run_block();

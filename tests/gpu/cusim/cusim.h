@@ -329,6 +329,13 @@ inline void __threadfence_block() {}
 
 /* ---- intrinsics ---------------------------------------------------------- */
 template <class T> inline T __ldg(const T *p) { return *p; }
+/* cache-hint loads and stores (L2 only, streaming, volatile-like): plain
+ * accesses here, memory is coherent (one OS thread) */
+template <class T> inline T __ldcg(const T *p) { return *(const volatile T *)p; }
+template <class T> inline T __ldcs(const T *p) { return *(const volatile T *)p; }
+template <class T> inline T __ldcv(const T *p) { return *(const volatile T *)p; }
+template <class T> inline void __stcg(T *p, T v) { *(volatile T *)p = v; }
+template <class T> inline void __stcs(T *p, T v) { *(volatile T *)p = v; }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }

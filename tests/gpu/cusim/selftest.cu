@@ -53,6 +53,31 @@ __global__ void reduce_kernel(const float *x, int n, float *out)
 		out[blockIdx.x] = part[0];
 }
 
+/* block order: each block takes a ticket (the last-block pattern's
+ * counter, with the fence and the L2 load it uses) */
+__global__ void ticket_kernel(int *cnt, int *out)
+{
+	if (threadIdx.x == 0) {
+		__threadfence();
+		const int t = atomicAdd(cnt, 1);
+		out[blockIdx.y * gridDim.x + blockIdx.x] = t + 100 * (__ldcg(cnt) - t - 1);
+	}
+}
+
+/* the tickets of a (3, 2) grid under X3SIM_BLOCKS=order */
+static std::vector<int> tickets(const char *order)
+{
+	setenv("X3SIM_BLOCKS", order, 1);
+	int *d = NULL, h[7];
+	cudaMalloc((void **)&d, 7 * 4);
+	cudaMemset(d, 0, 7 * 4);
+	X3K_LAUNCH(ticket_kernel, dim3(3, 2), 32, 0, 0)(d, d + 1);
+	cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+	cudaFree(d);
+	unsetenv("X3SIM_BLOCKS");
+	return std::vector<int>(h + 1, h + 7);
+}
+
 /* a race: every thread writes, no order between them */
 __global__ void race_kernel(int *out)
 {
@@ -186,6 +211,23 @@ int main()
 	}
 	const int rf = run_race("fwd"), rr = run_race("rev");
 	CHECK(rf == 63 && rr == 0, "an unordered shared write: last writer %d (fwd) vs %d (rev)", rf, rr);
+
+	{
+		const std::vector<int> f = tickets("fwd"), r = tickets("rev"), q = tickets("rand:9");
+		bool fo = true, ro = true, perm = true, ident = true;
+		int seen = 0;
+		for (int i = 0; i < 6; i++) {
+			fo = fo && f[i] == i;
+			ro = ro && r[i] == 5 - i;
+			perm = perm && q[i] >= 0 && q[i] < 6 && !(seen >> q[i] & 1);
+			if (q[i] >= 0 && q[i] < 6)
+				seen |= 1 << q[i];
+			ident = ident && q[i] == i;
+		}
+		CHECK(fo && ro && perm && !ident && cudaGetLastError() == cudaSuccess,
+		      "X3SIM_BLOCKS fwd/rev/rand: blocks in index order, reversed, shuffled "
+		      "(%d %d %d %d %d %d)", q[0], q[1], q[2], q[3], q[4], q[5]);
+	}
 
 	cusim::set_order("rand:3");
 	X3K_LAUNCH(exit_ok_kernel, 1, 64, 0, 0)(d);
