@@ -28,4 +28,10 @@ check_fail "examples/own-calibration: an unreadable TEXT" 1 "^own-calibration: n
 check_fail "examples/quickstart: BITS that is not a number" 2 "^quickstart: BITS: 'x'" \
 	env QUICKSTART_DIR="$TMP/qs" "$ROOT/examples/quickstart" x
 check "... before anything is written" test ! -e "$TMP/qs"
+check "make-tiny-llama --help, exit 0" sh -c "'$ROOT/examples/make-tiny-llama' --help | grep -q '^usage: make-tiny-llama DIR'"
+check_fail "make-tiny-llama: HIDDEN not a multiple of 16" 2 "HIDDEN a multiple of 16" "$ROOT/examples/make-tiny-llama" bad 1 40
+check "... nothing written" test ! -e bad
+check "make-tiny-llama without bin/ on PATH (as the other examples)" \
+	env PATH=/usr/bin:/bin "$ROOT/examples/make-tiny-llama" m3 1 32 32
+check "... a complete model" test "$(tensor-ls m3 | wc -l)" -eq 12
 done_testing
