@@ -68,14 +68,22 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		x3_tok_free(tok);
 	}
 	long have = (long)(n / (size_t)*cols);
+	/* name the input: the token file, or the text (one file or several) */
+	char what[512];
+	if (tokens)
+		snprintf(what, sizeof what, "%s", strcmp(tokens, "-") ? tokens : "stdin");
+	else if (ntexts == 1)
+		snprintf(what, sizeof what, "%s", strcmp(texts[0], "-") ? texts[0] : "stdin");
+	else
+		snprintf(what, sizeof what, "the %d evaluation texts", ntexts);
 	if (have < 1)
-		die("the input gives %zu tokens, fewer than one row of %ld", n, *cols);
+		die("%s: %zu tokens, fewer than one row of %ld", what, n, *cols);
 	if (*rows > have) {
 		if (strict)
-			die("the input gives %ld rows of %ld tokens, fewer than the %ld requested",
-			    have, *cols, *rows);
-		warnx("the input gives only %ld rows of %ld tokens (of %ld requested); using them",
-		      have, *cols, *rows);
+			die("%s: %ld rows of %ld tokens, fewer than the %ld requested",
+			    what, have, *cols, *rows);
+		warnx("%s: only %ld rows of %ld tokens (of %ld requested); using them",
+		      what, have, *cols, *rows);
 	}
 	if (*rows <= 0 || *rows > have)
 		*rows = have;

@@ -35,7 +35,7 @@ check_fail "... or an error with --strict" 1 "fewer than the 5 requested" model-
 synth_model v2 32 48 2 4 2 80 1
 check_fail "different vocabularies" 1 "vocabulary of 80" model-eval --model m --quantized v2 --tokens tok
 tensor-gen -d constant --value 1 -t I32 tokens=1x4 >short
-check_fail "--cols larger than the input" 1 "fewer than one row of 8" model-eval --model m --tokens short --cols 8
+check_fail "--cols larger than the input, the file named" 1 "^model-eval: short: [0-9]+ tokens, fewer than one row of 8" model-eval --model m --tokens short --cols 8
 
 # --generate stops at max_position_embeddings (as --cols is capped there)
 mkdir pos8 && ln -s ../m/model.safetensors pos8/ && jq '.max_position_embeddings = 8' m/config.json >pos8/config.json
