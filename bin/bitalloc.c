@@ -2,6 +2,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +110,16 @@ int main(int argc, char **argv)
 		*eq = 0;
 		set[i].re = sets[i];
 		set[i].K = parse_long(usage, "--set", eq + 1, 1, 8);
+		/* a bad REGEX is a usage error, found before any input is read */
+		int ec;
+		PCRE2_SIZE eo;
+		pcre2_code *re = pcre2_compile((PCRE2_SPTR)set[i].re, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+		if (!re) {
+			PCRE2_UCHAR msg[256];
+			pcre2_get_error_message(ec, msg, sizeof msg);
+			usage_error(usage, "--set: regex '%s': %s at offset %zu", set[i].re, (char *)msg, (size_t)eo);
+		}
+		pcre2_code_free(re);
 	}
 
 	x3_ba *ba = x3_ba_create();

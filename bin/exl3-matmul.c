@@ -238,6 +238,14 @@ static void do_check(x3_exl3 *e, const char *path)
 	if ((opt_out && opt_out != o) || (opt_in && opt_in != i))
 		die("%s: '%s': shape %lldx%lld differs from --out/--in", path, ref->name,
 		    (long long)o, (long long)i);
+	/* a tensor that states its sizes (trellis metadata, the model's
+	 * config.json) is not compared with a weight of another shape that
+	 * happens to pad to the same size (k_proj against q_proj) */
+	int kn = x3_exl3_known(e);
+	if (((kn & X3_EXL3_OUT_KNOWN) && o != x3_exl3_out(e)) || ((kn & X3_EXL3_IN_KNOWN) && i != x3_exl3_in(e)))
+		die("%s: '%s': shape %lldx%lld, but tensor '%s' is %lldx%lld (out x in)", path, ref->name,
+		    (long long)o, (long long)i, x3_exl3_key(e), (long long)x3_exl3_out(e),
+		    (long long)x3_exl3_in(e));
 	if (x3_exl3_set_orig(e, i, o))
 		die("%s: '%s': %s", path, ref->name, x3_errmsg());
 	float *w = malloc((size_t)(o * i) * sizeof *w);

@@ -338,7 +338,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		fo.hidden = hid_load(hid_in, &hd, cfg.hidden, la, &fo.first_layer);
 	fo.device = device;
 	if (x3_model_forward(m, ids, rows, cols, &fo))
-		die_x3("forward");
+		die_x3("%s: forward", model);
 	progress_done();
 	free(fo.hidden);
 	free(ids);

@@ -68,14 +68,22 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		x3_tok_free(tok);
 	}
 	long have = (long)(n / (size_t)*cols);
+	/* name the input: the token file, or the text (one file or several) */
+	char what[512];
+	if (tokens)
+		snprintf(what, sizeof what, "%s", strcmp(tokens, "-") ? tokens : "stdin");
+	else if (ntexts == 1)
+		snprintf(what, sizeof what, "%s", strcmp(texts[0], "-") ? texts[0] : "stdin");
+	else
+		snprintf(what, sizeof what, "the %d evaluation texts", ntexts);
 	if (have < 1)
-		die("the input gives %zu tokens, fewer than one row of %ld", n, *cols);
+		die("%s: %zu tokens, fewer than one row of %ld", what, n, *cols);
 	if (*rows > have) {
 		if (strict)
-			die("the input gives %ld rows of %ld tokens, fewer than the %ld requested",
-			    have, *cols, *rows);
-		warnx("the input gives only %ld rows of %ld tokens (of %ld requested); using them",
-		      have, *cols, *rows);
+			die("%s: %ld rows of %ld tokens, fewer than the %ld requested",
+			    what, have, *cols, *rows);
+		warnx("%s: only %ld rows of %ld tokens (of %ld requested); using them",
+		      what, have, *cols, *rows);
 	}
 	if (*rows <= 0 || *rows > have)
 		*rows = have;
@@ -106,8 +114,8 @@ static int64_t argmax(const float *v, int64_t n)
 	return b;
 }
 
-static void forward_logits(x3_model *m, const int32_t *ids, long nr, long cols, float *lg,
-                           int mode)
+static void forward_logits(x3_model *m, const char *dir, const int32_t *ids, long nr, long cols,
+                           float *lg, int mode)
 {
 	struct x3_forward_opts fo;
 	x3_forward_opts_init(&fo, m);
@@ -115,7 +123,7 @@ static void forward_logits(x3_model *m, const int32_t *ids, long nr, long cols, 
 	fo.logits = lg;
 	fo.device = device;
 	if (x3_model_forward(m, ids, nr, cols, &fo))
-		die_x3("forward");
+		die_x3("%s: forward", dir);
 }
 
 /* a JSON number, or null when not finite (a diverging model) */
@@ -153,9 +161,9 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 	for (long r0 = 0; r0 < rows; r0 += batch) {
 		long nr = rows - r0 < batch ? rows - r0 : batch;
 		const int32_t *rid = ids + (size_t)r0 * cols;
-		forward_logits(m, rid, nr, cols, lm, X3_LOGITS_ALL);
+		forward_logits(m, model, rid, nr, cols, lm, X3_LOGITS_ALL);
 		if (q)
-			forward_logits(q, rid, nr, cols, lq, X3_LOGITS_ALL);
+			forward_logits(q, qdir, rid, nr, cols, lq, X3_LOGITS_ALL);
 		double s_nll = 0, s_nllq = 0, s_kl = 0;
 		long long s_agree = 0;
 		#pragma omp parallel for if(nr * cols * V > (1 << 16)) schedule(static) reduction(+:s_nll, s_nllq, s_kl, s_agree)
@@ -235,8 +243,18 @@ static void generate(const char *model, long ntok, const char *prompt, int print
 		p[0] = bos;
 		np = 1;
 	}
-	int64_t V = x3_model_cfg(m)->vocab;
+	int64_t V = x3_model_cfg(m)->vocab, maxpos = x3_model_cfg(m)->max_pos;
 	int64_t eos = tok ? x3_tok_eos(tok) : x3_model_cfg(m)->eos_id;
+	/* positions past max_position_embeddings are not what the model was
+	 * trained on (--cols refuses them too) */
+	if (maxpos > 0 && (int64_t)np >= maxpos)
+		die("--prompt: %zu tokens, the model's max_position_embeddings %lld leaves no room to generate",
+		    np, (long long)maxpos);
+	if (maxpos > 0 && (int64_t)np + ntok > maxpos) {
+		warnx("--generate %ld: stopping at max_position_embeddings %lld (%lld tokens after the prompt)",
+		      ntok, (long long)maxpos, (long long)(maxpos - (int64_t)np));
+		ntok = (long)(maxpos - (int64_t)np);
+	}
 	int32_t *ids = malloc((np + (size_t)ntok) * sizeof *ids);
 	float *lg = malloc((size_t)V * sizeof *lg);
 	if (!ids || !lg)
@@ -245,7 +263,7 @@ static void generate(const char *model, long ntok, const char *prompt, int print
 	size_t n = np;
 	/* no KV cache: each step reruns the whole sequence (a test helper) */
 	for (long i = 0; i < ntok; i++) {
-		forward_logits(m, ids, 1, (long)n, lg, X3_LOGITS_LAST);
+		forward_logits(m, model, ids, 1, (long)n, lg, X3_LOGITS_LAST);
 		int32_t next = (int32_t)argmax(lg, V);
 		ids[n++] = next;
 		progress("%ld/%ld tokens", i + 1, ntok);

@@ -156,7 +156,7 @@ static char *slurp(const char *path, size_t *len)
 			break;
 	}
 	if (ferror(f))
-		die("%s: read error", path);
+		die("%s: read error: %s", path, strerror(errno));
 	fclose(f);
 	buf[n] = 0;
 	if (len)
@@ -508,8 +508,11 @@ int main(int argc, char **argv)
 	json_t *plan = NULL, *plan_t = NULL;
 	if (plan_path) {
 		json_error_t je;
-		if (!(plan = json_load_file(plan_path, 0, &je)))
+		/* slurp: a missing file or a directory says so, not "line -1" */
+		char *pt = slurp(plan_path, NULL);
+		if (!(plan = json_loads(pt, 0, &je)))
 			die("%s: line %d: %s", plan_path, je.line, je.text);
+		free(pt);
 		plan_t = json_object_get(plan, "tensors");
 		if (!json_is_object(plan_t))
 			die("%s: no \"tensors\" object (not a bitalloc plan)", plan_path);

@@ -27,11 +27,13 @@ static int parse_shape(const char *s, int64_t *shape, int *rank)
 	while (*s) {
 		char *end;
 		errno = 0;
+		if (*s < '0' || *s > '9')   /* strtoll would skip spaces and take signs */
+			return -1;
 		long long v = strtoll(s, &end, 10);
 		if (errno || end == s || v < 0 || *rank == X3_MAX_RANK)
 			return -1;
 		shape[(*rank)++] = v;
-		if (*end == 'x' || *end == ',')
+		if ((*end == 'x' || *end == ',') && end[1])   /* "256x" is a typo, not a 1-D shape */
 			end++;
 		else if (*end)
 			return -1;

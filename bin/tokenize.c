@@ -14,7 +14,7 @@
 static const char usage[] =
 	"usage: tokenize -t TOKENIZER [--rows R] [--cols C] [--split whole|lines|blank]\n"
 	"                [--pack articles|stream] [--bos|--no-bos] [--eos|--no-eos] [--even-odd]\n"
-	"                [--keep-partial] [--pad ID] [--strict] [--name NAME] [-z LEVEL] [FILE...]\n"
+	"                [--keep-partial] [--pad ID] [--strict] [--name NAME] [-z LEVEL] [-q] [FILE...]\n"
 	"       tokenize -t TOKENIZER --ids [--split MODE] [--bos|--no-bos] [--eos|--no-eos] [FILE...]\n"
 	"       tokenize -t TOKENIZER --decode [--ids] [--skip-special] [FILE...]\n";
 
@@ -89,7 +89,10 @@ static void decode_text(x3_tok *tok, const char *name, FILE *f, int skip)
 			if (!*p) break;
 			errno = 0;
 			long v = strtol(p, &e, 10);
-			if (e == p || errno || v < 0 || v > INT32_MAX) die("%s: line %zu: bad token id '%.20s'", name, lineno, p);
+			if (e == p || errno || v < 0 || v > INT32_MAX || (*e && !strchr(" \t\r\n", *e))) {
+				size_t w = strcspn(p, " \t\r\n");   /* the word, not the rest of the line */
+				die("%s: line %zu: bad token id '%.*s'", name, lineno, (int)(w > 20 ? 20 : w), p);
+			}
 			if (n == icap && !(ids = realloc(ids, (icap = icap ? 2 * icap : 256) * sizeof *ids))) die("out of memory");
 			ids[n++] = (int32_t)v;
 			p = e;
@@ -280,7 +283,8 @@ int main(int argc, char **argv)
 	if (!got) die("%s: the text fills no row of %ld tokens (%zu documents)", src, cols, ndocs);
 	if (rows > 0 && got < (size_t)rows) {
 		if (strict) die("%s: the text fills only %zu of %ld rows of %ld tokens", src, got, rows, cols);
-		warnx("%s: the text fills only %zu of %ld rows of %ld tokens: writing %zu rows", src, got, rows, cols, got);
+		if (!quiet)
+			warnx("%s: the text fills only %zu of %ld rows of %ld tokens: writing %zu rows", src, got, rows, cols, got);
 	}
 
 	/* what was added: a tokenizer without BOS (Qwen) gets none by default */

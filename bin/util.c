@@ -58,6 +58,10 @@ void die_x3(const char *fmt, ...)
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
 	const char *m = x3_errmsg();
+	size_t bl = strlen(buf);
+	/* library messages often name the file already: "f: f: why" says it twice */
+	if (m && bl && !strncmp(m, buf, bl) && m[bl] == ':')
+		die("%s", m);
 	if (m && *m)
 		die("%s: %s", buf, m);
 	die("%s", buf);
@@ -264,6 +268,11 @@ void hess_cache_load(hess_cache *c, const char *path)
 struct x3_qhess *hess_cache_for(hess_cache *c, const x3_tensor *W, const char *key,
                                 uint64_t seed, struct x3_qhess **own)
 {
+	char shp[64];
+	/* before any Hessian is sized from it ("hessian size 0 is not ...") */
+	if (W->rank != 2 || W->shape[0] <= 0 || W->shape[1] <= 0)
+		die("weight '%s': shape %s is not a non-empty matrix (out x in)", W->name,
+		    x3_shape_str(W, shp, sizeof shp));
 	int64_t k0 = W->shape[1], k = x3_pad128(k0);
 	*own = NULL;
 	if (c->raw) {

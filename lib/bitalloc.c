@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <math.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <jansson.h>
 #include <pcre2.h>
@@ -163,7 +164,7 @@ static int read_jsonl(x3_ba *ba, FILE *f, const char *label,
 			break;
 	}
 	if (!rc && ferror(f))
-		rc = x3_err(X3_EIO, "%s: read error", label);
+		rc = x3_err(X3_EIO, "%s: read error: %s", label, strerror(errno));
 	free(line);
 	return rc;
 }

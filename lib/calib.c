@@ -45,7 +45,7 @@ int x3_text_read(const char *path, size_t max_bytes, char **out, size_t *outlen)
 			break;
 	}
 	if (!rc && ferror(f))
-		rc = x3_err(X3_EIO, "%s: read error", path);
+		rc = x3_err(X3_EIO, "%s: read error: %s", path, strerror(errno));
 	if (!is_stdin)
 		fclose(f);
 	if (rc) {

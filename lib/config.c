@@ -294,11 +294,11 @@ int x3_config_load(const char *dir, x3_model_config *cfg)
 		if (n == 0)
 			break;
 	}
-	int bad = ferror(f);
+	int bad = ferror(f) ? errno : 0;
 	fclose(f);
 	if (bad) {
 		free(buf);
-		return x3_err(X3_EIO, "%s: read error", path);
+		return x3_err(X3_EIO, "%s: read error: %s", path, strerror(bad));
 	}
 	int rc = x3_config_parse(buf, len, cfg);
 	free(buf);

@@ -222,8 +222,12 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 	int64_t oi = k, oo = n;
 	if (!rc && (rc = meta_size(tr, "orig_in", "in_features", &oi)) == X3_EINVAL)
 		rc = X3_OK;
+	else if (!rc)
+		e->known |= X3_EXL3_IN_KNOWN;
 	if (!rc && (rc = meta_size(tr, "orig_out", "out_features", &oo)) == X3_EINVAL)
 		rc = X3_OK;
+	else if (!rc)
+		e->known |= X3_EXL3_OUT_KNOWN;
 	if (!rc && (oi < 1 || oi > k || oo < 1 || oo > n))
 		rc = x3_err(X3_EFORMAT, "'%s': original size %lldx%lld (in x out) does "
 		            "not fit the padded %lldx%lld", tr->name, (long long)oi,
@@ -269,6 +273,7 @@ void x3_exl3_free(x3_exl3 *e)
 
 int x3_exl3_set_orig(x3_exl3 *e, int64_t in, int64_t out)
 {
+	int known = (in ? X3_EXL3_IN_KNOWN : 0) | (out ? X3_EXL3_OUT_KNOWN : 0);
 	if (in == 0)
 		in = e->in;
 	if (out == 0)
@@ -281,8 +286,10 @@ int x3_exl3_set_orig(x3_exl3 *e, int64_t in, int64_t out)
 		              e->key, (long long)out, (long long)e->n);
 	e->in = in;
 	e->out = out;
+	e->known |= known;
 	return X3_OK;
 }
+int x3_exl3_known(const x3_exl3 *e) { return e->known; }
 
 const char *x3_exl3_key(const x3_exl3 *e) { return e->key; }
 int x3_exl3_bits(const x3_exl3 *e) { return e->K; }

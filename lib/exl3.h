@@ -46,6 +46,10 @@ int64_t x3_exl3_k(const x3_exl3 *e);         /* padded in_features */
 int64_t x3_exl3_n(const x3_exl3 *e);         /* padded out_features */
 int64_t x3_exl3_in(const x3_exl3 *e);        /* original in_features */
 int64_t x3_exl3_out(const x3_exl3 *e);       /* original out_features */
+/* Which original sizes are known (from the trellis metadata or
+ * x3_exl3_set_orig) rather than assumed equal to the padded ones. */
+enum { X3_EXL3_IN_KNOWN = 1, X3_EXL3_OUT_KNOWN = 2 };
+int x3_exl3_known(const x3_exl3 *e);
 int x3_exl3_has_bias(const x3_exl3 *e);
 
 /* W~ (k x n row-major, fp16-exact values), decoded from the trellis. */

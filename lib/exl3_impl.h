@@ -18,6 +18,7 @@ struct x3_exl3 {
 	float *suh;               /* (k) */
 	float *svh;               /* (n) */
 	float *bias;              /* (n) or NULL */
+	int known;                /* X3_EXL3_*_KNOWN: in/out stated, not padded sizes */
 };
 
 /* y' = x'·W~ with tiles decoded inside the loop: xh is (rows, k), yh is

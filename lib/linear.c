@@ -1,4 +1,5 @@
 /* linear.c: dense or EXL3 linear layers for the model forward. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,19 @@ static int check_tensor(const x3_tensor *t, const char *name, int rank, int64_t 
 		return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lldx%lld", name,
 		              x3_shape_str(t, b, sizeof b), (long long)d0, (long long)d1);
 	}
+	return X3_OK;
+}
+
+static int check_finite(const float *v, int64_t rows, int64_t cols, const char *name)
+{
+	for (int64_t i = 0; i < rows * cols; i++)
+		if (!isfinite(v[i])) {
+			if (rows == 1)
+				return x3_err(X3_EFORMAT, "tensor '%s': non-finite value %g at [%lld]", name,
+				              (double)v[i], (long long)i);
+			return x3_err(X3_EFORMAT, "tensor '%s': non-finite value %g at [%lld][%lld]", name,
+			              (double)v[i], (long long)(i / cols), (long long)(i % cols));
+		}
 	return X3_OK;
 }
 
@@ -118,6 +132,12 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 	if (!l->w || (b && !(l->b = x3_tensor_f32(b)))) {
 		x3_linear_free(l);
 		return x3_errprefix(X3_ENOMEM, "tensor '%s'", wn);
+	}
+	/* one NaN or Inf in a weight makes every output row non-finite: name
+	 * it here rather than let every calibration row be dropped later */
+	if ((rc = check_finite(l->w, out, in, wn)) || (l->b && (rc = check_finite(l->b, 1, out, bn)))) {
+		x3_linear_free(l);
+		return rc;
 	}
 	*lin = l;
 	return X3_OK;

@@ -313,6 +313,32 @@ static int open_dir(x3_st *s, const char *dir)
 	if (n == 0)
 		rc = x3_err(X3_EIO, "%s: no .safetensors files in this directory", dir);
 	qsort(names, n, sizeof *names, cmp_str);
+	/* without an index, shards named PREFIX-00001-of-00003.safetensors must
+	 * all be there: a partial download or copy is not a smaller model */
+	for (size_t i = 0; i < n && !rc; i++) {
+		size_t l = strlen(names[i]);
+		if (l < 12 + 15)
+			continue;
+		const char *t = names[i] + l - 12 - 15;   /* "-00001-of-00003" */
+		unsigned a = 0, b = 0;
+		int ok = t[0] == '-' && !strncmp(t + 6, "-of-", 4);
+		for (int d = 0; d < 5 && ok; d++) {
+			ok = t[1 + d] >= '0' && t[1 + d] <= '9' && t[10 + d] >= '0' && t[10 + d] <= '9';
+			a = a * 10 + (unsigned)(t[1 + d] - '0');
+			b = b * 10 + (unsigned)(t[10 + d] - '0');
+		}
+		if (!ok || a < 1 || a > b)
+			continue;
+		for (unsigned j = 1; j <= b && !rc; j++) {
+			char want[PATH_MAX];
+			snprintf(want, sizeof want, "%.*s-%05u-of-%05u.safetensors", (int)(t - names[i]),
+			         names[i], j, b);
+			const char *key = want;
+			if (!bsearch(&key, names, n, sizeof *names, cmp_str))
+				rc = x3_err(X3_EFORMAT, "%s: shard '%s' is missing (%s is there, and no "
+				            "model.safetensors.index.json lists the shards)", dir, want, names[i]);
+		}
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (!rc) {
 			snprintf(path, sizeof path, "%s/%s", dir, names[i]);

@@ -16,6 +16,7 @@
 #include <pcre2.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <xxhash.h>
@@ -858,7 +859,7 @@ static int read_file(const char *path, char **buf, size_t *len)
 	int rc = X3_OK;
 	while ((k = fread(tmp, 1, sizeof tmp, f)) > 0)
 		if ((rc = sb_add(&b, tmp, k))) break;
-	if (!rc && ferror(f)) rc = x3_err(X3_EIO, "%s: read error", path);
+	if (!rc && ferror(f)) rc = x3_err(X3_EIO, "%s: read error: %s", path, strerror(errno));
 	fclose(f);
 	if (!rc && !b.p && (rc = sb_add(&b, "", 0))) return rc;
 	if (rc) { free(b.p); return rc; }

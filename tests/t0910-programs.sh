@@ -1,8 +1,49 @@
 #!/usr/bin/env bash
 # Conventions every program keeps: a man page, -h prints "usage: NAME" to
 # stdout with exit 0, an unknown option exits 2 with the usage on stderr,
-# and the man page's SYNOPSIS names the same options as the usage text.
+# the man page's OPTIONS describe every option of the usage's synopsis, and
+# every option they describe is one the program's parser has.
 . "$(dirname "$0")/lib.sh"
+# the options of the usage's synopsis ("usage:" and the lines after it
+# indented by 3 or more spaces), and of the man page's OPTIONS items (the
+# line after each .TP)
+opts_seq() { grep -oE -- '(^|[^a-zA-Z0-9-])--?[a-zA-Z][a-z0-9-]*' | grep -oE -- '--?[a-zA-Z][a-z0-9-]*'; }
+opts() { opts_seq | sort -u; }
+syn_opts_seq() { awk 'NR == 1 || (!stop && /^   /) { print; next } { stop = 1 }' | opts_seq; }
+syn_opts() { syn_opts_seq | sort -u; }
+item_opts() {
+	awk '/^\.SH OPTIONS/ { o = 1; next } /^\.SH/ { o = 0 } o && prev == ".TP" { print } { prev = $0 }' "$1" |
+		sed 's/\\-/-/g; s/\\f[BIRP]//g' | opts
+}
+# accepts SOURCE OPTION: the option parser of a C main (its getopt string
+# or long-option table) or of a shell script (a case pattern) has OPTION
+accepts() {
+	case $1 in
+	*.c) case $2 in
+		--*) grep -qF "\"${2#--}\"," "$1" ;;
+		*) grep -oE 'getopt_long\([^"]*"[^"]*"' "$1" | sed 's/.*"\(.*\)"/\1/' | grep -qF "${2#-}" ;;
+		esac ;;
+	*) grep -qE "^[[:space:]]*([^)]*\|)?$2(\|[^)]*)?\)" "$1" ;;
+	esac
+}
+# options_match NAME SOURCE PAGE USAGE: every option of the synopsis has an
+# OPTIONS item, and every option of an item is one the program accepts
+options_match() {
+	local n=$1 src=$2 page=$3 out=$4 o missing= stale=
+	missing=$(comm -23 <(syn_opts <<<"$out" | grep -vx -- -h) <(item_opts "$page") | tr '\n' ' ')
+	if [ -z "$missing" ]; then ok "$n: the man page's OPTIONS describe every option of the usage"
+	else notok "$n: no OPTIONS item for $missing"; fi
+	local u m
+	u=$(syn_opts_seq <<<"$out" | tr '\n' ' ')
+	m=$(awk '/^\.SH SYNOPSIS/ { o = 1; next } /^\.SH/ { o = 0 } o' "$page" | sed 's/\\-/-/g; s/\\f[BIRP]//g' | opts_seq | tr '\n' ' ')
+	if [ "$u" = "$m" ]; then ok "$n: the man page's SYNOPSIS has the usage's options in its order"
+	else notok "$n: SYNOPSIS options '$m', usage '$u'"; fi
+	for o in $(item_opts "$page"); do
+		accepts "$src" "$o" || stale="$stale $o"
+	done
+	if [ -z "$stale" ]; then ok "$n: every option of the man page's OPTIONS is accepted"
+	else notok "$n: the man page documents options it does not accept:$stale"; fi
+}
 for p in "$ROOT"/bin/*; do
 	[ -x "$p" ] && [ -f "$p" ] || continue
 	case $p in *.c|*.h|*.o|*.d) continue;; esac
@@ -13,12 +54,9 @@ for p in "$ROOT"/bin/*; do
 	"$p" --no-such-option </dev/null >/dev/null 2>"$TMP/err"; rc=$?
 	if [ $rc -eq 2 ] && grep -q "usage: $n" "$TMP/err"; then ok "$n: bad option exits 2 with usage"
 	else notok "$n: bad option (exit $rc)"; fi
-	# every long option in the usage appears in the man page
-	missing=
-	for o in $(echo "$out" | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u); do
-		grep -qE -- "$(echo "$o" | sed 's/-/\\\\-/g')|$o" "$ROOT/man/$n.1" 2>/dev/null || missing="$missing $o"
-	done
-	if [ -z "$missing" ]; then ok "$n: man page documents every option of the usage"
-	else notok "$n: man page lacks$missing"; fi
+	options_match "$n" "$ROOT/bin/$n.c" "$ROOT/man/$n.1" "$out"
+done
+for n in convert validate; do
+	options_match "exl3-$n" "$ROOT/pipelines/$n" "$ROOT/man/exl3-$n.1" "$("$ROOT/pipelines/$n" -h)"
 done
 done_testing

@@ -62,6 +62,7 @@ check "frame: metadata" test "$(tensor-ls f.frames | jq -r '.meta | [.rows, .col
 check "frame: tokenizer in metadata" test "$(tensor-ls f.frames | jq -r .meta.tokenizer)" = tiny.json
 check "decode frames: one line per row" test "$(tokenize -t tiny.json --decode f.frames | wc -l)" -eq 2
 check_fail "short text: --strict fails" 1 "fills only [0-9]+ of 50 rows" tokenize -t tiny.json --rows 50 --cols 4 --strict tiny.txt
+check "short text: -q silences it" sh -c 'test -z "$(tokenize -q -t tiny.json --rows 50 --cols 4 tiny.txt 2>&1 >/dev/null)"'
 check_fail "short text: warns" 0 "fills only [0-9]+ of 50 rows" sh -c 'tokenize -t tiny.json --rows 50 --cols 4 tiny.txt > s.frames'
 check "short text: writes what there is" test "$(tensor-ls s.frames | jq -c '.shape[0] < 50 and .shape[0] > 0')" = true
 check "--keep-partial pads the last row" test "$(tokenize -t tiny.json --cols 100 --pack stream --keep-partial --pad 2 tiny.txt | tensor-ls | jq -c .shape)" = '[1,100]'
@@ -96,6 +97,8 @@ check_fail "regex PCRE2 cannot compile" 1 "pre_tokenizer Split: regex" tokenize 
 check_fail "missing tokenizer" 1 "nonexistent.json" tokenize -t nonexistent.json --ids tiny.txt
 check_fail "decode: id out of range" 1 "token id 99 is not in the vocabulary" sh -c 'echo "1 99" | tokenize -t tiny.json --decode --ids'
 check_fail "decode: not an id" 1 "line 1: bad token id" sh -c 'echo "1 x" | tokenize -t tiny.json --decode --ids'
+check_fail "decode: the bad id quoted alone, not the rest of the line" 1 "line 1: bad token id '2x'\$" \
+	sh -c 'echo "1 2x 3" | tokenize -t tiny.json --decode --ids'
 check_fail "no -t" 2 "no tokenizer" tokenize --ids tiny.txt
 check_fail "bad --split" 2 "--split: want whole, lines or blank" tokenize -t tiny.json --split para --ids tiny.txt
 check_fail "--even-odd with --bos" 2 "--even-odd decides" tokenize -t tiny.json --even-odd --bos tiny.txt

@@ -70,6 +70,15 @@ tensor-gen -d uniform -t I16 --scale 32768 -s 11 --meta orig_in=64 --meta orig_o
 tensor-gen -t F16 -s 12 --scale 0.05 P.suh=128 P.svh=256 >>pm.fr
 check "orig_in/orig_out metadata trims like --in/--out" sh -c \
 	'exl3-matmul -x xp.fr <pm.fr >a.fr && exl3-matmul --in 64 --out 172 -x xp.fr <p.fr >b.fr && cmp a.fr b.fr'
+# --check: the reference's shape sets unknown sizes, but must match stated ones
+tensor-gen -s 14 P.weight=172x64 >wp.fr
+tensor-gen -s 14 P.weight=100x64 >wq.fr
+check "--check sets the sizes of a tensor without metadata" \
+	sh -c 'exl3-matmul --check wq.fr <p.fr | jq -e ".shape == [100,64]" >/dev/null'
+check "--check against the stated sizes (orig_in/orig_out)" \
+	sh -c 'exl3-matmul --check wp.fr <pm.fr | jq -e ".shape == [172,64]" >/dev/null'
+check_fail "--check with a reference of another shape that pads alike" 1 \
+	"wq.fr: 'P.weight': shape 100x64, but tensor 'P' is 172x64" exl3-matmul --check wq.fr <pm.fr
 check "--tensor picks a later group" sh -c 'cat p.fr g.fr x.fr | exl3-matmul --tensor L | cmp - y1.fr'
 check_fail "without --tensor the first group (P) is used" 1 "input frame 'L.trellis'" sh -c 'cat p.fr g.fr x.fr | exl3-matmul'
 exl3-matmul --in 64 --out 172 --dequant <p.fr >wp.fr

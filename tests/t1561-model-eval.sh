@@ -35,9 +35,17 @@ check_fail "... or an error with --strict" 1 "fewer than the 5 requested" model-
 synth_model v2 32 48 2 4 2 80 1
 check_fail "different vocabularies" 1 "vocabulary of 80" model-eval --model m --quantized v2 --tokens tok
 tensor-gen -d constant --value 1 -t I32 tokens=1x4 >short
-check_fail "--cols larger than the input" 1 "fewer than one row of 8" model-eval --model m --tokens short --cols 8
+check_fail "--cols larger than the input, the file named" 1 "^model-eval: short: [0-9]+ tokens, fewer than one row of 8" model-eval --model m --tokens short --cols 8
 
+# --generate stops at max_position_embeddings (as --cols is capped there)
+mkdir pos8 && ln -s ../m/model.safetensors pos8/ && jq '.max_position_embeddings = 8' m/config.json >pos8/config.json
+model-eval --model pos8 --generate 20 --ids >pos8.ids 2>pos8.err
+check "--generate stops at max_position_embeddings" test "$(wc -w <pos8.ids)" -le 8 -a "$(wc -w <pos8.ids)" -ge 1
+check "... and says so" grep -q "^model-eval: --generate 20: stopping at max_position_embeddings 8 (7 tokens after the prompt)" pos8.err
 if have_shared; then
+	check_fail "--prompt longer than max_position_embeddings" 1 \
+		"^model-eval: --prompt: [0-9]+ tokens, the model's max_position_embeddings 512 leaves no room" \
+		model-eval --model "$SHARED/models/stories260K" --generate 3 --prompt "$(printf 'a%.0s' $(seq 600))"
 	S=$SHARED/models/stories260K
 	ref="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high"
 	model-eval --model "$S" --generate 64 >gen.txt

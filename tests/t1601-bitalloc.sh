@@ -88,6 +88,8 @@ check_fail "--importance missing a tensor" 1 "no importance given" bitalloc --bi
 check_fail "--bits required" 2 "--bits is required" bitalloc m.jsonl
 check_fail "--bits out of range" 2 "--bits: '9'" bitalloc --bits 9 m.jsonl
 check_fail "bad --set" 2 "--set: 'foo' is not REGEX=K" bitalloc --bits 3 --set foo m.jsonl
+check_fail "--set with an invalid regex: a usage error" 2 \
+	"--set: regex '\\(': missing closing parenthesis" bitalloc --bits 3 --set '(=3' m.jsonl
 check_fail "missing file" 1 "nosuch.jsonl: No such file" bitalloc --bits 3 nosuch.jsonl
 check "-h on stdout, exit 0" bash -c 'bitalloc -h | grep -q "^usage: bitalloc --bits B"'
 

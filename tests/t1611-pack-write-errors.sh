@@ -90,6 +90,11 @@ fails "stream K differs from the plan" "K=3 in the stream, the plan says [^3]" \
 jq '.tensors["model.layers.9.mlp.up_proj"] = 3' plan.json >plan9.json
 fails "plan for another architecture" "'model.layers.9.mlp.up_proj' is not a linear of the architecture" \
 	pack-write -q --model src --passthrough --plan plan9.json <q.frames
+fails "--plan a missing file" "^pack-write: nosuch.json: No such file or directory" \
+	pack-write -q --model src --passthrough --plan nosuch.json <q.frames
+mkdir plandir
+fails "--plan a directory" "^pack-write: plandir: read error: Is a directory" \
+	pack-write -q --model src --passthrough --plan plandir <q.frames
 fails "--head-bits disagrees with the stream's head" "head: 16 bits in the stream, but --head-bits says 6" \
 	pack-write -q --model src --head-bits 6 <all.frames
 gen_model tied 2 true 0

@@ -14,6 +14,14 @@ check_fail "--bits out of range" 2 "--bits: '9' is not a number from 1 to 8" con
 check_fail "bad --mode" 2 "--mode: 'twopass'" convert m out --bits 4 --mode twopass
 check_fail "bad --head-bits" 2 "--head-bits: '12'" convert m out --bits 4 --head-bits 12
 check_fail "unknown option" 2 "unknown option '--frobnicate'" convert m out --bits 4 --frobnicate
+check_fail "bad --set regex: a usage error before any work" 2 "^convert: --set: regex '\\(': missing closing parenthesis" \
+	convert m out --bits 4 --set '(=3'
+mkdir hostdir
+if command -v parallel >/dev/null; then
+	check_fail "--hosts DIR" 1 "hostdir: cannot read the host list" convert m out --bits 4 --hosts hostdir
+else
+	skip "--hosts DIR: no GNU parallel"
+fi
 check "nothing written after usage errors" test ! -e out -a ! -e out.work
 
 mkdir gpt

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Bad input across programs (review3): each message names the program, the
+# file or tensor and the problem once, with exit 1 for data errors and 2 for
+# usage errors.
+. "$(dirname "$0")/lib.sh"
+. "$ROOT/tests/lib-convert.sh"
+cd "$TMP"
+
+tensor-gen -s 1 w=64x48 >w.frames
+tensor-gen -s 2 -d spd h=48x48 --meta count=100 >h.frames
+head -c 300 h.frames >hcut.frames
+mkdir adir
+
+# a file named in the library's message is not named twice ("f: f: why")
+once() {   # once WHAT FILE cmd...: stderr names FILE exactly once
+	local what=$1 f=$2; shift 2
+	"$@" >/dev/null 2>err.txt && { notok "$what (exit 0)"; return; }
+	if [ "$(grep -o -F -- "$f" err.txt | wc -l)" -eq 1 ]; then ok "$what"
+	else notok "$what"; sed 's/^/#   /' err.txt; fi
+}
+check_fail "had-rotate --hessian: a truncated Hessian file" 1 \
+	"^had-rotate: hcut.frames: frame 0 'h': truncated payload" sh -c 'had-rotate --hessian hcut.frames <w.frames'
+once "... names the file once" hcut.frames sh -c 'had-rotate --hessian hcut.frames <w.frames'
+once "trellis-encode --hessian: a missing file, named once" nosuch.frames \
+	sh -c 'trellis-encode -K 2 --hessian nosuch.frames <w.frames'
+once "had-rotate --hessian: a directory, named once" adir sh -c 'had-rotate --hessian adir <w.frames'
+once "hessian-capture --merge: a truncated file, named once" hcut.frames hessian-capture --merge hcut.frames
+once "hessian-capture --activations: a missing file, named once" nosuch.frames hessian-capture --activations nosuch.frames
+
+# a model directory without an index: shards named NAME-0000i-of-0000n must
+# all be there (a partial copy is not a smaller model)
+mkdir sh
+tensor-gen -s 1 a=300x1000 b=300x1000 c=300x1000 | tensor-cat - -o sh --shard-size 1
+rm sh/model.safetensors.index.json
+check "shards without an index, all there: read" test "$(tensor-ls sh | wc -l)" -eq 3
+rm sh/model-00002-of-00003.safetensors
+check_fail "a shard missing and no index: tensor-ls" 1 \
+	"^tensor-ls: sh: shard 'model-00002-of-00003.safetensors' is missing" tensor-ls sh
+check_fail "... tensor-cat" 1 "^tensor-cat: sh: shard 'model-00002-of-00003.safetensors' is missing" tensor-cat sh
+# a NaN in a weight is named, with the model, before the forward makes every
+# row non-finite (before: "512 of 512 rows dropped" for a Hessian downstream)
+tiny_model m 1
+mkdir nanm && cp m/config.json m/tokenizer*.json nanm/
+up=model.layers.0.mlp.up_proj.weight
+{ tensor-cat -q m $(tensor-ls m | jq -r .name | grep -vxF $up)
+  tensor-gen -d constant --value nan "$up=$(tensor-ls m | jq -r "select(.name == \"$up\") | .shape | map(tostring) | join(\"x\")")"
+} | tensor-cat -q -o nanm/model.safetensors -
+echo "Once upon a time there was a cat. The cat sat on the mat." >t.txt
+check_fail "hessian-capture: a NaN weight" 1 \
+	"^hessian-capture: nanm: forward: layer 0: tensor '$up': non-finite value nan at \\[0\\]\\[0\\]" \
+	hessian-capture -q --model nanm --text t.txt --rows 1 --cols 8
+check_fail "model-eval --quantized: names the model with the NaN weight" 1 \
+	"^model-eval: nanm: forward: layer 0: tensor '$up': non-finite" \
+	model-eval -q --model m --quantized nanm --text t.txt --cols 8
+check "the model without it runs" sh -c 'model-eval -q --model m --text t.txt --cols 8 >/dev/null'
+# an empty weight is called that, not "hessian size 0 is not a positive multiple of 128"
+tensor-gen w=64x0 >w64x0.frames
+tensor-gen w=0x48 >w0x48.frames
+for c in "had-rotate" "had-rotate --hessian h.frames" "trellis-encode -K 2" "trellis-encode --measure 2"; do
+	for f in w64x0 w0x48; do
+		check_fail "$c: an empty weight ($f)" 1 "^${c%% *}: weight 'w': shape ${f#w} is not a non-empty matrix" \
+			sh -c "$c <$f.frames >/dev/null"
+	done
+done
+# a directory where a file is expected: the reason, not a bare "read error"
+mkdir -p cfgdir/config.json tokdir/tokenizer.json
+tensor-gen -s 1 w=64x48 | trellis-encode --measure 2 >m.jsonl 2>/dev/null
+check_fail "bitalloc: a directory as input" 1 "^bitalloc: adir: read error: Is a directory" bitalloc --bits 3 adir
+check_fail "bitalloc --importance: a directory" 1 "^bitalloc: adir: read error: Is a directory" \
+	bitalloc --bits 3 --importance adir m.jsonl
+check_fail "hessian-capture --text: a directory" 1 "adir: read error: Is a directory" \
+	hessian-capture -q --model m --text adir --rows 1 --cols 8
+check_fail "model-eval: config.json a directory" 1 "cfgdir/config.json: read error: Is a directory" \
+	model-eval -q --model cfgdir --text t.txt
+check_fail "tokenize: tokenizer.json a directory" 1 "tokdir/tokenizer.json: read error: Is a directory" \
+	tokenize -t tokdir --ids t.txt
+# tensor-gen shapes: a trailing x or a sign is a typo, not a smaller tensor
+for a in "w=256x" "w= 3" "w=+3" "w=3,"; do
+	check_fail "tensor-gen '$a' is a usage error" 2 "^tensor-gen: 'w=[^']*': expected NAME=SHAPE" tensor-gen "$a"
+done
+check "tensor-gen w=3,4 and w= (a scalar) still work" \
+	test "$(tensor-gen w=3,4 s= | tensor-ls | jq -c .shape | tr -d '\n')" = '[3,4][]'
+done_testing
