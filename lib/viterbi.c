@@ -558,6 +558,17 @@ TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, con
 #if FUSE_B(2) != 512
 #error "fused512p's mask lines (R, r0, r1) assume FUSE_B(2) == 512"
 #endif
+/* Send n masks (whole 64-byte lines) of each of the T tiles from their L1
+ * lines s0, s1 to dst[t] + off, one non-temporal store per line. */
+TGT512 INLINE void stream_masks(int T, uint16_t *const dst[2], size_t off, const uint16_t *s0,
+                                const uint16_t *s1, int n)
+{
+	for (int t = 0; t < T; t++)
+		for (int i = 0; i < n; i += 32)
+			_mm512_stream_si512((void *)(dst[t] + off + i),
+			                    _mm512_load_si512((t ? s1 : s0) + i));
+}
+
 TGT512 INLINE void fused512p(const int K, const int wbp, const int T, const float *cbo,
                              float wa0, float wa1, float wb0, float wb1, const float *preva,
                              const float *prevb, float *nexta, float *nextb, float *mida,
@@ -579,20 +590,14 @@ TGT512 INLINE void fused512p(const int K, const int wbp, const int T, const floa
 			          x0 / 64, (x0 + L) / 64, 0, 0, 1);
 			if (wbp && j % R == R - 1) {
 				/* masks of intermediate edges x0 - (R-1) L .. x0 + L */
-				const size_t d = (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB;
-				for (int t = 0; t < T; t++)
-					for (int i = 0; i < R * MC1; i += 32)
-						_mm512_stream_si512((void *)(bp0[t] + d + i),
-						                    _mm512_load_si512(r0[t][kk] + i));
+				stream_masks(T, bp0, (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB,
+				             r0[0][kk], r0[1][kk], R * MC1);
 			}
 		}
 		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
 		          r1[0], r1[1], e0 / 64, (e0 + FB) / 64, 0, 0, 1);
 		if (wbp)
-			for (int t = 0; t < T; t++)
-				for (int i = 0; i < MC2; i += 32)
-					_mm512_stream_si512((void *)(bp1[t] + (size_t)e0 / (16 * NK) * MB + i),
-					                    _mm512_load_si512(r1[t] + i));
+			stream_masks(T, bp1, (size_t)e0 / (16 * NK) * MB, r1[0], r1[1], MC2);
 	}
 }
 
@@ -687,21 +692,15 @@ TGT512 INLINE void fusedip512(const int K, const int wbp, const int T, const flo
 			          r0[1][kk] + j % R * MC1, x0 / 64, (x0 + L) / 64, 0, 0, 1);
 			if (wbp && j % R == R - 1) {
 				/* masks of intermediate edges x0 - (R-1) L .. x0 + L */
-				const size_t d = (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB;
-				for (int t = 0; t < T; t++)
-					for (int i = 0; i < R * MC1; i += 32)
-						_mm512_stream_si512((void *)(bp0[t] + d + i),
-						                    _mm512_load_si512(r0[t][kk] + i));
+				stream_masks(T, bp0, (size_t)(x0 - (R - 1) * L) / (16 * NK) * MB,
+				             r0[0][kk], r0[1][kk], R * MC1);
 			}
 		}
 		/* the NK^2 output chunks go to the chunks just read */
 		body512bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, ca, cb2, r1[0], r1[1],
 		          e0 / 64, (e0 + B) / 64, 1, s1, 1);
 		if (wbp)
-			for (int t = 0; t < T; t++)
-				for (int i = 0; i < MC2; i += 32)
-					_mm512_stream_si512((void *)(bp1[t] + (size_t)e0 / (16 * NK) * MB + i),
-					                    _mm512_load_si512(r1[t] + i));
+			stream_masks(T, bp1, (size_t)e0 / (16 * NK) * MB, r1[0], r1[1], MC2);
 	}
 }
 
