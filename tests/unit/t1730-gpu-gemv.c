@@ -88,6 +88,18 @@ static void dense_ref(const float *wt, const uint16_t *suh, const uint16_t *svh,
 	free(T);
 }
 
+/* y (m, n) = x (m, k) W (k, n) in float64 */
+static void ref_mm(const float *x, const double *W, int m, int64_t k, int64_t n, double *y)
+{
+	for (int i = 0; i < m; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double acc = 0;
+			for (int64_t c = 0; c < k; c++)
+				acc += (double)x[i * k + c] * W[c * n + j];
+			y[i * n + j] = acc;
+		}
+}
+
 static int nan_max(double *worst, double v)
 {
 	if (!(v <= *worst)) {   /* NaN sticks */
@@ -138,13 +150,7 @@ static void fused_shape(x3_rng *r, int64_t k, int64_t n, int K, int cb, const ch
 		x[i] = (float)x3_rng_normal(r);
 	CHECK_OK(x3_trellis_decode(K, cb, tr, k, n, wt), "cpu decode");
 	dense_ref(wt, suh, svh, k, n, W);
-	for (int i = 0; i < M; i++)
-		for (int64_t j = 0; j < n; j++) {
-			double acc = 0;
-			for (int64_t c = 0; c < k; c++)
-				acc += (double)x[i * k + c] * W[c * n + j];
-			P[i * n + j] = acc;
-		}
+	ref_mm(x, W, M, k, n, P);
 	x3_gpu_linear *L[2] = {NULL, NULL};   /* without, with bias */
 	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L[0]), "create");
 	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, bias, &L[1]), "create +bias");
@@ -226,13 +232,7 @@ static void in_place(x3_rng *r)
 		x[i] = (float)x3_rng_normal(r);
 	CHECK_OK(x3_trellis_decode(K, cb, tr, k, n, wt), "cpu decode");
 	dense_ref(wt, suh, svh, k, n, W);
-	for (int i = 0; i < m; i++)
-		for (int64_t j = 0; j < n; j++) {
-			double acc = 0;
-			for (int64_t c = 0; c < k; c++)
-				acc += (double)x[i * k + c] * W[c * n + j];
-			yr[i * n + j] = acc;
-		}
+	ref_mm(x, W, m, k, n, yr);
 	x3_gpu_linear *L = NULL;
 	float *xy_d = NULL;
 	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L), "create");
