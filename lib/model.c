@@ -418,9 +418,9 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	rmsnorm(f->xn, x, w->in_norm, nt, H, c->rms_eps);
 	if ((rc = hook(f, l, "self_attn.input", members(mb, sizeof mb, l, L_Q, L_V), f->xn, nt, H)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[L_Q], f->xn, nt, f->q)) ||
-	    (rc = x3_linear_apply(w->lin[L_K], f->xn, nt, f->k)) ||
-	    (rc = x3_linear_apply(w->lin[L_V], f->xn, nt, f->v)))
+	if ((rc = x3_linear_apply(w->lin[L_Q], f->xn, nt, cols, f->q)) ||
+	    (rc = x3_linear_apply(w->lin[L_K], f->xn, nt, cols, f->k)) ||
+	    (rc = x3_linear_apply(w->lin[L_V], f->xn, nt, cols, f->v)))
 		return rc;
 	if (c->qk_norm) {
 		rmsnorm(f->q, f->q, w->q_norm, nt * nq, hd, c->rms_eps);
@@ -434,7 +434,7 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	               f->a, nt, nq * hd)))
 		return rc;
 	/* o_proj output into xn (free now), then the residual */
-	if ((rc = x3_linear_apply(w->lin[L_O], f->a, nt, f->xn)))
+	if ((rc = x3_linear_apply(w->lin[L_O], f->a, nt, cols, f->xn)))
 		return rc;
 	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
@@ -443,8 +443,8 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	rmsnorm(f->xn, x, w->post_norm, nt, H, c->rms_eps);
 	if ((rc = hook(f, l, "mlp.input", members(mb, sizeof mb, l, L_GATE, L_UP), f->xn, nt, H)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[L_GATE], f->xn, nt, f->g)) ||
-	    (rc = x3_linear_apply(w->lin[L_UP], f->xn, nt, f->u)))
+	if ((rc = x3_linear_apply(w->lin[L_GATE], f->xn, nt, cols, f->g)) ||
+	    (rc = x3_linear_apply(w->lin[L_UP], f->xn, nt, cols, f->u)))
 		return rc;
 	#pragma omp parallel for if(nt * inter > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * inter; i++) {
@@ -454,7 +454,7 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	if ((rc = hook(f, l, "mlp.down_proj.input", members(mb, sizeof mb, l, L_DOWN, L_DOWN),
 	               f->g, nt, inter)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[L_DOWN], f->g, nt, f->xn)))
+	if ((rc = x3_linear_apply(w->lin[L_DOWN], f->g, nt, cols, f->xn)))
 		return rc;
 	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
@@ -573,11 +573,11 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		if ((rc = hook(&f, n, "lm_head.input", "lm_head.weight", f.xn, nt, H)))
 			break;
 		if (o->logits_mode == X3_LOGITS_ALL) {
-			rc = x3_linear_apply(head, f.xn, nt, o->logits + r0 * cols * c->vocab);
+			rc = x3_linear_apply(head, f.xn, nt, cols, o->logits + r0 * cols * c->vocab);
 		} else if (o->logits_mode == X3_LOGITS_LAST) {
 			for (int64_t r = 0; r < nr; r++)
 				memmove(f.xn + r * H, f.xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
-			rc = x3_linear_apply(head, f.xn, nr, o->logits + r0 * c->vocab);
+			rc = x3_linear_apply(head, f.xn, nr, 0, o->logits + r0 * c->vocab);
 		}
 	}
 	free(norm);
