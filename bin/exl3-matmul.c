@@ -98,7 +98,7 @@ static x3_exl3 *read_group(x3_reader *r, const char *want, x3_tensor **next)
 }
 
 /* Original sizes of a Llama-family linear from DIR/config.json, by the
- * module name (ExLlamaV3 likewise takes them from the config, §1):
+ * module name (ExLlamaV3 likewise takes them from the config, exl3(5) §1.1):
  * kept only where they round up to the padded sizes. */
 static void sizes_from_config(const char *dir, x3_exl3 *e)
 {

@@ -1,5 +1,5 @@
 /* hessian-capture: input Hessians H = Σ xᵀx of every linear of a model over
- * calibration text (spec §9), or merged from Hessian streams, or from
+ * calibration text (exl3(5) §10), or merged from Hessian streams, or from
  * activation frames. */
 #include <errno.h>
 #include <getopt.h>

@@ -1,4 +1,4 @@
-/* pack-write: assemble an EXL3 model directory (spec §2) from the frames
+/* pack-write: assemble an EXL3 model directory (exl3(5) §2) from the frames
  * of a conversion on stdin plus the source model directory.
  *
  * The directory is built under OUT.tmp-XXXXXX beside OUT and renamed into
@@ -170,7 +170,7 @@ static int ends_with(const char *s, const char *suf)
 	return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* Copy the non-weight files of SRC (spec §2.3). */
+/* Copy the non-weight files of SRC (exl3(5) §2.1). */
 static void copy_files(const char *src)
 {
 	DIR *d = opendir(src);
@@ -376,8 +376,8 @@ static void *materialize(const struct ent *e, int *owned)
 	return buf;
 }
 
-/* Legal by the spec, but what the loaders checked in pack-write(1),
- * COMPATIBILITY, trip over: warnings only. */
+/* Legal EXL3, but what the loaders of exl3(5) §8 trip over: warnings
+ * only. */
 static void loader_warnings(const char *cfg_text, const char *path, const x3_pack_linear *lin, int nlin)
 {
 	json_t *o = json_loads(cfg_text, 0, NULL);
@@ -861,7 +861,7 @@ int main(int argc, char **argv)
 		e->src = s;
 	}
 
-	/* what the loaders would trip over, but the spec allows: warnings */
+	/* what the loaders would trip over, but EXL3 allows: warnings */
 	for (int i = 0; i < nent && !quiet; i++)
 		if (!exllamav3_dtype(ents[i].t->dtype))
 			warnx("warning: tensor '%s': dtype %s, which ExLlamaV3 cannot read (F32, F16, BF16, "

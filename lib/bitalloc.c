@@ -567,7 +567,7 @@ static int solve_lagrange(x3_ba *ba)
 	return X3_OK;
 }
 
-/* ---- ExLlamaV3's greedy (spec §10) ------------------------------------ */
+/* ---- ExLlamaV3's greedy (exl3(5) §11) ------------------------------ */
 
 struct grp {
 	char *key;
@@ -590,7 +590,7 @@ static int layer_of(const char *key)
 	return -1;
 }
 
-/* Group key and priority of a linear (spec §10.3). */
+/* Group key and priority of a linear (exl3(5) §11.2). */
 static char *group_of(const x3_ba *ba, const char *key, int *prio)
 {
 	const char *dot = strrchr(key, '.');

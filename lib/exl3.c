@@ -1,5 +1,6 @@
-/* exl3.c: an EXL3 linear layer: loading and validation (spec §2.1, §7),
- * dense reconstruction (§1) and the plain C reference matmul (§5.3).
+/* exl3.c: an EXL3 linear layer: loading and validation (exl3(5) §2.2, §7),
+ * dense reconstruction (exl3(5) §1.2) and the plain C reference matmul
+ * (exl3(5) §6.2).
  * The fast decode-in-the-loop kernels are in exl3mm.c. */
 #include <limits.h>
 #include <math.h>
@@ -89,7 +90,7 @@ static int load_vec(const x3_tensor *t, int64_t len, float **out)
 	return X3_OK;
 }
 
-/* Legacy packed sign bits (§2.1): int16 (len/16,), bit j of word w (LSB
+/* Legacy packed sign bits (exl3(5) §2.2): int16 (len/16,), bit j of word w (LSB
  * first) is element 16w+j, set means -1. */
 static int load_signs(const x3_tensor *t, int64_t len, float **out)
 {
@@ -125,7 +126,7 @@ static int check_marker(const x3_tensor *t, uint32_t want)
 	uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
 	             (uint32_t)p[3] << 24;
 	/* The value is not read by ExLlamaV3; a different one comes from a
-	 * pre-lock experimental checkpoint that would mis-decode (§2.1). */
+	 * pre-lock experimental checkpoint that would mis-decode (exl3(5) §2.2). */
 	if (v != want)
 		return x3_err(X3_EUNSUP, "'%s': multiplier 0x%08X is not the locked "
 		              "0x%08X (experimental checkpoint)", t->name, v, want);

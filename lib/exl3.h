@@ -1,5 +1,5 @@
-/* exl3.h: one EXL3-quantized linear layer on the CPU (spec
- * ../shared/spec/exl3-format.md §1, §2, §5.3, §7).
+/* exl3.h: one EXL3-quantized linear layer on the CPU
+ * (exl3(5) §1.2, §2, §6.2, §7).
  *
  * An x3_exl3 holds the packed trellis of W~ (k x n, tiles of 16x16 at K
  * bits per weight), the scale vectors suh (k) and svh (n), an optional bias
@@ -20,12 +20,12 @@
 
 typedef struct x3_exl3 x3_exl3;
 
-/* Tensor name suffixes of one EXL3 linear "<key>.<suffix>" (§2.1). */
+/* Tensor name suffixes of one EXL3 linear "<key>.<suffix>" (exl3(5) §2.2). */
 int x3_exl3_is_part(const char *name, char *key, size_t keylen);
 
 /* Build from the tensors of one key among ts[0..nt) (frames or safetensors
  * records; other names are ignored). Validates shapes, dtypes and markers
- * (§2.1, §7 step 1) and copies what it needs. Original sizes are taken
+ * (exl3(5) §2.2, §7 step 1) and copies what it needs. Original sizes are taken
  * from metadata "orig_in"/"orig_out" (or "in_features"/"out_features") of
  * the trellis tensor when present, else the padded sizes.
  * Errors name the tensor. */

@@ -66,7 +66,7 @@ static int check_finite(const float *v, int64_t rows, int64_t cols, const char *
 }
 
 /* The EXL3 group of key: padded sizes k, n are multiples of 128 that hold
- * in, out with less than 128 of padding (spec §1). */
+ * in, out with less than 128 of padding (exl3(5) §1.1). */
 static int open_exl3(x3_st *st, const char *key, int64_t in, int64_t out, int bias,
                      int check_only, x3_linear **lin)
 {

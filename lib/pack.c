@@ -1,4 +1,4 @@
-/* pack.c: EXL3 model directory layout (see pack.h, spec §2). */
+/* pack.c: EXL3 model directory layout (see pack.h, exl3(5) §2). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* pack.h: the layout of an EXL3 model directory (spec §2): which linears
+/* pack.h: the layout of an EXL3 model directory (exl3(5) §2): which linears
  * an architecture has and their shapes, the checks on one quantized
  * linear's tensors, model order, and the config.json /
  * quantization_config.json texts. Used by pack-write. */
@@ -50,7 +50,7 @@ int x3_pack_check_exl3(const char *key, int64_t in, int64_t out,
  * modules); *rank: order inside it. Compare (module, rank, name). */
 void x3_pack_order(const char *name, long *module, long *rank);
 
-/* The quantization_config block (spec §2.4). */
+/* The quantization_config block (exl3(5) §2.5). */
 typedef struct {
 	double bits;                 /* written as round(bits, 2) */
 	int head_bits;               /* 1..8 or 16 */

@@ -1,4 +1,4 @@
-/* quant.c: the EXL3 quantizer on CPU, reference C (spec §5.2, §8).
+/* quant.c: the EXL3 quantizer on CPU, reference C (exl3(5) §9.2, §9).
  * Dense algebra goes through BLAS/LAPACK; the tile quantizer is the
  * Viterbi encoder of codec.h. */
 #include <math.h>
@@ -15,7 +15,7 @@
 #include "gpu.h"
 #include "quant.h"
 
-/* -1.24371088: RMS of the 3INST codebook, negated (§5.2 step 7) */
+/* -1.24371088: RMS of the 3INST codebook, negated (exl3(5) §9.2 step 7) */
 #define NEG_CB_SCALE (-1.24371088f)
 
 static double mono_seconds(void)
@@ -202,7 +202,7 @@ static int had_cols(float *x, int64_t rows, int64_t cols)
 	return X3_OK;
 }
 
-/* H <- Hb diag(s) H diag(s) Hb (§8.2.6) */
+/* H <- Hb diag(s) H diag(s) Hb (exl3(5) §9.1 step 6) */
 static int rotate_hessian(float *H, int64_t k, const float *s)
 {
 	#pragma omp parallel for schedule(static)
@@ -326,7 +326,7 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 			qhess_fallback(h, why);
 			break;
 		}
-		/* §8.2.7: add 2*sigma_reg*mean(diag(H)) and retry */
+		/* exl3(5) §9.1 step 7: add 2*sigma_reg*mean(diag(H)) and retry */
 		float add = (float)(2 * X3_SIGMA_REG * diag_mean(H, k));
 		for (int64_t i = 0; i < k; i++)
 			H[i * k + i] += add;
