@@ -476,7 +476,7 @@ int main(int argc, char **argv)
 	char *cfg_text = slurp(path, NULL);
 	x3_model_config cfg;
 	if (x3_config_parse_as(cfg_text, strlen(cfg_text), X3_CONFIG_LAYOUT, &cfg))
-		die("%s: %s", path, x3_errmsg());
+		die("%s: %s", src, x3_errmsg());   /* "SRC: config.json: ..." */
 	x3_module *mods;
 	int nmods;
 	if (x3_arch_modules(&cfg, &mods, &nmods))
