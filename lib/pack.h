@@ -74,4 +74,17 @@ int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char
  * and turns every nn.Linear named in tensor_storage into an EXL3 module). */
 int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out);
 
+/* The role of a tensor or linear, from its key alone (any architecture's
+ * usual names): attention (self_attn, attn, attention, linear_attn), dense
+ * MLP (mlp, feed_forward, ffn), routed experts (an "experts" component:
+ * mlp.experts.N., block_sparse_moe.experts.N.w1), shared experts
+ * (shared_expert(s), shared_mlp), head (lm_head), embedding (embed_tokens,
+ * wte, ...), norm, router (mlp.gate, block_sparse_moe.gate), other.
+ * *layer (may be NULL): N of the first "layers.N." ("h.N.", "blocks.N."),
+ * else -1. */
+enum { X3_ROLE_ATTN, X3_ROLE_MLP, X3_ROLE_EXPERTS, X3_ROLE_SHARED, X3_ROLE_HEAD,
+       X3_ROLE_EMBED, X3_ROLE_NORM, X3_ROLE_ROUTER, X3_ROLE_OTHER, X3_ROLE_COUNT };
+int x3_pack_role(const char *name, int *layer);
+const char *x3_pack_role_name(int role);     /* "attention", "mlp", ... */
+
 #endif
