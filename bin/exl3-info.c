@@ -498,9 +498,14 @@ static char *plot_script(const char *src, size_t *len)
 	gq(f, src);
 	fprintf(f, "\nset key outside right top\nset grid\nset style data linespoints\n");
 	/* panel 1: numel-weighted K per layer and role; the head at x = layers */
-	fprintf(f, "set title 'bits per weight by layer and role (head at the right)'\n"
-	        "set xlabel 'layer'\nset ylabel 'bits (K)'\nset yrange [0:*]\nset xrange [-0.5:%d.5]\n",
-	        maxl + 1);
+	int has_head = 0;
+	for (int i = 0; i < nlin; i++)
+		has_head |= lins[i].role == X3_ROLE_HEAD;
+	fprintf(f, "set title 'bits per weight by layer and role'\n"
+	        "set xlabel 'layer'\nset ylabel 'bits (K)'\nset yrange [0:8.5]\nset xrange [-0.5:%d.5]\n"
+	        "set xtics %d\n", maxl + has_head, maxl < 32 ? 1 : (maxl + 15) / 16);
+	if (has_head)
+		fprintf(f, "set xtics add ('head' %d)\n", maxl + 1);
 	int nser = 0;
 	for (size_t r = 0; r < sizeof plot_roles / sizeof *plot_roles; r++) {
 		int role = plot_roles[r], any = 0;
@@ -539,7 +544,7 @@ static char *plot_script(const char *src, size_t *len)
 				kind = lins[i].err_kind;
 		fprintf(f, "set title 'per-tensor %s (model order)'\nset xlabel 'linear'\n"
 		        "set ylabel '%s'\nset logscale y\nset yrange [*:*]\nset xrange [-0.5:%d.5]\n"
-		        "set style data points\n", kind, kind, nlin - 1);
+		        "set xtics autofreq\nset style data points\n", kind, kind, nlin - 1);
 		int ne = 0;
 		int used[sizeof plot_roles / sizeof *plot_roles] = {0};
 		for (size_t r = 0; r < sizeof plot_roles / sizeof *plot_roles; r++) {
@@ -767,7 +772,10 @@ int main(int argc, char **argv)
 		memmove(&unqs[i], &unqs[i + 1], (size_t)(nunq - i - 1) * sizeof *unqs);
 		nunq--, i--;
 	}
-	if (!nlin && !nproblems)
+	int nq = 0;
+	for (int i = 0; i < nlin; i++)
+		nq += lins[i].q.K > 0;
+	if (!nq && !nproblems)
 		problem("%s: no EXL3 linears (no '<key>.trellis' tensors)", src);
 	if (nproblems) {
 		for (int i = 0; i < nproblems; i++)
