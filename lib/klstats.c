@@ -38,7 +38,7 @@ void x3_kl_position(const float *a, const float *b, int64_t V, int32_t correct, 
 	}
 	lse(b, V, &mb, &lb, &tb);
 	/* Σ p_a (ln p_a - ln p_b); ln p_a - ln p_b = (a - b) - (ma + la - mb - lb) */
-	double c = ma + la - mb - lb, kl = 0;
+	double c = (ma - mb) + (la - lb), kl = 0;   /* exactly 0 for equal inputs */
 	for (int64_t i = 0; i < V; i++) {
 		double lpa = (double)a[i] - ma - la;
 		kl += exp(lpa) * (((double)a[i] - (double)b[i]) - c);
