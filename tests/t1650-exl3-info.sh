@@ -88,11 +88,8 @@ for K in 2 4; do tensor-gen -s 1 "model.layers.$((K / 2 - 1)).mlp.up_proj.weight
 exl3-info --json enc.frames >enc.json
 check "frames: sizes and proxy errors from the metadata" \
 	jqt '(.linears | length) == 2 and all(.linears[]; .in == 64 and .out == 96 and .sizes_known and .proxy_err > 0) and .linears[0].proxy_err > .linears[1].proxy_err' enc.json
-svg_series() { python3 -c '
-import sys, xml.etree.ElementTree as ET
-r = ET.parse(sys.argv[1]).getroot()
-print(sum(1 for g in r.iter("{http://www.w3.org/2000/svg}g") if "_plot_" in g.get("id", "")))' "$1"; }
-if command -v gnuplot >/dev/null; then
+svg_series() { xmllint --xpath "count(//*[local-name()='g'][contains(@id, '_plot_')])" "$1"; }
+if command -v gnuplot >/dev/null && command -v xmllint >/dev/null; then
 	exl3-info --plot p1.svg p1 >/dev/null
 	check "--plot: an SVG that parses, 3 series (attention, mlp, head)" test "$(svg_series p1.svg)" = 3
 	exl3-info --plot enc.svg enc.frames >/dev/null
@@ -110,7 +107,7 @@ if command -v gnuplot >/dev/null; then
 		skip "rsvg-convert not installed"
 	fi
 else
-	skip "gnuplot not installed (make deps)"
+	skip "gnuplot or xmllint not installed (make deps)"
 fi
 
 # ---- corrupted directories: each its own message ---------------------------
