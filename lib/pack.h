@@ -103,4 +103,15 @@ int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char
  * and turns every nn.Linear named in tensor_storage into an EXL3 module). */
 int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out);
 
+/* The role (arch.h X3_ROLE_*) of a tensor or linear of any pack: the
+ * model description's when a table knows the key (x3_arch_classify), else
+ * from the usual names of other architectures: attention (self_attn, attn,
+ * attention, linear_attn), dense MLP (mlp, feed_forward, ffn), routed
+ * experts (an "experts" component: mlp.experts.N., block_sparse_moe.
+ * experts.N.w1), shared experts (shared_expert(s), shared_mlp), head
+ * (lm_head), embedding (embed_tokens, wte, ...), norm, router (mlp.gate,
+ * block_sparse_moe.gate), other. *layer (may be NULL): N of the first
+ * "layers.N." ("h.N.", "blocks.N."), else -1. Names: x3_role_name. */
+int x3_pack_role(const char *name, int *layer);
+
 #endif
