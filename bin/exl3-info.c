@@ -65,30 +65,32 @@ static int nproblems;
 static char **warns;
 static int nwarns;
 
+/* append a formatted message to a list (the problems, the warnings) */
+static void add_msg(char ***list, int *n, const char *fmt, va_list ap)
+{
+	char buf[2048];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	*list = realloc(*list, (size_t)(*n + 1) * sizeof **list);
+	if (!*list || !((*list)[(*n)++] = strdup(buf)))
+		die("out of memory");
+}
+
 static void problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void problem(const char *fmt, ...)
 {
-	char buf[2048];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
+	add_msg(&problems, &nproblems, fmt, ap);
 	va_end(ap);
-	problems = realloc(problems, (size_t)(nproblems + 1) * sizeof *problems);
-	if (!problems || !(problems[nproblems++] = strdup(buf)))
-		die("out of memory");
 }
 
 static void warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void warning(const char *fmt, ...)
 {
-	char buf[2048];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
+	add_msg(&warns, &nwarns, fmt, ap);
 	va_end(ap);
-	warns = realloc(warns, (size_t)(nwarns + 1) * sizeof *warns);
-	if (!warns || !(warns[nwarns++] = strdup(buf)))
-		die("out of memory");
 }
 
 /* the module key of a tensor name: all but the last component */
