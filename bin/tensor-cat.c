@@ -308,8 +308,7 @@ int main(int argc, char **argv)
 		case O_ZSTD: zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3; break;
 		case O_REGEX: use_regex = 1; break;
 		case O_META:
-			if (!strchr(optarg, '=') || optarg[0] == '=')
-				usage_error(usage, "--meta: expected KEY=VALUE, got '%s'", optarg);
+			meta_arg_check(usage, optarg);
 			metas[nmetas++] = optarg;
 			break;
 		case O_SHARD: shard_mb = parse_long(usage, "--shard-size", optarg, 1, 1L << 30); break;

@@ -112,8 +112,7 @@ int main(int argc, char **argv)
 			      : parse_double(usage, "--value", optarg, -INFINITY, INFINITY);
 			break;
 		case O_META:
-			if (!strchr(optarg, '=') || optarg[0] == '=')
-				usage_error(usage, "--meta: expected KEY=VALUE, got '%s'", optarg);
+			meta_arg_check(usage, optarg);
 			metas[nmetas++] = optarg;
 			break;
 		case 'o': outp = optarg; break;
@@ -124,6 +123,14 @@ int main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		usage_error(usage, "missing NAME=SHAPE");
+	for (int a = optind; a < argc; a++) {   /* before anything is written */
+		char *eq = strrchr(argv[a], '=');
+		if (eq) {
+			*eq = 0;
+			name_arg_check(usage, argv[a]);
+			*eq = '=';
+		}
+	}
 	int fd = output_open(outp);
 	x3_writer *w;
 	if (x3_writer_open_fd(fd, zlevel, &w))
@@ -173,11 +180,13 @@ int main(int argc, char **argv)
 				store(t->data, dt, i, v);
 			}
 		}
-		x3_meta_setf(t, "seed", "%lld", seed);
+		if (x3_meta_setf(t, "seed", "%lld", seed))
+			die_x3("tensor '%s'", t->name);
 		for (int i = 0; i < nmetas; i++) {
 			char *e = strchr(metas[i], '=');
 			*e = 0;
-			x3_meta_set(t, metas[i], e + 1);
+			if (x3_meta_set(t, metas[i], e + 1))
+				die_x3("tensor '%s': --meta %s", t->name, metas[i]);
 			*e = '=';
 		}
 		if (x3_writer_put(w, t))
