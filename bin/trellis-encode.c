@@ -428,7 +428,7 @@ int main(int argc, char **argv)
 		g.f[ri] = t;
 	}
 	if (rc != X3_EOF)
-		die_x3("reading %s", x3_reader_label(in));
+		die_x3("%s", x3_reader_label(in));   /* the message names it */
 	if (have) {
 		encode(&g);
 		ngroups++;

@@ -489,11 +489,35 @@ int x3_reader_skip(x3_reader *r)
 
 int x3_reader_load(x3_reader *r, x3_tensor *t)
 {
-	t->data = malloc(t->nbytes ? t->nbytes : 1);
-	if (!t->data)
-		return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
+	/* The header's size is a claim: grow the buffer as the bytes arrive
+	 * (doubling from 64 MiB), so that a frame declaring 4 TiB on a short
+	 * stream is a "truncated payload", not "out of memory". */
+	const size_t first = (size_t)64 << 20;
+	size_t cap = t->nbytes < first ? t->nbytes : first, got = 0;
+	unsigned char *buf = malloc(cap ? cap : 1);
+	if (!buf)
+		return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, cap);
+	while (got < t->nbytes) {
+		if (got == cap) {
+			size_t nc = cap > t->nbytes / 2 ? t->nbytes : 2 * cap;
+			unsigned char *nb = realloc(buf, nc);
+			if (!nb) {
+				free(buf);
+				return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
+			}
+			buf = nb;
+			cap = nc;
+		}
+		int rc = x3_reader_data(r, buf + got, cap - got);
+		if (rc) {
+			free(buf);
+			return rc;
+		}
+		got = cap;
+	}
+	t->data = buf;
 	t->owns_data = 1;
-	return t->nbytes ? x3_reader_data(r, t->data, t->nbytes) : X3_OK;
+	return X3_OK;
 }
 
 int x3_reader_next(x3_reader *r, x3_tensor **out)

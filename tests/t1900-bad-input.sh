@@ -80,4 +80,25 @@ for a in "w=256x" "w= 3" "w=+3" "w=3,"; do
 done
 check "tensor-gen w=3,4 and w= (a scalar) still work" \
 	test "$(tensor-gen w=3,4 s= | tensor-ls | jq -c .shape | tr -d '\n')" = '[3,4][]'
+# a frame whose header declares 4 TiB but holds 100 bytes: "truncated
+# payload" as tensor-cat says, not "out of memory" (the size is a claim)
+big_frame() {   # big_frame NAME DTYPE [ROLE]: header of (2^30, 1024) elements, 100 payload bytes
+	local h="{\"$1\":{\"dtype\":\"$2\",\"shape\":[1073741824,1024],\"data_offsets\":[0,4398046511104]},\"__metadata__\":{\"x3f\":\"1\",\"xxh3\":\"0000000000000000\"${3:+,\"role\":\"$3\"}}}"
+	while [ $(( ${#h} % 8 )) -ne 0 ]; do h="$h "; done
+	local n=${#h} i
+	for i in 0 1 2 3 4 5 6 7; do printf "\\$(printf %03o $(( (n >> (8 * i)) & 255 )))"; done
+	printf '%s' "$h"
+	head -c 100 /dev/zero
+}
+big_frame w F32 >big.frames
+big_frame tokens I32 tokens >bigtok.frames
+trunc="frame 0 'w': truncated payload: got 100 of 4398046511104 bytes \\(4398046511004 missing\\)"
+check_fail "had-rotate: a frame declaring 4 TiB" 1 "^had-rotate: stdin: $trunc" sh -c 'had-rotate <big.frames'
+check_fail "trellis-encode: a frame declaring 4 TiB" 1 "^trellis-encode: stdin: $trunc" sh -c 'trellis-encode -K 2 <big.frames'
+check_fail "hessian-capture --merge: a frame declaring 4 TiB" 1 "^hessian-capture: big.frames: $trunc" \
+	hessian-capture --merge big.frames
+check_fail "hessian-capture --activations: a frame declaring 4 TiB" 1 "^hessian-capture: big.frames: $trunc" \
+	hessian-capture --activations big.frames
+check_fail "tokenize --decode: a frame declaring 4 TiB" 1 "^tokenize: bigtok.frames: frame 0 'tokens': truncated payload" \
+	tokenize -t m --decode bigtok.frames
 done_testing
