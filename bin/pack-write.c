@@ -648,6 +648,11 @@ int main(int argc, char **argv)
 			in[i]->data = spool_map + inoff[i];
 
 	/* 3. linears */
+	const char **fb_key = calloc((size_t)nlin + 1, sizeof *fb_key),
+	           **fb_why = calloc((size_t)nlin + 1, sizeof *fb_why);
+	int nfb = 0;
+	if (!fb_key || !fb_why)
+		die("out of memory");
 	double sum_k = 0, sum_n = 0;
 	int cb_count[X3_CB_COUNT] = {0}, head_bits = 0, any_q = 0;
 #define STREAM_ENT(tensor) do { \
@@ -682,6 +687,16 @@ int main(int argc, char **argv)
 			if (mcb && strcmp(mcb, cb_name(cb)))
 				problem("linear '%s': the trellis metadata says codebook %s, the stream has %s",
 				        L->key, mcb, cb == X3_CB_3INST ? "no marker (3inst)" : cb_name(cb));
+			int64_t fb;
+			if (x3_meta_get_i64(P[P_TRELLIS], "fallback", &fb) == X3_OK && fb) {
+				/* recorded in quantization_config.json, for validate */
+				const char *why = x3_meta_get(P[P_TRELLIS], "fallback_reason");
+				fb_key[nfb] = L->key;
+				fb_why[nfb++] = why ? why : "no usable Hessian";
+				if (!quiet)
+					warnx("warning: linear '%s' was quantized without error feedback (fallback): %s",
+					      L->key, fb_why[nfb - 1]);
+			}
 			json_t *pk = plan_t ? json_object_get(plan_t, L->key) : NULL;
 			if (pk && json_integer_value(pk) != K)
 				problem("linear '%s': K=%d in the stream, the plan says %lld", L->key, K,
@@ -949,6 +964,7 @@ int main(int argc, char **argv)
 	x3_pack_qcfg q = {
 		.bits = bits, .head_bits = head_bits, .cal_rows = (int)cal_rows, .cal_cols = (int)cal_cols,
 		.out_scales = out_scales, .codebook = codebook, .version = "1.4.1",
+		.nfallback = nfb, .fallback_key = fb_key, .fallback_why = fb_why,
 	};
 	char *txt;
 	if (x3_pack_config_json(cfg_text, &q, &txt))
@@ -1018,6 +1034,7 @@ int main(int argc, char **argv)
 		x3_tensor_free(in[i]);
 	}
 	free(in); free(inoff); free(part); free(used); free(lin); free(cfg_text);
+	free(fb_key); free(fb_why);
 	json_decref(plan);
 	x3_st_close(sst);
 	return 0;

@@ -101,4 +101,50 @@ check_fail "hessian-capture --activations: a frame declaring 4 TiB" 1 "^hessian-
 	hessian-capture --activations big.frames
 check_fail "tokenize --decode: a frame declaring 4 TiB" 1 "^tokenize: bigtok.frames: frame 0 'tokens': truncated payload" \
 	tokenize -t m --decode bigtok.frames
+# ---- convert ------------------------------------------------------------
+# a linear without a usable Hessian (layer 0's input norm zeroed: q/k/v see
+# zero activations, o_proj their zero output) is quantized without error
+# feedback: convert and validate say so for each, even with -q (had-rotate
+# -q inside the conversion hid it and validate said "ok": true)
+ln0=model.layers.0.input_layernorm.weight
+mkdir fz && cp m/config.json m/tokenizer*.json fz/
+{ tensor-cat -q m $(tensor-ls m | jq -r .name | grep -vxF $ln0)
+  tensor-gen -d constant --value 0 "$ln0=$(tensor-ls m | jq -r "select(.name == \"$ln0\") | .shape[0]")"
+} | tensor-cat -q -o fz/model.safetensors -
+convert fz fz.out --bits 3 --rows 4 --cols 32 -j 2 -q 2>conv.err
+fbre="was quantized without error feedback \\(fallback\\): mean diagonal 0 is too small"
+for p in q_proj k_proj v_proj o_proj; do
+	check "convert -q names the fallback linear self_attn.$p" \
+		grep -Eq "^convert: warning: linear 'model.layers.0.self_attn.$p' $fbre" conv.err
+done
+check "... and only those" test "$(grep -c fallback conv.err)" -eq 4
+check "quantization_config.json records them" \
+	jqe '.fallback | keys == ["model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.o_proj", "model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj"]' \
+	fz.out/quantization_config.json
+validate fz.out -q >val.json 2>val.err
+check "validate: the report lists the fallback linears" \
+	jqe '.fallback | length == 4 and all(startswith("model.layers.0.self_attn."))' val.json
+check "... with a warning for each, in the report and on stderr" \
+	sh -c '[ "$(jq "[.warnings[] | select(test(\"without error feedback\"))] | length" val.json)" -eq 4 ] &&
+		[ "$(grep -c "^validate: warning: linear .* quantized without error feedback (fallback)" val.err)" -eq 4 ]'
+convert m m.out --bits 3 --rows 4 --cols 32 -j 2 -q 2>conv2.err
+check "a normal conversion: no fallback warning" sh -c '! grep -q fallback conv2.err'
+check "... and validate reports none" sh -c 'validate m.out -q | jq -e ".fallback == []" >/dev/null'
+
+# a failure before the plan exists: the failure, without make's "plan.mk:
+# No such file or directory" after it
+mkdir badtok && cp m/config.json m/model.safetensors badtok/ && echo '{}' >badtok/tokenizer.json
+check_fail "convert: a failing tokenizer is named" 1 "^tokenize: .*badtok/tokenizer.json: no \"model\" object" \
+	convert badtok badtok.out --bits 3 --rows 4 --cols 32 -q
+check "... without make's plan.mk noise" sh -c "! grep -q 'plan.mk' '$TMP/cf.err'"
+
+# a full disk while the calibration text is written: exit 1 naming the
+# file, no partial cal.txt (was: exit 2, "awk: write failure")
+for how in "--cal t.txt" ""; do
+	rm -rf full.out.work && mkdir -p full.out.work/tmp && ln -s /dev/full full.out.work/tmp/cal.txt
+	check_fail "convert ${how:-(default text)}: a full disk while writing the calibration text" 1 \
+		"^convert: .*/full.out.work/tmp/cal.txt: cannot write the calibration text: write error: No space left on device" \
+		convert m full.out --bits 3 --rows 4 --cols 32 -q $how
+	check "... leaves no cal.txt" test ! -e full.out.work/tmp/cal.txt -a ! -e full.out.work/cal/cal.txt
+done
 done_testing
