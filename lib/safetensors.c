@@ -180,6 +180,22 @@ static int open_file(x3_st *s, const char *path)
 		ne++;
 	}
 	qsort(ents, ne, sizeof *ents, cmp_ent);
+	/* two tensors sharing bytes: a writer's bug, and a write to one would
+	 * change the other (empty tensors occupy nothing) */
+	uint64_t end = 0;   /* furthest end so far, of ents[last] */
+	for (size_t i = 0, last = 0; i < ne; i++) {
+		const x3_tensor *t = ents[i].t, *o = ents[last].t;
+		if (!t->nbytes)
+			continue;
+		if (ents[i].off < end) {
+			x3_err(rc, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap those of '%s' "
+			       "[%" PRIu64 ", %" PRIu64 "]", path, t->name, ents[i].off, ents[i].off + t->nbytes,
+			       o->name, ents[last].off, end);
+			goto fail;
+		}
+		end = ents[i].off + t->nbytes;
+		last = i;
+	}
 	struct stfile *nf = realloc(s->files, (s->nfiles + 1) * sizeof *nf);
 	if (!nf) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
@@ -289,6 +305,20 @@ static int open_dir(x3_st *s, const char *dir)
 					break;
 				}
 			}
+		}
+		/* and the other way: a tensor of a shard that the index does not
+		 * list, or lists in another shard (readers that go by the index
+		 * would not find it, or find another copy) */
+		for (int i = 0; !rc && i < s->n; i++) {
+			json_t *f = json_object_get(wm, s->t[i]->name);
+			const char *base = strrchr(s->files[s->tfile[i]].path, '/');
+			base = base ? base + 1 : s->files[s->tfile[i]].path;
+			if (!f)
+				rc = x3_err(X3_EFORMAT, "%s: tensor '%s' of shard '%s' is not in model.safetensors.index.json",
+				            dir, s->t[i]->name, base);
+			else if (strcmp(json_string_value(f), base))
+				rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is in shard '%s', the index says '%s'",
+				            dir, s->t[i]->name, base, json_string_value(f));
 		}
 		json_decref(idx);
 		return rc;

@@ -37,6 +37,15 @@ rm sh/model-00002-of-00003.safetensors
 check_fail "a shard missing and no index: tensor-ls" 1 \
 	"^tensor-ls: sh: shard 'model-00002-of-00003.safetensors' is missing" tensor-ls sh
 check_fail "... tensor-cat" 1 "^tensor-cat: sh: shard 'model-00002-of-00003.safetensors' is missing" tensor-cat sh
+# a shard tensor the index does not list (or lists in another shard)
+mkdir shi
+tensor-gen -s 1 a=100x1000 b=100x1000 c=300x1000 | tensor-cat - -o shi --shard-size 1   # a, b | c
+jq 'del(.weight_map.b)' shi/model.safetensors.index.json >i.json && cp i.json shi/model.safetensors.index.json
+check_fail "a shard tensor missing from the index" 1 \
+	"^tensor-ls: shi: tensor 'b' of shard 'model-00001-of-00002.safetensors' is not in model.safetensors.index.json" tensor-ls shi
+jq '.weight_map.b = "model-00002-of-00002.safetensors"' i.json >shi/model.safetensors.index.json
+check_fail "a shard tensor the index places in another shard" 1 \
+	"^tensor-ls: shi: tensor 'b' is in shard 'model-00001-of-00002.safetensors', the index says 'model-00002-of-00002.safetensors'" tensor-ls shi
 # a NaN in a weight is named, with the model, before the forward makes every
 # row non-finite (before: "512 of 512 rows dropped" for a Hessian downstream)
 tiny_model m 1
