@@ -225,8 +225,8 @@ static void parse_layers(const char *s, int *a, int *b)
 		usage_error(usage, "--layers: '%s' is not A-B", s);
 	if (*end == '-') {
 		const char *p = end + 1;
-		y = *p ? strtol(p, &end, 10) : 1000000;
-		if ((*p && end == p) || y < x)
+		y = *p ? strtol(p, &end, 10) : -1;   /* "A-": to the head */
+		if ((*p && (end == p || y < x)))
 			usage_error(usage, "--layers: '%s' is not A-B", s);
 		if (!*p)
 			end = (char *)p;
@@ -297,11 +297,11 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	if (x3_config_load(model, &cfg))
 		die("%s", x3_errmsg());
 	int n = (int)cfg.n_layers;
-	if (lb > n)
+	if (lb < 0)   /* no --layers: to the head */
 		lb = n;
-	if (la > n)
-		die("--layers: layer %d does not exist (the model has %d layers, %d is the head)",
-		    la, n, n);
+	if (la > n || lb > n)
+		die("--layers: layer %d does not exist (the model has %d layers, 0-%d, and %d is the head)",
+		    la > n ? la : lb, n, n - 1, n);
 	struct x3_model_opts mo = { 0 };
 	if (quant) {
 		mo.overlay_dir = quant;
@@ -464,7 +464,7 @@ int main(int argc, char **argv)
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
 	const char *hid_in = NULL, *hid_out = NULL;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
-	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
+	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = -1, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
 	int want_device = X3_DEVICE_CPU, have_device = 0;
 	long rows = 0, cols = 0, chunk = 4096;

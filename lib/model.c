@@ -152,6 +152,18 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 			goto fail;
 		m->ov_first = opts->overlay_first;
 		m->ov_last = opts->overlay_last;
+		/* a plain HF directory would be accepted and run as the original */
+		for (int l = m->ov_first; l <= m->ov_last && l < m->cfg.n_layers; l++)
+			for (int j = 0; j < L_N; j++) {
+				char k[128];
+				snprintf(k, sizeof k, "model.layers.%d.%s.trellis", l, lin_key[j]);
+				if (!x3_st_find(m->ov, k)) {
+					rc = x3_err(X3_EFORMAT, "%s: linear 'model.layers.%d.%s' is not EXL3 (no '.trellis'): "
+					            "not a quantized model for layers %d-%d", opts->overlay_dir, l,
+					            lin_key[j], m->ov_first, m->ov_last);
+					goto fail;
+				}
+			}
 	}
 	const x3_model_config *c = &m->cfg;
 	m->embed = x3_st_find(m->st, "model.embed_tokens.weight");

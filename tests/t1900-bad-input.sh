@@ -62,6 +62,16 @@ check_fail "model-eval --quantized: names the model with the NaN weight" 1 \
 	"^model-eval: nanm: forward: layer 0: tensor '$up': non-finite" \
 	model-eval -q --model m --quantized nanm --text t.txt --cols 8
 check "the model without it runs" sh -c 'model-eval -q --model m --text t.txt --cols 8 >/dev/null'
+# --layers past the model and --quantized with an unquantized model were
+# accepted (clamped to the head; the original weights run as "quantized")
+check_fail "hessian-capture --layers 0-99 on a 1-layer model" 1 \
+	"^hessian-capture: --layers: layer 99 does not exist \\(the model has 1 layers, 0-0, and 1 is the head\\)" \
+	hessian-capture -q --model m --text t.txt --rows 1 --cols 8 --layers 0-99
+check "... 0- still runs to the head" \
+	test "$(hessian-capture -q --model m --text t.txt --rows 1 --cols 8 --layers 0- | tensor-ls | jq -r .name | tail -1)" = lm_head.input
+check_fail "hessian-capture --quantized: a plain HF directory" 1 \
+	"^hessian-capture: m: linear 'model.layers.0.self_attn.q_proj' is not EXL3 \\(no '.trellis'\\)" \
+	hessian-capture -q --model m --text t.txt --rows 1 --cols 8 --layers 1-1 --quantized m
 # an empty weight is called that, not "hessian size 0 is not a positive multiple of 128"
 tensor-gen w=64x0 >w64x0.frames
 tensor-gen w=0x48 >w0x48.frames
