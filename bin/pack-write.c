@@ -24,6 +24,7 @@
 #include "util.h"
 #include "codec.h"
 #include "frame.h"
+#include "model.h"
 #include "pack.h"
 #include "safetensors.h"
 
@@ -494,6 +495,11 @@ int main(int argc, char **argv)
 	x3_pack_arch arch;
 	if (x3_pack_arch_parse(cfg_text, &arch))
 		die("%s: %s", path, x3_errmsg());
+	/* the architecture the readers (model-eval, hessian-capture, validate's
+	 * checks) accept: a pack of any other would be one nothing here can run */
+	x3_model_config mcfg;
+	if (x3_config_load(src, &mcfg))
+		die("%s", x3_errmsg());
 	x3_pack_linear *lin;
 	int nlin;
 	if (x3_pack_linears(&arch, &lin, &nlin))

@@ -183,6 +183,15 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 	if (k > ((int64_t)1 << 24) || n > ((int64_t)1 << 24))
 		return x3_err(X3_EFORMAT, "'%s': shape %s too large", tr->name,
 		              x3_shape_str(tr, sb, sizeof sb));
+	/* the trellis frame's metadata (trellis-encode writes it) against the
+	 * markers: without its marker an mcg/mul1 group would silently decode
+	 * with the 3INST codebook */
+	const char *mcb = x3_meta_get(tr, "codebook");
+	const char *has = mcg ? "mcg" : mul1 ? "mul1" : "3inst";
+	if (mcb && strcmp(mcb, has))
+		return x3_err(X3_EFORMAT, "tensor '%s': the trellis metadata says codebook %s, but %s", key, mcb,
+		              mcg || mul1 ? (mcg ? "the group has an mcg marker" : "the group has a mul1 marker")
+		                          : "the group has no codebook marker (3inst)");
 	int rc = check_payload(tr);
 	if (rc)
 		return rc;

@@ -122,4 +122,10 @@ check_fail "bad --codebook" 2 "--codebook: 'foo'" pack-write --model src --codeb
 check_fail "bad --head-bits" 2 "--head-bits: 12" pack-write --model src --head-bits 12 out <q.frames
 check "-h prints the usage on stdout" bash -c 'pack-write -h | grep -q "^usage: pack-write --model SRC"'
 
+# an architecture the rest of the toolkit refuses: refused here too (was
+# written, and only model-eval/hessian-capture/validate complained later)
+mkdir foo && cp src/*.safetensors foo/ && jq '.architectures = ["FooForCausalLM"] | .model_type = "foo"' src/config.json >foo/config.json
+fails "an architecture nothing else accepts" \
+	"^pack-write: foo: config.json: architecture 'FooForCausalLM' is not supported" \
+	pack-write -q --model foo --passthrough --head-bits 16 <q.frames
 done_testing

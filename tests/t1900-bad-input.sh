@@ -72,6 +72,14 @@ check "... 0- still runs to the head" \
 check_fail "hessian-capture --quantized: a plain HF directory" 1 \
 	"^hessian-capture: m: linear 'model.layers.0.self_attn.q_proj' is not EXL3 \\(no '.trellis'\\)" \
 	hessian-capture -q --model m --text t.txt --rows 1 --cols 8 --layers 1-1 --quantized m
+# exl3-matmul: a group whose codebook marker is missing decoded as 3INST
+tensor-gen -s 1 w=128x128 | trellis-encode -q -K 2 --codebook mcg >g.frames
+tensor-cat -q g.frames 'w.trellis' 'w.suh' 'w.svh' >nomk.frames
+tensor-gen x=2x128 >x.frames
+check_fail "exl3-matmul: an mcg group without its marker" 1 \
+	"^exl3-matmul: tensor 'w': the trellis metadata says codebook mcg, but the group has no codebook marker \\(3inst\\)" \
+	sh -c 'cat nomk.frames x.frames | exl3-matmul'
+check "... with it, it runs" sh -c 'cat g.frames x.frames | exl3-matmul | tensor-ls | grep -q "\"shape\":\[2,128\]"'
 # an empty weight is called that, not "hessian size 0 is not a positive multiple of 128"
 tensor-gen w=64x0 >w64x0.frames
 tensor-gen w=0x48 >w0x48.frames
