@@ -11,6 +11,14 @@
 #include "util.h"
 
 static const char usage[] = "usage: tensor-ls [--stats] [SOURCE...]\n";
+
+static const char help[] =
+	"One JSON line per tensor of each SOURCE (a frame stream, \"-\" for stdin, a\n"
+	"safetensors file or a model directory): name, dtype, shape, bytes, metadata.\n"
+	"\n"
+	"  --stats      add min, max, mean, rms over the finite elements and the\n"
+	"               NaN/Inf counts (one streaming pass in F32)\n"
+	"  -h           this help\n";
 static int stats;
 
 struct acc { double min, max, sum, sq; int64_t n, nan, inf; };
@@ -128,7 +136,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "sh", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': stats = 1; break;
-		case 'h': fputs(usage, stdout); return 0;
+		case 'h': printf("%s\n%s", usage, help); return 0;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
