@@ -395,11 +395,9 @@ static void loader_warnings(const char *cfg_text, const char *path, const x3_pac
 				first = j;
 		}
 	if (odd)
-		warnx("warning: %d linear%s with a size that is not a multiple of 128 (first '%s', "
-		      "%lldx%lld): stored zero-padded to 128 as the format requires; GPTQModel sizes its "
-		      "EXL3 modules from the unpadded model and cannot run %s; older ExLlamaV3 "
-		      "versions refuse padded inputs except in down_proj", odd, odd > 1 ? "s" : "", lin[first].key,
-		      (long long)lin[first].out, (long long)lin[first].in, odd > 1 ? "them" : "it");
+		warnx("warning: %d linear%s not a multiple of 128 (first '%s', %lldx%lld), stored padded: "
+		      "GPTQModel cannot run %s (pack-write(1), COMPATIBILITY)", odd, odd > 1 ? "s" : "",
+		      lin[first].key, (long long)lin[first].out, (long long)lin[first].in, odd > 1 ? "them" : "it");
 }
 
 static const char *cb_name(int cb)
@@ -504,8 +502,6 @@ int main(int argc, char **argv)
 	int nlin;
 	if (x3_pack_linears(&arch, &lin, &nlin))
 		die_x3("architecture");
-	if (!quiet)
-		loader_warnings(cfg_text, path, lin, nlin);
 	x3_st *sst;
 	if (x3_st_open(src, &sst))
 		die_x3("%s", src);
@@ -896,6 +892,8 @@ int main(int argc, char **argv)
 		head_bits = head_opt ? (int)head_opt : 16;   /* tied, no head stored */
 	if (nprob)
 		die("%d problem%s; nothing written", nprob, nprob > 1 ? "s" : "");
+	if (!quiet)   /* only for a pack that will be written */
+		loader_warnings(cfg_text, path, lin, nlin);
 	double bits = sum_n > 0 ? sum_k / sum_n : 0;
 	if (!isnan(bits_opt)) {
 		if (fabs(bits_opt - bits) > 0.005)
