@@ -164,7 +164,7 @@ int x3_gpu_hessian_get(x3_gpu_hessian *h, float *H, double *count);
  * same contract, A (k, k) host memory in place; X3_ENUM if the Cholesky
  * fails. */
 int x3_gpu_block_ldl(float *A, int64_t k);
-/* The damping-retry loop of x3_qhess_finalize (§8.2.7): factor a copy of
+/* The damping-retry loop of x3_qhess_finalize (exl3(5) §9.1 step 7): factor a copy of
  * H (k, k); while it fails add 2*sigma_reg*mean(diag(H)) to H's diagonal
  * (sigma_reg = 0.025) and retry, at most max_retries times. On X3_OK, L
  * (k, k) holds the block-LDL factor, H the damped matrix actually

@@ -62,7 +62,7 @@ for p in "$ROOT"/bin/*; do
 	if [ -z "$undesc" ]; then ok "$n -h describes every option"
 	else notok "$n -h does not describe:$undesc"; fi
 done
-for n in convert validate; do
+for n in convert validate plot-kl; do
 	options_match "exl3-$n" "$ROOT/pipelines/$n" "$ROOT/man/exl3-$n.1" "$("$ROOT/pipelines/$n" -h)"
 done
 done_testing

@@ -77,7 +77,7 @@ tensor-gen -s 1 w=128x128 | trellis-encode -q -K 2 --codebook mcg >g.frames
 tensor-cat -q g.frames 'w.trellis' 'w.suh' 'w.svh' >nomk.frames
 tensor-gen x=2x128 >x.frames
 check_fail "exl3-matmul: an mcg group without its marker" 1 \
-	"^exl3-matmul: tensor 'w': the trellis metadata says codebook mcg, but the group has no codebook marker \\(3inst\\)" \
+	"^exl3-matmul: 'w.trellis': metadata says codebook mcg, the markers none \\(3inst\\)" \
 	sh -c 'cat nomk.frames x.frames | exl3-matmul'
 check "... with it, it runs" sh -c 'cat g.frames x.frames | exl3-matmul | tensor-ls | grep -q "\"shape\":\[2,128\]"'
 # an empty weight is called that, not "hessian size 0 is not a positive multiple of 128"
