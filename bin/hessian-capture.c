@@ -238,7 +238,8 @@ static void parse_layers(const char *s, int *a, int *b)
 
 /* Token rows from --text (packed with the model's tokenizer) or --tokens. */
 static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
-                         int split, int stream, int even_odd, long *rows, long *cols, int strict)
+                         int split, int stream, int even_odd, long *rows, long *cols, long dflt_cols,
+                         int strict)
 {
 	int32_t *ids = NULL;
 	long want = *rows;
@@ -247,8 +248,8 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		int64_t last = 0;
 		if (x3_tokens_read(tokens, &ids, &n, &last))
 			die_x3("%s", tokens);
-		if (*cols <= 0)
-			*cols = last > 0 ? (long)last : 2048;
+		if (*cols <= 0)   /* the frames' row length; none (empty): as for text */
+			*cols = last > 0 ? (long)last : dflt_cols;
 		long have = (long)(n / (size_t)*cols);
 		if (want <= 0) {
 			if (!have)
@@ -311,10 +312,11 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	x3_model *m;
 	if (x3_model_open(model, &mo, &m))
 		die("%s", x3_errmsg());
+	long dflt_cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
 	if (cols <= 0 && !tokens)
-		cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
+		cols = dflt_cols;
 	int32_t *ids = get_rows(model, texts, ntexts, tokens, split, stream, even_odd, &rows, &cols,
-	                        strict);
+	                        dflt_cols, strict);
 	if (cols > cfg.max_pos)
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);

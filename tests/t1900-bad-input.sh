@@ -80,6 +80,15 @@ check_fail "exl3-matmul: an mcg group without its marker" 1 \
 	"^exl3-matmul: 'w.trellis': metadata says codebook mcg, the markers none \\(3inst\\)" \
 	sh -c 'cat nomk.frames x.frames | exl3-matmul'
 check "... with it, it runs" sh -c 'cat g.frames x.frames | exl3-matmul | tensor-ls | grep -q "\"shape\":\[2,128\]"'
+# an empty input names the same row length with --text - and --tokens -
+# (was "of 2048" for tokens, "of 512" for text on a 512-position model)
+mp=$(jq -r '.max_position_embeddings // 2048' m/config.json); [ "$mp" -lt 2048 ] || mp=2048
+check_fail "model-eval --tokens -: empty input" 1 "^model-eval: stdin: 0 tokens, fewer than one row of $mp\$" \
+	sh -c ': | model-eval -q --model m --tokens -'
+check_fail "model-eval --text -: empty input, the same row length" 1 "^model-eval: stdin: 0 tokens, fewer than one row of $mp\$" \
+	sh -c ': | model-eval -q --model m --text -'
+check_fail "hessian-capture --tokens -: empty input" 1 "0 tokens give 0 rows of $mp, fewer than the 2 requested" \
+	sh -c ': | hessian-capture -q --model m --tokens - --rows 2'
 # an empty weight is called that, not "hessian size 0 is not a positive multiple of 128"
 tensor-gen w=64x0 >w64x0.frames
 tensor-gen w=0x48 >w0x48.frames
@@ -165,6 +174,13 @@ check_fail "convert: a failing tokenizer is named" 1 "^tokenize: .*badtok/tokeni
 	convert badtok badtok.out --bits 3 --rows 4 --cols 32 -q
 check "... without make's plan.mk noise" sh -c "! grep -q 'plan.mk' '$TMP/cf.err'"
 
+# a short calibration text: said in terms of convert's --rows, not
+# tokenize's count of text rows ("fills only 1 of 55 rows" for --rows 64)
+convert m short.out --bits 3 --rows 64 --cols 32 --cal t.txt -n -q >/dev/null
+make -s -f short.out.work/Makefile "$TMP/short.out.work/cal/tokens.frames" 2>short.err >/dev/null
+check "convert: a short calibration text is named in terms of --rows" \
+	grep -q "^convert: warning: the calibration text fills 1 of the 55 text rows of --rows 64 (the other 9 are random tokens): 10 rows of 32 tokens in all" short.err
+check "... and tokenize's own count is not printed" sh -c '! grep -q "^tokenize:" short.err'
 # a full disk while the calibration text is written: exit 1 naming the
 # file, no partial cal.txt (was: exit 2, "awk: write failure")
 for how in "--cal t.txt" ""; do
