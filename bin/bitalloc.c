@@ -47,6 +47,16 @@ static void read_file(x3_ba *ba, const char *path, int importance)
 		die("%s", x3_errmsg());
 }
 
+/* an expected error for the summary; NaN where a width was not measured */
+static const char *fmt_error(char *buf, size_t n, double e)
+{
+	if (isnan(e))
+		snprintf(buf, n, "unknown (widths not measured)");
+	else
+		snprintf(buf, n, "%.6g", e);
+	return buf;
+}
+
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
@@ -187,10 +197,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: %s (%s): %.4f bpw (target %g) over %d tensors, head %d bits; "
 		        "K histogram%s\n", progname, exl3 ? "exllamav3" : "optimal", ba->method,
 		        got, bits, ba->n, ba->head_bits, h);
-		fprintf(stderr, "%s: expected error %.6g; uniform K=%d: %.6g", progname,
-		        x3_ba_error(ba), ku, x3_ba_uniform_error(ba, ku));
+		/* NaN: the plan uses a width that was not measured */
+		char e[64], eu[64], ex[64];
+		fmt_error(e, sizeof e, x3_ba_error(ba));
+		fmt_error(eu, sizeof eu, x3_ba_uniform_error(ba, ku));
+		fprintf(stderr, "%s: expected error %s; uniform K=%d: %s", progname, e, ku, eu);
 		if (ba->has_exl3)
-			fprintf(stderr, "; exllamav3 strategy: %.6g at %.4f bpw", ba->exl3_error, ba->exl3_bits);
+			fprintf(stderr, "; exllamav3 strategy: %s at %.4f bpw",
+			        fmt_error(ex, sizeof ex, ba->exl3_error), ba->exl3_bits);
 		fprintf(stderr, "\n");
 	}
 	free(js);

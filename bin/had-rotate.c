@@ -190,7 +190,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (rc != X3_EOF)
-		die_x3("reading %s", x3_reader_label(in));
+		die_x3("%s", x3_reader_label(in));   /* the message names it */
 	if (pw) {
 		rotate(pw, pb);
 		x3_tensor_free(pw), x3_tensor_free(pb);

@@ -29,7 +29,8 @@ static const char usage[] =
 	"  --text FILE      calibration text, plain or zstd ('-': stdin); repeatable\n"
 	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
 	"  --rows R         calibration rows (default 250 of text, all of --tokens)\n"
-	"  --cols C         tokens per row (default 2048, at most max_position_embeddings)\n"
+	"  --cols C         tokens per row (default min(2048, max_position_embeddings);\n"
+	"                   longer rows run, with a warning)\n"
 	"  --split MODE     documents of a text: lines (default), blank, whole\n"
 	"  --stream         cut the text into consecutive windows instead of packing\n"
 	"                   one document per row\n"
@@ -224,8 +225,8 @@ static void parse_layers(const char *s, int *a, int *b)
 		usage_error(usage, "--layers: '%s' is not A-B", s);
 	if (*end == '-') {
 		const char *p = end + 1;
-		y = *p ? strtol(p, &end, 10) : 1000000;
-		if ((*p && end == p) || y < x)
+		y = *p ? strtol(p, &end, 10) : -1;   /* "A-": to the head */
+		if ((*p && (end == p || y < x)))
 			usage_error(usage, "--layers: '%s' is not A-B", s);
 		if (!*p)
 			end = (char *)p;
@@ -237,7 +238,8 @@ static void parse_layers(const char *s, int *a, int *b)
 
 /* Token rows from --text (packed with the model's tokenizer) or --tokens. */
 static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
-                         int split, int stream, int even_odd, long *rows, long *cols, int strict)
+                         int split, int stream, int even_odd, long *rows, long *cols, long dflt_cols,
+                         int strict)
 {
 	int32_t *ids = NULL;
 	long want = *rows;
@@ -246,8 +248,8 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		int64_t last = 0;
 		if (x3_tokens_read(tokens, &ids, &n, &last))
 			die_x3("%s", tokens);
-		if (*cols <= 0)
-			*cols = last > 0 ? (long)last : 2048;
+		if (*cols <= 0)   /* the frames' row length; none (empty): as for text */
+			*cols = last > 0 ? (long)last : dflt_cols;
 		long have = (long)(n / (size_t)*cols);
 		if (want <= 0) {
 			if (!have)
@@ -296,11 +298,11 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	if (x3_config_load(model, &cfg))
 		die("%s", x3_errmsg());
 	int n = (int)cfg.n_layers;
-	if (lb > n)
+	if (lb < 0)   /* no --layers: to the head */
 		lb = n;
-	if (la > n)
-		die("--layers: layer %d does not exist (the model has %d layers, %d is the head)",
-		    la, n, n);
+	if (la > n || lb > n)
+		die("--layers: layer %d does not exist (the model has %d layers, 0-%d, and %d is the head)",
+		    la > n ? la : lb, n, n - 1, n);
 	struct x3_model_opts mo = { 0 };
 	if (quant) {
 		mo.overlay_dir = quant;
@@ -310,10 +312,11 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	x3_model *m;
 	if (x3_model_open(model, &mo, &m))
 		die("%s", x3_errmsg());
+	long dflt_cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
 	if (cols <= 0 && !tokens)
-		cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
+		cols = dflt_cols;
 	int32_t *ids = get_rows(model, texts, ntexts, tokens, split, stream, even_odd, &rows, &cols,
-	                        strict);
+	                        dflt_cols, strict);
 	if (cols > cfg.max_pos)
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);
@@ -463,7 +466,7 @@ int main(int argc, char **argv)
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
 	const char *hid_in = NULL, *hid_out = NULL;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
-	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = 1000000, have_layers = 0;
+	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = -1, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
 	int want_device = X3_DEVICE_CPU, have_device = 0;
 	long rows = 0, cols = 0, chunk = 4096;

@@ -35,7 +35,7 @@ static const char usage[] =
 	"  --text FILE      evaluation text, plain or zstd ('-': stdin); repeatable\n"
 	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
 	"  --rows R         evaluate at most R rows (default: all the input gives)\n"
-	"  --cols C         tokens per row (default 2048, at most max_position_embeddings)\n"
+	"  --cols C         tokens per row (default min(2048, max_position_embeddings))\n"
 	"  --split MODE     documents of a text, each starting with BOS: whole (default),\n"
 	"                   lines, blank; documents are concatenated into windows\n"
 	"  --batch B        rows per forward pass (default: about 256 MiB of logits)\n"
@@ -51,7 +51,7 @@ static const char usage[] =
 static int device = X3_DEVICE_CPU;   /* resolved --device */
 
 static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
-                         int split, long *rows, long *cols, int strict)
+                         int split, long *rows, long *cols, long dflt_cols, int strict)
 {
 	int32_t *ids = NULL;
 	size_t n = 0;
@@ -59,8 +59,8 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 		int64_t last = 0;
 		if (x3_tokens_read(tokens, &ids, &n, &last))
 			die_x3("%s", tokens);
-		if (*cols <= 0)
-			*cols = last > 0 ? (long)last : 2048;
+		if (*cols <= 0)   /* the frames' row length; none (empty): as for text */
+			*cols = last > 0 ? (long)last : dflt_cols;
 	} else {
 		x3_tok *tok;
 		if (x3_tok_load(model, &tok))
@@ -521,9 +521,10 @@ int main(int argc, char **argv)
 		x3_model_config cfg;
 		if (x3_config_load(model, &cfg))
 			die("%s", x3_errmsg());
+		long dflt_cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
 		if (cols <= 0 && !tokens)
-			cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
-		int32_t *tk = get_rows(model, texts, ntexts, tokens, split, &rows, &cols, strict);
+			cols = dflt_cols;
+		int32_t *tk = get_rows(model, texts, ntexts, tokens, split, &rows, &cols, dflt_cols, strict);
 		struct base B = {0};
 		B.dir = model;
 		if (x3_model_open(model, NULL, &B.m))

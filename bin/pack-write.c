@@ -369,10 +369,8 @@ static void loader_warnings(const char *cfg_text, const char *path, const x3_mod
 				first = j;
 		}
 	if (odd)
-		warnx("warning: %d linear%s with a size that is not a multiple of 128 (first '%s', "
-		      "%lldx%lld): stored zero-padded to 128 as the format requires; GPTQModel sizes its "
-		      "EXL3 modules from the unpadded model and cannot run %s; older ExLlamaV3 "
-		      "versions refuse padded inputs except in the MLP's down projection", odd, odd > 1 ? "s" : "",
+		warnx("warning: %d linear%s not a multiple of 128 (first '%s', %lldx%lld), stored padded: "
+		      "GPTQModel cannot run %s (pack-write(1), COMPATIBILITY)", odd, odd > 1 ? "s" : "",
 		      mods[first].key, (long long)mods[first].out, (long long)mods[first].in,
 		      odd > 1 ? "them" : "it");
 }
@@ -485,8 +483,6 @@ int main(int argc, char **argv)
 	for (int j = 0; j < nmods; j++)
 		if (mods[j].d->role == X3_ROLE_HEAD)
 			headm = &mods[j];
-	if (!quiet)
-		loader_warnings(cfg_text, path, mods, nmods);
 	x3_st *sst;
 	if (x3_st_open(src, &sst))
 		die_x3("%s", src);
@@ -629,6 +625,29 @@ int main(int argc, char **argv)
 	}
 	double sum_k = lay.sum_k, sum_n = lay.sum_n;
 	int head_bits = lay.head_bits, *cb_count = lay.cb_count;
+	/* linears quantized without error feedback (a trellis frame says
+	 * fallback=1): recorded in quantization_config.json, for validate */
+	char **fb_key = calloc((size_t)lay.nent + 1, sizeof *fb_key);
+	const char **fb_why = calloc((size_t)lay.nent + 1, sizeof *fb_why);
+	int nfb = 0;
+	if (!fb_key || !fb_why)
+		die("out of memory");
+	for (int i = 0; i < lay.nent; i++) {
+		const x3_tensor *t = lay.ent[i].in >= 0 ? in[lay.ent[i].in] : NULL;
+		size_t l = t ? strlen(t->name) : 0;
+		int64_t fb;
+		if (!t || l < 8 || strcmp(t->name + l - 8, ".trellis") ||
+		    x3_meta_get_i64(t, "fallback", &fb) != X3_OK || !fb)
+			continue;
+		if (!(fb_key[nfb] = strndup(t->name, l - 8)))
+			die("out of memory");
+		const char *why = x3_meta_get(t, "fallback_reason");
+		fb_why[nfb] = why ? why : "no usable Hessian";
+		if (!quiet)
+			warnx("warning: linear '%s' was quantized without error feedback (fallback): %s",
+			      fb_key[nfb], fb_why[nfb]);
+		nfb++;
+	}
 
 	/* what the loaders would trip over, but EXL3 allows: warnings */
 	for (int i = 0; i < nent && !quiet; i++)
@@ -644,6 +663,8 @@ int main(int argc, char **argv)
 		head_bits = head_opt ? (int)head_opt : 16;   /* tied, no head stored */
 	if (nprob)
 		die("%d problem%s; nothing written", nprob, nprob > 1 ? "s" : "");
+	if (!quiet)   /* only for a pack that will be written */
+		loader_warnings(cfg_text, path, mods, nmods);
 	double bits = sum_n > 0 ? sum_k / sum_n : 0;
 	if (!isnan(bits_opt)) {
 		if (fabs(bits_opt - bits) > 0.005)
@@ -717,6 +738,7 @@ int main(int argc, char **argv)
 	x3_pack_qcfg q = {
 		.bits = bits, .head_bits = head_bits, .cal_rows = (int)cal_rows, .cal_cols = (int)cal_cols,
 		.out_scales = out_scales, .codebook = codebook, .version = "1.4.1",
+		.nfallback = nfb, .fallback_key = (const char *const *)fb_key, .fallback_why = fb_why,
 	};
 	char *txt;
 	if (x3_pack_config_json(cfg_text, &q, &txt))
@@ -786,6 +808,9 @@ int main(int argc, char **argv)
 		x3_tensor_free(in[i]);
 	}
 	free(in); free(inoff); free(mods); free(cfg_text);
+	for (int i = 0; i < nfb; i++)
+		free(fb_key[i]);
+	free(fb_key); free(fb_why);
 	x3_pack_layout_free(&lay);
 	json_decref(plan);
 	x3_st_close(sst);

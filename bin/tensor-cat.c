@@ -18,6 +18,21 @@ static const char usage[] =
 	"usage: tensor-cat [-o FILE | --split DIR] [--dtype T] [--zstd[=LEVEL]] [--regex]\n"
 	"                  [--meta KEY=VAL]... [--shard-size MB] [-q] SOURCE [PATTERN...]\n";
 
+static const char help[] =
+	"Select tensors (shell globs, or --regex) from a frame stream, safetensors file\n"
+	"or model directory; write frames (stdout), a safetensors file or directory.\n"
+	"\n"
+	"  -o FILE          write FILE atomically: NAME.safetensors, an existing\n"
+	"                   directory (model.safetensors or shards + index), or frames\n"
+	"  --split DIR      one DIR/NAME.frames per tensor, each written atomically\n"
+	"  --dtype T        convert floating-point tensors to F32, F16 or BF16\n"
+	"  --zstd[=LEVEL]   compress the output (level 1..22, default 3)\n"
+	"  --regex          patterns are POSIX extended regexes, unanchored\n"
+	"  --meta KEY=VAL   add metadata to every frame (repeatable; UTF-8)\n"
+	"  --shard-size MB  shard size of directory output\n"
+	"  -q               quiet\n"
+	"  -h               this help\n";
+
 static char **pats;
 static int npats, use_regex;
 static regex_t *res;
@@ -299,7 +314,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'o': outp = optarg; break;
 		case 'q': quiet = 1; break;
-		case 'h': fputs(usage, stdout); return 0;
+		case 'h': printf("%s\n%s", usage, help); return 0;
 		case O_DTYPE:
 			if (x3_dtype_parse(optarg, &to_dtype) || !x3_dtype_info(to_dtype)->is_float ||
 			    to_dtype == X3_F64 || to_dtype == X3_F8_E4M3 || to_dtype == X3_F8_E5M2)
@@ -308,8 +323,7 @@ int main(int argc, char **argv)
 		case O_ZSTD: zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3; break;
 		case O_REGEX: use_regex = 1; break;
 		case O_META:
-			if (!strchr(optarg, '=') || optarg[0] == '=')
-				usage_error(usage, "--meta: expected KEY=VALUE, got '%s'", optarg);
+			meta_arg_check(usage, optarg);
 			metas[nmetas++] = optarg;
 			break;
 		case O_SHARD: shard_mb = parse_long(usage, "--shard-size", optarg, 1, 1L << 30); break;

@@ -14,8 +14,24 @@
 
 static const char usage[] =
 	"usage: tensor-gen [-d DIST] [-t DTYPE] [-s SEED] [--scale S] [--mean M] [--df N]\n"
-	"                  [--value V] [--meta KEY=VAL]... [-o FILE] [--zstd[=LEVEL]] NAME=SHAPE...\n"
-	"  DIST: normal (default), uniform, student-t, constant, arange, spd\n";
+	"                  [--value V] [--meta KEY=VAL]... [-o FILE] [--zstd[=LEVEL]] NAME=SHAPE...\n";
+
+static const char help[] =
+	"Seeded test tensors, identical on every machine, as frames; SHAPE is\n"
+	"DxDx... (or D,D,...; empty for a scalar).\n"
+	"\n"
+	"  -d DIST        normal (default), uniform, student-t, constant, arange, spd\n"
+	"                 (a symmetric positive definite NxN stand-in Hessian)\n"
+	"  -t DTYPE       element type (default F32)\n"
+	"  -s SEED        seed (default 0), stored as metadata 'seed'\n"
+	"  --scale S      scale of the distribution (default 1)\n"
+	"  --mean M       offset added to every element (default 0)\n"
+	"  --df N         degrees of freedom of student-t (default 5)\n"
+	"  --value V      the value of constant (default 0; nan, inf allowed)\n"
+	"  --meta KEY=VAL add metadata to every frame (repeatable; UTF-8)\n"
+	"  -o FILE        write FILE atomically instead of stdout\n"
+	"  --zstd[=LEVEL] compress the output (level 1..22, default 3)\n"
+	"  -h             this help\n";
 
 enum dist { D_NORMAL, D_UNIFORM, D_T, D_CONST, D_ARANGE, D_SPD };
 
@@ -112,18 +128,25 @@ int main(int argc, char **argv)
 			      : parse_double(usage, "--value", optarg, -INFINITY, INFINITY);
 			break;
 		case O_META:
-			if (!strchr(optarg, '=') || optarg[0] == '=')
-				usage_error(usage, "--meta: expected KEY=VALUE, got '%s'", optarg);
+			meta_arg_check(usage, optarg);
 			metas[nmetas++] = optarg;
 			break;
 		case 'o': outp = optarg; break;
 		case O_ZSTD: zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3; break;
-		case 'h': fputs(usage, stdout); return 0;
+		case 'h': printf("%s\n%s", usage, help); return 0;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
 	if (optind >= argc)
 		usage_error(usage, "missing NAME=SHAPE");
+	for (int a = optind; a < argc; a++) {   /* before anything is written */
+		char *eq = strrchr(argv[a], '=');
+		if (eq) {
+			*eq = 0;
+			name_arg_check(usage, argv[a]);
+			*eq = '=';
+		}
+	}
 	int fd = output_open(outp);
 	x3_writer *w;
 	if (x3_writer_open_fd(fd, zlevel, &w))
@@ -173,11 +196,13 @@ int main(int argc, char **argv)
 				store(t->data, dt, i, v);
 			}
 		}
-		x3_meta_setf(t, "seed", "%lld", seed);
+		if (x3_meta_setf(t, "seed", "%lld", seed))
+			die_x3("tensor '%s'", t->name);
 		for (int i = 0; i < nmetas; i++) {
 			char *e = strchr(metas[i], '=');
 			*e = 0;
-			x3_meta_set(t, metas[i], e + 1);
+			if (x3_meta_set(t, metas[i], e + 1))
+				die_x3("tensor '%s': --meta %s", t->name, metas[i]);
 			*e = '=';
 		}
 		if (x3_writer_put(w, t))

@@ -18,6 +18,29 @@ static const char usage[] =
 	"       tokenize -t TOKENIZER --ids [--split MODE] [--bos|--no-bos] [--eos|--no-eos] [FILE...]\n"
 	"       tokenize -t TOKENIZER --decode [--ids] [--skip-special] [FILE...]\n";
 
+static const char help[] =
+	"Text into calibration rows (a tokens frame, I32 rows x cols) with a model's\n"
+	"Hugging Face tokenizer.json; --ids prints ids, --decode turns ids back into text.\n"
+	"\n"
+	"  -t TOKENIZER     tokenizer.json or a model directory (required)\n"
+	"  --rows R         rows to write (default: as many as the text fills)\n"
+	"  --cols C         tokens per row (default 2048)\n"
+	"  --split MODE     documents: whole text, lines (default) or blank-line paragraphs\n"
+	"  --pack MODE      articles (default) or stream: how documents become rows\n"
+	"  --bos, --no-bos  BOS before every document (default yes)\n"
+	"  --eos, --no-eos  EOS after every document (default no)\n"
+	"  --even-odd       ExLlamaV3's rule: BOS and EOS on documents starting in even rows\n"
+	"  --keep-partial   keep a final incomplete row, filled with --pad\n"
+	"  --pad ID         the id that fills a kept partial row (default EOS, else 0)\n"
+	"  --strict         fail when the text fills fewer than R rows\n"
+	"  --name NAME      frame name (default tokens)\n"
+	"  -z LEVEL         zstd-compress the output (1..22)\n"
+	"  -q               no warning when the text fills fewer than R rows\n"
+	"  --ids            print each document's ids on one line instead of frames\n"
+	"  --decode         print each row of id frames (or, with --ids, id lines) as text\n"
+	"  --skip-special   with --decode: leave out special tokens\n"
+	"  -h               this help\n";
+
 static char *read_all(FILE *f, const char *name, size_t *len)
 {
 	size_t cap = 1 << 16, n = 0, k;
@@ -193,7 +216,7 @@ int main(int argc, char **argv)
 		case O_SKIP: skip = 1; break;
 		case 'z': zlevel = parse_long(usage, "-z", optarg, 0, 22); break;
 		case 'q': quiet = 1; break;
-		case 'h': fputs(usage, stdout); return 0;
+		case 'h': printf("%s\n%s", usage, help); return 0;
 		default: usage_error(usage, "bad option");
 		}
 	}

@@ -219,6 +219,11 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 	e |= x3_meta_setf(m, "proxy_err", "%.9g", r->proxy_err);
 	e |= x3_meta_setf(m, "g_scale", "%.9g", r->g);
 	e |= x3_meta_setf(m, "fallback", "%d", r->fallback);
+	if (r->fallback) {   /* why, for pack-write, convert and validate to report */
+		const char *why = p->h && p->h->why[0] ? p->h->why
+		                : p->meta ? x3_meta_get(p->meta, "fallback_reason") : NULL;
+		e |= x3_meta_set(m, "fallback_reason", why ? why : "no Hessian");
+	}
 	e |= x3_meta_setf(m, "seconds", "%.3f", r->seconds);
 	e |= x3_meta_setf(m, "shape", "%lldx%lld", (long long)w->n0, (long long)w->k0);
 	e |= x3_meta_setf(m, "in_features", "%lld", (long long)w->k0);
@@ -428,7 +433,7 @@ int main(int argc, char **argv)
 		g.f[ri] = t;
 	}
 	if (rc != X3_EOF)
-		die_x3("reading %s", x3_reader_label(in));
+		die_x3("%s", x3_reader_label(in));   /* the message names it */
 	if (have) {
 		encode(&g);
 		ngroups++;

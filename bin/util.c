@@ -97,6 +97,27 @@ double parse_double(const char *usage, const char *opt, const char *s, double lo
 	return v;
 }
 
+void meta_arg_check(const char *usage, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	char *key;
+	if (!eq || eq == arg)
+		usage_error(usage, "--meta: expected KEY=VALUE, got '%s'", arg);
+	if (!(key = strndup(arg, (size_t)(eq - arg))))
+		die("out of memory");
+	if (x3_check_utf8("key", key))
+		usage_error(usage, "--meta: %s", x3_errmsg());
+	if (x3_check_utf8("value", eq + 1))
+		usage_error(usage, "--meta '%s': %s", key, x3_errmsg());
+	free(key);
+}
+
+void name_arg_check(const char *usage, const char *name)
+{
+	if (x3_check_utf8("tensor name", name))
+		usage_error(usage, "%s", x3_errmsg());
+}
+
 void refuse_tty_stdout(void)
 {
 	if (isatty(STDOUT_FILENO)) {

@@ -24,6 +24,12 @@ _Noreturn void usage_error(const char *usage, const char *fmt, ...)
 long parse_long(const char *usage, const char *opt, const char *s, long lo, long hi);
 double parse_double(const char *usage, const char *opt, const char *s, double lo, double hi);
 
+/* Check a --meta KEY=VALUE argument (a key, valid UTF-8: a frame header is
+ * JSON); a usage error naming the key otherwise. */
+void meta_arg_check(const char *usage, const char *arg);
+/* A tensor name from the command line: valid UTF-8, else a usage error. */
+void name_arg_check(const char *usage, const char *name);
+
 /* Refuse to write binary frames to a terminal (exit 2). */
 void refuse_tty_stdout(void);
 /* Flush and check stdout; exit(1) with a message on error. */

@@ -327,6 +327,14 @@ static int min_allowed(const x3_ba_tensor *t)
 	return 0;
 }
 
+static int max_allowed(const x3_ba_tensor *t)
+{
+	for (int K = X3_BA_KMAX; K >= 1; K--)
+		if (allowed(t, K))
+			return K;
+	return 0;
+}
+
 static double value(const x3_ba_tensor *t, int K)
 {
 	return t->err[K] * t->importance;
@@ -363,7 +371,7 @@ int x3_ba_prepare(x3_ba *ba, double bits)
 	}
 	/* as ExLlamaV3: max_bits = int(bits * sum numel) */
 	ba->budget = (int64_t)floor(bits * (double)ba->total_numel);
-	int64_t need = 0;
+	int64_t need = 0, have = 0;   /* every tensor at its lowest, its highest K */
 	for (int i = 0; i < ba->n; i++) {
 		x3_ba_tensor *t = &ba->t[i];
 		int k = min_allowed(t);
@@ -374,10 +382,15 @@ int x3_ba_prepare(x3_ba *ba, double bits)
 			              "(measured: %s)", t->name, t->lo, t->hi, m);
 		}
 		need += t->numel * k;
+		have += t->numel * max_allowed(t);
 	}
-	if (need > ba->budget)
-		return x3_err(X3_EINVAL, "target %g bits is below the minimum %.4f (every tensor at its "
-		              "lowest measured/allowed K)", bits, (double)need / (double)ba->total_numel);
+	double lo = (double)need / (double)ba->total_numel, hi = (double)have / (double)ba->total_numel;
+	/* above the most the measurements allow, the plan would silently stop
+	 * short of the target (5.0 bpw for --bits 5.5 with K=2..5 measured) */
+	if (need > ba->budget || have < ba->budget)
+		return x3_err(X3_EINVAL, "target %g bits is %s the %s %.4f: the measured/allowed widths "
+		              "reach %.4f..%.4f bits", bits, need > ba->budget ? "below" : "above",
+		              need > ba->budget ? "minimum" : "maximum", need > ba->budget ? lo : hi, lo, hi);
 	return X3_OK;
 }
 

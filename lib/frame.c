@@ -11,6 +11,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 #include "frame.h"
+#include "unicode.h"
 
 #define RAW_CAP (1u << 20)
 #define ZSTD_MAGIC 0xFD2FB528u
@@ -206,6 +207,10 @@ static int parse_header(x3_reader *r, const char *json, size_t n, x3_tensor **ou
 	json_error_t je;
 	const char *fr = r->label;
 	long fi = r->index;
+	size_t u = x3_utf8_valid_prefix(json, n);   /* JSON text is UTF-8 (RFC 8259) */
+	if (u != n)
+		return x3_err(X3_EFORMAT, "%s: frame %ld: header is not valid UTF-8 (byte 0x%02x at offset %zu)",
+		              fr, fi, (unsigned char)json[u], u);
 	json_t *root = json_loadb(json, n, JSON_REJECT_DUPLICATES, &je);
 	if (!root)
 		return x3_err(X3_EFORMAT, "%s: frame %ld: invalid JSON header: %s (line %d, column %d)",
@@ -484,11 +489,35 @@ int x3_reader_skip(x3_reader *r)
 
 int x3_reader_load(x3_reader *r, x3_tensor *t)
 {
-	t->data = malloc(t->nbytes ? t->nbytes : 1);
-	if (!t->data)
-		return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
+	/* The header's size is a claim: grow the buffer as the bytes arrive
+	 * (doubling from 64 MiB), so that a frame declaring 4 TiB on a short
+	 * stream is a "truncated payload", not "out of memory". */
+	const size_t first = (size_t)64 << 20;
+	size_t cap = t->nbytes < first ? t->nbytes : first, got = 0;
+	unsigned char *buf = malloc(cap ? cap : 1);
+	if (!buf)
+		return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, cap);
+	while (got < t->nbytes) {
+		if (got == cap) {
+			size_t nc = cap > t->nbytes / 2 ? t->nbytes : 2 * cap;
+			unsigned char *nb = realloc(buf, nc);
+			if (!nb) {
+				free(buf);
+				return x3_err(X3_ENOMEM, "out of memory for '%s' (%zu bytes)", t->name, t->nbytes);
+			}
+			buf = nb;
+			cap = nc;
+		}
+		int rc = x3_reader_data(r, buf + got, cap - got);
+		if (rc) {
+			free(buf);
+			return rc;
+		}
+		got = cap;
+	}
+	t->data = buf;
 	t->owns_data = 1;
-	return t->nbytes ? x3_reader_data(r, t->data, t->nbytes) : X3_OK;
+	return X3_OK;
 }
 
 int x3_reader_next(x3_reader *r, x3_tensor **out)
@@ -615,29 +644,35 @@ int x3_writer_put_header(x3_writer *w, const x3_tensor *t, uint64_t xxh3)
 	int rc = x3_shape_nbytes(t->dtype, t->rank, t->shape, &nb);
 	if (rc)
 		return rc;
-	json_t *root = json_object(), *ent = json_object(), *shape = json_array(), *meta = json_object();
-	for (int i = 0; i < t->rank; i++)
-		json_array_append_new(shape, json_integer(t->shape[i]));
-	json_object_set_new(ent, "dtype", json_string(x3_dtype_name(t->dtype)));
-	json_object_set_new(ent, "shape", shape);
-	json_t *off = json_array();
-	json_array_append_new(off, json_integer(0));
-	json_array_append_new(off, json_integer((json_int_t)nb));
-	json_object_set_new(ent, "data_offsets", off);
-	json_object_set_new(root, t->name, ent);
-	json_object_set_new(meta, "x3f", json_string(X3_FRAME_VERSION));
+	/* jansson drops what is not UTF-8 (a set_new of a NULL string fails):
+	 * a header without its tensor or a note would be written silently */
+	if ((rc = x3_tensor_check_utf8(t, 1)))
+		return rc;
+	if (!strcmp(t->name, "__metadata__"))
+		return x3_err(X3_EINVAL, "tensor name '__metadata__' is reserved for the frame's metadata");
+	json_t *root = json_object(), *ent = json_object(), *shape = json_array(), *meta = json_object(),
+	       *off = json_array();
+	int bad = !root || !ent || !shape || !meta || !off;
+	for (int i = 0; !bad && i < t->rank; i++)
+		bad |= json_array_append_new(shape, json_integer(t->shape[i]));
+	bad |= json_array_append_new(off, json_integer(0));
+	bad |= json_array_append_new(off, json_integer((json_int_t)nb));
+	bad |= json_object_set_new(ent, "dtype", json_string(x3_dtype_name(t->dtype)));
+	bad |= json_object_set_new(ent, "shape", shape);
+	bad |= json_object_set_new(ent, "data_offsets", off);
+	bad |= json_object_set_new(root, t->name, ent);
+	bad |= json_object_set_new(meta, "x3f", json_string(X3_FRAME_VERSION));
 	char hx[17];
 	snprintf(hx, sizeof hx, "%016" PRIx64, xxh3);
-	json_object_set_new(meta, "xxh3", json_string(hx));
+	bad |= json_object_set_new(meta, "xxh3", json_string(hx));
 	for (int i = 0; i < t->nmeta; i++)
 		if (strcmp(t->meta[i].key, "xxh3") && strcmp(t->meta[i].key, "x3f"))
-			json_object_set_new(meta, t->meta[i].key, json_string(t->meta[i].val));
-	json_object_set_new(root, "__metadata__", meta);
-	char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			bad |= json_object_set_new(meta, t->meta[i].key, json_string(t->meta[i].val));
+	bad |= json_object_set_new(root, "__metadata__", meta);
+	char *s = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	if (!s)
-		return x3_err(X3_EFORMAT, "frame '%s': cannot encode header (invalid UTF-8 in a name or value?)",
-		              t->name);
+		return x3_err(X3_ENOMEM, "frame '%s': cannot build the header: out of memory", t->name);
 	size_t n = strlen(s), pad = (8 - n % 8) % 8;
 	unsigned char lb[8];
 	uint64_t hn = n + pad;

@@ -169,6 +169,21 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		int l = m->mods[i].layer < 0 ? (int)c->n_layers : m->mods[i].layer;
 		m->slot[(size_t)l * X3_SLOT_COUNT + m->mods[i].d->slot] = i;
 	}
+	/* an overlay without EXL3 linears (a plain HF directory) would be
+	 * accepted and run as the original */
+	for (int i = 0; m->ov && i < m->nmods; i++) {
+		const x3_module *d = &m->mods[i];
+		char k[X3_KEY_MAX + 16];
+		if (d->d->kind != X3_KIND_LINEAR || d->layer < m->ov_first || d->layer > m->ov_last ||
+		    d->layer >= c->n_layers)
+			continue;
+		snprintf(k, sizeof k, "%s.trellis", d->key);
+		if (!x3_st_find(m->ov, k)) {
+			rc = x3_err(X3_EFORMAT, "%s: linear '%s' is not EXL3 (no '.trellis'): not a quantized "
+			            "model for layers %d-%d", opts->overlay_dir, d->key, m->ov_first, m->ov_last);
+			goto fail;
+		}
+	}
 	const x3_module *em = mod(m, (int)c->n_layers, X3_SLOT_EMBED);
 	if (!em || !mod(m, (int)c->n_layers, X3_SLOT_FINAL_NORM) || !mod(m, (int)c->n_layers, X3_SLOT_HEAD)) {
 		rc = x3_err(X3_EUNSUP, "%s: %s: the forward needs an embedding, a final norm and a head",

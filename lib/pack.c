@@ -515,9 +515,13 @@ static json_t *tensor_storage(x3_tensor *const *t, int n, int exl3_only)
 
 int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out)
 {
-	json_t *root = qcfg_block(q);
-	json_object_set_new(root, "tensor_storage", tensor_storage(t, n, 0));
-	*out = dump(root);
+	json_t *root = qcfg_block(q), *fb = q->nfallback ? json_object() : NULL;
+	int bad = !root || json_object_set_new(root, "tensor_storage", tensor_storage(t, n, 0));
+	for (int i = 0; i < q->nfallback; i++)
+		bad |= json_object_set_new(fb, q->fallback_key[i], json_string(q->fallback_why[i]));
+	if (fb)
+		bad |= json_object_set_new(root, "fallback", fb);
+	*out = bad ? NULL : dump(root);
 	json_decref(root);
 	return *out ? X3_OK : X3_ENOMEM;
 }

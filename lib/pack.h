@@ -87,6 +87,10 @@ typedef struct {
 	const char *out_scales;      /* always | never | auto */
 	const char *codebook;        /* mul1 | mcg | 3inst */
 	const char *version;         /* format version written, e.g. "1.4.1" */
+	/* linears quantized without error feedback (no usable Hessian), with
+	 * the reason of each: quantization_config.json "fallback" */
+	int nfallback;
+	const char *const *fallback_key, *const *fallback_why;
 } x3_pack_qcfg;
 
 /* config.json of the output: the source text plus quantization_config
@@ -95,7 +99,8 @@ typedef struct {
  * tied_word_embeddings set true only where that key exists). */
 int x3_pack_config_json(const char *src_text, const x3_pack_qcfg *q, char **out);
 /* quantization_config.json: the block plus tensor_storage over the
- * tensors t[0..n) (headers; data not read), grouped by leaf module. */
+ * tensors t[0..n) (headers; data not read), grouped by leaf module, and
+ * "fallback" (key -> reason) when q has any. */
 int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out);
 /* quantize_config.json for GPTQModel: the same block, and tensor_storage
  * over the EXL3 modules only (GPTQModel reads its quantization config from

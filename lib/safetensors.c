@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include "frame.h"
 #include "safetensors.h"
+#include "unicode.h"
 
 struct stfile {
 	char *path;
@@ -102,6 +103,11 @@ static int open_file(x3_st *s, const char *path)
 		x3_err(rc, "%s: bad magic: header does not start with '{'", path);
 		goto fail;
 	}
+	size_t u = x3_utf8_valid_prefix((const char *)map + 8, hn);   /* JSON is UTF-8 */
+	if (u != hn) {
+		x3_err(rc, "%s: header is not valid UTF-8 (byte 0x%02x at offset %zu)", path, map[8 + u], u);
+		goto fail;
+	}
 	json_error_t je;
 	root = json_loadb((const char *)map + 8, hn, JSON_REJECT_DUPLICATES, &je);
 	if (!root || !json_is_object(root)) {
@@ -174,6 +180,22 @@ static int open_file(x3_st *s, const char *path)
 		ne++;
 	}
 	qsort(ents, ne, sizeof *ents, cmp_ent);
+	/* two tensors sharing bytes: a writer's bug, and a write to one would
+	 * change the other (empty tensors occupy nothing) */
+	uint64_t end = 0;   /* furthest end so far, of ents[last] */
+	for (size_t i = 0, last = 0; i < ne; i++) {
+		const x3_tensor *t = ents[i].t, *o = ents[last].t;
+		if (!t->nbytes)
+			continue;
+		if (ents[i].off < end) {
+			x3_err(rc, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap those of '%s' "
+			       "[%" PRIu64 ", %" PRIu64 "]", path, t->name, ents[i].off, ents[i].off + t->nbytes,
+			       o->name, ents[last].off, end);
+			goto fail;
+		}
+		end = ents[i].off + t->nbytes;
+		last = i;
+	}
 	struct stfile *nf = realloc(s->files, (s->nfiles + 1) * sizeof *nf);
 	if (!nf) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
@@ -283,6 +305,20 @@ static int open_dir(x3_st *s, const char *dir)
 					break;
 				}
 			}
+		}
+		/* and the other way: a tensor of a shard that the index does not
+		 * list, or lists in another shard (readers that go by the index
+		 * would not find it, or find another copy) */
+		for (int i = 0; !rc && i < s->n; i++) {
+			json_t *f = json_object_get(wm, s->t[i]->name);
+			const char *base = strrchr(s->files[s->tfile[i]].path, '/');
+			base = base ? base + 1 : s->files[s->tfile[i]].path;
+			if (!f)
+				rc = x3_err(X3_EFORMAT, "%s: tensor '%s' of shard '%s' is not in model.safetensors.index.json",
+				            dir, s->t[i]->name, base);
+			else if (strcmp(json_string_value(f), base))
+				rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is in shard '%s', the index says '%s'",
+				            dir, s->t[i]->name, base, json_string_value(f));
 		}
 		json_decref(idx);
 		return rc;
@@ -561,13 +597,25 @@ int x3_stw_module(x3_stw *w)
 
 int x3_stw_meta(x3_stw *w, const char *key, const char *val)
 {
-	return json_object_set_new(w->meta, key, json_string(val)) ? x3_err(X3_EINVAL, "bad metadata") : X3_OK;
+	int rc = x3_check_utf8("metadata key", key);
+	if (rc)
+		return rc;
+	if ((rc = x3_check_utf8("value", val)))
+		return x3_errprefix(rc, "metadata '%s'", key);
+	if (json_object_set_new(w->meta, key, json_string(val)))
+		return x3_err(X3_ENOMEM, "metadata '%s': out of memory", key);
+	return X3_OK;
 }
 
 int x3_stw_add(x3_stw *w, const x3_tensor *t)
 {
 	if (!t->data && t->nbytes)
 		return x3_err(X3_EINVAL, "tensor '%s' has no data", t->name);
+	int rc = x3_tensor_check_utf8(t, 0);   /* jansson would drop it from the header */
+	if (rc)
+		return rc;
+	if (!strcmp(t->name, "__metadata__"))
+		return x3_err(X3_EINVAL, "tensor name '__metadata__' is reserved for the file's metadata");
 	for (int i = 0; i < w->n; i++)
 		if (!strcmp(w->e[i].name, t->name))
 			return x3_err(X3_EINVAL, "tensor '%s' added twice", t->name);
@@ -579,7 +627,7 @@ int x3_stw_add(x3_stw *w, const x3_tensor *t)
 		w->e = ne;
 		w->cap = cap;
 	}
-	int rc = full_write(w->spool_fd, t->data, t->nbytes, w->spool_path);
+	rc = full_write(w->spool_fd, t->data, t->nbytes, w->spool_path);
 	if (rc)
 		return x3_errprefix(rc, "tensor '%s'", t->name);
 	struct went *e = &w->e[w->n];
@@ -621,25 +669,26 @@ void x3_stw_abort(x3_stw *w)
 static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, size_t tmplen)
 {
 	json_t *root = json_object();
+	int bad = !root;
 	uint64_t off = 0;
-	for (int i = a; i < b; i++) {
+	for (int i = a; i < b && !bad; i++) {
 		json_t *ent = json_object(), *shape = json_array(), *jo = json_array();
 		for (int d = 0; d < w->e[i].rank; d++)
-			json_array_append_new(shape, json_integer(w->e[i].shape[d]));
-		json_array_append_new(jo, json_integer((json_int_t)off));
-		json_array_append_new(jo, json_integer((json_int_t)(off + w->e[i].nbytes)));
-		json_object_set_new(ent, "dtype", json_string(x3_dtype_name(w->e[i].dtype)));
-		json_object_set_new(ent, "shape", shape);
-		json_object_set_new(ent, "data_offsets", jo);
-		json_object_set_new(root, w->e[i].name, ent);
+			bad |= json_array_append_new(shape, json_integer(w->e[i].shape[d]));
+		bad |= json_array_append_new(jo, json_integer((json_int_t)off));
+		bad |= json_array_append_new(jo, json_integer((json_int_t)(off + w->e[i].nbytes)));
+		bad |= json_object_set_new(ent, "dtype", json_string(x3_dtype_name(w->e[i].dtype)));
+		bad |= json_object_set_new(ent, "shape", shape);
+		bad |= json_object_set_new(ent, "data_offsets", jo);
+		bad |= json_object_set_new(root, w->e[i].name, ent);
 		off += w->e[i].nbytes;
 	}
-	if (json_object_size(w->meta))
-		json_object_set(root, "__metadata__", w->meta);
-	char *hs = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	if (!bad && json_object_size(w->meta))
+		bad |= json_object_set(root, "__metadata__", w->meta);
+	char *hs = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	if (!hs)
-		return x3_err(X3_EFORMAT, "cannot encode the header of %s", final);
+		return x3_err(X3_ENOMEM, "%s: cannot build the header: out of memory", final);
 	size_t hn = strlen(hs), pad = (8 - hn % 8) % 8;
 	snprintf(tmp, tmplen, "%s.tmp-XXXXXX", final);
 	int fd = mkstemp(tmp);
@@ -736,17 +785,18 @@ int x3_stw_commit(x3_stw *w)
 	}
 	if (nsh > 1) {
 		json_t *idx = json_object(), *md = json_object(), *wm = json_object();
+		int bad = !idx || !md || !wm;
 		uint64_t total = 0;
 		for (int s = 0; s < nsh; s++)
 			for (int i = start[s]; i < start[s + 1]; i++) {
 				const char *base = strrchr(finals[s], '/');
-				json_object_set_new(wm, w->e[i].name, json_string(base ? base + 1 : finals[s]));
+				bad |= json_object_set_new(wm, w->e[i].name, json_string(base ? base + 1 : finals[s]));
 				total += w->e[i].nbytes;
 			}
-		json_object_set_new(md, "total_size", json_integer((json_int_t)total));
-		json_object_set_new(idx, "metadata", md);
-		json_object_set_new(idx, "weight_map", wm);
-		char *txt = json_dumps(idx, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		bad |= json_object_set_new(md, "total_size", json_integer((json_int_t)total));
+		bad |= json_object_set_new(idx, "metadata", md);
+		bad |= json_object_set_new(idx, "weight_map", wm);
+		char *txt = bad ? NULL : json_dumps(idx, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		json_decref(idx);
 		char ip[PATH_MAX];
 		snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", w->path);

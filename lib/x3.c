@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <xxhash.h>
 #include "x3.h"
+#include "unicode.h"
 
 /* ---- errors ------------------------------------------------------------ */
 static _Thread_local char errbuf[2048];
@@ -514,3 +515,51 @@ double x3_rng_student_t(x3_rng *r, double df)
 }
 
 uint64_t x3_rng_stream_of(const char *s) { return XXH3_64bits(s, strlen(s)); }
+
+const char *x3_str_escape(const char *s, char *buf, size_t n)
+{
+	size_t len = strlen(s), i = 0, j = 0;
+	while (i < len) {
+		size_t ok = x3_utf8_valid_prefix(s + i, len - i), l = 1;
+		unsigned char c = (unsigned char)s[i];
+		if (ok > 0 && c >= 0x20 && c != 0x7f)
+			l = c < 0x80 ? 1 : (size_t)x3_utf8_len(c);
+		if (ok > 0 && c >= 0x20 && c != 0x7f) {
+			if (j + l + 4 >= n)   /* room for "..." and NUL */
+				break;
+			memcpy(buf + j, s + i, l);
+			j += l;
+		} else {
+			if (j + 4 + 4 >= n)
+				break;
+			snprintf(buf + j, 5, "\\x%02x", c);
+			j += 4;
+		}
+		i += l;
+	}
+	if (i < len)
+		memcpy(buf + j, "...", 3), j += 3;
+	buf[j] = 0;
+	return buf;
+}
+
+int x3_check_utf8(const char *what, const char *s)
+{
+	char a[160];
+	if (x3_utf8_valid_prefix(s, strlen(s)) != strlen(s))
+		return x3_err(X3_EFORMAT, "%s '%s' is not valid UTF-8", what, x3_str_escape(s, a, sizeof a));
+	return X3_OK;
+}
+
+int x3_tensor_check_utf8(const x3_tensor *t, int with_meta)
+{
+	int rc = x3_check_utf8("tensor name", t->name);
+	for (int i = 0; !rc && with_meta && i < t->nmeta; i++) {
+		const char *k = t->meta[i].key;
+		if ((rc = x3_check_utf8("metadata key", k)))
+			return rc;
+		if ((rc = x3_check_utf8("value", t->meta[i].val)))
+			return x3_errprefix(rc, "metadata '%s'", k);
+	}
+	return rc;
+}

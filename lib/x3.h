@@ -106,6 +106,15 @@ int x3_meta_set(x3_tensor *t, const char *key, const char *val);
 int x3_meta_setf(x3_tensor *t, const char *key, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int x3_meta_del(x3_tensor *t, const char *key);
+/* X3_OK if the name and (with_meta) every metadata key and value of t are
+ * valid UTF-8 (what a JSON header can hold), else X3_EFORMAT naming the
+ * name or the key (the caller names the tensor), the bad bytes as \xNN. */
+int x3_tensor_check_utf8(const x3_tensor *t, int with_meta);
+/* The same for one string: X3_EFORMAT "WHAT 'S' is not valid UTF-8". */
+int x3_check_utf8(const char *what, const char *s);
+/* s for a message: bytes that are not valid UTF-8 and control characters
+ * as \xNN, cut to fit buf (n >= 8). Returns buf. */
+const char *x3_str_escape(const char *s, char *buf, size_t n);
 /* Copy all metadata of src into dst (overwriting equal keys). */
 int x3_meta_copy(x3_tensor *dst, const x3_tensor *src);
 /* Numeric getters: X3_OK, or X3_EFORMAT if present but unparsable,

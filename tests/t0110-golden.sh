@@ -15,4 +15,14 @@ while IFS=$'\t' read -r f pat; do
 	[ "$f" = no-checksum.frames ] && continue
 	check_fail "$f by name" 1 "$pat" tensor-ls "$G/$f"
 done < "$G/expected.txt"
+# ... and the writers do not make them (utf8-*.frames): jansson dropped a
+# name or value that is not UTF-8, writing a header without the tensor
+# (unreadable) or without the note (exit 0)
+check_fail "tensor-gen: a name that is not UTF-8" 2 "^tensor-gen: tensor name 'w\\\\xff' is not valid UTF-8" \
+	tensor-gen $'w\xff'=4
+check "... writes nothing" test ! -s "$TMP/cf.out"
+check_fail "tensor-cat --meta: a value that is not UTF-8" 2 \
+	"^tensor-cat: --meta 'note': value '\\\\xfe' is not valid UTF-8" sh -c "tensor-cat --meta note=\$(printf '\\376') - < $G/good.frames"
+check_fail "tensor-gen --meta: a key that is not UTF-8" 2 "^tensor-gen: --meta: key 'n\\\\xfe' is not valid UTF-8" \
+	tensor-gen --meta $'n\xfe'=1 w=4
 done_testing

@@ -55,6 +55,12 @@ for p in "$ROOT"/bin/*; do
 	if [ $rc -eq 2 ] && grep -q "usage: $n" "$TMP/err"; then ok "$n: bad option exits 2 with usage"
 	else notok "$n: bad option (exit $rc)"; fi
 	options_match "$n" "$ROOT/bin/$n.c" "$ROOT/man/$n.1" "$out"
+	# -h describes every option, not only the usage lines
+	undesc=$(for o in $(syn_opts <<<"$out"); do
+		grep -qE -- "^[[:space:]]+([^[:space:]]+( [A-Z]+)?, )?$o([][ =,]|$)" <<<"$out" || printf ' %s' "$o"
+	done)
+	if [ -z "$undesc" ]; then ok "$n -h describes every option"
+	else notok "$n -h does not describe:$undesc"; fi
 done
 for n in convert validate plot-kl; do
 	options_match "exl3-$n" "$ROOT/pipelines/$n" "$ROOT/man/exl3-$n.1" "$("$ROOT/pipelines/$n" -h)"

@@ -76,10 +76,21 @@ check_fail "NaN as a string" 1 "tensor 'a.b': \"proxy_err\" is not a number" bit
 echo '{"tensor": "a.b", "K": 3, "proxy_err": -1, "numel": 64}' >oom.jsonl
 check_fail "failed measurement (-1)" 1 "proxy_err is -1" bitalloc --bits 3 oom.jsonl
 jq -c 'select(.K >= 2 and .K <= 5)' m.jsonl >m25.jsonl
-check_fail "target below the minimum measured K" 1 "target 1.5 bits is below the minimum 2.0000" \
+check_fail "target below the minimum measured K" 1 \
+	"target 1.5 bits is below the minimum 2.0000: the measured/allowed widths reach 2.0000..5.0000 bits" \
 	bitalloc --bits 1.5 m25.jsonl
-check "target above the measured range: all at 5" \
-	test "$(bitalloc -q --bits 7 m25.jsonl | jq -c '[.tensors[]] | unique')" = '[5]'
+# above it: an error naming the range, not a 5.0 bpw plan that exits 0
+# (and "exllamav3 strategy: nan" in the summary)
+check_fail "target above the measured range" 1 \
+	"^bitalloc: target 5.5 bits is above the maximum 5.0000: the measured/allowed widths reach 2.0000..5.0000 bits" \
+	bitalloc --bits 5.5 m25.jsonl
+check "... no plan on stdout" test ! -s "$TMP/cf.out"
+check "the top of the range is reachable: all at 5" \
+	test "$(bitalloc -q --bits 5 m25.jsonl | jq -c '[.tensors[]] | unique')" = '[5]'
+bitalloc --bits 5.5 --strategy exllamav3 m25.jsonl 2>ex.err >/dev/null
+check "exllamav3 strategy with unmeasured widths: no nan in the summary" \
+	grep -q "expected error unknown (widths not measured)" ex.err
+check "... nor anywhere" sh -c '! grep -qi nan ex.err'
 check_fail "--set matching nothing" 1 "fc1=4': the regex matches no measured tensor" \
 	bitalloc --bits 3 --set 'mlp\.fc1=4' m.jsonl
 check_fail "--set with an unmeasured K" 1 "asks for K=7, which was not measured" \

@@ -122,4 +122,18 @@ check_fail "bad --codebook" 2 "--codebook: 'foo'" pack-write --model src --codeb
 check_fail "bad --head-bits" 2 "--head-bits: 12" pack-write --model src --head-bits 12 out <q.frames
 check "-h prints the usage on stdout" bash -c 'pack-write -h | grep -q "^usage: pack-write --model SRC"'
 
+# an architecture the rest of the toolkit refuses: refused here too (was
+# written, and only model-eval/hessian-capture/validate complained later)
+mkdir foo && cp src/*.safetensors foo/ && jq '.architectures = ["FooForCausalLM"] | .model_type = "foo"' src/config.json >foo/config.json
+fails "an architecture nothing else accepts" \
+	"^pack-write: foo: config.json: architecture 'FooForCausalLM' is not supported" \
+	pack-write -q --model foo --passthrough --head-bits 16 <q.frames
+# the loader warnings (sizes not multiples of 128) come with a pack that is
+# written, on one line, not with every failing call
+check_fail "a failing call without -q: the problem" 1 "missing linear 'model.layers.1.mlp.down_proj'" \
+	pack-write --model src --passthrough --head-bits 16 bad2 <miss.frames
+check "... without the GPTQModel padding warning" sh -c "! grep -q GPTQModel '$TMP/cf.err'"
+pack-write --model src --passthrough --head-bits 16 ok2 <q.frames 2>ok2.err
+check "a written pack: the padding warning, on one line" \
+	test "$(grep -c 'GPTQModel cannot run them' ok2.err):$(grep -c 'GPTQModel' ok2.err)" = 1:1
 done_testing

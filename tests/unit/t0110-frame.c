@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include "frame.h"
+#include "safetensors.h"
 #include "test.h"
 
 static x3_tensor *mk(const char *name, x3_dtype t, int rank, const int64_t *shape, uint64_t seed)
@@ -157,6 +158,57 @@ int main(void)
 		unlink(path);
 		x3_tensor_free(small);
 		x3_tensor_free(big);
+	}
+
+	/* names and metadata that JSON cannot hold: refused by both writers,
+	 * naming the key (jansson would drop them and write a header without
+	 * the tensor or without the note) */
+	{
+		char path[] = "/tmp/x3utf8XXXXXX";
+		int fd = mkstemp(path);
+		unlink(path);
+		x3_writer *w;
+		CHECK_OK(x3_writer_open_fd(fd, 0, &w), "writer for the UTF-8 checks");
+		x3_tensor *bn = mk("w\xff", X3_F32, 0, NULL, 1), *bm = mk("w", X3_F32, 0, NULL, 2),
+		          *bk = mk("w", X3_F32, 0, NULL, 3), *md = mk("__metadata__", X3_F32, 0, NULL, 4);
+		x3_meta_set(bm, "note", "\xfe");
+		x3_meta_set(bk, "n\xfe", "x");
+		int rc = x3_writer_put(w, bn);
+		CHECK(rc == X3_EFORMAT && !strcmp(x3_errmsg(), "tensor name 'w\\xff' is not valid UTF-8"),
+		      "frame writer: a name that is not UTF-8 (%s)", x3_errmsg());
+		rc = x3_writer_put(w, bm);
+		CHECK(rc == X3_EFORMAT && !strcmp(x3_errmsg(), "metadata 'note': value '\\xfe' is not valid UTF-8"),
+		      "frame writer: a metadata value that is not UTF-8 (%s)", x3_errmsg());
+		rc = x3_writer_put(w, bk);
+		CHECK(rc == X3_EFORMAT && !strcmp(x3_errmsg(), "metadata key 'n\\xfe' is not valid UTF-8"),
+		      "frame writer: a metadata key that is not UTF-8 (%s)", x3_errmsg());
+		CHECK(x3_writer_put(w, md) == X3_EINVAL && strstr(x3_errmsg(), "'__metadata__' is reserved"),
+		      "frame writer: a tensor named __metadata__ (%s)", x3_errmsg());
+		CHECK(lseek(fd, 0, SEEK_CUR) == 0, "nothing was written");
+		x3_writer_close(w);
+		close(fd);
+		char dir[] = "/tmp/x3utf8dXXXXXX", sp[64];
+		CHECK(mkdtemp(dir) != NULL, "temp dir");
+		snprintf(sp, sizeof sp, "%s/a.safetensors", dir);
+		x3_stw *sw;
+		CHECK_OK(x3_stw_create(sp, 0, &sw), "safetensors writer");
+		rc = x3_stw_add(sw, bn);
+		CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "tensor name 'w\\xff' is not valid UTF-8"),
+		      "safetensors writer: a name that is not UTF-8 (%s)", x3_errmsg());
+		rc = x3_stw_meta(sw, "note", "\xfe");
+		CHECK(rc == X3_EFORMAT && !strcmp(x3_errmsg(), "metadata 'note': value '\\xfe' is not valid UTF-8"),
+		      "safetensors writer: a metadata value that is not UTF-8 (%s)", x3_errmsg());
+		x3_stw_abort(sw);
+		rmdir(dir);
+		char b[16];
+		CHECK(!strcmp(x3_str_escape("ab\ncd\xe2\x82\xac", b, sizeof b), "ab\\x0acd\xe2\x82\xac"),
+		      "x3_str_escape: control bytes escaped, valid UTF-8 kept (%s)", b);
+		CHECK(!strcmp(x3_str_escape("abcdefghijklmnop", b, sizeof b), "abcdefghijk..."),
+		      "x3_str_escape: cut to fit (%s)", b);
+		x3_tensor_free(bn);
+		x3_tensor_free(bm);
+		x3_tensor_free(bk);
+		x3_tensor_free(md);
 	}
 
 	/* limits enforced before allocating */

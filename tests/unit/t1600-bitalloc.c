@@ -205,7 +205,11 @@ int main(void)
 	{
 		x3_ba *ba = model(2, 2, 5, 256, 256, 512);
 		x3_ba_add(ba, "lm_head", 4, 0.01, 256 * 1000);
-		CHECK_OK(x3_ba_solve(ba, 7.5, X3_BA_AUTO, 0), "target above the measured range");
+		int rc = x3_ba_solve(ba, 7.5, X3_BA_AUTO, 0);
+		CHECK(rc == X3_EINVAL && strstr(x3_errmsg(), "above the maximum 5.0000") &&
+		      strstr(x3_errmsg(), "reach 2.0000..5.0000 bits"),
+		      "target above the measured range: an error naming the range (%s)", x3_errmsg());
+		CHECK_OK(x3_ba_solve(ba, 5.0, X3_BA_AUTO, 0), "the top of the measured range");
 		int ok = 1;
 		for (int i = 0; i < ba->n; i++)
 			ok &= ba->t[i].K == 5;
