@@ -25,9 +25,12 @@ self=$ROOT/tests/t0905-exl3-citations.sh
 awk '/^\.S[HS] "?[0-9]+(\.[0-9]+)* / { s = $2; gsub(/"/, "", s); print s }' "$page" >"$TMP/sections"
 check "man/exl3.5 has numbered sections" test "$(wc -l <"$TMP/sections")" -ge 12
 
-# the text files of the tree that contain a section sign or mention the spec
-grep -rIl --exclude-dir=.git -e '§' -e '\\\[sc\]' -e '\\(sc' -e 'exl3-format' "$ROOT" |
-	grep -vxF -e "$page" -e "$self" | sort >"$TMP/files"
+# the text files of the tree (those git tracks, or would: not node_modules,
+# build outputs or other ignored files) that contain a section sign or
+# mention the spec
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
+	xargs -0 grep -Il -e '§' -e '\\\[sc\]' -e '\\(sc' -e 'exl3-format' -- 2>/dev/null) |
+	sed "s|^|$ROOT/|" | grep -vxF -e "$page" -e "$self" | sort >"$TMP/files"
 
 # scan FILE...: one line "FILE:LINE: problem" per bad citation
 scan() {
