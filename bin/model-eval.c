@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include "util.h"
 #include "calib.h"
-#include "gpu.h"
+#include "device.h"
 #include "model.h"
 #include "tokenizer.h"
 

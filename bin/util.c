@@ -10,7 +10,7 @@
 #include "frame.h"
 #include "quant.h"
 #include "util.h"
-#include "gpu.h"
+#include "device.h"
 
 const char *progname = "exl3kit";
 int quiet;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "gpu.h"
+#include "device.h"
 #include "model.h"
 #include "safetensors.h"
 #include "linear.h"
