@@ -30,7 +30,10 @@ GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 BACKEND_OUT := $(BACKEND)
 endif
 BIN_UTIL := bin/util.o
-PROGS := $(patsubst bin/%.c,bin/%,$(filter-out bin/util.c,$(sort $(wildcard bin/*.c))))
+# linked only into the programs that quantize (the others then load no
+# LAPACK/BLAS/OpenMP at start-up: -Wl,--as-needed in config.mk)
+BIN_HESS := bin/hess-cache.o
+PROGS := $(patsubst bin/%.c,bin/%,$(filter-out bin/util.c bin/hess-cache.c,$(sort $(wildcard bin/*.c))))
 UNIT := $(patsubst %.c,%,$(sort $(wildcard tests/unit/t*.c)))
 # tests/bench/gpu calls the kernels themselves: built with CUDA only
 BENCH := $(patsubst %.c,%,$(sort $(wildcard tests/bench/*.c)))
@@ -69,8 +72,9 @@ $(BACKEND): $(GPU_OBJ) $(CU_OBJ) lib/gpu.map
 $(LIB): $(LIB_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
+bin/had-rotate bin/trellis-encode: $(BIN_HESS)
 bin/%: bin/%.o $(BIN_UTIL) $(LIB)
-	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(BIN_UTIL) $(LIB) $(LDLIBS)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(filter $(BIN_HESS),$^) $(BIN_UTIL) $(LIB) $(LDLIBS)
 
 tests/unit/%: tests/unit/%.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)

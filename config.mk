@@ -15,7 +15,9 @@ WARN = -Wall -Wextra -Wno-unused-parameter
 WARN += $(shell $(CC) -Werror -Wno-format-truncation -c -x c /dev/null -o /dev/null 2>/dev/null && echo -Wno-format-truncation)
 CPPFLAGS += -D_GNU_SOURCE -Ilib -I/usr/include/x86_64-linux-gnu/openblas-pthread
 X3_CFLAGS = -std=c11 $(WARN) -fopenmp -pthread
-LDLIBS = -lzstd -lxxhash -ljansson -lpcre2-8 -llapacke -lopenblas -lm -ldl -fopenmp -pthread
+# --as-needed: a program records only the libraries it uses (tensor-ls
+# loads no OpenBLAS, LAPACK or OpenMP at start-up)
+LDLIBS = -Wl,--as-needed -lzstd -lxxhash -ljansson -lpcre2-8 -llapacke -lopenblas -lm -ldl -fopenmp -pthread
 
 # CUDA: auto-detected (nvcc on PATH or in /usr/local/cuda/bin); CUDA=0 forces
 # the CPU-only toolkit, CUDA=1 requires nvcc.

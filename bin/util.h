@@ -65,6 +65,7 @@ uint64_t peak_rss_bytes(void);
 
 
 /* ---- for the quantizer programs (had-rotate, trellis-encode) ---------- */
+/* hess_cache_* are in bin/hess-cache.c, linked into those two only. */
 struct x3_writer;
 struct x3_qhess;
 /* The current Hessian frame and its finalized form for one input size. */

@@ -22,7 +22,7 @@ for i in "${!cmds[@]}"; do best[$i]=999999; done
 for round in 1 2 3 4 5; do
 	for i in "${!cmds[@]}"; do
 		s=$(date +%s%N)
-		for ((r = 0; r < N; r++)); do bash -c "${cmds[$i]}" > /dev/null 2>&1 || true; done
+		for ((r = 0; r < N; r++)); do eval "${cmds[$i]}" > /dev/null 2>&1 || true; done
 		e=$(date +%s%N)
 		ms=$(echo "($e - $s) / $N / 1000000" | bc -l)
 		best[$i]=$(echo "$ms ${best[$i]}" | awk '{print ($1 < $2) ? $1 : $2}')
@@ -33,7 +33,7 @@ backend=no
 printf '%-40s %10s %10s %12s\n' "start-up (CUDA backend built: $backend)" "ms" "over cat" "peak RSS"
 missed=0
 for i in "${!cmds[@]}"; do
-	/usr/bin/time -f %M -o "$T/rss" bash -c "${cmds[$i]}" > /dev/null 2>&1 || true
+	eval "/usr/bin/time -f %M -o '$T/rss' ${cmds[$i]}" > /dev/null 2>&1 || true
 	rss=$(tail -1 "$T/rss")
 	over=$(echo "${best[$i]} - ${best[0]}" | bc -l)
 	printf '%-40s %10.1f %10.1f %8d KiB\n' "${names[$i]}" "${best[$i]}" "$over" "$rss"
