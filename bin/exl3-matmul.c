@@ -3,15 +3,16 @@
  * error against a dense reference weight (--check). See
  * man/exl3-matmul.1. */
 #include <getopt.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "arch.h"
 #include "codec.h"
 #include "exl3.h"
 #include "device.h"
 #include "frame.h"
+#include "model.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -98,48 +99,26 @@ static x3_exl3 *read_group(x3_reader *r, const char *want, x3_tensor **next)
 	return e;
 }
 
-/* Original sizes of a Llama-family linear from DIR/config.json, by the
- * module name (ExLlamaV3 likewise takes them from the config, §1):
- * kept only where they round up to the padded sizes. */
+/* Original sizes of a linear from DIR/config.json through the model's
+ * description (arch.h; ExLlamaV3 likewise takes them from the config, exl3(5) §1.1):
+ * kept only where they round up to the padded sizes. A config the
+ * toolkit cannot describe leaves the padded sizes. */
 static void sizes_from_config(const char *dir, x3_exl3 *e)
 {
-	char path[4096];
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	json_t *c = json_load_file(path, 0, NULL);
-	if (!c)
+	x3_model_config c;
+	x3_module *m;
+	int n;
+	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c) || x3_arch_modules(&c, &m, &n))
 		return;
-	json_t *tc = json_object_get(c, "text_config");   /* multimodal wrappers */
-	json_t *cfg = tc && json_is_object(tc) ? tc : c;
-#define CFG(name) (json_is_integer(json_object_get(cfg, name)) ? \
-	(int64_t)json_integer_value(json_object_get(cfg, name)) : 0)
-	int64_t hid = CFG("hidden_size"), inter = CFG("intermediate_size");
-	int64_t heads = CFG("num_attention_heads"), kvh = CFG("num_key_value_heads");
-	int64_t hd = CFG("head_dim"), vocab = CFG("vocab_size");
-#undef CFG
-	json_decref(c);
-	if (!kvh)
-		kvh = heads;
-	if (!hd && heads)
-		hd = hid / heads;
-	static const struct { const char *suf; int in, out; } map[] = {
-		/* 0 hidden, 1 intermediate, 2 heads·hd, 3 kv·hd, 4 vocab */
-		{ "q_proj", 0, 2 }, { "k_proj", 0, 3 }, { "v_proj", 0, 3 }, { "o_proj", 2, 0 },
-		{ "gate_proj", 0, 1 }, { "up_proj", 0, 1 }, { "down_proj", 1, 0 },
-		{ "lm_head", 0, 4 },
-	};
-	int64_t v[5] = { hid, inter, heads * hd, kvh * hd, vocab };
-	const char *key = x3_exl3_key(e), *dot = strrchr(key, '.');
-	const char *last = dot ? dot + 1 : key;
-	for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
-		if (strcmp(last, map[i].suf))
-			continue;
-		int64_t in = v[map[i].in], out = v[map[i].out];
-		int64_t k = x3_exl3_k(e), n = x3_exl3_n(e);
-		if (in > k - 128 && in <= k && x3_exl3_in(e) == k)
-			x3_exl3_set_orig(e, in, 0);
-		if (out > n - 128 && out <= n && x3_exl3_out(e) == n)
-			x3_exl3_set_orig(e, 0, out);
+	const x3_module *d = x3_modules_find(m, n, x3_exl3_key(e));
+	if (d && d->d->kind == X3_KIND_LINEAR) {
+		int64_t k = x3_exl3_k(e), np = x3_exl3_n(e);
+		if (d->in > k - 128 && d->in <= k && x3_exl3_in(e) == k)
+			x3_exl3_set_orig(e, d->in, 0);
+		if (d->out > np - 128 && d->out <= np && x3_exl3_out(e) == np)
+			x3_exl3_set_orig(e, 0, d->out);
 	}
+	free(m);
 }
 
 static x3_exl3 *load_model(const char *src, const char *key)

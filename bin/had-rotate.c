@@ -1,5 +1,5 @@
 /* had-rotate: Hessian finalization and regularization of linear weights
- * (spec §5.2, §8.2): random signs, Hadamard rotation, scales, padding to
+ * (exl3(5) §9.2, §9.1): random signs, Hadamard rotation, scales, padding to
  * 128, block LDL. Reads weight (+ bias, + Hessian) frames, writes the
  * frames trellis-encode reads. */
 #include <getopt.h>

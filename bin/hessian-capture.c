@@ -1,5 +1,5 @@
 /* hessian-capture: input Hessians H = Σ xᵀx of every linear of a model over
- * calibration text (spec §9), or merged from Hessian streams, or from
+ * calibration text (exl3(5) §10), or merged from Hessian streams, or from
  * activation frames. */
 #include <errno.h>
 #include <getopt.h>
@@ -119,7 +119,7 @@ static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt)
 struct cap {
 	struct hset set;
 	x3_writer *w;
-	int f64, tied, n_layers;
+	int f64, n_layers;
 	double t0;
 	long long ntok;
 };
@@ -131,8 +131,7 @@ static int cap_hook(void *ctx, const struct x3_capture *c)
 	if (!h) {
 		h = hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer);
 		/* the head of a tied model reads the embedding matrix */
-		if (c->layer == k->n_layers && k->tied &&
-		    x3_hess_set_meta(h, "tied", "model.embed_tokens.weight"))
+		if (c->tied && x3_hess_set_meta(h, "tied", c->tied))
 			return X3_ENOMEM;
 	}
 	return x3_hess_add_rows(h, c->x, c->ntok, c->in);
@@ -319,7 +318,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);
 
-	struct cap k = { .w = w, .f64 = f64, .tied = cfg.tied, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols };
+	struct cap k = { .w = w, .f64 = f64, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols };
 	struct x3_forward_opts fo;
 	x3_forward_opts_init(&fo, m);
 	fo.hook = cap_hook;

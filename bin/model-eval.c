@@ -11,18 +11,27 @@
 #include "util.h"
 #include "calib.h"
 #include "device.h"
+#include "frame.h"
+#include "klstats.h"
 #include "model.h"
 #include "tokenizer.h"
 
 static const char usage[] =
 	"usage: model-eval --model DIR [--quantized DIR] (--text FILE... | --tokens FRAMES)\n"
 	"                  [--rows R] [--cols C] [--split MODE] [--batch B] [--strict]\n"
-	"                  [--device cpu|cuda|auto] [-q]\n"
+	"                  [--save-base FILE] [--table] [--device cpu|cuda|auto] [-q]\n"
+	"       model-eval --base FILE --quantized DIR [--table] [--device cpu|cuda|auto] [-q]\n"
 	"       model-eval --model DIR --generate N [--prompt TEXT] [--ids]\n"
 	"                  [--device cpu|cuda|auto]\n"
 	"  --model DIR      the (original) Hugging Face model directory\n"
+	"                   (or an EXL3 pack, to compare two packs with each other)\n"
 	"  --quantized DIR  a second model to compare with the first (an EXL3 directory\n"
-	"                   or another HF model): KL(model || quantized), top-1 agreement\n"
+	"                   or another HF model): KL(model || quantized) with its median,\n"
+	"                   p90, p99, p99.9, max; ln(PPL(Q)/PPL(base)); delta-p; same top p\n"
+	"  --save-base FILE save --model's logits and the tokens (zstd frames) for --base\n"
+	"  --base FILE      the original's logits from --save-base instead of --model\n"
+	"                   and the text: one forward of the original for any number of packs\n"
+	"  --table          a short table instead of JSON\n"
 	"  --text FILE      evaluation text, plain or zstd ('-': stdin); repeatable\n"
 	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
 	"  --rows R         evaluate at most R rows (default: all the input gives)\n"
@@ -90,21 +99,6 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 	return ids;
 }
 
-/* log-softmax of v (n) in place; returns nothing */
-static void log_softmax(float *v, int64_t n)
-{
-	float mx = -INFINITY;
-	for (int64_t i = 0; i < n; i++)
-		if (v[i] > mx)
-			mx = v[i];
-	double s = 0;
-	for (int64_t i = 0; i < n; i++)
-		s += exp((double)v[i] - mx);
-	float lse = mx + (float)log(s);
-	for (int64_t i = 0; i < n; i++)
-		v[i] -= lse;
-}
-
 static int64_t argmax(const float *v, int64_t n)
 {
 	int64_t b = 0;
@@ -132,18 +126,63 @@ static json_t *num(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
-static void evaluate(const char *model, const char *qdir, const int32_t *ids, long rows,
-                     long cols, long batch)
+static json_t *pm(double v, double e)
 {
-	x3_model *m, *q = NULL;
-	if (x3_model_open(model, NULL, &m))
-		die("%s", x3_errmsg());
+	json_t *o = json_object();
+	json_object_set_new(o, "value", num(v));
+	json_object_set_new(o, "uncertainty", num(e));
+	return o;
+}
+
+static const char *const dp_names[X3_DP_NPCT] = {"min", "p0.1", "p1", "p5", "p10", "p25", "median",
+                                                 "p75", "p90", "p95", "p99", "p99.9", "max"};
+
+static void print_table(const x3_klstats *s, int have_q)
+{
+	printf("%-26s %lld\n", "positions", (long long)s->n);
+	printf("%-26s %.4f\n", "PPL(base)", exp(s->nll_base));
+	if (!have_q)
+		return;
+	printf("%-26s %.4f\n", "PPL(Q)", exp(s->nll_q));
+	printf("%-26s %.6f ± %.6f\n", "ln(PPL(Q)/PPL(base))", s->ln_ppl_ratio, s->ln_ppl_ratio_err);
+	printf("%-26s %.6f\n", "KL mean", s->kl_mean);
+	printf("%-26s %.6f\n", "KL median", s->kl_median);
+	printf("%-26s %.6f\n", "KL p90", s->kl_p90);
+	printf("%-26s %.6f\n", "KL p99", s->kl_p99);
+	printf("%-26s %.6f\n", "KL p99.9", s->kl_p999);
+	printf("%-26s %.6f\n", "KL max", s->kl_max);
+	printf("%-26s %.4f%% ± %.4f%%\n", "mean delta-p", 100 * s->dp_mean, 100 * s->dp_err);
+	printf("%-26s %.4f%%\n", "RMS delta-p", 100 * s->dp_rms);
+	for (int k = X3_DP_NPCT - 1; k >= 0; k--) {
+		char b[32];
+		snprintf(b, sizeof b, "delta-p %s", dp_names[k]);
+		printf("%-26s %.4f%%\n", b, 100 * s->dp_pct[k]);
+	}
+	printf("%-26s %.4f%% ± %.4f%%\n", "same top p", 100 * s->same_top, 100 * s->same_top_err);
+}
+
+/* The logits of the original model: computed by its forward, or read back
+ * from a --save-base file (frames: "tokens" (rows, cols) I32, then
+ * "logits.R0" (rows·cols, V) F32 per batch of rows from row R0). */
+struct base {
+	x3_model *m;
+	const char *dir;        /* --model */
+	x3_reader *r;           /* --base */
+	const char *file;
+	int64_t V;
+};
+
+static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long rows,
+                     long cols, long batch, const char *save, int table)
+{
+	x3_model *q = NULL;
 	if (qdir && x3_model_open(qdir, NULL, &q))
 		die("%s", x3_errmsg());
-	int64_t V = x3_model_cfg(m)->vocab;
+	int64_t V = B->V;
+	const char *bname = B->dir;
 	if (q && x3_model_cfg(q)->vocab != V)
 		die("%s: vocabulary of %lld, %s has %lld", qdir, (long long)x3_model_cfg(q)->vocab,
-		    model, (long long)V);
+		    bname, (long long)V);
 	if (batch <= 0) {
 		batch = (long)((256L << 20) / ((int64_t)cols * V * 4 * (q ? 2 : 1)));
 		if (batch < 1)
@@ -151,73 +190,173 @@ static void evaluate(const char *model, const char *qdir, const int32_t *ids, lo
 	}
 	if (batch > rows)
 		batch = rows;
-	float *lm = malloc((size_t)batch * cols * V * sizeof *lm);
+	float *lm = B->m ? malloc((size_t)batch * cols * V * sizeof *lm) : NULL;
 	float *lq = q ? malloc((size_t)batch * cols * V * sizeof *lq) : NULL;
-	if (!lm || (q && !lq))
+	int64_t npos = (int64_t)rows * (cols - 1);
+	x3_klpos *pos = malloc((size_t)(npos > 0 ? npos : 1) * sizeof *pos);
+	if ((B->m && !lm) || (q && !lq) || !pos)
 		die("out of memory for logits of %ld rows of %ld tokens", batch, cols);
-	double nll = 0, nllq = 0, kl = 0;
-	long long npos = 0, agree = 0;
+	struct outfile of;
+	x3_writer *w = NULL;
+	if (save) {
+		if (x3_writer_open_fd(outfile_open(&of, save), 3, &w))
+			die_x3("%s", save);
+		x3_tensor t = {0};
+		t.name = "tokens";
+		t.dtype = X3_I32;
+		t.rank = 2;
+		t.shape[0] = rows, t.shape[1] = cols;
+		t.data = (void *)ids;
+		t.nbytes = (size_t)rows * cols * sizeof *ids;
+		char vs[32];
+		snprintf(vs, sizeof vs, "%lld", (long long)V);
+		struct x3_kv kv[2] = {{"model", (char *)bname}, {"vocab", vs}};
+		t.meta = kv;
+		t.nmeta = 2;
+		if (x3_writer_put(w, &t))
+			die_x3("%s", save);
+	}
 	double t0 = now_seconds();
-	for (long r0 = 0; r0 < rows; r0 += batch) {
+	int64_t done = 0;
+	for (long r0 = 0; r0 < rows;) {
 		long nr = rows - r0 < batch ? rows - r0 : batch;
+		x3_tensor *bt = NULL;
+		float *a = lm;
+		if (B->r) {
+			int rc = x3_reader_next(B->r, &bt);
+			char want[32];
+			snprintf(want, sizeof want, "logits.%ld", r0);
+			if (rc == X3_EOF)
+				die("%s: ends before row %ld of %ld", B->file, r0, rows);
+			if (rc)
+				die_x3("%s", B->file);
+			if (strcmp(bt->name, want) || bt->dtype != X3_F32 || bt->rank != 2 ||
+			    bt->shape[1] != V || bt->shape[0] % cols || bt->shape[0] < cols ||
+			    bt->shape[0] / cols > rows - r0)
+				die("%s: frame '%s': expected '%s', F32 (a multiple of %ld rows, %lld)",
+				    B->file, bt->name, want, cols, (long long)V);
+			nr = (long)(bt->shape[0] / cols);
+			a = bt->data;
+		}
 		const int32_t *rid = ids + (size_t)r0 * cols;
-		forward_logits(m, model, rid, nr, cols, lm, X3_LOGITS_ALL);
+		if (B->m)
+			forward_logits(B->m, B->dir, rid, nr, cols, lm, X3_LOGITS_ALL);
+		if (w) {
+			x3_tensor t = {0};
+			char nm[32];
+			snprintf(nm, sizeof nm, "logits.%ld", r0);
+			t.name = nm;
+			t.dtype = X3_F32;
+			t.rank = 2;
+			t.shape[0] = (int64_t)nr * cols, t.shape[1] = V;
+			t.data = a;
+			t.nbytes = (size_t)nr * cols * V * sizeof *a;
+			if (x3_writer_put(w, &t))
+				die_x3("%s", save);
+		}
 		if (q)
 			forward_logits(q, qdir, rid, nr, cols, lq, X3_LOGITS_ALL);
-		double s_nll = 0, s_nllq = 0, s_kl = 0;
-		long long s_agree = 0;
-		#pragma omp parallel for if(nr * cols * V > (1 << 16)) schedule(static) reduction(+:s_nll, s_nllq, s_kl, s_agree)
+		/* each position into its own slot: no reduction, so the sums of
+		 * x3_kl_summarize do not depend on the threads */
+		x3_klpos *pp = pos + done;
+		#pragma omp parallel for if(nr * cols * V > (1 << 16)) schedule(static)
 		for (long p = 0; p < nr * cols; p++) {
 			if (p % cols == cols - 1)
 				continue;       /* no next token in this row */
-			int32_t next = rid[p + 1];
-			float *a = lm + (size_t)p * V;
-			if (q) {
-				float *b = lq + (size_t)p * V;
-				s_agree += argmax(a, V) == argmax(b, V);
-				log_softmax(b, V);
-				log_softmax(a, V);
-				double k = 0;
-				for (int64_t i = 0; i < V; i++)
-					k += exp((double)a[i]) * ((double)a[i] - b[i]);
-				s_kl += k;
-				s_nllq -= b[next];
-			} else {
-				log_softmax(a, V);
-			}
-			s_nll -= a[next];
+			x3_kl_position(a + (size_t)p * V, q ? lq + (size_t)p * V : NULL, V, rid[p + 1],
+			               &pp[p / cols * (cols - 1) + p % cols]);
 		}
-		nll += s_nll, nllq += s_nllq, kl += s_kl, agree += s_agree;
-		npos += (long long)nr * (cols - 1);
+		done += (int64_t)nr * (cols - 1);
+		x3_tensor_free(bt);
+		r0 += nr;
 		double dt = now_seconds() - t0;
-		progress("%ld/%ld rows, %.0f tokens/s", r0 + nr, rows,
-		         dt > 0 ? (double)(r0 + nr) * cols / dt : 0.0);
+		progress("%ld/%ld rows, %.0f tokens/s", r0, rows, dt > 0 ? (double)r0 * cols / dt : 0.0);
 	}
 	progress_done();
 	if (!npos)
 		die("rows of one token predict nothing: use --cols 2 or more");
-	json_t *o = json_object();
-	json_object_set_new(o, "model", json_string(model));
-	if (q)
-		json_object_set_new(o, "quantized", json_string(qdir));
-	json_object_set_new(o, "rows", json_integer(rows));
-	json_object_set_new(o, "cols", json_integer(cols));
-	json_object_set_new(o, "positions", json_integer(npos));
-	json_object_set_new(o, "nll", num(nll / npos));
-	json_object_set_new(o, "perplexity", num(exp(nll / npos)));
-	if (q) {
-		json_object_set_new(o, "nll_quantized", num(nllq / npos));
-		json_object_set_new(o, "perplexity_quantized", num(exp(nllq / npos)));
-		json_object_set_new(o, "kl_divergence", num(kl / npos));
-		json_object_set_new(o, "top1_agreement", json_real((double)agree / npos));
+	x3_klstats st;
+	if (x3_kl_summarize(pos, npos, &st))
+		die_x3("statistics");
+	if (w) {
+		if (x3_writer_close(w))
+			die_x3("%s", save);
+		outfile_commit(&of);
 	}
-	json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-	printf("\n");
-	json_decref(o);
-	free(lm), free(lq);
-	x3_model_close(m);
+	if (table) {
+		print_table(&st, q != NULL);
+	} else {
+		json_t *o = json_object();
+		json_object_set_new(o, "model", json_string(bname));
+		if (B->r)
+			json_object_set_new(o, "base", json_string(B->file));
+		if (q)
+			json_object_set_new(o, "quantized", json_string(qdir));
+		json_object_set_new(o, "rows", json_integer(rows));
+		json_object_set_new(o, "cols", json_integer(cols));
+		json_object_set_new(o, "positions", json_integer(npos));
+		json_object_set_new(o, "nll", num(st.nll_base));
+		json_object_set_new(o, "perplexity", num(exp(st.nll_base)));
+		if (q) {
+			json_object_set_new(o, "nll_quantized", num(st.nll_q));
+			json_object_set_new(o, "perplexity_quantized", num(exp(st.nll_q)));
+			json_object_set_new(o, "kl_divergence", num(st.kl_mean));
+			json_object_set_new(o, "top1_agreement", num(st.same_top));
+			json_t *k = json_object();
+			json_object_set_new(k, "mean", num(st.kl_mean));
+			json_object_set_new(k, "median", num(st.kl_median));
+			json_object_set_new(k, "p90", num(st.kl_p90));
+			json_object_set_new(k, "p99", num(st.kl_p99));
+			json_object_set_new(k, "p99.9", num(st.kl_p999));
+			json_object_set_new(k, "max", num(st.kl_max));
+			json_object_set_new(o, "kl", k);
+			json_object_set_new(o, "ln_ppl_ratio", pm(st.ln_ppl_ratio, st.ln_ppl_ratio_err));
+			json_t *d = json_object(), *pc = json_object();
+			json_object_set_new(d, "mean", num(st.dp_mean));
+			json_object_set_new(d, "uncertainty", num(st.dp_err));
+			json_object_set_new(d, "rms", num(st.dp_rms));
+			for (int i = 0; i < X3_DP_NPCT; i++)
+				json_object_set_new(pc, dp_names[i], num(st.dp_pct[i]));
+			json_object_set_new(d, "percentiles", pc);
+			json_object_set_new(o, "delta_p", d);
+			json_object_set_new(o, "same_top_p", pm(st.same_top, st.same_top_err));
+		}
+		json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+		printf("\n");
+		json_decref(o);
+	}
+	free(lm), free(lq), free(pos);
 	if (q)
 		x3_model_close(q);
+}
+
+/* --base FILE: the tokens frame; the reader is left at the first logits */
+static int32_t *base_open(struct base *B, const char *file, long *rows, long *cols)
+{
+	B->file = file;
+	if (x3_reader_open(file, &B->r))
+		die_x3("%s", file);
+	x3_tensor *t;
+	int rc = x3_reader_next(B->r, &t);
+	if (rc == X3_EOF)
+		die("%s: empty (not a --save-base file)", file);
+	if (rc)
+		die_x3("%s", file);
+	int64_t V;
+	if (strcmp(t->name, "tokens") || t->dtype != X3_I32 || t->rank != 2 || t->shape[1] < 2 ||
+	    x3_meta_get_i64(t, "vocab", &V) || V < 1)
+		die("%s: the first frame is not model-eval --save-base's 'tokens' (I32 rows x cols, vocab)", file);
+	B->V = V;
+	const char *m = x3_meta_get(t, "model");
+	B->dir = m ? strdup(m) : file;
+	*cols = (long)t->shape[1];
+	*rows = (long)t->shape[0];
+	int32_t *ids = malloc(t->nbytes);
+	if (!ids)
+		die("out of memory");
+	memcpy(ids, t->data, t->nbytes);
+	x3_tensor_free(t);
+	return ids;
 }
 
 static void generate(const char *model, long ntok, const char *prompt, int print_ids)
@@ -294,7 +433,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_QUANT, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_SPLIT, O_BATCH,
-	       O_STRICT, O_GEN, O_PROMPT, O_IDS, O_DEV };
+	       O_STRICT, O_GEN, O_PROMPT, O_IDS, O_DEV, O_SAVE, O_BASE, O_TABLE };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "quantized", required_argument, 0, O_QUANT },
 		{ "text", required_argument, 0, O_TEXT }, { "tokens", required_argument, 0, O_TOKENS },
@@ -303,9 +442,12 @@ int main(int argc, char **argv)
 		{ "strict", no_argument, 0, O_STRICT }, { "generate", required_argument, 0, O_GEN },
 		{ "prompt", required_argument, 0, O_PROMPT }, { "ids", no_argument, 0, O_IDS },
 		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
+		{ "save-base", required_argument, 0, O_SAVE }, { "base", required_argument, 0, O_BASE },
+		{ "table", no_argument, 0, O_TABLE },
 		{ 0, 0, 0, 0 },
 	};
-	const char *model = NULL, *qdir = NULL, *tokens = NULL, *prompt = NULL;
+	const char *model = NULL, *qdir = NULL, *tokens = NULL, *prompt = NULL, *save = NULL, *basef = NULL;
+	int table = 0, set_rc = 0;
 	char **texts = calloc((size_t)argc + 1, sizeof *texts);
 	int ntexts = 0, split = X3_SPLIT_WHOLE, strict = 0, ids = 0, want_device = X3_DEVICE_CPU;
 	long rows = 0, cols = 0, batch = 0, gen = -1;
@@ -318,9 +460,9 @@ int main(int argc, char **argv)
 		case O_QUANT: qdir = optarg; break;
 		case O_TEXT: texts[ntexts++] = optarg; break;
 		case O_TOKENS: tokens = optarg; break;
-		case O_ROWS: rows = parse_long(usage, "--rows", optarg, 1, 100000000); break;
-		case O_COLS: cols = parse_long(usage, "--cols", optarg, 2, 10000000); break;
-		case O_BATCH: batch = parse_long(usage, "--batch", optarg, 1, 1000000); break;
+		case O_ROWS: set_rc = 1; rows = parse_long(usage, "--rows", optarg, 1, 100000000); break;
+		case O_COLS: set_rc = 1; cols = parse_long(usage, "--cols", optarg, 2, 10000000); break;
+		case O_BATCH: set_rc = 1; batch = parse_long(usage, "--batch", optarg, 1, 1000000); break;
 		case O_SPLIT:
 			if (!strcmp(optarg, "lines")) split = X3_SPLIT_LINES;
 			else if (!strcmp(optarg, "blank")) split = X3_SPLIT_BLANK;
@@ -332,13 +474,34 @@ int main(int argc, char **argv)
 		case O_PROMPT: prompt = optarg; break;
 		case O_IDS: ids = 1; break;
 		case O_DEV: want_device = device_parse(usage, optarg); break;
+		case O_SAVE: save = optarg; break;
+		case O_BASE: basef = optarg; break;
+		case O_TABLE: table = 1; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
-	if (!model)
-		usage_error(usage, "--model is required");
 	for (int i = optind; i < argc; i++)
 		texts[ntexts++] = argv[i];
+	if (basef) {
+		if (model || ntexts || tokens || gen >= 0 || save || set_rc || split != X3_SPLIT_WHOLE || strict)
+			usage_error(usage, "--base FILE replaces --model and the text: it takes only "
+			            "--quantized, --table, --device and -q");
+		if (!qdir)
+			usage_error(usage, "--base needs --quantized DIR");
+		device = device_resolve(want_device);
+		struct base B = {0};
+		int32_t *tk = base_open(&B, basef, &rows, &cols);
+		evaluate(&B, qdir, tk, rows, cols, 0, NULL, table);
+		x3_reader_close(B.r);
+		free(tk);
+		free(texts);
+		check_stdout();
+		return 0;
+	}
+	if (!model)
+		usage_error(usage, "--model is required");
+	if (gen >= 0 && (save || table))
+		usage_error(usage, "--save-base and --table do not go with --generate");
 	if (gen >= 0 && (ntexts || tokens || qdir))
 		usage_error(usage, "--generate takes no --text, --tokens or --quantized");
 	if (gen < 0 && (prompt || ids))
@@ -361,7 +524,13 @@ int main(int argc, char **argv)
 		if (cols <= 0 && !tokens)
 			cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
 		int32_t *tk = get_rows(model, texts, ntexts, tokens, split, &rows, &cols, strict);
-		evaluate(model, qdir, tk, rows, cols, batch);
+		struct base B = {0};
+		B.dir = model;
+		if (x3_model_open(model, NULL, &B.m))
+			die("%s", x3_errmsg());
+		B.V = x3_model_cfg(B.m)->vocab;
+		evaluate(&B, qdir, tk, rows, cols, batch, save, table);
+		x3_model_close(B.m);
 		free(tk);
 	}
 	free(texts);

@@ -1,4 +1,4 @@
-/* pack-write: assemble an EXL3 model directory (spec §2) from the frames
+/* pack-write: assemble an EXL3 model directory (exl3(5) §2) from the frames
  * of a conversion on stdin plus the source model directory.
  *
  * The directory is built under OUT.tmp-XXXXXX beside OUT and renamed into
@@ -170,7 +170,7 @@ static int ends_with(const char *s, const char *suf)
 	return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* Copy the non-weight files of SRC (spec §2.3). */
+/* Copy the non-weight files of SRC (exl3(5) §2.1). */
 static void copy_files(const char *src)
 {
 	DIR *d = opendir(src);
@@ -262,9 +262,6 @@ static void remove_stale(const char *dir, const char *base)
 
 /* ---- tensors ------------------------------------------------------------ */
 
-enum { P_TRELLIS, P_SUH, P_SVH, P_MCG, P_MUL1, P_BIAS, P_WEIGHT, P_COUNT };
-static const char *const part_name[P_COUNT] = {"trellis", "suh", "svh", "mcg", "mul1", "bias", "weight"};
-
 struct ent {
 	x3_tensor *t;            /* output header (name, dtype, shape, nbytes) */
 	const x3_tensor *src;    /* SRC tensor (pass-through), or NULL */
@@ -288,15 +285,6 @@ static struct ent *new_ent(void)
 	return &ents[nent++];
 }
 
-/* Output header of dtype dt and shape (rank, shape). */
-static x3_tensor *out_header(const char *name, x3_dtype dt, int rank, const int64_t *shape)
-{
-	x3_tensor *t = x3_tensor_new(name, dt, rank, shape, 0);
-	if (!t)
-		die_x3("tensor '%s'", name);
-	return t;
-}
-
 /* Problems found by the completeness check: all are listed, then exit 1. */
 static int nprob;
 static void problem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -310,19 +298,6 @@ static void problem(const char *fmt, ...)
 	if (nprob < 200)
 		warnx("%s", buf);
 	nprob++;
-}
-
-static int is_float(x3_dtype t)
-{
-	return t == X3_F64 || t == X3_F32 || t == X3_F16 || t == X3_BF16;
-}
-
-/* Stored dtype of a pass-through tensor: F32 and F64 become F16 (ExLlamaV3
- * loads floats as F16 anyway, and its safetensors reader knows only F32,
- * F16, BF16, I32 and I16: loader/safetensors.py, convert_dtype). */
-static x3_dtype passthrough_dtype(x3_dtype t)
-{
-	return t == X3_F32 || t == X3_F64 ? X3_F16 : t;
 }
 
 /* dtypes ExLlamaV3's safetensors reader accepts (convert_dtype) */
@@ -376,9 +351,9 @@ static void *materialize(const struct ent *e, int *owned)
 	return buf;
 }
 
-/* Legal by the spec, but what the loaders checked in pack-write(1),
- * COMPATIBILITY, trip over: warnings only. */
-static void loader_warnings(const char *cfg_text, const char *path, const x3_pack_linear *lin, int nlin)
+/* Legal EXL3, but what the loaders of exl3(5) §8 trip over: warnings
+ * only. */
+static void loader_warnings(const char *cfg_text, const char *path, const x3_module *mods, int nmods)
 {
 	json_t *o = json_loads(cfg_text, 0, NULL);
 	json_t *a = o ? json_object_get(o, "architectures") : NULL;
@@ -387,8 +362,8 @@ static void loader_warnings(const char *cfg_text, const char *path, const x3_pac
 		      "(Config.from_directory) and transformers need one", path);
 	json_decref(o);
 	int odd = 0, first = -1;
-	for (int j = 0; j < nlin; j++)
-		if (lin[j].in % 128 || lin[j].out % 128) {
+	for (int j = 0; j < nmods; j++)
+		if (mods[j].d->kind == X3_KIND_LINEAR && (mods[j].in % 128 || mods[j].out % 128)) {
 			odd++;
 			if (first < 0)
 				first = j;
@@ -397,8 +372,16 @@ static void loader_warnings(const char *cfg_text, const char *path, const x3_pac
 		warnx("warning: %d linear%s with a size that is not a multiple of 128 (first '%s', "
 		      "%lldx%lld): stored zero-padded to 128 as the format requires; GPTQModel sizes its "
 		      "EXL3 modules from the unpadded model and cannot run %s; older ExLlamaV3 "
-		      "versions refuse padded inputs except in down_proj", odd, odd > 1 ? "s" : "", lin[first].key,
-		      (long long)lin[first].out, (long long)lin[first].in, odd > 1 ? "them" : "it");
+		      "versions refuse padded inputs except in the MLP's down projection", odd, odd > 1 ? "s" : "",
+		      mods[first].key, (long long)mods[first].out, (long long)mods[first].in,
+		      odd > 1 ? "them" : "it");
+}
+
+/* the plan's K of a linear, -1 if it has none (x3_pack_in.plan_k) */
+static long plan_k(void *ctx, const char *key)
+{
+	json_t *pk = ctx ? json_object_get(ctx, key) : NULL;
+	return pk ? (long)json_integer_value(pk) : -1;
 }
 
 static const char *cb_name(int cb)
@@ -491,15 +474,19 @@ int main(int argc, char **argv)
 	char path[8192];
 	snprintf(path, sizeof path, "%s/config.json", src);
 	char *cfg_text = slurp(path, NULL);
-	x3_pack_arch arch;
-	if (x3_pack_arch_parse(cfg_text, &arch))
-		die("%s: %s", path, x3_errmsg());
-	x3_pack_linear *lin;
-	int nlin;
-	if (x3_pack_linears(&arch, &lin, &nlin))
-		die_x3("architecture");
+	x3_model_config cfg;
+	if (x3_config_parse_as(cfg_text, strlen(cfg_text), X3_CONFIG_LAYOUT, &cfg))
+		die("%s: %s", src, x3_errmsg());   /* "SRC: config.json: ..." */
+	x3_module *mods;
+	int nmods;
+	if (x3_arch_modules(&cfg, &mods, &nmods))
+		die_x3("%s", path);
+	const x3_module *headm = NULL;
+	for (int j = 0; j < nmods; j++)
+		if (mods[j].d->role == X3_ROLE_HEAD)
+			headm = &mods[j];
 	if (!quiet)
-		loader_warnings(cfg_text, path, lin, nlin);
+		loader_warnings(cfg_text, path, mods, nmods);
 	x3_st *sst;
 	if (x3_st_open(src, &sst))
 		die_x3("%s", src);
@@ -519,15 +506,13 @@ int main(int argc, char **argv)
 		/* the plan's head_bits, except for a tied model whose plan has
 		 * no lm_head entry (then no head is stored) */
 		json_t *hb = json_object_get(plan, "head_bits");
-		if (!head_opt && json_is_integer(hb) && (!arch.tied || json_object_get(plan_t, "lm_head")))
+		if (!head_opt && json_is_integer(hb) && (!headm || !headm->tied || json_object_get(plan_t, headm->key)))
 			head_opt = (long)json_integer_value(hb);
 		const char *k;
 		json_t *v;
 		json_object_foreach(plan_t, k, v) {
-			int found = 0;
-			for (int j = 0; j < nlin && !found; j++)
-				found = !strcmp(lin[j].key, k);
-			if (!found)
+			const x3_module *pm = x3_modules_find(mods, nmods, k);
+			if (!pm || pm->d->kind != X3_KIND_LINEAR)
 				die("%s: tensor '%s' is not a linear of the architecture in %s", plan_path, k, src);
 			if (!json_is_integer(v))
 				die("%s: tensor '%s': K is not an integer", plan_path, k);
@@ -615,253 +600,37 @@ int main(int argc, char **argv)
 			die("mmap of the spool: %s", strerror(errno));
 	}
 
-	/* 2. classify the stream's tensors */
-	const x3_tensor *(*part)[P_COUNT] = calloc((size_t)nlin, sizeof *part);
-	int *used = calloc((size_t)(nin ? nin : 1), sizeof *used);
-	if (!part || !used)
-		die("out of memory");
-	int head = nlin - 1;
-	for (int i = 0; i < nin; i++) {
-		const char *name = in[i]->name, *dot = strrchr(name, '.');
-		if (!dot)
-			continue;
-		for (int j = 0; j < nlin; j++) {
-			size_t kl = strlen(lin[j].key);
-			if (strncmp(name, lin[j].key, kl) || name + kl != dot)
-				continue;
-			int p;
-			for (p = 0; p < P_COUNT; p++)
-				if (!strcmp(dot + 1, part_name[p]))
-					break;
-			if (p == P_COUNT)
-				problem("tensor '%s': not a tensor of an EXL3 linear (trellis, suh, svh, mcg, "
-				        "mul1, bias; legacy su/sv are not written)", name);
-			else
-				part[j][p] = in[i];
-			used[i] = 1;
-			break;
-		}
-	}
-	/* payloads of the marker scalars, for their check */
-	for (int i = 0; i < nin; i++)
-		if (used[i] && in[i]->nbytes <= 8 && in[i]->nbytes)
+	/* 2. classify the stream's tensors, 3. the linears, 4. the pass-through
+	 * tensors: the description's job (x3_pack_classify) */
+	for (int i = 0; i < nin; i++)   /* payloads of the marker scalars, for their check */
+		if (in[i]->nbytes <= 8 && in[i]->nbytes)
 			in[i]->data = spool_map + inoff[i];
-
-	/* 3. linears */
-	double sum_k = 0, sum_n = 0;
-	int cb_count[X3_CB_COUNT] = {0}, head_bits = 0, any_q = 0;
-#define STREAM_ENT(tensor) do { \
-	int ii_; for (ii_ = 0; ii_ < nin && in[ii_] != (tensor); ii_++) ; \
-	e->in = in[ii_]; e->off = inoff[ii_]; } while (0)
-	for (int j = 0; j < nlin; j++) {
-		const x3_pack_linear *L = &lin[j];
-		const x3_tensor **P = part[j];
-		int is_head = j == head;
-		int has_q = P[P_TRELLIS] || P[P_SUH] || P[P_SVH] || P[P_MCG] || P[P_MUL1];
-		char bname[160];
-		snprintf(bname, sizeof bname, "%s.bias", L->key);
-		const x3_tensor *sbias = x3_st_find(sst, bname);
-		int64_t bias_len = 0;
-		if (has_q && P[P_WEIGHT]) {
-			problem("linear '%s': both quantized tensors and an unquantized .weight", L->key);
-			continue;
-		}
-		if (has_q) {
-			int K, cb;
-			if (x3_pack_check_exl3(L->key, L->in, L->out, P[P_TRELLIS], P[P_SUH], P[P_SVH],
-			                       P[P_MCG], P[P_MUL1], &K, &cb)) {
-				problem("%s", x3_errmsg());
-				continue;
-			}
-			int64_t mk;
-			if (x3_meta_get_i64(P[P_TRELLIS], "K", &mk) == X3_OK && mk != K)
-				problem("tensor '%s': metadata K=%lld but the shape says K=%d",
-				        P[P_TRELLIS]->name, (long long)mk, K);
-			/* a missing marker would silently decode as 3INST */
-			const char *mcb = x3_meta_get(P[P_TRELLIS], "codebook");
-			if (mcb && strcmp(mcb, cb_name(cb)))
-				problem("linear '%s': the trellis metadata says codebook %s, the stream has %s",
-				        L->key, mcb, cb == X3_CB_3INST ? "no marker (3inst)" : cb_name(cb));
-			json_t *pk = plan_t ? json_object_get(plan_t, L->key) : NULL;
-			if (pk && json_integer_value(pk) != K)
-				problem("linear '%s': K=%d in the stream, the plan says %lld", L->key, K,
-				        (long long)json_integer_value(pk));
-			if (is_head) {
-				head_bits = K;
-			} else {
-				sum_k += (double)L->in * (double)L->out * K;
-				sum_n += (double)L->in * (double)L->out;
-				cb_count[cb]++;
-				any_q = 1;
-			}
-			const int parts[5] = {P_TRELLIS, P_SUH, P_SVH, P_MCG, P_MUL1};
-			for (int q = 0; q < 5; q++) {
-				const x3_tensor *s = P[parts[q]];
-				if (!s)
-					continue;
-				struct ent *e = new_ent();
-				e->t = out_header(s->name, s->dtype, s->rank, s->shape);
-				STREAM_ENT(s);
-			}
-			bias_len = x3_pack_pad128(L->out);
-		} else if (P[P_WEIGHT]) {
-			const x3_tensor *w = P[P_WEIGHT];
-			if (!is_head) {
-				problem("linear '%s': stored unquantized (.weight); only the head may be 16-bit",
-				        L->key);
-				continue;
-			}
-			int64_t shp[2] = {L->out, L->in};
-			if (w->rank != 2 || w->shape[0] != L->out || w->shape[1] != L->in || !is_float(w->dtype)) {
-				char s[64];
-				problem("tensor '%s': %s %s, expected a float %lldx%lld", w->name,
-				        x3_dtype_name(w->dtype), x3_shape_str(w, s, sizeof s),
-				        (long long)L->out, (long long)L->in);
-				continue;
-			}
-			struct ent *e = new_ent();
-			e->t = out_header(w->name, X3_F16, 2, shp);
-			STREAM_ENT(w);
-			head_bits = 16;
-			bias_len = L->out;
-		} else if (is_head && arch.tied && (head_opt == 0 || head_opt == 16)) {
-			/* Tied, no quantized head: store lm_head.weight, an F16 copy of
-			 * the embedding, as ExLlamaV3's converter does (it clones the
-			 * head from model.embed_tokens). Its own loader would fall back
-			 * to the embedding, but its transformers integration unties the
-			 * embeddings and would leave a missing head random. */
-			static const char en[] = "model.embed_tokens.weight";
-			const x3_tensor *emb = NULL;
-			int ii;
-			for (ii = 0; ii < nin && strcmp(in[ii]->name, en); ii++)
-				;
-			if (ii < nin)
-				emb = in[ii];
-			else if (passthrough)
-				emb = x3_st_find(sst, en);
-			if (!emb)
-				continue;   /* reported missing with the pass-through tensors */
-			if (emb->rank != 2 || emb->shape[0] != L->out || emb->shape[1] != L->in || !is_float(emb->dtype)) {
-				char sh[64];
-				problem("tensor '%s': %s %s, expected a float %lldx%lld (it is also the tied head)", en,
-				        x3_dtype_name(emb->dtype), x3_shape_str(emb, sh, sizeof sh),
-				        (long long)L->out, (long long)L->in);
-				continue;
-			}
-			int64_t shp[2] = {L->out, L->in};
-			struct ent *e = new_ent();
-			e->t = out_header("lm_head.weight", X3_F16, 2, shp);
-			if (ii < nin) {
-				e->in = in[ii];
-				e->off = inoff[ii];
-			} else {
-				e->src = emb;
-			}
-			head_bits = 16;
-			bias_len = L->out;
-		} else if (is_head && head_opt == 16) {
-			char wn[160];
-			snprintf(wn, sizeof wn, "%s.weight", L->key);
-			const x3_tensor *w = x3_st_find(sst, wn);
-			if (!passthrough || !w) {
-				problem("missing tensor '%s' (--head-bits 16: give it on stdin%s)", wn,
-				        w ? " or use --passthrough" : "");
-				continue;
-			}
-			int64_t shp[2] = {L->out, L->in};
-			if (w->rank != 2 || w->shape[0] != L->out || w->shape[1] != L->in || !is_float(w->dtype)) {
-				problem("tensor '%s' in %s: not a float %lldx%lld", wn, src,
-				        (long long)L->out, (long long)L->in);
-				continue;
-			}
-			struct ent *e = new_ent();
-			e->t = out_header(wn, X3_F16, 2, shp);
-			e->src = w;
-			head_bits = 16;
-			bias_len = L->out;
-		} else {
-			problem("missing linear '%s' (%s.trellis, .suh, .svh)%s", L->key, L->key,
-			        is_head ? "; for an unquantized head use --head-bits 16 --passthrough" : "");
-			continue;
-		}
-		/* bias: present in SRC => required; stream bias without one in SRC is stray */
-		if (P[P_BIAS]) {
-			const x3_tensor *b = P[P_BIAS];
-			if (!sbias)
-				problem("tensor '%s': %s has no such bias", b->name, src);
-			else if (b->rank != 1 || !is_float(b->dtype) ||
-			         (b->shape[0] != L->out && b->shape[0] != bias_len))
-				problem("tensor '%s': expected a float vector of %lld", b->name, (long long)bias_len);
-			else {
-				struct ent *e = new_ent();
-				e->t = out_header(b->name, X3_F16, 1, &bias_len);
-				STREAM_ENT(b);
-			}
-		} else if (sbias) {
-			if (!passthrough)
-				problem("missing tensor '%s' (in %s; give it on stdin or use --passthrough)", bname, src);
-			else if (sbias->rank != 1 || sbias->shape[0] != L->out || !is_float(sbias->dtype))
-				problem("tensor '%s' in %s: expected a float vector of %lld", bname, src, (long long)L->out);
-			else {
-				struct ent *e = new_ent();
-				e->t = out_header(bname, X3_F16, 1, &bias_len);
-				e->src = sbias;
-			}
-		}
-	}
-
-	/* 4. pass-through tensors: every SRC tensor that is not a linear's */
-	for (int i = 0; i < nin; i++) {
-		if (used[i])
-			continue;
-		const x3_tensor *s = x3_st_find(sst, in[i]->name);
-		if (!s) {
-			problem("stray tensor '%s' (not a linear of the architecture and not in %s)",
-			        in[i]->name, src);
-			continue;
-		}
-		int same = s->rank == in[i]->rank;
-		for (int d = 0; same && d < s->rank; d++)
-			same = s->shape[d] == in[i]->shape[d];
-		if (!same) {
-			char a[64], b[64];
-			problem("tensor '%s': shape %s, but %s in %s", in[i]->name,
-			        x3_shape_str(in[i], a, sizeof a), x3_shape_str(s, b, sizeof b), src);
-			continue;
-		}
+	x3_pack_in pin = {
+		.cfg = &cfg, .mods = mods, .nmods = nmods, .in = in, .nin = nin, .src = sst,
+		.src_name = src, .passthrough = passthrough, .head_bits = (int)head_opt,
+		.plan_k = plan_k, .plan_ctx = plan_t,
+	};
+	x3_pack_layout lay;
+	if (x3_pack_classify(&pin, &lay))
+		die_x3("%s", out);
+	for (int i = 0; i < lay.nprob && i < 200; i++)
+		warnx("%s", lay.prob[i]);
+	nprob = lay.nprob;
+	for (int i = 0; i < lay.nent; i++) {
+		const x3_pack_ent *le = &lay.ent[i];
 		struct ent *e = new_ent();
-		x3_dtype dt = passthrough_dtype(in[i]->dtype);
-		e->t = out_header(in[i]->name, dt, in[i]->rank, in[i]->shape);
-		e->in = in[i];
-		e->off = inoff[i];
-		used[i] = 1;
-	}
-	for (int i = 0; i < x3_st_count(sst); i++) {
-		const x3_tensor *s = x3_st_get(sst, i);
-		const char *name = s->name, *dot = strrchr(name, '.');
-		int is_lin = 0;
-		for (int j = 0; j < nlin && dot && !is_lin; j++) {
-			size_t kl = strlen(lin[j].key);
-			is_lin = !strncmp(name, lin[j].key, kl) && name + kl == dot;
+		e->t = le->t;
+		e->src = le->src;
+		if (le->in >= 0) {
+			e->in = in[le->in];
+			e->off = inoff[le->in];
 		}
-		if (is_lin || ends_with(name, "rotary_emb.inv_freq"))
-			continue;
-		int have = 0;
-		for (int k = 0; k < nin && !have; k++)
-			have = !strcmp(in[k]->name, name);
-		if (have)
-			continue;
-		if (!passthrough) {
-			problem("missing tensor '%s' (in %s; give it on stdin or use --passthrough)", name, src);
-			continue;
-		}
-		struct ent *e = new_ent();
-		x3_dtype dt = passthrough_dtype(s->dtype);
-		e->t = out_header(name, dt, s->rank, s->shape);
-		e->src = s;
+		lay.ent[i].t = NULL;   /* now ents[]'s */
 	}
+	double sum_k = lay.sum_k, sum_n = lay.sum_n;
+	int head_bits = lay.head_bits, *cb_count = lay.cb_count;
 
-	/* what the loaders would trip over, but the spec allows: warnings */
+	/* what the loaders would trip over, but EXL3 allows: warnings */
 	for (int i = 0; i < nent && !quiet; i++)
 		if (!exllamav3_dtype(ents[i].t->dtype))
 			warnx("warning: tensor '%s': dtype %s, which ExLlamaV3 cannot read (F32, F16, BF16, "
@@ -898,11 +667,10 @@ int main(int argc, char **argv)
 		mixed += cb_count[k] > 0;
 	if (mixed > 1 && !quiet)
 		warnx("note: the linears use %d different codebooks (legal); config says '%s'", mixed, codebook);
-	(void)any_q;
 
 	/* 6. write the tensors in model order */
 	for (int i = 0; i < nent; i++)
-		x3_pack_order(ents[i].t->name, &ents[i].module, &ents[i].rank);
+		x3_pack_order(&cfg, ents[i].t->name, &ents[i].module, &ents[i].rank);
 	qsort(ents, (size_t)nent, sizeof *ents, ent_cmp);
 	x3_stw *w;
 	uint64_t shard_bytes = (uint64_t)(shard_mb * 1024 * 1024);
@@ -1017,7 +785,8 @@ int main(int argc, char **argv)
 		in[i]->data = NULL;
 		x3_tensor_free(in[i]);
 	}
-	free(in); free(inoff); free(part); free(used); free(lin); free(cfg_text);
+	free(in); free(inoff); free(mods); free(cfg_text);
+	x3_pack_layout_free(&lay);
 	json_decref(plan);
 	x3_st_close(sst);
 	return 0;

@@ -1,16 +1,25 @@
 /* tensor-ls: one JSON line per tensor (name, dtype, shape, bytes, metadata,
- * and with --stats min/max/mean/rms and NaN/Inf counts), for jq. */
+ * and with --stats min/max/mean/rms and NaN/Inf counts), for jq; with
+ * --linears, --modules or --config, the description of a model from the
+ * library's architecture table (arch.h): what a conversion encodes and
+ * passes through, and its config. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
+#include "arch.h"
 #include "frame.h"
+#include "linear.h"
+#include "model.h"
+#include "pack.h"
 #include "safetensors.h"
 #include "util.h"
 
-static const char usage[] = "usage: tensor-ls [--stats] [SOURCE...]\n";
+static const char usage[] =
+	"usage: tensor-ls [--stats] [SOURCE...]\n"
+	"       tensor-ls --linears|--modules|--config MODEL\n";
 static int stats;
 
 struct acc { double min, max, sum, sq; int64_t n, nan, inf; };
@@ -119,18 +128,165 @@ static void ls_st(const char *path)
 	x3_st_close(s);
 }
 
+static void help(void)
+{
+	printf("%s", usage);
+	printf("Prints one JSON line per tensor of each SOURCE (frames, - for stdin, the\n"
+	       "default; a .safetensors file; a model directory): name, dtype, shape,\n"
+	       "bytes, meta, source.\n"
+	       "  --stats      add stats: count, min, max, mean, rms, nan, inf\n"
+	       "  --linears    the linears of MODEL from its architecture's description:\n"
+	       "               key, weight, shape, padded, group, layer, role, hq, bias,\n"
+	       "               tied, one line each in model order\n"
+	       "  --modules    every module of MODEL (linears, norms, embedding), with\n"
+	       "               kind and quantized\n"
+	       "  --config     MODEL's config.json as the toolkit reads it, one line\n"
+	       "With --linears or --modules, the tensors of a MODEL that is not EXL3 are\n"
+	       "checked against the description (present, float, shape).\n");
+}
+
+/* ---- the description of a model (--linears, --modules, --config) ------ */
+
+static void put_json(json_t *o, const char *what)
+{
+	char *txt = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	if (!txt)
+		die("cannot encode the line for '%s'", what);
+	puts(txt);
+	free(txt);
+}
+
+static const char *kind_name(int k)
+{
+	return k == X3_KIND_LINEAR ? "linear" : k == X3_KIND_VECTOR ? "vector" : "embedding";
+}
+
+/* A module's tensors in a model that is not quantized: its weight (float,
+ * the description's shape) and, where the description says, its bias. */
+static void check_module(const char *dir, x3_st *st, const x3_module *m)
+{
+	char key[X3_KEY_MAX + 8];
+	snprintf(key, sizeof key, "%.*s", (int)(strlen(m->weight) - 7), m->weight);
+	if (m->d->kind == X3_KIND_VECTOR) {
+		const x3_tensor *t = x3_st_find(st, m->weight);
+		char b[64];
+		if (!t)
+			die("%s: tensor '%s' is missing", dir, m->weight);
+		if (t->rank != 1 || t->shape[0] != m->out)
+			die("%s: tensor '%s': shape %s, config says %lld", dir, m->weight,
+			    x3_shape_str(t, b, sizeof b), (long long)m->out);
+		if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
+			die("%s: tensor '%s': dtype %s (F32, F16 or BF16 expected)", dir, m->weight,
+			    x3_dtype_name(t->dtype));
+		return;
+	}
+	/* a linear or an embedding table: a dense (out, in) weight */
+	if (x3_linear_open(st, key, m->in, m->out, m->tied ? 0 : m->bias, 1, NULL))
+		die("%s: %s", dir, x3_errmsg());
+}
+
+static void describe(const char *dir, int what)
+{
+	x3_model_config c;
+	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c))
+		die("%s", x3_errmsg());
+	x3_module *m;
+	int n;
+	if (x3_arch_modules(&c, &m, &n))
+		die("%s: %s", dir, x3_errmsg());
+	if (what == 'c') {
+		json_t *o = json_object();
+		int nlin = 0;
+		for (int i = 0; i < n; i++)
+			nlin += m[i].d->kind == X3_KIND_LINEAR;
+		json_object_set_new(o, "architecture", json_string(c.arch_name));
+		json_object_set_new(o, "model_type", json_string(c.desc->model_type));
+		json_object_set_new(o, "layers", json_integer(c.n_layers));
+		json_object_set_new(o, "hidden", json_integer(c.hidden));
+		json_object_set_new(o, "intermediate", json_integer(c.intermediate));
+		json_object_set_new(o, "heads", json_integer(c.n_heads));
+		json_object_set_new(o, "kv_heads", json_integer(c.n_kv_heads));
+		json_object_set_new(o, "head_size", json_integer(x3_arch_dim(&c, X3_DIM_HEAD_DIM)));
+		json_object_set_new(o, "vocab", json_integer(c.vocab));
+		json_object_set_new(o, "max_position_embeddings", json_integer(c.max_pos));
+		json_object_set_new(o, "tied", json_boolean(c.tied));
+		json_object_set_new(o, "quantized", json_boolean(c.quantized));
+		json_object_set_new(o, "modules", json_integer(n));
+		json_object_set_new(o, "linears", json_integer(nlin));
+		put_json(o, dir);
+		free(m);
+		return;
+	}
+	if (!c.quantized) {
+		x3_st *st;
+		if (x3_st_open(dir, &st))
+			die("%s", x3_errmsg());
+		for (int i = 0; i < n; i++)
+			check_module(dir, st, &m[i]);
+		x3_st_close(st);
+	}
+	for (int i = 0; i < n; i++) {
+		const x3_module *d = &m[i];
+		int lin = d->d->kind == X3_KIND_LINEAR;
+		if (what == 'l' && !lin)
+			continue;
+		json_t *o = json_object(), *sh = json_array();
+		json_object_set_new(o, "key", json_string(d->key));
+		json_object_set_new(o, "weight", json_string(d->weight));
+		if (what == 'm') {
+			json_object_set_new(o, "kind", json_string(kind_name(d->d->kind)));
+			json_object_set_new(o, "quantized", json_boolean(lin));
+		}
+		json_array_append_new(sh, json_integer(d->out));
+		if (d->d->kind != X3_KIND_VECTOR)
+			json_array_append_new(sh, json_integer(d->in));
+		json_object_set_new(o, "shape", sh);
+		if (lin) {
+			json_t *pd = json_array();
+			json_array_append_new(pd, json_integer(x3_pack_pad128(d->out)));
+			json_array_append_new(pd, json_integer(x3_pack_pad128(d->in)));
+			json_object_set_new(o, "padded", pd);
+			json_object_set_new(o, "group", json_string(d->group));
+		}
+		json_object_set_new(o, "layer", json_integer(d->layer));
+		json_object_set_new(o, "role", json_string(x3_role_name(d->d->role)));
+		if (lin)
+			json_object_set_new(o, "hq", json_integer(d->d->hq));
+		json_object_set_new(o, "bias", json_boolean(d->bias));
+		json_object_set_new(o, "tied", json_boolean(d->tied));
+		put_json(o, d->key);
+	}
+	free(m);
+}
+
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	static const struct option lo[] = {{"stats", no_argument, 0, 's'},
-		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	int c;
+		{"linears", no_argument, 0, 'l'}, {"modules", no_argument, 0, 'm'},
+		{"config", no_argument, 0, 'c'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	int c, what = 0;
 	while ((c = getopt_long(argc, argv, "sh", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': stats = 1; break;
-		case 'h': fputs(usage, stdout); return 0;
+		case 'l': case 'm': case 'c':
+			if (what && what != c)
+				usage_error(usage, "--linears, --modules and --config exclude each other");
+			what = c;
+			break;
+		case 'h': help(); return 0;
 		default: fputs(usage, stderr); return 2;
 		}
+	}
+	if (what) {
+		if (stats)
+			usage_error(usage, "--stats lists tensors, not a model's description");
+		if (optind + 1 != argc)
+			usage_error(usage, "--linears, --modules and --config take one MODEL directory");
+		describe(argv[optind], what);
+		check_stdout();
+		return 0;
 	}
 	char *dflt[] = {"-"};
 	char **srcs = optind < argc ? argv + optind : dflt;

@@ -1,4 +1,4 @@
-/* tokenize: text -> token-id frames (calibration rows, spec §9.1), token ids
+/* tokenize: text -> token-id frames (calibration rows, exl3(5) §10.1), token ids
  * as text lines (--ids), and ids back to text (--decode), with a Hugging
  * Face tokenizer.json (lib/tokenizer.h). */
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* trellis-encode: EXL3-quantize linear weights (spec §8.3-§8.5, §2.1):
+/* trellis-encode: EXL3-quantize linear weights (exl3(5) §9.3-§9.5, §2.2):
  * global scale search, LDLQ with the tail-biting Viterbi, packing. Reads
  * had-rotate's frames (or plain weight frames, doing had-rotate's step
  * itself), writes the EXL3 tensors of each linear, or with --measure one

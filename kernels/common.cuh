@@ -1,6 +1,7 @@
 /* common.cuh: device helpers shared by the kernels: the three codebooks
- * (spec §6), state extraction from packed trellis words (§3.3), the tile
- * permutation (§4.2) and the instance-table macro. */
+ * (exl3(5) §5), state extraction from packed trellis words
+ * (exl3(5) §3.3), the tile permutation (exl3(5) §4.2) and the
+ * instance-table macro. */
 #ifndef X3_COMMON_CUH
 #define X3_COMMON_CUH
 
@@ -13,14 +14,14 @@
 #define X3K_MCG 1
 #define X3K_MUL1 2
 
-/* 3INST constants (QTIP's "3inst", spec §6.1); MCG and MUL1 multipliers
- * (§2.1 marker values, §6.2-§6.3). */
+/* 3INST constants (QTIP's "3inst", exl3(5) §5.1); MCG and MUL1 multipliers
+ * (exl3(5) §2.2 marker values, exl3(5) §5.2-§5.3). */
 #define X3K_3INST_A 89226354u
 #define X3K_3INST_B 64248484u
 #define X3K_MCG_M 0xCBAC1FEDu
 #define X3K_MUL1_M 0x83DCD12Du
 
-/* fp16 value of the product x = s*M (+B) of a state (§6): 3INST/MCG keep
+/* fp16 value of the product x = s*M (+B) of a state (exl3(5) §5): 3INST/MCG keep
  * sign and low 12 bits of each half (mask 0x8FFF8FFF), set the exponent
  * pattern (xor 0x3B603B60) and add the two halves with one fp16 rounding;
  * MUL1 sums the four bytes (0..1020) into the fp16 1024+S (0x6400 + S) and
@@ -65,7 +66,7 @@ __device__ __forceinline__ float x3k_cb(uint32_t s)
 	return __half2float(x3k_cb_from_product<CB>(x3k_cb_product<CB>(s)));
 }
 
-/* Tile permutation (§4.2): trellis position i = 8t + j of lane t holds
+/* Tile permutation (exl3(5) §4.2): trellis position i = 8t + j of lane t holds
  * row r = 2(t%4) + (j&1) + 8((j>>1)&1) and column c = t/4 + 8(j>>2). */
 __device__ __forceinline__ int x3k_perm_row(int i)
 {
@@ -98,7 +99,7 @@ __device__ __forceinline__ int x3k_lane_col(int t, int j)
 }
 
 /* The 8 states of lane t (trellis positions 8t .. 8t+7) of one tile, from
- * its 8K little-endian uint32 words U (§3.2-§3.3): state i is the 16
+ * its 8K little-endian uint32 words U (exl3(5) §3.2-§3.3): state i is the 16
  * stream bits ending at bit (i+1)K, circularly over 256K bits, MSB-first
  * across the words. The lane's window starts at bit b0 = (8t+1)K - 16; it
  * is loaded as NW consecutive words, left-aligned with funnel shifts, after
@@ -136,7 +137,7 @@ __device__ __forceinline__ void x3k_lane_states(const uint32_t *U, int t,
 	}
 }
 
-/* 1/sqrt(128), the normalization of each Hadamard-128 (spec §1) */
+/* 1/sqrt(128), the normalization of each Hadamard-128 (exl3(5) §6.1) */
 #define X3K_RSQRT128 0.08838834764831845f
 
 /* Unnormalized natural-order H128 of the 128 values v[i] = x[lane + 32i]

@@ -1,9 +1,9 @@
-/* decode.cu: EXL3 trellis tensor -> W~ (spec §7), bit-exact with
+/* decode.cu: EXL3 trellis tensor -> W~ (exl3(5) §7), bit-exact with
  * x3_trellis_decode, and the fused original-basis reconstruction
- * W = diag(suh) Hb_k W~ Hb_n diag(svh) (§1, §11.1 "reconstruct_had").
+ * W = diag(suh) Hb_k W~ Hb_n diag(svh) (exl3(5) §1.2, §6.3 "reconstruct_had").
  *
  * Decode: one warp per 16x16 tile; lane t extracts its 8 states
- * (positions 8t..8t+7, §4.2: rows 2(t%4)+{0,1,8,9}, columns t/4+{0,8})
+ * (positions 8t..8t+7, exl3(5) §4.2: rows 2(t%4)+{0,1,8,9}, columns t/4+{0,8})
  * and writes their fp16 codebook values in place.
  * Reconstruct: one 256-thread block per 128x128 block of W: 8 warps decode
  * its 64 tiles into shared memory (fp32, rows padded to 129 floats so the

@@ -1,8 +1,8 @@
-/* gemv.cu: the decode-in-the-loop GEMV for batch 1 <= m <= 16 (spec §5.3),
+/* gemv.cu: the decode-in-the-loop GEMV for batch 1 <= m <= 16 (exl3(5) §6.2),
  * two kernels (fp32 FMAs, gemv_kernel; tensor cores with x' in fp16,
  * gemv_mma_kernel), each in two forms:
  *
- * FUSED (x3k_gemv_fused, the default forward): the whole §5.3 formula in
+ * FUSED (x3k_gemv_fused, the default forward): the whole exl3(5) §6.2 formula in
  * ONE launch. y = Hb(Hb(x (.) suh)/sqrt128 W~)/sqrt128 (.) svh (+ bias).
  *   - Input side: each block stages its k-slice of x' in shared memory.
  *     The slice is whole 128-column chunks (kbps is a multiple of 8
@@ -42,7 +42,7 @@
  *
  * Each warp owns one 16-column tile column nb and a slice of k (blockIdx.y);
  * fp32 kernel: lane t decodes its 8 states of every tile (rows
- * 2(t%4)+{0,1,8,9}, columns t/4+{0,8}, §4.2) and accumulates 2 columns x m
+ * 2(t%4)+{0,1,8,9}, columns t/4+{0,8}, exl3(5) §4.2) and accumulates 2 columns x m
  * rows in fp32; the 4 lanes sharing a column reduce by shuffles and one
  * adds the partial sum to y atomically (k-slices add up). mma kernel: the
  * tile is the B operand of two m16n8k16 mmas (gemv.cuh). */

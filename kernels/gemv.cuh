@@ -11,7 +11,7 @@
  *   C/D (16x8):     c[0..1] = D[g][2q..2q+1], c[2..3] = D[g+8][2q..2q+1].
  * A trellis tile (16 input rows x 16 output columns) is B for two mmas:
  * lane t's values j = 0..3 sit at rows 2(t%4) + {0, 1, 8, 9} of column t/4
- * (§4.2), i.e. exactly b0, b1 of columns 0..7; values 4..7 the same for
+ * (exl3(5) §4.2), i.e. exactly b0, b1 of columns 0..7; values 4..7 the same for
  * columns 8..15. */
 #ifndef X3_GEMV_CUH
 #define X3_GEMV_CUH

@@ -1,5 +1,5 @@
 /* hadamard.cu: blockwise normalized Hadamard-128 with elementwise pre- and
- * post-multiplies (spec §5.1, §5.3), fp32 throughout.
+ * post-multiplies (exl3(5) §6.1, §6.2), fp32 throughout.
  *   rows: y[r][128b + .] = (H128 (x[r][128b + .] (.) pre) * scale) (.) post + add
  *         one warp per 128-chunk, element e = lane + 32i, coalesced;
  *   cols: the same down each column's 128-chunks of rows, through a

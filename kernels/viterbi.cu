@@ -1,5 +1,5 @@
 /* viterbi.cu: tail-biting two-pass Viterbi encoder of 256-value tiles
- * (spec §8.6), bit-identical to the CPU reference x3_viterbi_encode_ref in
+ * (exl3(5) §9.6), bit-identical to the CPU reference x3_viterbi_encode_ref in
  * lib/viterbi.c:
  *  - E = 2^(16-K) fp32 costs indexed by out-edge e; at trellis position p
  *    with target w, for every e and k = 0 .. 2^K-1 in increasing order:

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <pcre2.h>
 #include "x3.h"
+#include "arch.h"
 #include "bitalloc.h"
 
 int64_t x3_ba_dp_max_cells = 64 * 1000 * 1000;
@@ -35,18 +36,17 @@ void x3_ba_free(x3_ba *ba)
 	free(ba);
 }
 
-static int is_head(const char *key)
+/* The role of a key, from the architecture tables (arch.h): the
+ * measurements name only the module. */
+static int role_of(const char *key)
 {
-	const char *dot = strrchr(key, '.');
-	return strcmp(dot ? dot + 1 : key, "lm_head") == 0;
+	int layer;
+	const x3_module_desc *d = x3_arch_classify(key, &layer);
+	return d ? d->role : X3_ROLE_OTHER;
 }
 
-static int is_embedding(const char *key)
-{
-	const char *dot = strrchr(key, '.');
-	const char *last = dot ? dot + 1 : key;
-	return strstr(last, "embed") != NULL || strcmp(last, "wte") == 0;
-}
+static int is_head(const char *key) { return role_of(key) == X3_ROLE_HEAD; }
+static int is_embedding(const char *key) { return role_of(key) == X3_ROLE_EMBEDDING; }
 
 static x3_ba_tensor *find(x3_ba *ba, const char *name)
 {
@@ -295,11 +295,9 @@ int x3_ba_set_fixed(x3_ba *ba, const char *regex, int K, int *nmatch)
 
 int x3_ba_hq_bits(const char *key)
 {
-	if (strstr(key, "shared_expert"))
-		return 1;
-	if (strstr(key, "attn") || strstr(key, "attention"))
-		return 2;
-	return 0;
+	int layer;
+	const x3_module_desc *d = x3_arch_classify(key, &layer);
+	return d ? d->hq : 0;
 }
 
 void x3_ba_apply_hq(x3_ba *ba, double bits)
@@ -567,7 +565,7 @@ static int solve_lagrange(x3_ba *ba)
 	return X3_OK;
 }
 
-/* ---- ExLlamaV3's greedy (spec §10) ------------------------------------ */
+/* ---- ExLlamaV3's greedy (exl3(5) §11) ------------------------------ */
 
 struct grp {
 	char *key;
@@ -590,48 +588,27 @@ static int layer_of(const char *key)
 	return -1;
 }
 
-/* Group key and priority of a linear (spec §10.3). */
-static char *group_of(const x3_ba *ba, const char *key, int *prio)
+/* Group key and priority of a linear (exl3(5) §11.2), from the architecture
+ * tables: the linears of one allocation group (the table's alloc suffix:
+ * q/k/v, o, gate/up, down) are promoted together; priority attention 2,
+ * MLP and shared experts 1, others 0, plus the --hq bits. A key no table
+ * knows is a group of its own at priority 0 (its layer: the first ".N."
+ * in it). */
+static char *group_of(const char *key, int *prio, int *layer)
 {
-	const char *dot = strrchr(key, '.');
-	const char *leaf = dot ? dot + 1 : key;
-	size_t plen = dot ? (size_t)(dot - key) : 0;
-	const char *suffix = NULL;
-	char buf[1024];
-	int hq = x3_ba_hq_bits(key);
-	const char *ex = strstr(key, ".experts.");
+	const x3_module_desc *d = x3_arch_classify(key, layer);
 	*prio = 0;
-	if (ex && layer_of(ex + 1) >= 0) {
-		/* block-sparse MoE: every expert of the block in one group */
-		snprintf(buf, sizeof buf, "%.*s.block_gud", (int)(ex - key), key);
-		*prio = 0 + hq;
-		return strdup(buf);
-	}
-	int attn = strstr(key, "attn") || strstr(key, "attention");
-	if (attn) {
-		*prio = 2 + hq;
-		if (!strcmp(leaf, "q_proj") || !strcmp(leaf, "k_proj") || !strcmp(leaf, "v_proj"))
-			suffix = "qkv";
-		else if (!strcmp(leaf, "o_proj"))
-			suffix = "o";
-	} else if (strstr(key, "mlp") || strstr(key, "feed_forward") || strstr(key, "shared_expert")) {
-		*prio = 1 + hq;
-		if (!strcmp(leaf, "gate_proj") || !strcmp(leaf, "up_proj")) {
-			/* ungated MLP (no gate_proj sibling): up alone is ".u" */
-			snprintf(buf, sizeof buf, "%.*s.gate_proj", (int)plen, key);
-			int gated = 0;
-			for (int i = 0; i < ba->n && !gated; i++)
-				gated = strcmp(ba->t[i].name, buf) == 0;
-			suffix = gated ? "gu" : "u";
-		} else if (!strcmp(leaf, "down_proj")) {
-			suffix = "d";
-		}
-	} else {
-		*prio = hq;
-	}
-	if (!suffix)
+	if (!d) {
+		*layer = layer_of(key);
 		return strdup(key);
-	snprintf(buf, sizeof buf, "%.*s.%s", (int)plen, key, suffix);
+	}
+	*prio = d->hq + (d->role == X3_ROLE_ATTENTION ? 2 :
+	                 d->role == X3_ROLE_MLP || d->role == X3_ROLE_SHARED_EXPERT ? 1 : 0);
+	if (!d->alloc)
+		return strdup(key);
+	const char *dot = strrchr(key, '.');
+	char buf[1024];
+	snprintf(buf, sizeof buf, "%.*s.%s", dot ? (int)(dot - key) : 0, key, d->alloc);
 	return strdup(buf);
 }
 
@@ -670,8 +647,8 @@ static int solve_exl3(x3_ba *ba, double bits, int hq)
 			sum += t->numel * t->K;
 			continue;
 		}
-		int prio;
-		char *key = group_of(ba, t->name, &prio);
+		int prio, layer;
+		char *key = group_of(t->name, &prio, &layer);
 		if (!key) {
 			rc = x3_err(X3_ENOMEM, "out of memory");
 			break;
@@ -683,7 +660,7 @@ static int solve_exl3(x3_ba *ba, double bits, int hq)
 		if (j == ng) {
 			g[j].key = key;
 			g[j].prio = prio;
-			g[j].layer = layer_of(key);
+			g[j].layer = layer;
 			g[j].order = j;
 			g[j].K = base;
 			ng++;

@@ -5,13 +5,13 @@
  * Input is the JSON lines of `trellis-encode --measure`:
  *   {"tensor": KEY, "K": k, "proxy_err": e, "numel": out*in, ...}
  * The head ("lm_head") is kept out of the budget and gets head_bits, as in
- * ExLlamaV3 (spec §10.1). Two solvers:
+ * ExLlamaV3 (exl3(5) §11.1). Two solvers:
  *   - exact: a multiple-choice knapsack DP over the budget in units of
  *     g = gcd(numel) weight-bits (exact, since every cost is a multiple);
  *   - Lagrangian: walk the lower convex hulls of every tensor's
  *     (bits, error) points by decreasing slope while the budget allows,
  *     then fill the rest greedily with any single move that still fits.
- * and ExLlamaV3's deterministic greedy (spec §10 steps 1-7) for
+ * and ExLlamaV3's deterministic greedy (exl3(5) §11) for
  * comparison. */
 #ifndef X3_BITALLOC_H
 #define X3_BITALLOC_H
@@ -72,7 +72,7 @@ void x3_ba_reset_limits(x3_ba *ba);
  * matched tensor, is an error. *nmatch gets the count. */
 int x3_ba_set_fixed(x3_ba *ba, const char *regex, int K, int *nmatch);
 /* select_hq_bits of a key: 2 for attention, 1 for shared experts, else 0
- * (spec §10.3/10.6; applied to every architecture). */
+ * (exl3(5) §11.2, §11.4; applied to every architecture). */
 int x3_ba_hq_bits(const char *key);
 /* --hq: floor every non-fixed tensor at min(floor(bits) + hq_bits, 8). */
 void x3_ba_apply_hq(x3_ba *ba, double bits);

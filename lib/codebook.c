@@ -1,4 +1,4 @@
-/* codebook.c: the three procedural EXL3 codebooks (spec §6): a 16-bit
+/* codebook.c: the three procedural EXL3 codebooks (exl3(5) §5): a 16-bit
  * trellis state -> an fp16 value, bit-exact with ExLlamaV3's codebook.cuh.
  *
  * 3INST / MCG: x = s*M (+ A) mod 2^32, lop3 (x & 0x8FFF8FFF) ^ 0x3B603B60,
@@ -15,13 +15,13 @@
 
 #include "codec.h"
 
-/* 3INST constants (QTIP's, spec §6.1) */
+/* 3INST constants (QTIP's, exl3(5) §5.1) */
 #define INST3_MULT 89226354u
 #define INST3_ADD  64248484u
 #define LOP3_MASK  0x8FFF8FFFu
 #define LOP3_XOR   0x3B603B60u
 /* MUL1: K_INV = half 0x1EEE = 887/131072, K_BIAS = half 0xC931 = -10.3828125
- * = -1360896/131072 (spec §6.3) */
+ * = -1360896/131072 (exl3(5) §5.3) */
 #define MUL1_NUM_INV  887
 #define MUL1_NUM_BIAS 1360896
 

@@ -1,13 +1,14 @@
-/* codec.h: the EXL3 codec (spec ../shared/spec/exl3-format.md §3-§8).
+/* codec.h: the EXL3 codec (exl3(5) §3-§9).
  * Contract between the codec pieces; each piece lives in its own .c file:
- *   codebook.c  - 3inst / mcg / mul1: 16-bit state -> fp16 value (§6)
- *   trellis.c   - tile permutation (§4.2), pack/unpack of 16x16 tiles (§3),
- *                 decode of a trellis tensor to W~ (§7)
- *   viterbi.c   - tail-biting Viterbi encoder of 256-value tiles (§8.6),
+ *   codebook.c  - 3inst / mcg / mul1: 16-bit state -> fp16 value (exl3(5) §5)
+ *   trellis.c   - tile permutation (exl3(5) §4.2), pack/unpack of
+ *                 16x16 tiles (exl3(5) §3),
+ *                 decode of a trellis tensor to W~ (exl3(5) §7)
+ *   viterbi.c   - tail-biting Viterbi encoder of 256-value tiles (exl3(5) §9.6),
  *                 plain C reference + SIMD fast path
- *   hadamard.c  - blockwise Hadamard-128 (§5.1)
+ *   hadamard.c  - blockwise Hadamard-128 (exl3(5) §6.1)
  *   quant.c     - Hessian finalization, block LDL, LDLQ, regularization,
- *                 scale search, fallback, proxy error (§5.2, §8) */
+ *                 scale search, fallback, proxy error (exl3(5) §9) */
 #ifndef X3_CODEC_H
 #define X3_CODEC_H
 
@@ -17,12 +18,12 @@
 enum { X3_CB_3INST = 0, X3_CB_MCG = 1, X3_CB_MUL1 = 2, X3_CB_COUNT };
 #define X3_MCG_MULT  0xCBAC1FEDu
 #define X3_MUL1_MULT 0x83DCD12Du
-/* RMS the regularizer normalizes rows to (§5.2 step 7) */
+/* RMS the regularizer normalizes rows to (exl3(5) §9.2 step 7) */
 #define X3_CODEBOOK_SCALE 1.24371088f
 
 int x3_codebook_parse(const char *s, int *cb);   /* "mul1","mcg","3inst" */
 const char *x3_codebook_name(int cb);
-/* fp16 bits of the codebook value of a 16-bit state (bit-exact, §6). */
+/* fp16 bits of the codebook value of a 16-bit state (bit-exact, exl3(5) §5). */
 uint16_t x3_codebook_f16(int cb, uint32_t state);
 float x3_codebook(int cb, uint32_t state);
 /* Table of all 65536 values as float (static, built once, thread-safe). */
@@ -35,9 +36,9 @@ extern const uint8_t x3_tile_perm[256];
 extern const uint8_t x3_tile_iperm[256];
 
 /* Pack 256 states (trellis order) of one tile at K bits into 16*K words
- * (stored layout of §3.2). Only the low K bits of each state are used. */
+ * (stored layout of exl3(5) §3.2). Only the low K bits of each state are used. */
 void x3_trellis_pack(int K, const uint16_t *states, uint16_t *words);
-/* Unpack 16*K words into 256 states (§3.3, circular windows). */
+/* Unpack 16*K words into 256 states (exl3(5) §3.3, circular windows). */
 void x3_trellis_unpack(int K, const uint16_t *words, uint16_t *states);
 /* Decode a trellis tensor (k/16, n/16, 16K) int16 to W~ (k x n row-major
  * float, fp16-exact values). */
@@ -46,7 +47,7 @@ int x3_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k,
 
 /* ---- Viterbi ---------------------------------------------------------- */
 /* Encode ntiles tiles of 256 target values each (trellis order) at K bits
- * with codebook cb: tail-biting two-pass Viterbi (§8.6). Writes states
+ * with codebook cb: tail-biting two-pass Viterbi (exl3(5) §9.6). Writes states
  * (ntiles x 256, may be NULL) and decoded values (ntiles x 256, may be
  * NULL). threads <= 0: OpenMP default. Returns X3_OK or an error
  * (bad K/cb, allocation). x3_viterbi_ref is the plain C reference; the

@@ -1,18 +1,14 @@
-/* config.c: HF config.json of the Llama family -> x3_model_config. */
+/* config.c: HF config.json -> x3_model_config: the one parser of
+ * config.json in the toolkit (the model forward, the description of the
+ * modules in lib/arch.c, pack-write, exl3-matmul, tensor-ls --config). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
+#include "arch.h"
 #include "model.h"
-
-static const struct { const char *arch, *model_type; int id; } archs[] = {
-	{ "LlamaForCausalLM", "llama", X3_ARCH_LLAMA },
-	{ "MistralForCausalLM", "mistral", X3_ARCH_MISTRAL },
-	{ "Qwen2ForCausalLM", "qwen2", X3_ARCH_QWEN2 },
-	{ "Qwen3ForCausalLM", "qwen3", X3_ARCH_QWEN3 },
-};
 
 /* Positive integer key. required: absent is an error; else *v untouched. */
 static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t *v)
@@ -20,7 +16,7 @@ static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t
 	json_t *j = json_object_get(o, key);
 	if (!j || json_is_null(j)) {
 		if (required)
-			return x3_err(X3_EFORMAT, "config.json: missing '%s'", key);
+			return x3_err(X3_EFORMAT, "config.json: missing \"%s\"", key);
 		return X3_OK;
 	}
 	double d;
@@ -102,13 +98,10 @@ static int parse_rope_scaling(json_t *root, x3_model_config *c)
 	return X3_OK;
 }
 
-static int parse_root(json_t *root, x3_model_config *c)
+/* The architecture (root "architectures", else "model_type"), the text
+ * model's object and the refusals that apply to every use. */
+static int parse_arch(json_t *root, json_t **cp, x3_model_config *c)
 {
-	int rc;
-	memset(c, 0, sizeof *c);
-	if (!json_is_object(root))
-		return x3_err(X3_EFORMAT, "config.json: not a JSON object");
-
 	const char *arch = NULL;
 	json_t *a = json_object_get(root, "architectures");
 	if (a && json_is_array(a) && json_array_size(a) > 0) {
@@ -122,29 +115,43 @@ static int parse_root(json_t *root, x3_model_config *c)
 	const char *model_type = mt && json_is_string(mt) ? json_string_value(mt) : NULL;
 	if (!arch && !model_type)
 		return x3_err(X3_EFORMAT, "config.json: neither 'architectures' nor 'model_type'");
-	c->arch = -1;
-	for (size_t i = 0; i < sizeof archs / sizeof *archs; i++)
-		if ((arch && !strcmp(arch, archs[i].arch)) ||
-		    (!arch && !strcmp(model_type, archs[i].model_type))) {
-			c->arch = archs[i].id;
-			snprintf(c->arch_name, sizeof c->arch_name, "%s", archs[i].arch);
-		}
-	if (c->arch < 0)
+	/* multimodal configs keep the language model under text_config: its
+	 * fields are read there when the root has no num_hidden_layers */
+	json_t *tc = json_object_get(root, "text_config");
+	*cp = json_is_object(tc) && !json_object_get(root, "num_hidden_layers") ? tc : root;
+	static const char *const moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
+	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
+		json_t *e = json_object_get(*cp, moe[i]);
+		if (json_is_integer(e) && json_integer_value(e) > 0)
+			return x3_err(X3_EUNSUP, "config.json: \"%s\": mixture-of-experts models are not "
+			              "supported yet (dense %s only)", moe[i], x3_arch_families());
+	}
+	c->desc = x3_arch_lookup(arch, model_type);
+	if (!c->desc)
 		return x3_err(X3_EUNSUP, "config.json: architecture '%s' is not supported "
-		              "(Llama, Mistral, Qwen2, Qwen3 causal LMs are)", arch ? arch : model_type);
+		              "(%s causal LMs are)", arch ? arch : model_type, x3_arch_families());
+	c->arch = c->desc->id;
+	snprintf(c->arch_name, sizeof c->arch_name, "%s", c->desc->name);
+	return X3_OK;
+}
 
-	if ((rc = get_int(root, "hidden_size", 1, 1, &c->hidden)) ||
-	    (rc = get_int(root, "intermediate_size", 1, 1, &c->intermediate)) ||
-	    (rc = get_int(root, "num_hidden_layers", 1, 1, &c->n_layers)) ||
-	    (rc = get_int(root, "num_attention_heads", 1, 1, &c->n_heads)) ||
-	    (rc = get_int(root, "vocab_size", 1, 1, &c->vocab)))
+/* The sizes, the tied head and the biases: what the description of the
+ * modules needs (lib/arch.c). */
+static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
+{
+	int rc;
+	if ((rc = get_int(cj, "hidden_size", 1, 1, &c->hidden)) ||
+	    (rc = get_int(cj, "intermediate_size", 1, 1, &c->intermediate)) ||
+	    (rc = get_int(cj, "num_hidden_layers", 1, 1, &c->n_layers)) ||
+	    (rc = get_int(cj, "num_attention_heads", 1, 1, &c->n_heads)) ||
+	    (rc = get_int(cj, "vocab_size", 1, 1, &c->vocab)))
 		return rc;
 	c->n_kv_heads = c->n_heads;
 	c->head_dim = 0;
 	c->max_pos = 2048;
-	if ((rc = get_int(root, "num_key_value_heads", 0, 1, &c->n_kv_heads)) ||
-	    (rc = get_int(root, "head_dim", 0, 1, &c->head_dim)) ||
-	    (rc = get_int(root, "max_position_embeddings", 0, 1, &c->max_pos)))
+	if ((rc = get_int(cj, "num_key_value_heads", 0, 1, &c->n_kv_heads)) ||
+	    (rc = get_int(cj, "head_dim", 0, 1, &c->head_dim)) ||
+	    (rc = get_int(cj, "max_position_embeddings", 0, 1, &c->max_pos)))
 		return rc;
 	if (c->hidden > (1 << 20) || c->intermediate > (1 << 22) || c->n_layers > 100000 ||
 	    c->n_heads > 4096 || c->vocab > (1 << 24) || c->head_dim > 65536)
@@ -152,7 +159,8 @@ static int parse_root(json_t *root, x3_model_config *c)
 	if (!c->head_dim) {
 		if (c->hidden % c->n_heads)
 			return x3_err(X3_EFORMAT, "config.json: hidden_size %lld is not a multiple of "
-			              "num_attention_heads %lld", (long long)c->hidden, (long long)c->n_heads);
+			              "num_attention_heads %lld and there is no head_dim",
+			              (long long)c->hidden, (long long)c->n_heads);
 		c->head_dim = c->hidden / c->n_heads;
 	}
 	if (c->head_dim % 2)
@@ -161,22 +169,51 @@ static int parse_root(json_t *root, x3_model_config *c)
 		return x3_err(X3_EFORMAT, "config.json: num_attention_heads %lld is not a multiple "
 		              "of num_key_value_heads %lld", (long long)c->n_heads, (long long)c->n_kv_heads);
 
+	c->tied = 0;
+	json_t *t = json_object_get(cj, "tie_word_embeddings");
+	if ((rc = get_bool(t || cj == root ? cj : root, "tie_word_embeddings", &c->tied)))
+		return rc;
+
+	int attn_bias = 0, mlp_bias = 0;
+	if ((rc = get_bool(cj, "attention_bias", &attn_bias)) ||
+	    (rc = get_bool(cj, "mlp_bias", &mlp_bias)))
+		return rc;
+	unsigned f = c->desc->flags;
+	c->qkv_bias = (f & X3_AF_QKV_BIAS) || ((f & X3_AF_ATTN_BIAS) && attn_bias);
+	c->o_bias = (f & X3_AF_ATTN_BIAS) && attn_bias;
+	c->mlp_bias = (f & X3_AF_MLP_BIAS) && mlp_bias;
+	c->qk_norm = !!(f & X3_AF_QK_NORM);
+
+	json_t *q = json_object_get(root, "quantization_config");
+	if (q && !json_is_null(q)) {
+		json_t *qm = json_object_get(q, "quant_method");
+		c->quantized = qm && json_is_string(qm) && !strcmp(json_string_value(qm), "exl3");
+		c->foreign_quant = !c->quantized;
+	}
+	return X3_OK;
+}
+
+/* What only the forward pass needs: RoPE, activation, attention window,
+ * token ids; options it cannot run are refused here. */
+static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
+{
+	int rc;
 	c->rope_theta = 10000.0;
 	c->rms_eps = 1e-6;
-	if ((rc = get_num(root, "rope_theta", &c->rope_theta)) ||
-	    (rc = get_num(root, "rms_norm_eps", &c->rms_eps)))
+	if ((rc = get_num(cj, "rope_theta", &c->rope_theta)) ||
+	    (rc = get_num(cj, "rms_norm_eps", &c->rms_eps)))
 		return rc;
 	if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
 		return x3_err(X3_EFORMAT, "config.json: rope_theta or rms_norm_eps out of range");
-	if ((rc = parse_rope_scaling(root, c)))
+	if ((rc = parse_rope_scaling(cj, c)))
 		return rc;
 	double prf = 1.0;
-	if ((rc = get_num(root, "partial_rotary_factor", &prf)))
+	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
 		return rc;
 	if (prf != 1.0)
 		return x3_err(X3_EUNSUP, "config.json: partial_rotary_factor %g is not supported", prf);
 
-	json_t *act = json_object_get(root, "hidden_act");
+	json_t *act = json_object_get(cj, "hidden_act");
 	if (act && !json_is_null(act)) {
 		if (!json_is_string(act))
 			return x3_err(X3_EFORMAT, "config.json: 'hidden_act' is not a string");
@@ -184,47 +221,24 @@ static int parse_root(json_t *root, x3_model_config *c)
 			return x3_err(X3_EUNSUP, "config.json: hidden_act '%s' is not supported (silu is)",
 			              json_string_value(act));
 	}
-	c->tied = 0;
-	if ((rc = get_bool(root, "tie_word_embeddings", &c->tied)))
-		return rc;
-
-	int attn_bias = 0, mlp_bias = 0;
-	if ((rc = get_bool(root, "attention_bias", &attn_bias)) ||
-	    (rc = get_bool(root, "mlp_bias", &mlp_bias)))
-		return rc;
-	switch (c->arch) {
-	case X3_ARCH_LLAMA:
-		c->qkv_bias = c->o_bias = attn_bias;
-		c->mlp_bias = mlp_bias;
-		break;
-	case X3_ARCH_MISTRAL:
-		break;
-	case X3_ARCH_QWEN2:
-		c->qkv_bias = 1;
-		break;
-	case X3_ARCH_QWEN3:
-		c->qkv_bias = c->o_bias = attn_bias;
-		c->qk_norm = 1;
-		break;
-	}
 
 	/* Sliding-window attention: recorded; the forward refuses rows longer
 	 * than the window (where it would have an effect). */
 	int64_t win = 0;
-	if (c->arch == X3_ARCH_MISTRAL) {
-		if ((rc = get_int(root, "sliding_window", 0, 1, &win)))
+	if (c->desc->flags & X3_AF_SLIDING) {
+		if ((rc = get_int(cj, "sliding_window", 0, 1, &win)))
 			return rc;
-	} else if (c->arch == X3_ARCH_QWEN2 || c->arch == X3_ARCH_QWEN3) {
+	} else if (c->desc->flags & X3_AF_USE_SLIDING) {
 		int use = 0;
-		if ((rc = get_bool(root, "use_sliding_window", &use)))
+		if ((rc = get_bool(cj, "use_sliding_window", &use)))
 			return rc;
-		if (use && (rc = get_int(root, "sliding_window", 0, 1, &win)))
+		if (use && (rc = get_int(cj, "sliding_window", 0, 1, &win)))
 			return rc;
 	}
 	c->sliding_window = win;
-	if (json_object_get(root, "layer_types"))
-		for (size_t i = 0; i < json_array_size(json_object_get(root, "layer_types")); i++) {
-			json_t *lt = json_array_get(json_object_get(root, "layer_types"), i);
+	if (json_object_get(cj, "layer_types"))
+		for (size_t i = 0; i < json_array_size(json_object_get(cj, "layer_types")); i++) {
+			json_t *lt = json_array_get(json_object_get(cj, "layer_types"), i);
 			if (json_is_string(lt) && strcmp(json_string_value(lt), "full_attention") &&
 			    !c->sliding_window)
 				return x3_err(X3_EUNSUP, "config.json: layer type '%s' is not supported",
@@ -232,39 +246,57 @@ static int parse_root(json_t *root, x3_model_config *c)
 		}
 
 	c->bos_id = c->eos_id = -1;
-	json_t *b = json_object_get(root, "bos_token_id");
+	json_t *b = json_object_get(cj, "bos_token_id");
+	if (!b && cj != root)
+		b = json_object_get(root, "bos_token_id");
 	if (b && json_is_integer(b))
 		c->bos_id = json_integer_value(b);
-	json_t *e = json_object_get(root, "eos_token_id");
+	json_t *e = json_object_get(cj, "eos_token_id");
+	if (!e && cj != root)
+		e = json_object_get(root, "eos_token_id");
 	if (e && json_is_array(e))
 		e = json_array_get(e, 0);
 	if (e && json_is_integer(e))
 		c->eos_id = json_integer_value(e);
 
-	json_t *q = json_object_get(root, "quantization_config");
-	if (q && !json_is_null(q)) {
-		json_t *qm = json_object_get(q, "quant_method");
-		if (!qm || !json_is_string(qm) || strcmp(json_string_value(qm), "exl3"))
-			return x3_err(X3_EUNSUP, "config.json: quantization_config with quant_method "
-			              "'%s' is not supported (exl3 is)",
-			              qm && json_is_string(qm) ? json_string_value(qm) : "?");
-		c->quantized = 1;
+	if (c->foreign_quant) {
+		json_t *qm = json_object_get(json_object_get(root, "quantization_config"), "quant_method");
+		return x3_err(X3_EUNSUP, "config.json: quantization_config with quant_method "
+		              "'%s' is not supported (exl3 is)",
+		              qm && json_is_string(qm) ? json_string_value(qm) : "?");
 	}
 	return X3_OK;
 }
 
-int x3_config_parse(const char *text, size_t len, x3_model_config *cfg)
+static int parse_root(json_t *root, unsigned what, x3_model_config *c)
+{
+	int rc;
+	memset(c, 0, sizeof *c);
+	if (!json_is_object(root))
+		return x3_err(X3_EFORMAT, "config.json: not a JSON object");
+	json_t *cj = root;
+	if ((rc = parse_arch(root, &cj, c)) || (rc = parse_layout(root, cj, c)))
+		return rc;
+	return what == X3_CONFIG_LAYOUT ? X3_OK : parse_forward(root, cj, c);
+}
+
+int x3_config_parse_as(const char *text, size_t len, unsigned what, x3_model_config *cfg)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(text, len, 0, &jerr);
 	if (!root)
 		return x3_err(X3_EFORMAT, "config.json: line %d: %s", jerr.line, jerr.text);
-	int rc = parse_root(root, cfg);
+	int rc = parse_root(root, what, cfg);
 	json_decref(root);
 	return rc;
 }
 
-int x3_config_load(const char *dir, x3_model_config *cfg)
+int x3_config_parse(const char *text, size_t len, x3_model_config *cfg)
+{
+	return x3_config_parse_as(text, len, X3_CONFIG_FORWARD, cfg);
+}
+
+int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg)
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/config.json", dir);
@@ -300,9 +332,14 @@ int x3_config_load(const char *dir, x3_model_config *cfg)
 		free(buf);
 		return x3_err(X3_EIO, "%s: read error: %s", path, strerror(bad));
 	}
-	int rc = x3_config_parse(buf, len, cfg);
+	int rc = x3_config_parse_as(buf, len, what, cfg);
 	free(buf);
 	if (rc)
 		x3_errprefix(rc, "%s", dir);
 	return rc;
+}
+
+int x3_config_load(const char *dir, x3_model_config *cfg)
+{
+	return x3_config_load_as(dir, X3_CONFIG_FORWARD, cfg);
 }

@@ -189,7 +189,7 @@ struct x3_gpu {
 	 * contract, A (k, k) host memory in place; X3_ENUM if the Cholesky
 	 * fails. */
 	int (*block_ldl)(float *A, int64_t k);
-	/* The damping-retry loop of x3_qhess_finalize (§8.2.7): factor a copy
+	/* The damping-retry loop of x3_qhess_finalize (exl3(5) §9.1 step 7): factor a copy
 	 * of H (k, k); while it fails add 2*sigma_reg*mean(diag(H)) to H's
 	 * diagonal (sigma_reg = 0.025) and retry, at most max_retries times.
 	 * On X3_OK, L (k, k) holds the block-LDL factor, H the damped matrix

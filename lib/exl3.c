@@ -1,5 +1,6 @@
-/* exl3.c: an EXL3 linear layer: loading and validation (spec §2.1, §7),
- * dense reconstruction (§1) and the plain C reference matmul (§5.3).
+/* exl3.c: an EXL3 linear layer: loading and validation (exl3(5) §2.2, §7),
+ * dense reconstruction (exl3(5) §1.2) and the plain C reference matmul
+ * (exl3(5) §6.2).
  * The fast decode-in-the-loop kernels are in exl3mm.c. */
 #include <limits.h>
 #include <math.h>
@@ -90,7 +91,7 @@ static int load_vec(const x3_tensor *t, int64_t len, float **out)
 	return X3_OK;
 }
 
-/* Legacy packed sign bits (§2.1): int16 (len/16,), bit j of word w (LSB
+/* Legacy packed sign bits (exl3(5) §2.2): int16 (len/16,), bit j of word w (LSB
  * first) is element 16w+j, set means -1. */
 static int load_signs(const x3_tensor *t, int64_t len, float **out)
 {
@@ -126,7 +127,7 @@ static int check_marker(const x3_tensor *t, uint32_t want)
 	uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
 	             (uint32_t)p[3] << 24;
 	/* The value is not read by ExLlamaV3; a different one comes from a
-	 * pre-lock experimental checkpoint that would mis-decode (§2.1). */
+	 * pre-lock experimental checkpoint that would mis-decode (exl3(5) §2.2). */
 	if (v != want)
 		return x3_err(X3_EUNSUP, "'%s': multiplier 0x%08X is not the locked "
 		              "0x%08X (experimental checkpoint)", t->name, v, want);
@@ -145,11 +146,17 @@ static int meta_size(const x3_tensor *t, const char *k1, const char *k2,
 	return rc;
 }
 
-int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
-                         x3_exl3 **out)
+/* The checks of one linear's tensors (exl3(5) §2.2, §7 step 1) that need no copy:
+ * parts present, dtypes, shapes, payload sizes, markers, codebook and size
+ * metadata. ts may hold other tensors; tensors named "<key>.<x>" with an x
+ * that is no EXL3 part are an error (a marker of an unknown codebook, or a
+ * stray tensor under a quantized module's key). */
+int x3_exl3_inspect(const char *key, const x3_tensor *const *ts, int nt,
+                    x3_exl3_info *info)
 {
 	char sb[128];
-	*out = NULL;
+	memset(info, 0, sizeof *info);
+	info->proxy_err = NAN;
 	const x3_tensor *tr = find(key, "trellis", ts, nt);
 	const x3_tensor *suh = find(key, "suh", ts, nt), *su = find(key, "su", ts, nt);
 	const x3_tensor *svh = find(key, "svh", ts, nt), *sv = find(key, "sv", ts, nt);
@@ -162,9 +169,27 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 		return x3_err(X3_EFORMAT, "tensor '%s': missing '%s.suh'", key, key);
 	if (!svh && !sv)
 		return x3_err(X3_EFORMAT, "tensor '%s': missing '%s.svh'", key, key);
+	if (suh && su)
+		return x3_err(X3_EFORMAT, "tensor '%s': both '%s.suh' and the legacy '%s.su'",
+		              key, key, key);
+	if (svh && sv)
+		return x3_err(X3_EFORMAT, "tensor '%s': both '%s.svh' and the legacy '%s.sv'",
+		              key, key, key);
 	if (mcg && mul1)
 		return x3_err(X3_EFORMAT, "tensor '%s': both '%s.mcg' and '%s.mul1' "
 		              "markers present", key, key, key);
+	size_t kl = strlen(key);
+	for (int i = 0; i < nt; i++) {
+		const char *nm = ts[i]->name;
+		if (!nm || strncmp(nm, key, kl) || nm[kl] != '.' ||
+		    (x3_exl3_is_part(nm, NULL, 0) && !strchr(nm + kl + 1, '.')))
+			continue;
+		if (!strchr(nm + kl + 1, '.') && ts[i]->dtype == X3_I32 && x3_tensor_numel(ts[i]) == 1)
+			return x3_err(X3_EFORMAT, "tensor '%s': a marker of an unknown codebook "
+			              "'%s' (known: mcg, mul1; no marker: 3inst)", nm, nm + kl + 1);
+		return x3_err(X3_EFORMAT, "tensor '%s': not an EXL3 part of the quantized "
+		              "linear '%s'", nm, key);
+	}
 	if (tr->dtype != X3_I16 && tr->dtype != X3_U16)
 		return x3_err(X3_EFORMAT, "'%s': dtype %s, expected I16", tr->name,
 		              x3_dtype_name(tr->dtype));
@@ -187,10 +212,95 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 	int rc = check_payload(tr);
 	if (rc)
 		return rc;
+	int64_t mk;
+	if ((rc = meta_size(tr, "K", "K", &mk)) == X3_OK && mk != K)
+		return x3_err(X3_EFORMAT, "'%s': metadata K=%lld, but the shape %s says K=%lld",
+		              tr->name, (long long)mk, x3_shape_str(tr, sb, sizeof sb), (long long)K);
+	if (rc == X3_EFORMAT)
+		return rc;
 	if (mcg && (rc = check_marker(mcg, X3_MCG_MULT)))
 		return rc;
 	if (mul1 && (rc = check_marker(mul1, X3_MUL1_MULT)))
 		return rc;
+	int cb = mcg ? X3_CB_MCG : mul1 ? X3_CB_MUL1 : X3_CB_3INST, mcb;
+	/* a frame states its codebook: a missing marker would decode as 3INST */
+	const char *cbm = x3_meta_get(tr, "codebook");
+	if (cbm && x3_codebook_parse(cbm, &mcb))
+		return x3_err(X3_EFORMAT, "'%s': metadata names an unknown codebook '%s'",
+		              tr->name, cbm);
+	if (cbm && mcb != cb)
+		return x3_err(X3_EFORMAT, "'%s': metadata says codebook %s, the markers %s",
+		              tr->name, cbm, cb == X3_CB_3INST ? "none (3inst)" : x3_codebook_name(cb));
+	/* the scales: suh (k) / svh (n) float vectors, or legacy packed signs */
+	const x3_tensor *sc[2] = {suh ? suh : su, svh ? svh : sv};
+	int64_t len[2] = {k, n};
+	for (int s = 0; s < 2; s++) {
+		const x3_tensor *t = sc[s];
+		int legacy = t == su || t == sv;
+		if (legacy ? t->rank != 1 || t->shape[0] * 16 != len[s] ||
+		             (t->dtype != X3_I16 && t->dtype != X3_U16)
+		           : t->rank != 1 || t->shape[0] != len[s] ||
+		             (t->dtype != X3_F16 && t->dtype != X3_F32 && t->dtype != X3_BF16))
+			return x3_err(X3_EFORMAT, "'%s': %s %s, expected %s (%lld)", t->name,
+			              x3_dtype_name(t->dtype), x3_shape_str(t, sb, sizeof sb),
+			              legacy ? "I16 packed signs" : "F16 (or F32/BF16)",
+			              (long long)(legacy ? len[s] / 16 : len[s]));
+		if ((rc = check_payload(t)))
+			return rc;
+		info->legacy |= legacy;
+	}
+	if (bias) {
+		if (bias->rank != 1 || bias->shape[0] != n ||
+		    (bias->dtype != X3_F16 && bias->dtype != X3_F32 && bias->dtype != X3_BF16))
+			return x3_err(X3_EFORMAT, "'%s': %s %s, expected F16 (%lld)", bias->name,
+			              x3_dtype_name(bias->dtype), x3_shape_str(bias, sb, sizeof sb),
+			              (long long)n);
+		if ((rc = check_payload(bias)))
+			return rc;
+	}
+	int64_t oi = k, oo = n;
+	if ((rc = meta_size(tr, "orig_in", "in_features", &oi)) == X3_OK)
+		info->known |= X3_EXL3_IN_KNOWN;
+	else if (rc != X3_EINVAL)
+		return rc;
+	if ((rc = meta_size(tr, "orig_out", "out_features", &oo)) == X3_OK)
+		info->known |= X3_EXL3_OUT_KNOWN;
+	else if (rc != X3_EINVAL)
+		return rc;
+	if (oi < 1 || oi > k || oo < 1 || oo > n)
+		return x3_err(X3_EFORMAT, "'%s': original size %lldx%lld (in x out) does "
+		              "not fit the padded %lldx%lld", tr->name, (long long)oi,
+		              (long long)oo, (long long)k, (long long)n);
+	double pe;
+	if (x3_meta_get_f64(tr, "proxy_err", &pe) == X3_OK)
+		info->proxy_err = pe;
+	info->K = (int)K;
+	info->cb = cb;
+	info->k = k;
+	info->n = n;
+	info->in = oi;
+	info->out = oo;
+	info->has_bias = bias != NULL;
+	const x3_tensor *all[8] = {tr, suh, su, svh, sv, bias, mcg, mul1};
+	for (int i = 0; i < 8; i++)
+		if (all[i])
+			info->bytes += all[i]->nbytes;
+	return X3_OK;
+}
+
+int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
+                         x3_exl3 **out)
+{
+	*out = NULL;
+	x3_exl3_info info;
+	int rc = x3_exl3_inspect(key, ts, nt, &info);
+	if (rc)
+		return rc;
+	const x3_tensor *tr = find(key, "trellis", ts, nt);
+	const x3_tensor *suh = find(key, "suh", ts, nt), *su = find(key, "su", ts, nt);
+	const x3_tensor *svh = find(key, "svh", ts, nt), *sv = find(key, "sv", ts, nt);
+	const x3_tensor *bias = find(key, "bias", ts, nt);
+	int64_t K = info.K, k = info.k, n = info.n;
 
 	struct x3_exl3 *e = calloc(1, sizeof *e);
 	if (!e || !(e->key = strdup(key))) {
@@ -198,9 +308,12 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", key);
 	}
 	e->K = (int)K;
-	e->cb = mcg ? X3_CB_MCG : mul1 ? X3_CB_MUL1 : X3_CB_3INST;
-	e->k = e->in = k;
-	e->n = e->out = n;
+	e->cb = info.cb;
+	e->k = k;
+	e->n = n;
+	e->in = info.in;
+	e->out = info.out;
+	e->known = info.known;
 	size_t tb = tr->nbytes;
 	/* padding: the SIMD kernels read whole windows around each tile */
 	e->trellis_mem = aligned_alloc(64, 64 + (tb + 63) / 64 * 64 + 128);
@@ -220,25 +333,10 @@ int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
 		rc = svh ? load_vec(svh, n, &e->svh) : load_signs(sv, n, &e->svh);
 	if (!rc && bias)
 		rc = load_vec(bias, n, &e->bias);
-	int64_t oi = k, oo = n;
-	if (!rc && (rc = meta_size(tr, "orig_in", "in_features", &oi)) == X3_EINVAL)
-		rc = X3_OK;
-	else if (!rc)
-		e->known |= X3_EXL3_IN_KNOWN;
-	if (!rc && (rc = meta_size(tr, "orig_out", "out_features", &oo)) == X3_EINVAL)
-		rc = X3_OK;
-	else if (!rc)
-		e->known |= X3_EXL3_OUT_KNOWN;
-	if (!rc && (oi < 1 || oi > k || oo < 1 || oo > n))
-		rc = x3_err(X3_EFORMAT, "'%s': original size %lldx%lld (in x out) does "
-		            "not fit the padded %lldx%lld", tr->name, (long long)oi,
-		            (long long)oo, (long long)k, (long long)n);
 	if (rc) {
 		x3_exl3_free(e);
 		return rc;
 	}
-	e->in = oi;
-	e->out = oo;
 	*out = e;
 	return X3_OK;
 }

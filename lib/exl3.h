@@ -1,5 +1,5 @@
-/* exl3.h: one EXL3-quantized linear layer on the CPU (spec
- * ../shared/spec/exl3-format.md §1, §2, §5.3, §7).
+/* exl3.h: one EXL3-quantized linear layer on the CPU
+ * (exl3(5) §1.2, §2, §6.2, §7).
  *
  * An x3_exl3 holds the packed trellis of W~ (k x n, tiles of 16x16 at K
  * bits per weight), the scale vectors suh (k) and svh (n), an optional bias
@@ -20,17 +20,36 @@
 
 typedef struct x3_exl3 x3_exl3;
 
-/* Tensor name suffixes of one EXL3 linear "<key>.<suffix>" (§2.1). */
+enum { X3_EXL3_IN_KNOWN = 1, X3_EXL3_OUT_KNOWN = 2 };
+
+/* Tensor name suffixes of one EXL3 linear "<key>.<suffix>" (exl3(5) §2.2). */
 int x3_exl3_is_part(const char *name, char *key, size_t keylen);
 
 /* Build from the tensors of one key among ts[0..nt) (frames or safetensors
  * records; other names are ignored). Validates shapes, dtypes and markers
- * (§2.1, §7 step 1) and copies what it needs. Original sizes are taken
+ * (exl3(5) §2.2, §7 step 1) and copies what it needs. Original sizes are taken
  * from metadata "orig_in"/"orig_out" (or "in_features"/"out_features") of
  * the trellis tensor when present, else the padded sizes.
  * Errors name the tensor. */
 int x3_exl3_from_tensors(const char *key, const x3_tensor *const *ts, int nt,
                          x3_exl3 **out);
+/* What the tensors of one key say, checked as x3_exl3_from_tensors checks
+ * them (parts present, dtypes, shapes, payload sizes, markers, codebook, K
+ * and size metadata) but without copying or decoding: for listing a pack.
+ * A tensor "<key>.<x>" among ts whose x is no EXL3 part is an error (an
+ * unknown codebook's marker, or a stray tensor). Errors name the tensor. */
+typedef struct {
+	int K, cb;                   /* 1..8, X3_CB_* */
+	int64_t k, n;                /* padded in, out (multiples of 128) */
+	int64_t in, out;             /* original sizes where known, else k, n */
+	int known;                   /* X3_EXL3_*_KNOWN */
+	int legacy;                  /* su/sv packed signs instead of suh/svh */
+	int has_bias;
+	uint64_t bytes;              /* payload bytes of all its tensors */
+	double proxy_err;            /* trellis metadata "proxy_err", else NAN */
+} x3_exl3_info;
+int x3_exl3_inspect(const char *key, const x3_tensor *const *ts, int nt,
+                    x3_exl3_info *info);
 /* From an open safetensors file / model directory. */
 int x3_exl3_from_st(const x3_st *st, const char *key, x3_exl3 **out);
 void x3_exl3_free(x3_exl3 *e);
@@ -48,7 +67,6 @@ int64_t x3_exl3_in(const x3_exl3 *e);        /* original in_features */
 int64_t x3_exl3_out(const x3_exl3 *e);       /* original out_features */
 /* Which original sizes are known (from the trellis metadata or
  * x3_exl3_set_orig) rather than assumed equal to the padded ones. */
-enum { X3_EXL3_IN_KNOWN = 1, X3_EXL3_OUT_KNOWN = 2 };
 int x3_exl3_known(const x3_exl3 *e);
 int x3_exl3_has_bias(const x3_exl3 *e);
 

@@ -1,5 +1,5 @@
-/* exl3mm.c: fast y' = x'·W~ straight from the packed trellis (spec §3.3,
- * §4.2, §6). Tiles are decoded inside the loop, never the whole weight.
+/* exl3mm.c: fast y' = x'·W~ straight from the packed trellis (exl3(5) §3.3,
+ * exl3(5) §4.2, §5). Tiles are decoded inside the loop, never the whole weight.
  *
  * Work split: OpenMP over output tiles nb (16 columns each); each thread
  * walks all kb of its columns, so the accumulators stay in registers. The
@@ -7,7 +7,7 @@
  * reads memory sequentially (with the stored row-major order every tile was
  * a new cache line 32K·n/16 bytes away, and the loop was latency-bound).
  *
- * State extraction (§3.3): state s_i of a tile is the 16 stream bits ending
+ * State extraction (exl3(5) §3.3): state s_i of a tile is the 16 stream bits ending
  * at bit (i+1)K, circularly. In "ext" coordinates, ext[0] = U[8K-1] and
  * ext[1..8K] = U (the tile's 8K uint32 words), every window lies in two
  * adjacent words (the tail-biting wrap only reaches back into the last
@@ -22,14 +22,14 @@
  * Codebooks are computed, not looked up: a 65536-entry float table is
  * 256 KiB, out of L1, and AVX-512 gathers from it measured 1.9x slower at
  * batch 1 than the ~12 vector ops of the formula. The fp16 results are
- * bit-exact (§6): 3INST/MCG halves have biased exponents 12..15, always
+ * bit-exact (exl3(5) §5): 3INST/MCG halves have biased exponents 12..15, always
  * normal, so their float bits are formed with shifts and ternary logic; the
  * sum of two is exact in fp32 and one cvtps2ph rounds it like __hadd.
  * MUL1's byte sum S comes from maddubs/madd (u8·1 pairs, then pairs), and
  * S·K_INV + (1024·K_INV + K_BIAS) is exact in fp32 (21 significant bits),
  * then rounded once to fp16.
  *
- * Consumption (§4.2): trellis position i = 8t + j holds row
+ * Consumption (exl3(5) §4.2): trellis position i = 8t + j holds row
  * r = 2(t%4) + (j&1) + 8((j>>1)&1), column c = t/4 + 8(j>>2).
  *  - batch 1 (GEMV): for lane t the 8 rows are {r0, r0+1, r0+8, r0+9} twice
  *    (r0 = 2(t%4)), so x' is pre-arranged per 16-row block into 4 vectors
@@ -200,7 +200,8 @@ static void mm_scalar(const struct x3_exl3 *e, const float *xh, int64_t rows,
 }
 
 #ifdef X3_HAVE_X86
-/* fp16 constants of MUL1 (§6.3) and the 3INST/MCG multipliers (§6.1-6.2) */
+/* fp16 constants of MUL1 (exl3(5) §5.3) and the 3INST/MCG multipliers
+ * (exl3(5) §5.1-§5.2) */
 #define MUL1_KINV 0.00676727294921875f     /* half 0x1EEE = 887/131072 */
 #define MUL1_KBIAS (-10.3828125f)          /* half 0xC931 */
 #define MUL1_C0 (-3.453125f)               /* 1024·K_INV + K_BIAS, exact */
@@ -373,7 +374,7 @@ T_AVX2 static void gemvm_avx2(const struct x3_exl3 *e, const float *xq, int nr, 
 }
 
 /* Row offsets within a 32-position column slab: trellis index of (r, c) is
- * 32(c%8) + 4(c/8) + off[r] (§4.2 inverse). */
+ * 32(c%8) + 4(c/8) + off[r] (exl3(5) §4.2 inverse). */
 #define OFF_LIST 0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19, 26, 27
 
 /* X'ᵀ chunks: xt is (nch, k, W): row-chunk ch, input channel i, lane m. */
@@ -681,7 +682,7 @@ int x3__exl3_mm_fast(const struct x3_exl3 *e, const float *xh, int64_t rows,
 	int64_t k = e->k, n = e->n;
 	int rc = X3_OK;
 	if (rows <= GEMV_ROWS) {
-		/* xq[m][kb][q][j]: x'[m][16kb + 2q + {0,1,8,9}[j%4]] (§4.2, lane t%4 = q) */
+		/* xq[m][kb][q][j]: x'[m][16kb + 2q + {0,1,8,9}[j%4]] (exl3(5) §4.2, lane t%4 = q) */
 		float *xq = aligned_alloc(64, (size_t)rows * (size_t)k * 2 * sizeof *xq);
 		if (!xq) {
 			rc = x3_err(X3_ENOMEM, "tensor '%s': out of memory", e->key);

@@ -557,7 +557,7 @@ size_t x3_gpu_linear_bytes(const x3_gpu_linear *L)
 	return L ? L->bytes : 0;
 }
 
-/* The fused GEMV (kernels/gemv.cu): one launch for the whole §5.3 formula.
+/* The fused GEMV (kernels/gemv.cu): one launch for the whole exl3(5) §6.2 formula.
  * y1_d and cnt_d are zero between calls (the kernel's last block of each
  * 128-column group re-zeroes them); after a failed forward they may not
  * be, so the next call clears them first. One x3_gpu_linear is not

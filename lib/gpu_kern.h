@@ -75,7 +75,7 @@ int x3k_gemv_ksplit(int64_t k, int64_t n);
 int x3k_gemv(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n,
              const float *x, int m, float *y, int ksplit, int use_mma, void *stream);
 /* Fused, one launch: y (m, n) = Hb(Hb(x (.) suh) / sqrt128 W~) / sqrt128
- * (.) svh (+ bias) (spec §5.3), x (m, k), suh (k), svh (n), bias (n) or
+ * (.) svh (+ bias) (exl3(5) §6.2), x (m, k), suh (k), svh (n), bias (n) or
  * NULL; k, n multiples of 128. y1 (16, n) fp32 scratch and cnt (n / 128)
  * ints must be zero on entry and are zero again when the launch
  * completes; they must not be used by two launches at once (one set per

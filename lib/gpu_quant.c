@@ -1,5 +1,5 @@
-/* gpu_quant.c: the quantizer's dense algebra on the device (spec §8.2,
- * §8.4): Hessian accumulation X^T X (cuBLAS SSYRK), block LDL (cuSOLVER
+/* gpu_quant.c: the quantizer's dense algebra on the device (exl3(5) §9.1,
+ * exl3(5) §9.4): Hessian accumulation X^T X (cuBLAS SSYRK), block LDL (cuSOLVER
  * SPOTRF + normalization kernel) with the damping retries of
  * x3_qhess_finalize, and LDLQ with cuBLAS feedback products and the GPU
  * Viterbi. Each function mirrors the CPU one in quant.h (same structure,
@@ -16,8 +16,8 @@
 #include "gpu_impl.h"
 #include "gpu_kern.h"
 
-#define SIGMA_REG 0.025   /* quant.h X3_SIGMA_REG (§8.2.4) */
-#define QSPAN 128         /* quant.h X3_QSPAN: buf_size_k of ldlq (§8.4) */
+#define SIGMA_REG 0.025   /* quant.h X3_SIGMA_REG (exl3(5) §9.1 step 4) */
+#define QSPAN 128         /* quant.h X3_QSPAN: buf_size_k of ldlq (exl3(5) §9.4) */
 
 static int solvererr(cusolverStatus_t s, const char *what)
 {
@@ -205,7 +205,7 @@ int x3_gpu_block_ldl_retry(float *H, int64_t k, int max_retries, float *L, int *
 		if (*retries == max_retries)
 			return x3_errprefix(X3_ENUM, "not positive definite after %d damping retries",
 			                    max_retries);
-		/* §8.2.7: add 2*sigma_reg*mean(diag(H)) and retry */
+		/* exl3(5) §9.1 step 7: add 2*sigma_reg*mean(diag(H)) and retry */
 		double s = 0;
 		for (int64_t i = 0; i < k; i++)
 			s += H[i * k + i];

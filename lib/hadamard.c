@@ -1,4 +1,4 @@
-/* hadamard.c: blockwise normalized Hadamard-128 (spec §5.1): natural-order
+/* hadamard.c: blockwise normalized Hadamard-128 (exl3(5) §6.1): natural-order
  * Sylvester H128[i][j] = (-1)^popcount(i & j), scaled by 1/sqrt(128).
  * Fast Walsh-Hadamard butterflies in fp32, then one multiply by the scale.
  * The stage with stride h maps (a, b) = (x[j], x[j+h]) to (a+b, a-b), which

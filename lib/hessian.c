@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cblas.h>
+#include "blas.h"
 #include "device.h"
 #include "hessian.h"
 
@@ -114,8 +114,7 @@ static int add_block(x3_hess *h, const float *x, int64_t rows)
 	if (h->g)
 		return h->gpu->hessian_add(h->g, x, rows);
 	if (!h->f64) {
-		cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)n, (int)rows, 1.0f, x, (int)n,
-		            1.0f, h->hf, (int)n);
+		x3_gram_acc_f32(x, rows, n, h->hf);
 		return X3_OK;
 	}
 	double *xd = malloc((size_t)(rows * n) * sizeof *xd);
@@ -123,8 +122,7 @@ static int add_block(x3_hess *h, const float *x, int64_t rows)
 		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
 	for (int64_t i = 0; i < rows * n; i++)
 		xd[i] = x[i];
-	cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)n, (int)rows, 1.0, xd, (int)n,
-	            1.0, h->hd, (int)n);
+	x3_gram_acc_f64(xd, rows, n, h->hd);
 	free(xd);
 	return X3_OK;
 }

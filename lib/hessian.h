@@ -1,5 +1,5 @@
 /* hessian.h: accumulation of input Hessians H = Σ xᵀx of linear layers
- * (spec §9.2): unnormalized, with the number of rows accumulated ("count")
+ * (exl3(5) §10.2): unnormalized, with the number of rows accumulated ("count")
  * and the number dropped for holding non-finite values ("dropped").
  *
  * A Hessian frame (what hessian-capture writes) is a square F32 or F64

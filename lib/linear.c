@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cblas.h>
+#include "blas.h"
 #include "device.h"
 #include "exl3.h"
 #include "linear.h"
@@ -67,7 +67,7 @@ static int check_finite(const float *v, int64_t rows, int64_t cols, const char *
 }
 
 /* The EXL3 group of key: padded sizes k, n are multiples of 128 that hold
- * in, out with less than 128 of padding (spec §1). */
+ * in, out with less than 128 of padding (exl3(5) §1.1). */
 static int open_exl3(x3_st *st, const char *key, int64_t in, int64_t out, int bias,
                      int check_only, x3_linear **lin)
 {
@@ -256,7 +256,7 @@ int x3_linear_set_device(x3_linear *l, int dev)
 	return X3_OK;
 }
 
-int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y)
+int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, int64_t seg, float *y)
 {
 	if (rows <= 0)
 		return X3_OK;
@@ -279,8 +279,11 @@ int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y)
 			return x3_errprefix(rc, "linear '%s'", l->key);
 		}
 	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)l->out, (int)l->in,
-	            1.0f, x, (int)l->in, l->w, (int)l->in, 0.0f, y, (int)l->out);
+	/* fixed row blocks from each segment's start: a row's output does not
+	 * depend on the batch it is in or on the thread count (blas.h) */
+	int rc = x3_gemm_xwt(x, rows, seg, l->in, l->w, l->out, y);
+	if (rc)
+		return x3_errprefix(rc, "linear '%s'", l->key);
 	if (l->b) {
 		#pragma omp parallel for if(rows * l->out > (1 << 16)) schedule(static)
 		for (int64_t r = 0; r < rows; r++)

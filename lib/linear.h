@@ -18,8 +18,11 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out,
                    int bias, int check_only, x3_linear **lin);
 /* y (rows, out) = x (rows, in) · Wᵀ (+ bias). An EXL3 linear multiplies
  * small batches from the packed trellis and larger ones through a dense
- * reconstruction made on first use (so l is not const). */
-int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, float *y);
+ * reconstruction made on first use (so l is not const). On the CPU the
+ * rows are segments of seg rows (the tokens of one sequence; 0: one
+ * segment) and a row's result depends on its place in its segment alone,
+ * not on the other rows (blas.h x3_gemm_xwt). */
+int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, int64_t seg, float *y);
 int x3_linear_is_exl3(const x3_linear *l);
 /* Where x3_linear_apply runs: X3_DEVICE_CPU (the default, the reference)
  * or X3_DEVICE_CUDA (resolved, not auto): a dense weight is uploaded now

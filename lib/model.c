@@ -1,8 +1,12 @@
-/* model.c: Llama-family causal LM forward in F32 on CPU (see model.h). */
+/* model.c: Llama-family causal LM forward in F32 on CPU (see model.h).
+ * Which tensors a layer has, their shapes and the Hessian groups come
+ * from the architecture's description (arch.h); this file is the forward
+ * pass over its slots. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "arch.h"
 #include "device.h"
 #include "model.h"
 #include "safetensors.h"
@@ -14,7 +18,19 @@ struct x3_model {
 	x3_st *ov;              /* overlay (layers ov_first..ov_last) or NULL */
 	int ov_first, ov_last;
 	const x3_tensor *embed; /* borrowed (vocab, hidden) */
+	x3_module *mods;        /* every module, model order (arch.h) */
+	int nmods;
+	int *slot;              /* (n_layers + 1, X3_SLOT_COUNT): index into
+	                           mods, -1 if absent; row n_layers: the modules
+	                           before and after the layers */
 };
+
+/* The module of a slot in layer l (l = n_layers: outside the layers). */
+static const x3_module *mod(const x3_model *m, int l, int s)
+{
+	int i = m->slot[(size_t)l * X3_SLOT_COUNT + s];
+	return i < 0 ? NULL : &m->mods[i];
+}
 
 const x3_model_config *x3_model_cfg(const x3_model *m) { return &m->cfg; }
 
@@ -35,30 +51,17 @@ static x3_st *norm_src(const x3_model *m, int layer, const char *name)
 }
 
 /* ---- per-layer weights ------------------------------------------------ */
-enum { L_Q, L_K, L_V, L_O, L_GATE, L_UP, L_DOWN, L_N };
-static const char *const lin_key[L_N] = {
-	"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-	"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-};
+/* the linears and the norm vectors of a layer, by slot */
+static const int lin_slots[] = { X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V, X3_SLOT_O,
+	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN };
+static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM };
+#define N_LIN (int)(sizeof lin_slots / sizeof *lin_slots)
+#define N_VEC (int)(sizeof vec_slots / sizeof *vec_slots)
 
 struct layer_w {
-	x3_linear *lin[L_N];
-	float *in_norm, *post_norm;     /* (hidden) */
-	float *q_norm, *k_norm;         /* (head_dim) or NULL */
+	x3_linear *lin[X3_SLOT_COUNT];
+	float *vec[X3_SLOT_COUNT];      /* norms: (hidden) or (head_dim) */
 };
-
-static void lin_dims(const x3_model_config *c, int i, int64_t *in, int64_t *out, int *bias)
-{
-	int64_t qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-	switch (i) {
-	case L_Q: *in = c->hidden, *out = qd, *bias = c->qkv_bias; break;
-	case L_K: *in = c->hidden, *out = kvd, *bias = c->qkv_bias; break;
-	case L_V: *in = c->hidden, *out = kvd, *bias = c->qkv_bias; break;
-	case L_O: *in = qd, *out = c->hidden, *bias = c->o_bias; break;
-	case L_GATE: case L_UP: *in = c->hidden, *out = c->intermediate, *bias = c->mlp_bias; break;
-	default: *in = c->intermediate, *out = c->hidden, *bias = c->mlp_bias; break;
-	}
-}
 
 /* A 1-D vector tensor of length n as F32 (check only when out == NULL). */
 static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
@@ -84,40 +87,33 @@ static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
 
 static void layer_free(struct layer_w *w)
 {
-	for (int i = 0; i < L_N; i++)
+	for (int i = 0; i < X3_SLOT_COUNT; i++) {
 		x3_linear_free(w->lin[i]);
-	free(w->in_norm), free(w->post_norm), free(w->q_norm), free(w->k_norm);
+		free(w->vec[i]);
+	}
 	memset(w, 0, sizeof *w);
 }
 
 /* Load (or with check set, only validate) the weights of layer l. */
 static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 {
-	const x3_model_config *c = &m->cfg;
 	x3_st *st = layer_src(m, l);
-	char name[256];
 	int rc;
 	memset(w, 0, sizeof *w);
-	for (int i = 0; i < L_N; i++) {
-		int64_t in, out;
-		int bias;
-		lin_dims(c, i, &in, &out, &bias);
-		snprintf(name, sizeof name, "model.layers.%d.%s", l, lin_key[i]);
-		if ((rc = x3_linear_open(st, name, in, out, bias, check, &w->lin[i])))
+	for (int i = 0; i < N_LIN; i++) {
+		const x3_module *d = mod(m, l, lin_slots[i]);
+		if (!d) {
+			rc = x3_err(X3_EINVAL, "layer %d: the description has no linear of slot %d", l,
+			            lin_slots[i]);
+			goto fail;
+		}
+		if ((rc = x3_linear_open(st, d->key, d->in, d->out, d->bias, check, &w->lin[d->d->slot])))
 			goto fail;
 	}
-	snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-	if ((rc = load_vec(norm_src(m, l, name), name, c->hidden, check ? NULL : &w->in_norm)))
-		goto fail;
-	snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-	if ((rc = load_vec(norm_src(m, l, name), name, c->hidden, check ? NULL : &w->post_norm)))
-		goto fail;
-	if (c->qk_norm) {
-		snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
-		if ((rc = load_vec(norm_src(m, l, name), name, c->head_dim, check ? NULL : &w->q_norm)))
-			goto fail;
-		snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", l);
-		if ((rc = load_vec(norm_src(m, l, name), name, c->head_dim, check ? NULL : &w->k_norm)))
+	for (int i = 0; i < N_VEC; i++) {
+		const x3_module *d = mod(m, l, vec_slots[i]);
+		if (d && (rc = load_vec(norm_src(m, l, d->weight), d->weight, d->out,
+		                        check ? NULL : &w->vec[d->d->slot])))
 			goto fail;
 	}
 	return X3_OK;
@@ -126,14 +122,21 @@ fail:
 	return rc;
 }
 
-/* The head: lm_head (dense or EXL3: an EXL3 conversion of a tied model
- * stores its quantized head there), else the embedding when tied. */
+/* The head: its own weight (dense or EXL3: an EXL3 conversion of a tied
+ * model stores its quantized head there), else the embedding when tied. */
 static int head_open(const x3_model *m, int check, x3_linear **out)
 {
-	const x3_model_config *c = &m->cfg;
-	if (c->tied && !x3_st_find(m->st, "lm_head.weight") && !x3_st_find(m->st, "lm_head.trellis"))
-		return x3_linear_open(m->st, "model.embed_tokens", c->hidden, c->vocab, 0, check, out);
-	return x3_linear_open(m->st, "lm_head", c->hidden, c->vocab, 0, check, out);
+	const x3_module *h = mod(m, (int)m->cfg.n_layers, X3_SLOT_HEAD);
+	char own[X3_KEY_MAX + 16], tr[X3_KEY_MAX + 16];
+	snprintf(own, sizeof own, "%s.weight", h->key);
+	snprintf(tr, sizeof tr, "%s.trellis", h->key);
+	if (h->tied && !x3_st_find(m->st, own) && !x3_st_find(m->st, tr)) {
+		/* the weight of the module it is tied to, as that module's key */
+		char key[X3_KEY_MAX + 8];
+		snprintf(key, sizeof key, "%.*s", (int)(strlen(h->weight) - 7), h->weight);
+		return x3_linear_open(m->st, key, h->in, h->out, 0, check, out);
+	}
+	return x3_linear_open(m->st, h->key, h->in, h->out, h->bias, check, out);
 }
 
 int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **out)
@@ -154,17 +157,35 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		m->ov_last = opts->overlay_last;
 	}
 	const x3_model_config *c = &m->cfg;
-	m->embed = x3_st_find(m->st, "model.embed_tokens.weight");
-	if (!m->embed) {
-		rc = x3_err(X3_EFORMAT, "%s: tensor 'model.embed_tokens.weight' is missing", dir);
+	if ((rc = x3_arch_modules(c, &m->mods, &m->nmods)))
+		goto fail;
+	if (!(m->slot = malloc((size_t)(c->n_layers + 1) * X3_SLOT_COUNT * sizeof *m->slot))) {
+		rc = x3_err(X3_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (m->embed->rank != 2 || m->embed->shape[0] != c->vocab || m->embed->shape[1] != c->hidden ||
+	for (size_t i = 0; i < (size_t)(c->n_layers + 1) * X3_SLOT_COUNT; i++)
+		m->slot[i] = -1;
+	for (int i = 0; i < m->nmods; i++) {
+		int l = m->mods[i].layer < 0 ? (int)c->n_layers : m->mods[i].layer;
+		m->slot[(size_t)l * X3_SLOT_COUNT + m->mods[i].d->slot] = i;
+	}
+	const x3_module *em = mod(m, (int)c->n_layers, X3_SLOT_EMBED);
+	if (!em || !mod(m, (int)c->n_layers, X3_SLOT_FINAL_NORM) || !mod(m, (int)c->n_layers, X3_SLOT_HEAD)) {
+		rc = x3_err(X3_EUNSUP, "%s: %s: the forward needs an embedding, a final norm and a head",
+		            dir, c->arch_name);
+		goto fail;
+	}
+	m->embed = x3_st_find(m->st, em->weight);
+	if (!m->embed) {
+		rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is missing", dir, em->weight);
+		goto fail;
+	}
+	if (m->embed->rank != 2 || m->embed->shape[0] != em->out || m->embed->shape[1] != em->in ||
 	    !(m->embed->dtype == X3_F32 || m->embed->dtype == X3_F16 || m->embed->dtype == X3_BF16)) {
 		char b[64];
-		rc = x3_err(X3_EFORMAT, "%s: tensor 'model.embed_tokens.weight': %s %s, config says "
-		            "F32/F16/BF16 %lldx%lld", dir, x3_dtype_name(m->embed->dtype),
-		            x3_shape_str(m->embed, b, sizeof b), (long long)c->vocab, (long long)c->hidden);
+		rc = x3_err(X3_EFORMAT, "%s: tensor '%s': %s %s, config says "
+		            "F32/F16/BF16 %lldx%lld", dir, em->weight, x3_dtype_name(m->embed->dtype),
+		            x3_shape_str(m->embed, b, sizeof b), (long long)em->out, (long long)em->in);
 		goto fail;
 	}
 	for (int l = 0; l < c->n_layers; l++) {
@@ -174,7 +195,8 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 			goto fail;
 		}
 	}
-	if ((rc = load_vec(m->st, "model.norm.weight", c->hidden, NULL)) ||
+	const x3_module *fn = mod(m, (int)c->n_layers, X3_SLOT_FINAL_NORM);
+	if ((rc = load_vec(m->st, fn->weight, fn->out, NULL)) ||
 	    (rc = head_open(m, 1, NULL))) {
 		x3_errprefix(rc, "%s", dir);
 		goto fail;
@@ -194,6 +216,8 @@ void x3_model_close(x3_model *m)
 		x3_st_close(m->st);
 	if (m->ov)
 		x3_st_close(m->ov);
+	free(m->mods);
+	free(m->slot);
 	free(m);
 }
 
@@ -380,30 +404,20 @@ struct fwd {
 	float *cosv, *sinv;
 };
 
-static int hook(struct fwd *f, int layer, const char *group, const char *members,
-                const float *x, int64_t ntok, int64_t in)
+/* The capture hook for the Hessian group that the module of slot s of
+ * layer l reads. */
+static int hook(struct fwd *f, int layer, int s, const float *x, int64_t ntok, int64_t in)
 {
 	const struct x3_forward_opts *o = f->o;
 	if (!o->hook || layer < o->hook_first || layer > o->hook_last)
 		return X3_OK;
-	char name[128];
-	if (layer < f->m->cfg.n_layers)
-		snprintf(name, sizeof name, "model.layers.%d.%s", layer, group);
-	else
-		snprintf(name, sizeof name, "%s", group);
-	struct x3_capture c = { layer, name, members, x, ntok, in };
+	const x3_module *d = mod(f->m, layer, s);
+	char mb[1024];
+	int rc = x3_modules_members(f->m->mods, f->m->nmods, d->group, mb, sizeof mb);
+	if (rc)
+		return rc;
+	struct x3_capture c = { layer, d->group, mb, d->tied ? d->weight : NULL, x, ntok, in };
 	return o->hook(o->hook_ctx, &c);
-}
-
-/* Members list of a group of layer l (static buffer per call site). */
-static const char *members(char *buf, size_t n, int l, int i0, int i1)
-{
-	size_t p = 0;
-	buf[0] = 0;
-	for (int i = i0; i <= i1 && p < n; i++)
-		p += (size_t)snprintf(buf + p, n - p, "%smodel.layers.%d.%s.weight",
-		                      i > i0 ? "," : "", l, lin_key[i]);
-	return buf;
 }
 
 /* One layer on a chunk of nrows rows: x (ntok, hidden) updated in place. */
@@ -412,49 +426,46 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	const x3_model_config *c = &f->m->cfg;
 	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, hd = c->head_dim;
 	int64_t nq = c->n_heads, nkv = c->n_kv_heads, inter = c->intermediate;
-	char mb[1024];
 	int rc;
 
-	rmsnorm(f->xn, x, w->in_norm, nt, H, c->rms_eps);
-	if ((rc = hook(f, l, "self_attn.input", members(mb, sizeof mb, l, L_Q, L_V), f->xn, nt, H)))
+	rmsnorm(f->xn, x, w->vec[X3_SLOT_IN_NORM], nt, H, c->rms_eps);
+	if ((rc = hook(f, l, X3_SLOT_Q, f->xn, nt, H)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[L_Q], f->xn, nt, f->q)) ||
-	    (rc = x3_linear_apply(w->lin[L_K], f->xn, nt, f->k)) ||
-	    (rc = x3_linear_apply(w->lin[L_V], f->xn, nt, f->v)))
+	if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q)) ||
+	    (rc = x3_linear_apply(w->lin[X3_SLOT_K], f->xn, nt, cols, f->k)) ||
+	    (rc = x3_linear_apply(w->lin[X3_SLOT_V], f->xn, nt, cols, f->v)))
 		return rc;
 	if (c->qk_norm) {
-		rmsnorm(f->q, f->q, w->q_norm, nt * nq, hd, c->rms_eps);
-		rmsnorm(f->k, f->k, w->k_norm, nt * nkv, hd, c->rms_eps);
+		rmsnorm(f->q, f->q, w->vec[X3_SLOT_Q_NORM], nt * nq, hd, c->rms_eps);
+		rmsnorm(f->k, f->k, w->vec[X3_SLOT_K_NORM], nt * nkv, hd, c->rms_eps);
 	}
 	rope_apply(f->q, nt, nq, hd, cols, f->cosv, f->sinv);
 	rope_apply(f->k, nt, nkv, hd, cols, f->cosv, f->sinv);
 	if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd)))
 		return rc;
-	if ((rc = hook(f, l, "self_attn.o_proj.input", members(mb, sizeof mb, l, L_O, L_O),
-	               f->a, nt, nq * hd)))
+	if ((rc = hook(f, l, X3_SLOT_O, f->a, nt, nq * hd)))
 		return rc;
 	/* o_proj output into xn (free now), then the residual */
-	if ((rc = x3_linear_apply(w->lin[L_O], f->a, nt, f->xn)))
+	if ((rc = x3_linear_apply(w->lin[X3_SLOT_O], f->a, nt, cols, f->xn)))
 		return rc;
 	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
 		x[i] += f->xn[i];
 
-	rmsnorm(f->xn, x, w->post_norm, nt, H, c->rms_eps);
-	if ((rc = hook(f, l, "mlp.input", members(mb, sizeof mb, l, L_GATE, L_UP), f->xn, nt, H)))
+	rmsnorm(f->xn, x, w->vec[X3_SLOT_POST_NORM], nt, H, c->rms_eps);
+	if ((rc = hook(f, l, X3_SLOT_GATE, f->xn, nt, H)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[L_GATE], f->xn, nt, f->g)) ||
-	    (rc = x3_linear_apply(w->lin[L_UP], f->xn, nt, f->u)))
+	if ((rc = x3_linear_apply(w->lin[X3_SLOT_GATE], f->xn, nt, cols, f->g)) ||
+	    (rc = x3_linear_apply(w->lin[X3_SLOT_UP], f->xn, nt, cols, f->u)))
 		return rc;
 	#pragma omp parallel for if(nt * inter > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * inter; i++) {
 		float gv = f->g[i];
 		f->g[i] = gv / (1.0f + expf(-gv)) * f->u[i];
 	}
-	if ((rc = hook(f, l, "mlp.down_proj.input", members(mb, sizeof mb, l, L_DOWN, L_DOWN),
-	               f->g, nt, inter)))
+	if ((rc = hook(f, l, X3_SLOT_DOWN, f->g, nt, inter)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[L_DOWN], f->g, nt, f->xn)))
+	if ((rc = x3_linear_apply(w->lin[X3_SLOT_DOWN], f->g, nt, cols, f->xn)))
 		return rc;
 	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
@@ -534,8 +545,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			x3_errprefix(rc, "layer %d", l);
 			goto out;
 		}
-		for (int i = 0; i < L_N && o->device != X3_DEVICE_CPU; i++)
-			if ((rc = x3_linear_set_device(w.lin[i], o->device))) {
+		for (int i = 0; i < N_LIN && o->device != X3_DEVICE_CPU; i++)
+			if ((rc = x3_linear_set_device(w.lin[lin_slots[i]], o->device))) {
 				layer_free(&w);
 				x3_errprefix(rc, "layer %d", l);
 				goto out;
@@ -560,7 +571,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 
 	float *norm = NULL;
 	x3_linear *head = NULL;
-	if ((rc = load_vec(m->st, "model.norm.weight", H, &norm)) || (rc = head_open(m, 0, &head)) ||
+	const x3_module *fn = mod(m, n, X3_SLOT_FINAL_NORM);
+	if ((rc = load_vec(m->st, fn->weight, fn->out, &norm)) || (rc = head_open(m, 0, &head)) ||
 	    (o->device != X3_DEVICE_CPU && (rc = x3_linear_set_device(head, o->device)))) {
 		free(norm);
 		x3_linear_free(head);
@@ -570,14 +582,14 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows, nt = nr * cols;
 		float *xr = x + r0 * cols * H;
 		rmsnorm(f.xn, xr, norm, nt, H, c->rms_eps);
-		if ((rc = hook(&f, n, "lm_head.input", "lm_head.weight", f.xn, nt, H)))
+		if ((rc = hook(&f, n, X3_SLOT_HEAD, f.xn, nt, H)))
 			break;
 		if (o->logits_mode == X3_LOGITS_ALL) {
-			rc = x3_linear_apply(head, f.xn, nt, o->logits + r0 * cols * c->vocab);
+			rc = x3_linear_apply(head, f.xn, nt, cols, o->logits + r0 * cols * c->vocab);
 		} else if (o->logits_mode == X3_LOGITS_LAST) {
 			for (int64_t r = 0; r < nr; r++)
 				memmove(f.xn + r * H, f.xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
-			rc = x3_linear_apply(head, f.xn, nr, o->logits + r0 * c->vocab);
+			rc = x3_linear_apply(head, f.xn, nr, 0, o->logits + r0 * c->vocab);
 		}
 	}
 	free(norm);

@@ -20,9 +20,11 @@
 
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3 };
 
+struct x3_arch_desc;
 typedef struct x3_model_config {
 	char arch_name[64];     /* "LlamaForCausalLM", ... */
 	int arch;               /* X3_ARCH_* */
+	const struct x3_arch_desc *desc;  /* its modules (arch.h) */
 	int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
 	int64_t vocab, max_pos;
 	double rope_theta, rms_eps;
@@ -36,12 +38,23 @@ typedef struct x3_model_config {
 	int qkv_bias, o_bias, mlp_bias, qk_norm;
 	int64_t bos_id, eos_id;  /* -1 when absent */
 	int quantized;           /* config has an exl3 quantization_config */
+	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;
 
-/* Parse config.json text. Unsupported architectures and options give
- * X3_EUNSUP naming them, malformed JSON or missing keys X3_EFORMAT. */
+/* Parse config.json text (lib/config.c, the toolkit's one parser). The
+ * fields of the language model are read from "text_config" when the root
+ * has no num_hidden_layers (multimodal wrappers); the architecture from
+ * "architectures", else "model_type". Unsupported architectures and
+ * options give X3_EUNSUP naming them, malformed JSON or missing keys
+ * X3_EFORMAT. X3_CONFIG_LAYOUT reads only what the description of the
+ * modules needs (architecture, sizes, tied head, biases; arch.h) and
+ * leaves the forward's fields (RoPE, activation, window, token ids) zero
+ * and unchecked; X3_CONFIG_FORWARD (x3_config_parse) reads everything. */
+enum { X3_CONFIG_FORWARD, X3_CONFIG_LAYOUT };
+int x3_config_parse_as(const char *json, size_t len, unsigned what, x3_model_config *cfg);
 int x3_config_parse(const char *json, size_t len, x3_model_config *cfg);
 /* Read DIR/config.json. */
+int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg);
 int x3_config_load(const char *dir, x3_model_config *cfg);
 
 typedef struct x3_model x3_model;
@@ -65,8 +78,11 @@ void x3_model_close(x3_model *m);
 /* The input activations of a linear group, as the forward computes them. */
 struct x3_capture {
 	int layer;              /* 0..n_layers-1; n_layers for the head */
-	const char *name;       /* e.g. "model.layers.3.self_attn.input" */
+	const char *name;       /* the Hessian group (arch.h), e.g.
+	                           "model.layers.3.self_attn.input" */
 	const char *members;    /* comma list of the weights that read it */
+	const char *tied;       /* the tensor its one member reads when that is
+	                           another module's (a tied head), else NULL */
 	const float *x;         /* (ntok, in) row-major */
 	int64_t ntok, in;
 };
@@ -116,8 +132,5 @@ void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m);
 /* Causal forward of rows x cols token ids (each row from position 0). */
 int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows,
                      int64_t cols, const struct x3_forward_opts *o);
-
-/* Names of the four capture groups of a layer, in forward order. */
-#define X3_GROUPS_PER_LAYER 4
 
 #endif

@@ -1,5 +1,6 @@
-/* pack.c: EXL3 model directory layout (see pack.h, spec §2). */
+/* pack.c: EXL3 model directory layout (see pack.h, exl3(5) §2). */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,95 +12,6 @@
 int64_t x3_pack_pad128(int64_t n)
 {
 	return (n + 127) / 128 * 128;
-}
-
-static int get_int(json_t *o, const char *key, int64_t dflt, int64_t *v)
-{
-	json_t *j = json_object_get(o, key);
-	if (!j || json_is_null(j)) {
-		if (dflt < 0)
-			return x3_err(X3_EFORMAT, "config.json: missing \"%s\"", key);
-		*v = dflt;
-		return X3_OK;
-	}
-	if (!json_is_integer(j) || json_integer_value(j) <= 0 || json_integer_value(j) > ((int64_t)1 << 31))
-		return x3_err(X3_EFORMAT, "config.json: \"%s\" is not a positive integer", key);
-	*v = json_integer_value(j);
-	return X3_OK;
-}
-
-int x3_pack_arch_parse(const char *text, x3_pack_arch *a)
-{
-	json_error_t je;
-	memset(a, 0, sizeof *a);
-	json_t *o = json_loads(text, 0, &je);
-	if (!o)
-		return x3_err(X3_EFORMAT, "config.json: line %d: %s", je.line, je.text);
-	if (!json_is_object(o)) {
-		json_decref(o);
-		return x3_err(X3_EFORMAT, "config.json: not a JSON object");
-	}
-	/* multimodal configs keep the language model under text_config */
-	json_t *tc = json_object_get(o, "text_config");
-	json_t *c = json_is_object(tc) && !json_object_get(o, "num_hidden_layers") ? tc : o;
-	int64_t layers = 0;
-	static const char *const moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
-	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
-		json_t *e = json_object_get(c, moe[i]);
-		if (json_is_integer(e) && json_integer_value(e) > 0) {
-			json_decref(o);
-			return x3_err(X3_EUNSUP, "config.json: \"%s\": mixture-of-experts models are not "
-			              "supported yet (dense Llama family only)", moe[i]);
-		}
-	}
-	int rc = get_int(c, "num_hidden_layers", -1, &layers);
-	if (!rc) rc = get_int(c, "hidden_size", -1, &a->hidden);
-	if (!rc) rc = get_int(c, "intermediate_size", -1, &a->inter);
-	if (!rc) rc = get_int(c, "num_attention_heads", -1, &a->heads);
-	if (!rc) rc = get_int(c, "num_key_value_heads", a->heads, &a->kv_heads);
-	if (!rc) rc = get_int(c, "vocab_size", -1, &a->vocab);
-	if (!rc && a->hidden % a->heads && !json_object_get(c, "head_dim"))
-		rc = x3_err(X3_EFORMAT, "config.json: hidden_size %lld is not a multiple of "
-		            "num_attention_heads %lld and there is no head_dim",
-		            (long long)a->hidden, (long long)a->heads);
-	if (!rc) rc = get_int(c, "head_dim", a->hidden / a->heads, &a->head_dim);
-	if (!rc && layers > 100000)
-		rc = x3_err(X3_EFORMAT, "config.json: num_hidden_layers %lld is implausible", (long long)layers);
-	a->layers = (int)layers;
-	json_t *t = json_object_get(c, "tie_word_embeddings");
-	if (!t && c != o)
-		t = json_object_get(o, "tie_word_embeddings");
-	a->tied = json_is_true(t);
-	json_decref(o);
-	return rc;
-}
-
-int x3_pack_linears(const x3_pack_arch *a, x3_pack_linear **out, int *n)
-{
-	static const char *names[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-		"self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-	int cnt = a->layers * 7 + 1;
-	x3_pack_linear *v = calloc((size_t)cnt, sizeof *v);
-	if (!v)
-		return x3_err(X3_ENOMEM, "out of memory");
-	int64_t qd = a->heads * a->head_dim, kvd = a->kv_heads * a->head_dim;
-	int64_t in[7] = {a->hidden, a->hidden, a->hidden, qd, a->hidden, a->hidden, a->inter};
-	int64_t o[7] = {qd, kvd, kvd, a->hidden, a->inter, a->inter, a->hidden};
-	int k = 0;
-	for (int l = 0; l < a->layers; l++)
-		for (int j = 0; j < 7; j++, k++) {
-			snprintf(v[k].key, sizeof v[k].key, "model.layers.%d.%s", l, names[j]);
-			v[k].in = in[j];
-			v[k].out = o[j];
-			v[k].layer = l;
-		}
-	snprintf(v[k].key, sizeof v[k].key, "lm_head");
-	v[k].in = a->hidden;
-	v[k].out = a->vocab;
-	v[k].layer = -1;
-	*out = v;
-	*n = cnt;
-	return X3_OK;
 }
 
 static int want_shape(const x3_tensor *t, x3_dtype dt, int rank, const int64_t *shape)
@@ -170,56 +82,319 @@ int x3_pack_check_exl3(const char *key, int64_t in, int64_t out,
 	return X3_OK;
 }
 
-/* order of the sub-modules inside a decoder layer */
-static const char *const layer_parts[] = {
-	"input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-	"self_attn.q_norm", "self_attn.k_norm", "self_attn.o_proj", "self_attn.",
-	"post_attention_layernorm", "pre_feedforward_layernorm", "mlp.gate_proj",
-	"mlp.up_proj", "mlp.down_proj", "mlp.", "post_feedforward_layernorm",
-};
-static const char *const suffixes[] = {"trellis", "suh", "svh", "su", "sv", "mcg", "mul1", "weight", "bias"};
-
-static long suffix_rank(const char *name)
+void x3_pack_order(const x3_model_config *c, const char *name, long *module, long *rank)
 {
-	const char *dot = strrchr(name, '.');
-	const char *s = dot ? dot + 1 : name;
-	for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++)
-		if (!strcmp(s, suffixes[i]))
-			return (long)i;
-	return 15;
+	x3_arch_order(c, name, module, rank);
 }
 
-void x3_pack_order(const char *name, long *module, long *rank)
+/* ---- classification and the completeness check ---------------------- */
+
+enum { P_TRELLIS, P_SUH, P_SVH, P_MCG, P_MUL1, P_BIAS, P_WEIGHT, P_COUNT };
+static const char *const part_name[P_COUNT] = {"trellis", "suh", "svh", "mcg", "mul1", "bias", "weight"};
+
+static int problem(x3_pack_layout *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int problem(x3_pack_layout *l, const char *fmt, ...)
 {
-	static const char lp[] = "model.layers.";
-	*rank = suffix_rank(name);
-	if (!strncmp(name, "model.embed_tokens.", 19)) {
-		*module = 0;
-		return;
+	if (l->nprob < 200) {
+		char buf[1024];
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(buf, sizeof buf, fmt, ap);
+		va_end(ap);
+		char **np = realloc(l->prob, (size_t)(l->nprob + 1) * sizeof *np);
+		if (!np || !(np[l->nprob] = strdup(buf))) {
+			if (np)
+				l->prob = np;
+			return x3_err(X3_ENOMEM, "out of memory");
+		}
+		l->prob = np;
 	}
-	if (!strncmp(name, lp, sizeof lp - 1)) {
-		char *end;
-		long l = strtol(name + sizeof lp - 1, &end, 10);
-		if (end != name + sizeof lp - 1 && *end == '.' && l >= 0 && l < 1000000) {
-			*module = 1 + l;
-			const char *rest = end + 1;
-			size_t np = sizeof layer_parts / sizeof *layer_parts;
-			long part = (long)np;
-			for (size_t i = 0; i < np; i++)
-				if (!strncmp(rest, layer_parts[i], strlen(layer_parts[i]))) {
-					part = (long)i;
+	l->nprob++;
+	return X3_OK;
+}
+
+static int is_float(x3_dtype t)
+{
+	return t == X3_F64 || t == X3_F32 || t == X3_F16 || t == X3_BF16;
+}
+
+/* Stored dtype of a pass-through tensor: F32 and F64 become F16 (ExLlamaV3
+ * loads floats as F16 anyway, and its safetensors reader knows only F32,
+ * F16, BF16, I32 and I16: loader/safetensors.py, convert_dtype). */
+static x3_dtype passthrough_dtype(x3_dtype t)
+{
+	return t == X3_F32 || t == X3_F64 ? X3_F16 : t;
+}
+
+static const char *cb_name(int cb)
+{
+	return cb == X3_CB_MUL1 ? "mul1" : cb == X3_CB_MCG ? "mcg" : "3inst";
+}
+
+/* A new output tensor of dtype dt and shape (rank, shape). */
+static int add_ent(x3_pack_layout *l, const char *name, x3_dtype dt, int rank, const int64_t *shape,
+                   int in, const x3_tensor *src)
+{
+	if (l->nent == l->cap) {
+		int cap = l->cap ? 2 * l->cap : 256;
+		x3_pack_ent *ne = realloc(l->ent, (size_t)cap * sizeof *ne);
+		if (!ne)
+			return x3_err(X3_ENOMEM, "out of memory");
+		l->ent = ne;
+		l->cap = cap;
+	}
+	x3_tensor *t = x3_tensor_new(name, dt, rank, shape, 0);
+	if (!t)
+		return x3_errprefix(X3_ENOMEM, "tensor '%s'", name);
+	l->ent[l->nent++] = (x3_pack_ent){ t, src, in };
+	return X3_OK;
+}
+
+static int stream_index(const x3_pack_in *p, const x3_tensor *t)
+{
+	for (int i = 0; i < p->nin; i++)
+		if (p->in[i] == t)
+			return i;
+	return -1;
+}
+
+void x3_pack_layout_free(x3_pack_layout *l)
+{
+	for (int i = 0; i < l->nent; i++)
+		x3_tensor_free(l->ent[i].t);
+	for (int i = 0; i < l->nprob && i < 200; i++)
+		free(l->prob[i]);
+	free(l->ent);
+	free(l->prob);
+	memset(l, 0, sizeof *l);
+}
+
+#define TRY(x) do { if ((rc = (x))) goto out; } while (0)
+
+int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
+{
+	memset(L, 0, sizeof *L);
+	int nin = p->nin, rc = X3_OK, head_opt = p->head_bits;
+	x3_tensor *const *in = p->in;
+	const char *src = p->src_name;
+	/* the linears of the description */
+	const x3_module **lin = calloc((size_t)p->nmods + 1, sizeof *lin);
+	int nlin = 0;
+	const x3_tensor *(*part)[P_COUNT] = calloc((size_t)p->nmods + 1, sizeof *part);
+	int *used = calloc((size_t)(nin ? nin : 1), sizeof *used);
+	if (!lin || !part || !used) {
+		rc = x3_err(X3_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < p->nmods; i++)
+		if (p->mods[i].d->kind == X3_KIND_LINEAR)
+			lin[nlin++] = &p->mods[i];
+
+	/* 1. the stream's tensors of each linear */
+	for (int i = 0; i < nin; i++) {
+		const char *name = in[i]->name, *dot = strrchr(name, '.');
+		if (!dot)
+			continue;
+		for (int j = 0; j < nlin; j++) {
+			size_t kl = strlen(lin[j]->key);
+			if (strncmp(name, lin[j]->key, kl) || name + kl != dot)
+				continue;
+			int q;
+			for (q = 0; q < P_COUNT; q++)
+				if (!strcmp(dot + 1, part_name[q]))
 					break;
-				}
-			*rank += 16 * part;
-			return;
+			if (q == P_COUNT)
+				TRY(problem(L, "tensor '%s': not a tensor of an EXL3 linear (trellis, suh, svh, mcg, "
+				            "mul1, bias; legacy su/sv are not written)", name));
+			else
+				part[j][q] = in[i];
+			used[i] = 1;
+			break;
 		}
 	}
-	if (!strncmp(name, "model.norm.", 11))
-		*module = 2000000;
-	else if (!strncmp(name, "lm_head.", 8))
-		*module = 2000001;
-	else
-		*module = 2000002;
+
+	/* 2. linears */
+	for (int j = 0; j < nlin; j++) {
+		const x3_module *M = lin[j];
+		const x3_tensor **P = part[j];
+		int is_head = M->d->role == X3_ROLE_HEAD;
+		int has_q = P[P_TRELLIS] || P[P_SUH] || P[P_SVH] || P[P_MCG] || P[P_MUL1];
+		char bname[X3_KEY_MAX + 8], wn[X3_KEY_MAX + 8];
+		snprintf(bname, sizeof bname, "%s.bias", M->key);
+		snprintf(wn, sizeof wn, "%s.weight", M->key);
+		const x3_tensor *sbias = x3_st_find(p->src, bname);
+		int64_t bias_len = 0, shp[2] = {M->out, M->in};
+		if (has_q && P[P_WEIGHT]) {
+			TRY(problem(L, "linear '%s': both quantized tensors and an unquantized .weight", M->key));
+			continue;
+		}
+		if (has_q) {
+			int K, cb;
+			if (x3_pack_check_exl3(M->key, M->in, M->out, P[P_TRELLIS], P[P_SUH], P[P_SVH],
+			                       P[P_MCG], P[P_MUL1], &K, &cb)) {
+				TRY(problem(L, "%s", x3_errmsg()));
+				continue;
+			}
+			int64_t mk;
+			if (x3_meta_get_i64(P[P_TRELLIS], "K", &mk) == X3_OK && mk != K)
+				TRY(problem(L, "tensor '%s': metadata K=%lld but the shape says K=%d",
+				            P[P_TRELLIS]->name, (long long)mk, K));
+			/* a missing marker would silently decode as 3INST */
+			const char *mcb = x3_meta_get(P[P_TRELLIS], "codebook");
+			if (mcb && strcmp(mcb, cb_name(cb)))
+				TRY(problem(L, "linear '%s': the trellis metadata says codebook %s, the stream has %s",
+				            M->key, mcb, cb == X3_CB_3INST ? "no marker (3inst)" : cb_name(cb)));
+			long pk = p->plan_k ? p->plan_k(p->plan_ctx, M->key) : -1;
+			if (pk >= 0 && pk != K)
+				TRY(problem(L, "linear '%s': K=%d in the stream, the plan says %ld", M->key, K, pk));
+			if (is_head) {
+				L->head_bits = K;
+			} else {
+				L->sum_k += (double)M->in * (double)M->out * K;
+				L->sum_n += (double)M->in * (double)M->out;
+				L->cb_count[cb]++;
+			}
+			const int parts[5] = {P_TRELLIS, P_SUH, P_SVH, P_MCG, P_MUL1};
+			for (int q = 0; q < 5; q++) {
+				const x3_tensor *s = P[parts[q]];
+				if (s)
+					TRY(add_ent(L, s->name, s->dtype, s->rank, s->shape, stream_index(p, s), NULL));
+			}
+			bias_len = x3_pack_pad128(M->out);
+		} else if (P[P_WEIGHT]) {
+			const x3_tensor *w = P[P_WEIGHT];
+			if (!is_head) {
+				TRY(problem(L, "linear '%s': stored unquantized (.weight); only the head may be 16-bit",
+				            M->key));
+				continue;
+			}
+			if (w->rank != 2 || w->shape[0] != M->out || w->shape[1] != M->in || !is_float(w->dtype)) {
+				char s[64];
+				TRY(problem(L, "tensor '%s': %s %s, expected a float %lldx%lld", w->name,
+				            x3_dtype_name(w->dtype), x3_shape_str(w, s, sizeof s),
+				            (long long)M->out, (long long)M->in));
+				continue;
+			}
+			TRY(add_ent(L, w->name, X3_F16, 2, shp, stream_index(p, w), NULL));
+			L->head_bits = 16;
+			bias_len = M->out;
+		} else if (is_head && M->tied && (head_opt == 0 || head_opt == 16)) {
+			/* Tied, no quantized head: store KEY.weight, an F16 copy of the
+			 * embedding, as ExLlamaV3's converter does (it clones the head
+			 * from the embedding). Its own loader would fall back to the
+			 * embedding, but its transformers integration unties the
+			 * embeddings and would leave a missing head random. */
+			const char *en = M->weight;
+			const x3_tensor *emb = NULL;
+			int ii;
+			for (ii = 0; ii < nin && strcmp(in[ii]->name, en); ii++)
+				;
+			if (ii < nin)
+				emb = in[ii];
+			else if (p->passthrough)
+				emb = x3_st_find(p->src, en);
+			if (!emb)
+				continue;   /* reported missing with the pass-through tensors */
+			if (emb->rank != 2 || emb->shape[0] != M->out || emb->shape[1] != M->in || !is_float(emb->dtype)) {
+				char sh[64];
+				TRY(problem(L, "tensor '%s': %s %s, expected a float %lldx%lld (it is also the tied head)",
+				            en, x3_dtype_name(emb->dtype), x3_shape_str(emb, sh, sizeof sh),
+				            (long long)M->out, (long long)M->in));
+				continue;
+			}
+			TRY(add_ent(L, wn, X3_F16, 2, shp, ii < nin ? ii : -1, ii < nin ? NULL : emb));
+			L->head_bits = 16;
+			bias_len = M->out;
+		} else if (is_head && head_opt == 16) {
+			const x3_tensor *w = x3_st_find(p->src, wn);
+			if (!p->passthrough || !w) {
+				TRY(problem(L, "missing tensor '%s' (--head-bits 16: give it on stdin%s)", wn,
+				            w ? " or use --passthrough" : ""));
+				continue;
+			}
+			if (w->rank != 2 || w->shape[0] != M->out || w->shape[1] != M->in || !is_float(w->dtype)) {
+				TRY(problem(L, "tensor '%s' in %s: not a float %lldx%lld", wn, src,
+				            (long long)M->out, (long long)M->in));
+				continue;
+			}
+			TRY(add_ent(L, wn, X3_F16, 2, shp, -1, w));
+			L->head_bits = 16;
+			bias_len = M->out;
+		} else {
+			TRY(problem(L, "missing linear '%s' (%s.trellis, .suh, .svh)%s", M->key, M->key,
+			            is_head ? "; for an unquantized head use --head-bits 16 --passthrough" : ""));
+			continue;
+		}
+		/* bias: present in SRC => required; stream bias without one in SRC is stray */
+		if (P[P_BIAS]) {
+			const x3_tensor *b = P[P_BIAS];
+			if (!sbias)
+				TRY(problem(L, "tensor '%s': %s has no such bias", b->name, src));
+			else if (b->rank != 1 || !is_float(b->dtype) ||
+			         (b->shape[0] != M->out && b->shape[0] != bias_len))
+				TRY(problem(L, "tensor '%s': expected a float vector of %lld", b->name, (long long)bias_len));
+			else
+				TRY(add_ent(L, b->name, X3_F16, 1, &bias_len, stream_index(p, b), NULL));
+		} else if (sbias) {
+			if (!p->passthrough)
+				TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)",
+				            bname, src));
+			else if (sbias->rank != 1 || sbias->shape[0] != M->out || !is_float(sbias->dtype))
+				TRY(problem(L, "tensor '%s' in %s: expected a float vector of %lld", bname, src,
+				            (long long)M->out));
+			else
+				TRY(add_ent(L, bname, X3_F16, 1, &bias_len, -1, sbias));
+		}
+	}
+
+	/* 3. pass-through tensors: every SRC tensor that is not a linear's */
+	for (int i = 0; i < nin; i++) {
+		if (used[i])
+			continue;
+		const x3_tensor *s = x3_st_find(p->src, in[i]->name);
+		if (!s) {
+			TRY(problem(L, "stray tensor '%s' (not a linear of the architecture and not in %s)",
+			            in[i]->name, src));
+			continue;
+		}
+		int same = s->rank == in[i]->rank;
+		for (int d = 0; same && d < s->rank; d++)
+			same = s->shape[d] == in[i]->shape[d];
+		if (!same) {
+			char a[64], b[64];
+			TRY(problem(L, "tensor '%s': shape %s, but %s in %s", in[i]->name,
+			            x3_shape_str(in[i], a, sizeof a), x3_shape_str(s, b, sizeof b), src));
+			continue;
+		}
+		TRY(add_ent(L, in[i]->name, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
+		used[i] = 1;
+	}
+	for (int i = 0; i < x3_st_count(p->src); i++) {
+		const x3_tensor *s = x3_st_get(p->src, i);
+		const char *name = s->name;
+		const x3_module *own = x3_modules_owner(p->mods, p->nmods, name);
+		size_t nl = strlen(name), rl = strlen("rotary_emb.inv_freq");
+		/* the RoPE buffer some writers store is not a weight */
+		if ((own && own->d->kind == X3_KIND_LINEAR) || (nl >= rl && !strcmp(name + nl - rl, "rotary_emb.inv_freq")))
+			continue;
+		int have = 0;
+		for (int k = 0; k < nin && !have; k++)
+			have = !strcmp(in[k]->name, name);
+		if (have)
+			continue;
+		if (!p->passthrough) {
+			TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)", name, src));
+			continue;
+		}
+		TRY(add_ent(L, name, passthrough_dtype(s->dtype), s->rank, s->shape, -1, s));
+	}
+out:
+	free(lin);
+	free(part);
+	free(used);
+	if (rc)
+		x3_pack_layout_free(L);
+	return rc;
 }
 
 static json_t *qcfg_block(const x3_pack_qcfg *q)
@@ -354,4 +529,78 @@ int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, ch
 	*out = dump(root);
 	json_decref(root);
 	return *out ? X3_OK : X3_ENOMEM;
+}
+
+/* ---- roles by key name ------------------------------------------------ */
+
+/* does name contain the dot-delimited component sequence part ("experts",
+ * "shared_expert")? */
+static int has_part(const char *name, const char *part)
+{
+	size_t l = strlen(part);
+	for (const char *p = strstr(name, part); p; p = strstr(p + 1, part))
+		if ((p == name || p[-1] == '.') && (p[l] == '.' || p[l] == 0))
+			return 1;
+	return 0;
+}
+
+int x3_pack_role(const char *name, int *layer)
+{
+	/* the model description first: the one place that knows its keys */
+	char key[1024];
+	snprintf(key, sizeof key, "%s", name);
+	char *dot = strrchr(key, '.');
+	int tl = -1;
+	const x3_module_desc *d = x3_arch_classify(key, &tl);
+	if (!d && dot) {
+		*dot = 0;   /* "<key>.trellis", "<key>.weight" */
+		d = x3_arch_classify(key, &tl);
+	}
+	if (d) {
+		if (layer)
+			*layer = tl;
+		return d->role;
+	}
+	/* the first ".N." after a layer container: model.layers.N, h.N, blocks.N */
+	static const char *const cont[] = {"layers.", "h.", "blocks.", "layer."};
+	if (layer) {
+		*layer = -1;
+		for (size_t i = 0; i < sizeof cont / sizeof *cont && *layer < 0; i++)
+			for (const char *p = strstr(name, cont[i]); p; p = strstr(p + 1, cont[i])) {
+				char *end;
+				const char *d = p + strlen(cont[i]);
+				if ((p != name && p[-1] != '.') || *d < '0' || *d > '9')
+					continue;
+				long l = strtol(d, &end, 10);
+				if (*end == '.' && l < 1000000) {
+					*layer = (int)l;
+					break;
+				}
+			}
+	}
+	if (has_part(name, "shared_expert") || has_part(name, "shared_experts") ||
+	    has_part(name, "shared_mlp"))
+		return X3_ROLE_SHARED_EXPERT;
+	if (has_part(name, "experts"))
+		return X3_ROLE_EXPERT;
+	if (strstr(name, "embed_tokens") || has_part(name, "wte") || has_part(name, "tok_embeddings") ||
+	    has_part(name, "embed") || has_part(name, "embeddings"))
+		return X3_ROLE_EMBEDDING;
+	if (!strncmp(name, "lm_head", 7) && (name[7] == '.' || !name[7]))
+		return X3_ROLE_HEAD;
+	if (has_part(name, "lm_head") || !strncmp(name, "output.", 7))
+		return X3_ROLE_HEAD;
+	if (strstr(name, "norm"))
+		return X3_ROLE_NORM;
+	/* routers: mlp.gate / block_sparse_moe.gate (a gate that is not gate_proj) */
+	if ((has_part(name, "mlp") || has_part(name, "block_sparse_moe") || has_part(name, "moe")) &&
+	    (has_part(name, "gate") || has_part(name, "router")))
+		return X3_ROLE_ROUTER;
+	if (has_part(name, "self_attn") || has_part(name, "attn") || has_part(name, "attention") ||
+	    has_part(name, "linear_attn") || has_part(name, "cross_attn"))
+		return X3_ROLE_ATTENTION;
+	if (has_part(name, "mlp") || has_part(name, "feed_forward") || has_part(name, "ffn") ||
+	    has_part(name, "block_sparse_moe"))
+		return X3_ROLE_MLP;
+	return X3_ROLE_OTHER;
 }

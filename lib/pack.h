@@ -1,38 +1,19 @@
-/* pack.h: the layout of an EXL3 model directory (spec §2): which linears
- * an architecture has and their shapes, the checks on one quantized
- * linear's tensors, model order, and the config.json /
- * quantization_config.json texts. Used by pack-write. */
+/* pack.h: the layout of an EXL3 model directory (exl3(5) §2): the checks on
+ * one quantized linear's tensors, which tensors the directory holds
+ * (classification and completeness against the model's description,
+ * arch.h), model order, and the config.json / quantization_config.json
+ * texts. Used by pack-write. */
 #ifndef X3_PACK_H
 #define X3_PACK_H
 
 #include <stdint.h>
 #include "x3.h"
-
-/* Llama-family decoder (Llama 2/3, Mistral, Qwen2/2.5, Qwen3) from the
- * fields of config.json. */
-typedef struct {
-	int layers;                  /* num_hidden_layers */
-	int64_t hidden, inter;       /* hidden_size, intermediate_size */
-	int64_t heads, kv_heads;     /* num_attention_heads, num_key_value_heads */
-	int64_t head_dim;            /* head_dim, default hidden / heads */
-	int64_t vocab;               /* vocab_size */
-	int tied;                    /* tie_word_embeddings (default false) */
-} x3_pack_arch;
-
-typedef struct {
-	char key[96];                /* module key, e.g. model.layers.0.mlp.up_proj */
-	int64_t in, out;             /* HF weight (out, in) */
-	int layer;                   /* -1 for the head */
-} x3_pack_linear;
+#include "arch.h"
+#include "codec.h"
+#include "model.h"
+#include "safetensors.h"
 
 int64_t x3_pack_pad128(int64_t n);
-
-/* Parse config.json text. Missing or non-positive required fields, or
- * shapes that do not fit, are X3_EFORMAT naming the field. */
-int x3_pack_arch_parse(const char *config_text, x3_pack_arch *a);
-/* Every linear in model order: per layer q, k, v, o, gate, up, down, then
- * "lm_head" (also listed when tied; the caller decides). malloc'd. */
-int x3_pack_linears(const x3_pack_arch *a, x3_pack_linear **out, int *n);
 
 /* Check the tensors of one EXL3 linear against the expected (in, out):
  * trellis I16 (k/16, n/16, 16K), suh F16 (k), svh F16 (n), at most one
@@ -45,12 +26,60 @@ int x3_pack_check_exl3(const char *key, int64_t in, int64_t out,
                        const x3_tensor *svh, const x3_tensor *mcg,
                        const x3_tensor *mul1, int *K, int *cb);
 
-/* Model order: embedding, layers in order, final norm, head, others.
- * *module: index of the top-level module (shards break only between
- * modules); *rank: order inside it. Compare (module, rank, name). */
-void x3_pack_order(const char *name, long *module, long *rank);
+/* Model order of a tensor name: x3_arch_order (arch.h). */
+void x3_pack_order(const x3_model_config *c, const char *name, long *module, long *rank);
 
-/* The quantization_config block (spec §2.4). */
+/* ---- classification and the completeness check ----------------------
+ * Which tensors the output directory holds and where each one's bytes
+ * come from, from the description of the source model's modules (arch.h),
+ * the tensors of the stream and the source model:
+ *   - a linear's EXL3 tensors from the stream (trellis, suh, svh, at most
+ *     one of mcg/mul1, checked against its shape and the plan), or, for the
+ *     head only, an unquantized F16 .weight (from the stream, a tied
+ *     model's embedding, or SRC with head_bits 16 and passthrough);
+ *   - its bias from the stream or SRC (present in SRC: required);
+ *   - every other tensor of the stream under its own name (it must be in
+ *     SRC with the same shape), and with passthrough every tensor of SRC
+ *     that is not a linear's and not in the stream.
+ * Every problem found is collected (messages name the tensor). */
+typedef struct {
+	x3_tensor *t;                /* output header (name, dtype, shape); owned */
+	const x3_tensor *src;        /* SRC tensor (pass-through), or NULL */
+	int in;                      /* index of the stream tensor, or -1 */
+} x3_pack_ent;
+
+typedef struct {
+	const x3_model_config *cfg;  /* the source's config (its description) */
+	const x3_module *mods;       /* x3_arch_modules of cfg */
+	int nmods;
+	x3_tensor *const *in;        /* the stream's headers; the payload of
+	                                scalars (markers) in ->data */
+	int nin;
+	x3_st *src;                  /* the source model */
+	const char *src_name;        /* its name in messages */
+	int passthrough;
+	int head_bits;               /* 0 (from the stream), 1..8 or 16 */
+	/* the plan's K of a linear, or -1 when it has none (may be NULL) */
+	long (*plan_k)(void *ctx, const char *key);
+	void *plan_ctx;
+} x3_pack_in;
+
+typedef struct {
+	x3_pack_ent *ent;
+	int nent, cap;
+	char **prob;                 /* the first 200 problems */
+	int nprob;                   /* all of them */
+	double sum_k, sum_n;         /* sum numel * K, sum numel (decoder linears) */
+	int cb_count[X3_CB_COUNT];   /* quantized decoder linears per X3_CB_* */
+	int head_bits;               /* of the head stored; 0: none */
+} x3_pack_layout;
+
+/* X3_OK with the problems in out->prob; other codes (out of memory) are
+ * fatal. Free with x3_pack_layout_free. */
+int x3_pack_classify(const x3_pack_in *in, x3_pack_layout *out);
+void x3_pack_layout_free(x3_pack_layout *l);
+
+/* The quantization_config block (exl3(5) §2.5). */
 typedef struct {
 	double bits;                 /* written as round(bits, 2) */
 	int head_bits;               /* 1..8 or 16 */
@@ -73,5 +102,16 @@ int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char
  * quantize_config.json, else config.json, never quantization_config.json,
  * and turns every nn.Linear named in tensor_storage into an EXL3 module). */
 int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out);
+
+/* The role (arch.h X3_ROLE_*) of a tensor or linear of any pack: the
+ * model description's when a table knows the key (x3_arch_classify), else
+ * from the usual names of other architectures: attention (self_attn, attn,
+ * attention, linear_attn), dense MLP (mlp, feed_forward, ffn), routed
+ * experts (an "experts" component: mlp.experts.N., block_sparse_moe.
+ * experts.N.w1), shared experts (shared_expert(s), shared_mlp), head
+ * (lm_head), embedding (embed_tokens, wte, ...), norm, router (mlp.gate,
+ * block_sparse_moe.gate), other. *layer (may be NULL): N of the first
+ * "layers.N." ("h.N.", "blocks.N."), else -1. Names: x3_role_name. */
+int x3_pack_role(const char *name, int *layer);
 
 #endif

@@ -1,4 +1,4 @@
-/* quant.c: the EXL3 quantizer on CPU, reference C (spec §5.2, §8).
+/* quant.c: the EXL3 quantizer on CPU, reference C (exl3(5) §9.2, §9).
  * Dense algebra goes through BLAS/LAPACK; the tile quantizer is the
  * Viterbi encoder of codec.h. */
 #include <math.h>
@@ -10,11 +10,12 @@
 #include <lapacke.h>
 #include <omp.h>
 #include <xxhash.h>
+#include "blas.h"
 #include "codec.h"
 #include "device.h"
 #include "quant.h"
 
-/* -1.24371088: RMS of the 3INST codebook, negated (§5.2 step 7) */
+/* -1.24371088: RMS of the 3INST codebook, negated (exl3(5) §9.2 step 7) */
 #define NEG_CB_SCALE (-1.24371088f)
 
 static double mono_seconds(void)
@@ -132,20 +133,22 @@ int x3_block_ldl(float *A, int64_t k)
 	/* Row-major lower L with A = L L^T is column-major upper U = L^T with
 	 * A = U^T U: factor in column-major 'U' to avoid LAPACKE's transposed
 	 * copy of the whole matrix. */
-	/* OpenBLAS's threaded potrf blocks differently from its sequential
-	 * one, which changes the rounding: factor on one thread so that the
-	 * result does not depend on the thread count. */
-	int nthr = openblas_get_num_threads();
-	openblas_set_num_threads(1);
+	/* OpenBLAS's threaded potrf and trsm block differently from their
+	 * sequential forms, which changes the rounding: factor on one thread so
+	 * that the result does not depend on the thread count (blas.h). */
+	int nthr = x3_blas_serial_begin();
 	lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, A, (lapack_int)k);
-	openblas_set_num_threads(nthr);
-	if (info != 0)
+	if (info != 0) {
+		x3_blas_serial_end(nthr);
 		return x3_err(X3_ENUM, "cholesky failed (%s %d)",
 		              info > 0 ? "leading minor not positive definite at" : "bad argument",
 		              (int)info);
+	}
 	for (int64_t i = 0; i < k; i++)
-		if (!isfinite(A[i * k + i]) || A[i * k + i] <= 0)
+		if (!isfinite(A[i * k + i]) || A[i * k + i] <= 0) {
+			x3_blas_serial_end(nthr);
 			return x3_err(X3_ENUM, "cholesky gave a non-positive pivot at %lld", (long long)i);
+		}
 	/* L <- L blockdiag(D_i)^-1, D_i the 16x16 diagonal blocks of L */
 	float D[X3_QBLOCK * X3_QBLOCK];
 	for (int64_t b = 0; b < k; b += X3_QBLOCK) {
@@ -155,6 +158,7 @@ int x3_block_ldl(float *A, int64_t k)
 		cblas_strsm(CblasRowMajor, CblasRight, CblasLower, CblasNoTrans, CblasNonUnit,
 		            (int)(k - b), X3_QBLOCK, 1.0f, D, X3_QBLOCK, A + b * k + b, (int)k);
 	}
+	x3_blas_serial_end(nthr);
 	/* zero the diagonal blocks (now I up to rounding) and everything above */
 	for (int64_t i = 0; i < k; i++) {
 		int64_t c0 = i / X3_QBLOCK * X3_QBLOCK;
@@ -200,7 +204,7 @@ static int had_cols(float *x, int64_t rows, int64_t cols)
 	return X3_OK;
 }
 
-/* H <- Hb diag(s) H diag(s) Hb (§8.2.6) */
+/* H <- Hb diag(s) H diag(s) Hb (exl3(5) §9.1 step 6) */
 static int rotate_hessian(float *H, int64_t k, const float *s)
 {
 	#pragma omp parallel for schedule(static)
@@ -324,7 +328,7 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 			qhess_fallback(h, why);
 			break;
 		}
-		/* §8.2.7: add 2*sigma_reg*mean(diag(H)) and retry */
+		/* exl3(5) §9.1 step 7: add 2*sigma_reg*mean(diag(H)) and retry */
 		float add = (float)(2 * X3_SIGMA_REG * diag_mean(H, k));
 		for (int64_t i = 0; i < k; i++)
 			H[i * k + i] += add;
@@ -902,8 +906,7 @@ int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
 		/* feedback from the spans below, once per span:
 		 * P = L[s1:k, s0:s1]^T E[s1:k, :]  (128 x n) */
 		if (L && s1 < k)
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, X3_QSPAN, (int)n, (int)(k - s1),
-			            1.0f, L + s1 * k + s0, (int)k, E + s1 * n, (int)n, 0.0f, P, (int)n);
+			x3_gemm_atb(X3_QSPAN, n, k - s1, L + s1 * k + s0, k, E + s1 * n, n, 0.0f, P, n);
 		else if (L)
 			memset(P, 0, (size_t)(X3_QSPAN * n) * sizeof(float));
 		for (int64_t b1 = s1; b1 > s0; b1 -= 16) {
@@ -915,8 +918,7 @@ int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
 				for (int64_t i = 0; i < 16 * n; i++)
 					X[i] += Pb[i];
 				if (b1 < s1)
-					cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 16, (int)n, (int)(s1 - b1),
-					            1.0f, L + b1 * k + b0, (int)k, E + b1 * n, (int)n, 1.0f, X, (int)n);
+					x3_gemm_atb(16, n, s1 - b1, L + b1 * k + b0, k, E + b1 * n, n, 1.0f, X, n);
 			}
 			rc = quant_block(X, n, K, cb, threads, tiles, vals,
 			                 states + (b0 / 16) * tn * 256, Q + b0 * n);
@@ -934,6 +936,111 @@ out:
 
 /* ---- proxy error ---------------------------------------------------------- */
 
+/* The proxy error's quadratic form tr(A H Aᵀ)... in our own loops, so that
+ * it is a fixed function of its operands: (H A)[i, j] = sum_l H[i, l] A[l, j]
+ * is summed over l = 0..k-1 in that order into one float, with a separate
+ * multiply and add (no fused multiply-add: -ffp-contract=off, and vector
+ * extensions, not FMA intrinsics), then A[i, j] (H A)[i, j] in double, over
+ * j in order within a column block of PX_JB, the blocks in order. Blocking
+ * over l (PX_LB) keeps each element's order: the accumulator goes to memory
+ * and comes back unchanged. The vectors run across j, one lane per element,
+ * so the AVX2 clone and the SSE2 default give the same bits on every
+ * x86-64, for every thread count. */
+#define PX_JB 256   /* columns of A per block (a thread's unit of work) */
+#define PX_LB 256   /* rows of A per panel kept in L2 */
+typedef float px_v8 __attribute__((vector_size(32), aligned(4)));
+
+__attribute__((target_clones("avx2", "default")))
+static void proxy_panel(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,
+                        int64_t lw, int64_t c0, int64_t w, float *T)
+{
+	int64_t i = 0;
+	for (; i + 4 <= k; i += 4) {
+		const float *h0 = H + i * k + l0, *h1 = h0 + k, *h2 = h1 + k, *h3 = h2 + k;
+		int64_t j = 0;
+		for (; j + 16 <= w; j += 16) {
+			float *t = T + i * w + j;
+			px_v8 a00 = *(px_v8 *)t, a01 = *(px_v8 *)(t + 8);
+			px_v8 a10 = *(px_v8 *)(t + w), a11 = *(px_v8 *)(t + w + 8);
+			px_v8 a20 = *(px_v8 *)(t + 2 * w), a21 = *(px_v8 *)(t + 2 * w + 8);
+			px_v8 a30 = *(px_v8 *)(t + 3 * w), a31 = *(px_v8 *)(t + 3 * w + 8);
+			const float *e = A + l0 * n + c0 + j;
+			for (int64_t l = 0; l < lw; l++, e += n) {
+				px_v8 e0 = *(const px_v8 *)e, e1 = *(const px_v8 *)(e + 8);
+				a00 += h0[l] * e0, a01 += h0[l] * e1;
+				a10 += h1[l] * e0, a11 += h1[l] * e1;
+				a20 += h2[l] * e0, a21 += h2[l] * e1;
+				a30 += h3[l] * e0, a31 += h3[l] * e1;
+			}
+			*(px_v8 *)t = a00, *(px_v8 *)(t + 8) = a01;
+			*(px_v8 *)(t + w) = a10, *(px_v8 *)(t + w + 8) = a11;
+			*(px_v8 *)(t + 2 * w) = a20, *(px_v8 *)(t + 2 * w + 8) = a21;
+			*(px_v8 *)(t + 3 * w) = a30, *(px_v8 *)(t + 3 * w + 8) = a31;
+		}
+		for (; j < w; j++)
+			for (int r = 0; r < 4; r++) {
+				float acc = T[(i + r) * w + j];
+				for (int64_t l = 0; l < lw; l++)
+					acc += H[(i + r) * k + l0 + l] * A[(l0 + l) * n + c0 + j];
+				T[(i + r) * w + j] = acc;
+			}
+	}
+	for (; i < k; i++)
+		for (int64_t j = 0; j < w; j++) {
+			float acc = T[i * w + j];
+			for (int64_t l = 0; l < lw; l++)
+				acc += H[i * k + l0 + l] * A[(l0 + l) * n + c0 + j];
+			T[i * w + j] = acc;
+		}
+}
+
+/* tr(A H Aᵀ) for A (k, n): per column block, T = H A[:, block] panel by
+ * panel, then its products with A in double; the blocks' sums added in
+ * block order. */
+static int proxy_quad(const float *A, const float *H, int64_t k, int64_t n, double *out)
+{
+	int64_t nb = (n + PX_JB - 1) / PX_JB;
+	double *part = xcalloc((size_t)nb, sizeof *part);
+	if (!part)
+		return x3_err(X3_ENOMEM, "out of memory for the proxy error");
+	int fail = 0;
+	#pragma omp parallel if(k * k * n > (1 << 22))
+	{
+		float *T = malloc((size_t)(k * PX_JB) * sizeof *T);
+		if (!T) {
+			#pragma omp atomic write
+			fail = 1;
+		}
+		#pragma omp for schedule(dynamic, 1)
+		for (int64_t b = 0; b < nb; b++) {
+			if (!T)
+				continue;
+			int64_t c0 = b * PX_JB, w = n - c0 < PX_JB ? n - c0 : PX_JB;
+			memset(T, 0, (size_t)(k * w) * sizeof *T);
+			for (int64_t l0 = 0; l0 < k; l0 += PX_LB)
+				proxy_panel(H, A, k, n, l0, k - l0 < PX_LB ? k - l0 : PX_LB, c0, w, T);
+			double sb = 0;
+			for (int64_t i = 0; i < k; i++) {
+				const float *a = A + i * n + c0, *t = T + i * w;
+				double si = 0;
+				for (int64_t j = 0; j < w; j++)
+					si += (double)a[j] * t[j];
+				sb += si;
+			}
+			part[b] = sb;
+		}
+		free(T);
+	}
+	double t = 0;
+	for (int64_t b = 0; b < nb; b++)
+		t += part[b];
+	free(part);
+	if (fail)
+		return x3_err(X3_ENOMEM, "out of memory for the proxy error");
+	*out = t;
+	return X3_OK;
+}
+
 int x3_proxy_error(const float *W, const float *Q, const float *H, int64_t k,
                    int64_t n, double *err)
 {
@@ -947,35 +1054,18 @@ int x3_proxy_error(const float *W, const float *Q, const float *H, int64_t k,
 		*err = s / (double)(k * n);
 		return X3_OK;
 	}
-	const int64_t bw = 1024;
-	int64_t w0 = n < bw ? n : bw;
-	float *A = xmalloc((size_t)(k * w0), sizeof(float));
-	float *T = xmalloc((size_t)(k * w0), sizeof(float));
-	if (!A || !T) {
-		free(A), free(T);
+	float *E = xmalloc((size_t)(k * n), sizeof(float));
+	if (!E)
 		return x3_err(X3_ENOMEM, "out of memory for the proxy error");
-	}
+	for (int64_t i = 0; i < k * n; i++)
+		E[i] = W[i] - Q[i];
 	double num = 0, den = 0;
-	for (int64_t c0 = 0; c0 < n; c0 += bw) {
-		int64_t w = n - c0 < bw ? n - c0 : bw;
-		for (int pass = 0; pass < 2; pass++) {
-			for (int64_t i = 0; i < k; i++)
-				for (int64_t j = 0; j < w; j++) {
-					int64_t x = i * n + c0 + j;
-					A[i * w + j] = pass ? W[x] : W[x] - Q[x];
-				}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)w, (int)k,
-			            1.0f, H, (int)k, A, (int)w, 0.0f, T, (int)w);
-			double s = 0;
-			for (int64_t i = 0; i < k * w; i++)
-				s += (double)A[i] * T[i];
-			if (pass)
-				den += s;
-			else
-				num += s;
-		}
-	}
-	free(A), free(T);
+	int rc = proxy_quad(E, H, k, n, &num);
+	free(E);
+	if (!rc)
+		rc = proxy_quad(W, H, k, n, &den);
+	if (rc)
+		return rc;
 	*err = num / (den > 1e-8 ? den : 1e-8);
 	return X3_OK;
 }

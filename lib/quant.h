@@ -1,8 +1,7 @@
-/* quant.h: the EXL3 quantizer on CPU (spec ../shared/spec/exl3-format.md
- * §5.2, §8): Hessian finalization and block LDL, regularization, global
- * scale search, LDLQ with the tail-biting Viterbi of codec.h, fallback
- * quantization, proxy error, and the frame glue shared by had-rotate and
- * trellis-encode.
+/* quant.h: the EXL3 quantizer on CPU (exl3(5) §9): Hessian finalization
+ * and block LDL, regularization, global scale search, LDLQ with the
+ * tail-biting Viterbi of codec.h, fallback quantization, proxy error, and
+ * the frame glue shared by had-rotate and trellis-encode.
  *
  * Orientation: EXL3 works on W = W_hf^T, shape (k, n) = (in, out), rows are
  * input channels. Both dimensions are zero-padded to multiples of 128; every
@@ -18,15 +17,15 @@
 
 #include "x3.h"
 
-#define X3_QPAD 128                    /* pad_to of ExLlamaV3's Linear (§1) */
-#define X3_QBLOCK 16                   /* LDL block = tile edge (§8.2.7) */
-#define X3_QSPAN 128                   /* buf_size_k of ldlq (§8.4) */
-#define X3_SIGMA_REG 0.025             /* damping, sigma_reg (§8.2.4) */
-#define X3_LDL_RETRIES 10              /* extra-damping retries (§8.2.7) */
+#define X3_QPAD 128                    /* pad_to of ExLlamaV3's Linear (exl3(5) §1.1) */
+#define X3_QBLOCK 16                   /* LDL block = tile edge (exl3(5) §9.1 step 7) */
+#define X3_QSPAN 128                   /* buf_size_k of ldlq (exl3(5) §9.4) */
+#define X3_SIGMA_REG 0.025             /* damping, sigma_reg (exl3(5) §9.1 step 4) */
+#define X3_LDL_RETRIES 10              /* extra-damping retries (exl3(5) §9.1 step 7) */
 
 static inline int64_t x3_pad128(int64_t d) { return (d + X3_QPAD - 1) / X3_QPAD * X3_QPAD; }
 
-/* out_scales policy (§5.2, --out-scales). */
+/* out_scales policy (exl3(5) §9.2, --out-scales). */
 enum { X3_OUT_SCALES_ALWAYS = 0, X3_OUT_SCALES_NEVER = 1, X3_OUT_SCALES_AUTO = 2 };
 int x3_out_scales_parse(const char *s, int *policy);
 const char *x3_out_scales_name(int policy);
@@ -36,7 +35,7 @@ const char *x3_out_scales_name(int policy);
  * Hessian derive their input signs from the Hessian's name, so they agree. */
 void x3_quant_signs(uint64_t seed, const char *name, int64_t n, float *sign);
 
-/* ---- Hessian (§8.2) -------------------------------------------------- */
+/* ---- Hessian (exl3(5) §9.1) ------------------------------------------ */
 typedef struct x3_qhess {
 	int64_t k;         /* padded size */
 	float *sign;       /* (k) sigma_u */
@@ -83,7 +82,7 @@ int x3_block_ldl(float *A, int64_t k);
  * skew = sum of the top floor(k/50) sqrt(d) / sum of all; apply iff < 0.15. */
 int x3_out_scales_auto(const float *d, int64_t k, double *skew);
 
-/* ---- regularization (§5.2) ------------------------------------------- */
+/* ---- regularization (exl3(5) §9.2) ----------------------------------- */
 typedef struct x3_qweight {
 	int64_t k0, n0;    /* original in and out features */
 	int64_t k, n;      /* padded */
@@ -95,7 +94,7 @@ typedef struct x3_qweight {
 } x3_qweight;
 
 /* Regularize W_hf (n0 x k0, HF orientation out x in, any float values):
- * round to fp16 as ExLlamaV3's loader does, transpose, pad, then §5.2 steps
+ * round to fp16 as ExLlamaV3's loader does, transpose, pad, then exl3(5) §9.2 steps
  * 1-9. h->sign is sigma_u, sign_v (n = pad128(n0) values) is sigma_v.
  * policy: X3_OUT_SCALES_*; auto uses h->diag and means "never" when h is a
  * fallback. X3_ENUM (naming row and column) on NaN/Inf or fp16 overflow;
@@ -107,8 +106,8 @@ x3_qweight *x3_qweight_wrap(int64_t k0, int64_t n0, int64_t k, int64_t n,
                             float *W, float *su, float *sv);
 void x3_qweight_free(x3_qweight *w);
 
-/* ---- quantization (§8.3-§8.5) ---------------------------------------- */
-/* Sample tiles for the scale search (§8.3) from W (k x n): writes up to
+/* ---- quantization (exl3(5) §9.3-§9.5) -------------------------------- */
+/* Sample tiles for the scale search (exl3(5) §9.3) from W (k x n): writes up to
  * x3_scale_sample_max(k, n) tiles of 256 values in trellis order into
  * tiles, returns the count. */
 int64_t x3_scale_sample_max(int64_t k, int64_t n);
@@ -118,9 +117,9 @@ int64_t x3_scale_sample(const float *W, int64_t k, int64_t n, float *tiles);
 int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
                     int threads, double *g);
 
-/* LDLQ (§8.4): quantize W (k x n) bottom-up in 16-row blocks with error
+/* LDLQ (exl3(5) §9.4): quantize W (k x n) bottom-up in 16-row blocks with error
  * feedback through L (k x k strictly block-lower), or without feedback when
- * L is NULL (fallback, §8.5). Writes the states (k/16, n/16, 256 in trellis
+ * L is NULL (fallback, exl3(5) §9.5). Writes the states (k/16, n/16, 256 in trellis
  * order) and the decoded values Q (k x n, fp16-exact). */
 int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
             int cb, int threads, uint16_t *states, float *Q);
@@ -133,13 +132,13 @@ int x3_proxy_error(const float *W, const float *Q, const float *H, int64_t k,
 typedef struct x3_qresult {
 	int K, cb;
 	int64_t k, n;
-	uint16_t *trellis; /* (k/16, n/16, 16K) packed words (§3.2) */
+	uint16_t *trellis; /* (k/16, n/16, 16K) packed words (exl3(5) §3.2) */
 	uint16_t *suh;     /* (k) fp16 bits of su/g */
 	uint16_t *svh;     /* (n) fp16 bits of sv */
 	float *Q;          /* (k, n) decoded W~, only with X3_QKEEP_Q */
 	float *Wg;         /* (k, n) g * W_reg (what was quantized), X3_QKEEP_W */
 	double g;          /* global scale */
-	double proxy_err;  /* §8.5; 0 for an all-zero source (output is exact) */
+	double proxy_err;  /* exl3(5) §9.5; 0 for an all-zero source (output is exact) */
 	double seconds;
 	int fallback;
 } x3_qresult;
@@ -153,12 +152,12 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
                 int threads, int keep, x3_qresult **out);
 void x3_qresult_free(x3_qresult *r);
 
-/* Dense reconstruction W = diag(suh) Hb_k W~ Hb_n diag(svh) (§1), in the
+/* Dense reconstruction W = diag(suh) Hb_k W~ Hb_n diag(svh) (exl3(5) §1.2), in the
  * EXL3 orientation (k x n), from decoded W~ (k x n). */
 int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
                    int64_t k, int64_t n, float *W);
 
-/* Storage bytes of one linear (§2.6): trellis + suh + svh + marker + bias. */
+/* Storage bytes of one linear (exl3(5) §2.8): trellis + suh + svh + marker + bias. */
 int64_t x3_quant_bytes(int64_t k, int64_t n, int K, int cb, int has_bias);
 
 /* ---- frame glue (qframe.c) --------------------------------------------- */

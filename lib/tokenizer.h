@@ -1,5 +1,5 @@
 /* tokenizer.h: Hugging Face tokenizer.json (BPE) encoder/decoder and the
- * calibration-row packer of spec §9.1.
+ * calibration-row packer of exl3(5) §10.1.
  *
  * Supported: the two BPE families the reference `tokenizers` library uses
  * for Llama-type models:
@@ -69,7 +69,7 @@ int32_t x3_tok_id(const x3_tok *t, const char *piece);
  * inside the handle). */
 const char *x3_tok_describe(const x3_tok *t);
 
-/* ---- documents and calibration rows (spec §9.1) ---------------------- */
+/* ---- documents and calibration rows (exl3(5) §10.1) --------------- */
 
 /* How a text is cut into documents. */
 enum x3_tok_split {
@@ -86,14 +86,14 @@ int x3_tok_split_docs(const char *text, size_t len, enum x3_tok_split mode,
 
 /* How documents become rows. */
 enum x3_tok_pack_mode {
-	/* spec §9.1 "packed": documents are tokenized and appended to the row
+	/* exl3(5) §10.1 "packed": documents are tokenized and appended to the row
 	 * until it holds cols tokens; the row is truncated there, the overflow
 	 * of that document is discarded and the next row starts with the next
 	 * document. */
 	X3_PACK_ARTICLES = 0,
 	/* consecutive windows: all documents' tokens concatenated and cut into
 	 * rows of cols tokens (overflow continues in the next row), like the
-	 * "code"/"technical" sources of §9.1. */
+	 * "code"/"technical" sources of exl3(5) §10.1. */
 	X3_PACK_STREAM = 1,
 };
 

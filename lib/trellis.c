@@ -1,13 +1,13 @@
-/* trellis.c: tile permutation (spec §4.2), packing of a tile's 256 states
- * into 16*K int16 words (§3.2), unpacking with circular 16-bit windows
- * (§3.3), and the decoder of a whole trellis tensor to W~ (§7). */
+/* trellis.c: tile permutation (exl3(5) §4.2), packing of a tile's 256 states
+ * into 16*K int16 words (exl3(5) §3.2), unpacking with circular 16-bit windows
+ * (exl3(5) §3.3), and the decoder of a whole trellis tensor to W~ (exl3(5) §7). */
 #include <string.h>
 
 #include "codec.h"
 
 /* trellis position i -> 16*r + c, with t = i>>3 (mma lane), j = i&7:
  * r = 2(t%4) + (j&1) + 8((j>>1)&1), c = t/4 + 8(j>>2). Written out as a
- * table so it can be read against the spec's 16x16 index grid. */
+ * table so it can be read against the 16x16 index grid of exl3(5) §4.2. */
 #define P(i) (uint8_t)(16 * (2 * (((i) >> 3) % 4) + ((i) & 1) + 8 * (((i) >> 1) & 1)) \
                        + ((i) >> 3) / 4 + 8 * (((i) >> 2) & 1))
 #define P8(i) P(i), P(i + 1), P(i + 2), P(i + 3), P(i + 4), P(i + 5), P(i + 6), P(i + 7)
@@ -25,7 +25,7 @@ const uint8_t x3_tile_iperm[256] = { Q64(0), Q64(64), Q64(128), Q64(192) };
 
 /* The stream is MSB-first over uint32 words U[0..8K-1]; stored int16 word
  * 2j is the low half of U[j] and 2j+1 the high half (the 16-bit swap of
- * §3.2 step 3 makes the little-endian uint32 view come out MSB-first). */
+ * exl3(5) §3.2 step 3 makes the little-endian uint32 view come out MSB-first). */
 void x3_trellis_pack(int K, const uint16_t *states, uint16_t *words)
 {
 	uint32_t U[64];

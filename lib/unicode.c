@@ -104,7 +104,7 @@ int x3_u_is_space(uint32_t c)
 }
 
 /* ---- normalization ------------------------------------------------------ */
-/* Hangul syllable constants of the Unicode standard, §3.12. */
+/* Hangul syllable constants of the Unicode standard, section 3.12. */
 enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7,
        LCOUNT = 19, VCOUNT = 21, TCOUNT = 28, NCOUNT = VCOUNT * TCOUNT,
        SCOUNT = LCOUNT * NCOUNT };

@@ -1,5 +1,5 @@
 /* viterbi.c: tail-biting two-pass Viterbi encoder for 256-value tiles
- * (spec §8.6), with a plain C reference and a SIMD fast path that gives
+ * (exl3(5) §9.6), with a plain C reference and a SIMD fast path that gives
  * bit-identical results.
  *
  * Definition (the reference below is the executable form of it):

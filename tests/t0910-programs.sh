@@ -56,7 +56,7 @@ for p in "$ROOT"/bin/*; do
 	else notok "$n: bad option (exit $rc)"; fi
 	options_match "$n" "$ROOT/bin/$n.c" "$ROOT/man/$n.1" "$out"
 done
-for n in convert validate; do
+for n in convert validate plot-kl; do
 	options_match "exl3-$n" "$ROOT/pipelines/$n" "$ROOT/man/exl3-$n.1" "$("$ROOT/pipelines/$n" -h)"
 done
 done_testing

@@ -69,6 +69,8 @@ trellis-encode -t 1 -K 3 < r.fr > q3.fr
 OPENBLAS_NUM_THREADS=1 trellis-encode -t 2 -K 3 < r.fr > q4.fr
 check "-t 1: identical output" same q.fr q3.fr
 check "-t 2 with one BLAS thread: identical output" same q.fr q4.fr
+OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 trellis-encode -t 1 -K 3 < r.fr > q5.fr
+check "-t 1 with two BLAS and OpenMP threads: identical output" same q.fr q5.fr
 tensor-gen -s 9 --scale 0.02 big.weight=128x256 > wbig.fr
 tensor-gen -s 8 -d spd --meta count=1 big.hessian=256x256 > hbig.fr
 had-rotate --hessian hbig.fr < wbig.fr > rbig.fr

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tokenize: stories260K ids against golden ids made by the reference
 # `tokenizers` library (tests/golden/tokenize, from tests/npm/ref.js), row
-# packing (spec §9.1) checked against an awk model of the rules, frames and
+# packing (exl3(5) §10.1) checked against an awk model of the rules, frames and
 # metadata, decoding, short texts, bad tokenizer files and usage errors.
 . "$(dirname "$0")/lib.sh"
 G=$ROOT/tests/golden/tokenize

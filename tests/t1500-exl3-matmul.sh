@@ -88,7 +88,7 @@ check "--check takes the shape from REF" \
 # a model directory: original sizes from config.json by module name
 # (stories260K-like: hidden 64, intermediate 172, 8 heads, 4 kv heads)
 mkdir -p cfgm
-printf '{"model_type":"llama","hidden_size":64,"intermediate_size":172,"num_attention_heads":8,"num_key_value_heads":4,"vocab_size":512}' >cfgm/config.json
+printf '{"model_type":"llama","num_hidden_layers":1,"hidden_size":64,"intermediate_size":172,"num_attention_heads":8,"num_key_value_heads":4,"vocab_size":512}' >cfgm/config.json
 D=model.layers.0.mlp.down_proj; Q=model.layers.0.self_attn.k_proj
 { tensor-gen -d uniform -t I16 --scale 32768 -s 21 $D.trellis=16x8x32
   tensor-gen -t F16 --scale 0.05 -s 22 $D.suh=256 $D.svh=128

@@ -37,6 +37,43 @@ check_fail "different vocabularies" 1 "vocabulary of 80" model-eval --model m --
 tensor-gen -d constant --value 1 -t I32 tokens=1x4 >short
 check_fail "--cols larger than the input, the file named" 1 "^model-eval: short: [0-9]+ tokens, fewer than one row of 8" model-eval --model m --tokens short --cols 8
 
+# KL statistics: consistent with each other and with the old fields
+check "KL statistics: mean = kl_divergence, median <= p90 <= p99 <= p99.9 <= max" \
+	jqc '.kl.mean == .kl_divergence and .kl.median <= .kl.p90 and .kl.p90 <= .kl.p99 and .kl.p99 <= ."kl"."p99.9" and ."kl"."p99.9" <= .kl.max and .kl.median > 0' other.json
+check "ln(PPL(Q)/PPL(base)) = nll_quantized - nll, with an uncertainty" \
+	jqc '(.ln_ppl_ratio.value - (.nll_quantized - .nll) | fabs) < 1e-9 and .ln_ppl_ratio.uncertainty > 0' other.json
+check "delta-p: percentiles ordered min..max, mean inside" \
+	jqc '.delta_p.percentiles as $p | [$p.min, $p["p0.1"], $p.p1, $p.p5, $p.p10, $p.p25, $p.median, $p.p75, $p.p90, $p.p95, $p.p99, $p["p99.9"], $p.max] | . == sort' other.json
+check "same top p = top1_agreement, with sqrt(f(1-f)/(n-1))" \
+	jqc '.same_top_p.value == .top1_agreement and ((.same_top_p.uncertainty - (.top1_agreement * (1 - .top1_agreement) / (.positions - 1) | sqrt)) | fabs) < 1e-9' other.json
+check "model against itself: every statistic 0, same top p 1" \
+	jqc '.kl == {"mean": 0, "median": 0, "p90": 0, "p99": 0, "p99.9": 0, "max": 0} and .ln_ppl_ratio.value == 0 and ([.delta_p.percentiles[]] | all(. == 0)) and .same_top_p.value == 1' self.json
+model-eval --model m --quantized other --tokens tok --table >other.txt
+check "--table: a short table with the KL percentiles" grep -qE '^KL p99\.9 +[0-9.]+$' other.txt
+check "--table: same top p as a percentage" grep -qE '^same top p +[0-9.]+% ± [0-9.]+%$' other.txt
+
+# --save-base once, --base for any number of models
+model-eval --model m --quantized other --tokens tok --save-base base.zst >saved.json
+check "--save-base: a zstd stream of frames (tokens, then logits)" \
+	test "$(od -An -tx1 -N4 base.zst | tr -d ' ')" = 28b52ffd
+check "... tokens and logits frames" test "$(tensor-ls base.zst | jq -r .name | tr '\n' ' ')" = "tokens logits.0 "
+check "--save-base does not change the result" test "$(jq -c . saved.json)" = "$(jq -c . other.json)"
+model-eval --base base.zst --quantized other >fromfile.json
+check "--base FILE: the same statistics as the forward of the original" \
+	test "$(jq -c 'del(.base)' fromfile.json)" = "$(jq -c . other.json)"
+check "... names the file and the original" jqc '.base == "base.zst" and .model == "m"' fromfile.json
+model-eval --base base.zst --quantized b16 >fromfile16.json
+check "--base FILE against a second model" test "$(jq -c 'del(.base)' fromfile16.json)" = "$(jq -c . b16.json)"
+model-eval --model m --tokens tok --save-base batched.zst --batch 1 >/dev/null
+check "--base from a file saved in batches of one row" \
+	test "$(model-eval --base batched.zst --quantized other | jq -c 'del(.base)')" = "$(jq -c . other.json)"
+check_fail "--base with --text: usage error" 2 "--base FILE replaces --model and the text" model-eval --base base.zst --quantized m --text x
+check_fail "--base without --quantized" 2 "--base needs --quantized" model-eval --base base.zst
+head -c 3000 base.zst >trunc.zst
+check_fail "--base: a truncated file" 1 "^model-eval: trunc.zst" model-eval --base trunc.zst --quantized other
+check_fail "--base: not a --save-base file" 1 "tok: the first frame is not model-eval --save-base's 'tokens'" model-eval --base tok --quantized other
+check_fail "--base against another vocabulary" 1 "vocabulary of 80" model-eval --base base.zst --quantized v2
+
 # --generate stops at max_position_embeddings (as --cols is capped there)
 mkdir pos8 && ln -s ../m/model.safetensors pos8/ && jq '.max_position_embeddings = 8' m/config.json >pos8/config.json
 model-eval --model pos8 --generate 20 --ids >pos8.ids 2>pos8.err

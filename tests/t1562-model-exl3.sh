@@ -21,6 +21,16 @@ check "EXL3 model ~ its dense reconstruction (12 tokens, packed matmul)" jqc '.k
 check "greedy ids: EXL3 == dense" test "$(model-eval --model q --generate 12 --ids)" = "$(model-eval --model d --generate 12 --ids)"
 check "EXL3 differs from the original" jqc '.kl_divergence > 0.001' <(model-eval --model m --quantized q --tokens tok)
 
+# two EXL3 packs of the same model, compared with each other (and through a
+# --save-base file of the first)
+synth_exl3 m q5 5 || notok "synthetic 5-bit EXL3 model"
+model-eval --model q5 --quantized q --tokens tok >packs.json
+check "two EXL3 packs compared with each other: KL > 0, statistics" \
+	jqc '.model == "q5" and .quantized == "q" and .kl_divergence > 0 and .kl.max >= .kl.median' packs.json
+model-eval --model q5 --tokens tok --save-base q5.zst >/dev/null
+check "... and through --save-base / --base, the same" \
+	test "$(model-eval --base q5.zst --quantized q | jq -c 'del(.base)')" = "$(jq -c . packs.json)"
+
 # sequential mode: layer 0 from the EXL3 directory
 { tensor-cat d 'model.layers.0.*' && tensor-cat m 'model.layers.1.*' model.norm.weight model.embed_tokens.weight; } |
 	tensor-cat -q - -o mix.safetensors

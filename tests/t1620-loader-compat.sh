@@ -2,7 +2,7 @@
 # t1620-loader-compat: what the real loaders require of an EXL3 directory,
 # checked on what pipelines/convert and pack-write write. The loaders were
 # read, not run (no torch here); each check names the file and function of
-# the loader it comes from. Versions: see pack-write(1), COMPATIBILITY.
+# the loader it comes from. Versions: see exl3(5) §8.
 #   ExLlamaV3: github.com/turboderp-org/exllamav3
 #   GPTQModel: github.com/ModelCloud/GPTQModel
 # The safetensors headers are parsed here with od and jq, independently of
@@ -202,7 +202,7 @@ check "convert: no size of a linear off the 128 grid (GPTQModel sizes EXL3 modul
 	empty "$(awk '$1 != "lm_head" && ($2 % 128 || $3 % 128) { print $1 }' convert.lin || echo "(the check command failed)")"
 check "convert: the source's quant_config.json not copied (GPTQModel would read it)" test ! -e cv/quant_config.json
 # the decoded weights match the source: the trellis bit order, tile order
-# and suh/svh signs are those of ExLlamaV3's decoder (spec sections 3-5,
+# and suh/svh signs are those of ExLlamaV3's decoder (exl3(5) §3-§6,
 # LinearEXL3.get_weight_tensor: diag(suh) H W H diag(svh))
 validate cv --model tl --no-eval -q >val.json 2>val.err
 check "convert: exl3-validate: no errors, decoded weights within 0.5 of the source" \

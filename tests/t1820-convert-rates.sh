@@ -39,6 +39,9 @@ for b in 2.5 3 4 5; do
 	validate q$b --model "$M" "${ev[@]}" -q >v$b.json
 	check "$b bpw: validate ok" jqe '.ok' v$b.json
 	check "$b bpw: achieved bits within 0.05" num_near "$(jq .bits v$b.json)" "$b" 0.05
+	exl3-info -q --json q$b >i$b.json
+	check "$b bpw: exl3-info's bits, head bits and histogram are validate's" \
+		jqe --slurpfile v v$b.json '(.summary.bits - $v[0].bits | fabs) < 1e-9 and .summary.head_bits == $v[0].head_bits and (.summary.histogram | map_values(.linears)) == $v[0].histogram' i$b.json
 	rtn_model "$M" rtn$b "$b"
 	model-eval -q --model "$M" --quantized rtn$b "${ev[@]}" >r$b.json
 	kl=$(jq .eval.kl_divergence v$b.json)
@@ -53,6 +56,15 @@ validate s3 --model "$M" "${ev[@]}" -q >vs3.json
 check "sequential 3 bpw: validate ok" jqe '.ok' vs3.json
 check "sequential 3 bpw: KL below RTN" num_lt "$(jq .eval.kl_divergence vs3.json)" "$(jq .kl_divergence r3.json)"
 row "sequential 3" vs3.json r3.json
+if command -v gnuplot >/dev/null && command -v xmllint >/dev/null; then
+	plot-kl -o kl.svg onepass=v2.5.json onepass=v3.json onepass=v4.json onepass=v5.json sequential=vs3.json
+	check "plot-kl of the rates: two series" test "$(xmllint --xpath "count(//*[local-name()='g'][contains(@id, '_plot_')])" kl.svg)" = 2
+	validate q4 --model "$M" --no-eval --plot q4.svg -q >vp4.json
+	check "validate --plot of a conversion: bits and decode errors (attention, mlp, head)" \
+		test "$(xmllint --xpath "count(//*[local-name()='g'][contains(@id, '_plot_')])" q4.svg)" = 6
+else
+	skip "gnuplot or xmllint not installed"
+fi
 
 convert "$M" q8 --bits 8 --head-bits 8 --work w "${cal[@]}" -j 2 -q
 check "convert --bits 8" test -f q8/config.json

@@ -1,4 +1,4 @@
-/* t1000-codebook: the three EXL3 codebooks against spec §6.4 / §14.2. */
+/* t1000-codebook: the three EXL3 codebooks against exl3(5) §12.1. */
 #include <math.h>
 #include "test.h"
 #include "codec.h"
@@ -49,7 +49,7 @@ int main(void)
 		printf("# %s: rms %.8f mean %.3g range [%.4f, %.4f]\n", x3_codebook_name(cb),
 		       rms, sum / 65536, (double)lo, (double)hi);
 	}
-	/* 3INST range (-4, 4), MUL1 range from the spec */
+	/* 3INST range (-4, 4), MUL1 range from exl3(5) §12.1 */
 	CHECK(x3_codebook_table(X3_CB_MUL1)[0] == -3.453125f, "mul1 minimum value at state 0");
 	CHECK(x3_codebook_table(3) == NULL && x3_codebook_table(-1) == NULL,
 	      "bad codebook id gives no table");

@@ -1,5 +1,5 @@
 /* t1010-trellis: tile permutation, packing, unpacking and decoding against
- * spec §3, §4.2, §7 and the K=4 tile vector of §14.2. */
+ * exl3(5) §3, §4.2, §7 and the K=4 tile vector of exl3(5) §12.2. */
 #include <math.h>
 #include <unistd.h>
 #include "test.h"
@@ -133,7 +133,7 @@ static void test_perm(void)
 		if (x3_tile_iperm[x3_tile_perm[i]] != i || x3_tile_perm[x3_tile_iperm[i]] != i)
 			inv = 0;
 	CHECK(inv, "tile_perm and tile_iperm are inverse permutations");
-	/* rows of the spec's index grid */
+	/* rows of the index grid of exl3(5) §4.2 */
 	static const uint8_t r0[16] = { 0, 32, 64, 96, 128, 160, 192, 224, 4, 36, 68, 100, 132, 164, 196, 228 };
 	static const uint8_t r9[16] = { 3, 35, 67, 99, 131, 163, 195, 227, 7, 39, 71, 103, 135, 167, 199, 231 };
 	static const uint8_t r14[16] = { 26, 58, 90, 122, 154, 186, 218, 250, 30, 62, 94, 126, 158, 190, 222, 254 };
@@ -142,7 +142,7 @@ static void test_perm(void)
 	CHECK(memcmp(x3_tile_iperm + 16 * 14, r14, 16) == 0, "index grid row 14");
 	CHECK(x3_tile_iperm[16 * 2] == 8 && x3_tile_iperm[16 * 8] == 2 && x3_tile_iperm[255] == 255,
 	      "index grid corners");
-	/* formula of §4.2 */
+	/* formula of exl3(5) §4.2 */
 	int ok = 1;
 	for (int i = 0; i < 256; i++) {
 		int t = i >> 3, j = i & 7;

@@ -1,4 +1,4 @@
-/* t1020-viterbi: the tail-biting Viterbi encoder (spec §8.6): the fast
+/* t1020-viterbi: the tail-biting Viterbi encoder (exl3(5) §9.6): the fast
  * path on every instruction set this CPU has is bit-identical to the
  * reference; ideal inputs are reproduced exactly; Gaussian MSE per K lands
  * at the literature values; bad arguments are refused. */

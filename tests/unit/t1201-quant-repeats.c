@@ -19,7 +19,7 @@ static float *randn(int64_t n, double scale)
 	return p;
 }
 
-/* mse(s) of the spec's scale search (§8.3), every tile encoded */
+/* mse(s) of ExLlamaV3's scale search (exl3(5) §9.3), every tile encoded */
 static double plain_mse(const float *src, int64_t m, int64_t step, double s, int K, int cb)
 {
 	int64_t cnt = (m + step - 1) / step;

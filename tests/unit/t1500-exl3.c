@@ -1,5 +1,5 @@
 /* t1500-exl3: the EXL3 linear layer (lib/exl3.c, lib/exl3mm.c).
- *  - spec §14.2 tile vector decoded through the full matmul path;
+ *  - exl3(5) §12.2 tile vector decoded through the full matmul path;
  *  - every fast path (scalar, avx2, avx512 where the CPU has them) against
  *    the plain C reference for K = 1..8 x 3 codebooks, batch 1 and > 1,
  *    with and without bias;
@@ -16,7 +16,7 @@
 
 static const char *const isas[] = { "scalar", "avx2", "avx512" };
 
-/* §14.2 tile vector words (K = 4) */
+/* exl3(5) §12.2 tile vector words (K = 4) */
 static const uint16_t tile14[64] = {
 	0xbb2b, 0x6e1b, 0xcc17, 0x46df, 0x62f7, 0x1f1e, 0xa8c9, 0x7679,
 	0x2518, 0xa63b, 0x7e5b, 0xc45f, 0xc3a6, 0xa298, 0xfff6, 0xef99,
@@ -110,7 +110,7 @@ static int close_to(const float *a, const float *b, int64_t n, double tol, doubl
 
 static void test_tile_vector(void)
 {
-	/* values from spec §14.2: tile[0][0..3], tile[1][0], tile[15][15], sum */
+	/* values from exl3(5) §12.2: tile[0][0..3], tile[1][0], tile[15][15], sum */
 	static const double want[3][7] = {
 		{ 0.122314453125, -1.6533203125, 2.01171875, -0.185302734375, -0.896484375, -0.374755859375, -5.388794 },
 		{ -0.0390625, -2.0859375, -1.3369140625, -1.8935546875, -0.71875, -0.1083984375, 16.875977 },
@@ -154,7 +154,7 @@ static void test_tile_vector(void)
 			for (int i = 0; i < 6; i++)
 				ok &= fabs(got[i] - want[cb][i]) < 2e-5;
 			ok &= fabs(got[6] - want[cb][6]) < 2e-3;
-			CHECK(ok, "%s: spec §14.2 tile via %s matmul (tile[0][0] %.6f, sum %.6f)",
+			CHECK(ok, "%s: exl3(5) §12.2 tile via %s matmul (tile[0][0] %.6f, sum %.6f)",
 			      x3_codebook_name(cb), isas[p], got[0], got[6]);
 		}
 		x3_exl3_simd_set(NULL);

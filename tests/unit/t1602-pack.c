@@ -3,6 +3,8 @@
 #include <jansson.h>
 #include "test.h"
 #include "codec.h"
+#include "arch.h"
+#include "model.h"
 #include "pack.h"
 
 static json_t *parse(const char *s)
@@ -30,27 +32,60 @@ static x3_tensor *scalar(const char *name, uint32_t v)
 
 int main(void)
 {
-	/* architecture: Qwen3-like explicit head_dim, GQA */
-	x3_pack_arch a;
-	CHECK_OK(x3_pack_arch_parse("{\"num_hidden_layers\": 2, \"hidden_size\": 2560, \"intermediate_size\": 9728,"
-	                            "\"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128,"
-	                            "\"vocab_size\": 151936, \"tie_word_embeddings\": true}", &a), "parse Qwen3-like config");
-	x3_pack_linear *l;
+	/* the description of a Qwen3-like config: explicit head_dim, GQA,
+	 * tied, q/k norms (arch.h; layout parse) */
+	x3_model_config a;
+#define Q3 "{\"architectures\": [\"Qwen3ForCausalLM\"], \"num_hidden_layers\": 2, \"hidden_size\": 2560, " \
+	"\"intermediate_size\": 9728, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": 128," \
+	"\"vocab_size\": 151936, \"tie_word_embeddings\": true"
+	CHECK_OK(x3_config_parse_as(Q3 "}", strlen(Q3 "}"), X3_CONFIG_LAYOUT, &a), "parse Qwen3-like config");
+	x3_module *m;
 	int n;
-	CHECK_OK(x3_pack_linears(&a, &l, &n), "linears");
-	CHECK(n == 15 && a.tied, "2 x 7 linears + head (%d), tied", n);
-	CHECK(!strcmp(l[0].key, "model.layers.0.self_attn.q_proj") && l[0].in == 2560 && l[0].out == 4096,
+	CHECK_OK(x3_arch_modules(&a, &m, &n), "modules");
+	const x3_module *l[16];
+	int nl = 0;
+	for (int i = 0; i < n && nl < 16; i++)
+		if (m[i].d->kind == X3_KIND_LINEAR)
+			l[nl++] = &m[i];
+	CHECK(nl == 15 && a.tied && n == 1 + 2 * 11 + 2, "2 x 7 linears + head (%d), tied; %d modules", nl, n);
+	CHECK(!strcmp(l[0]->key, "model.layers.0.self_attn.q_proj") && l[0]->in == 2560 && l[0]->out == 4096,
 	      "q_proj (in 2560, out 32 x 128)");
-	CHECK(l[1].out == 1024 && l[3].in == 4096 && l[3].out == 2560, "k_proj out 8 x 128; o_proj 4096 -> 2560");
-	CHECK(l[6].in == 9728 && l[6].out == 2560 && !strcmp(l[14].key, "lm_head") && l[14].out == 151936,
+	CHECK(l[1]->out == 1024 && l[3]->in == 4096 && l[3]->out == 2560, "k_proj out 8 x 128; o_proj 4096 -> 2560");
+	CHECK(l[6]->in == 9728 && l[6]->out == 2560 && !strcmp(l[14]->key, "lm_head") && l[14]->out == 151936,
 	      "down_proj, head");
-	free(l);
-	CHECK(x3_pack_arch_parse("{\"hidden_size\": 64}", &a) == X3_EFORMAT && strstr(x3_errmsg(), "num_hidden_layers"),
-	      "missing field named: %s", x3_errmsg());
-	CHECK(x3_pack_arch_parse("{\"num_hidden_layers\": 2, \"hidden_size\": 64, \"intermediate_size\": 9,"
-	                         "\"num_attention_heads\": 4, \"vocab_size\": 9, \"num_experts\": 8}", &a) == X3_EUNSUP,
-	      "MoE refused: %s", x3_errmsg());
-	CHECK(x3_pack_arch_parse("[1]", &a) == X3_EFORMAT, "not an object");
+	CHECK(l[14]->tied && !strcmp(l[14]->weight, "model.embed_tokens.weight") && l[14]->layer == 2 &&
+	      !strcmp(l[14]->group, "lm_head.input"), "tied head reads the embedding, layer 2, group lm_head.input");
+	CHECK(!strcmp(l[8]->group, "model.layers.1.self_attn.input") && !strcmp(l[9]->group, l[8]->group) &&
+	      !strcmp(l[10]->group, "model.layers.1.self_attn.o_proj.input") && l[12]->d->role == X3_ROLE_MLP &&
+	      l[0]->d->hq == 2 && l[12]->d->hq == 0, "groups, roles, --hq");
+	const x3_module *qn = x3_modules_find(m, n, "model.layers.1.self_attn.q_norm");
+	CHECK(qn && qn->d->kind == X3_KIND_VECTOR && qn->out == 128, "q_norm (128) in a Qwen3 layer");
+	char mb[512];
+	CHECK_OK(x3_modules_members(m, n, "model.layers.0.mlp.input", mb, sizeof mb), "members");
+	CHECK(!strcmp(mb, "model.layers.0.mlp.gate_proj.weight,model.layers.0.mlp.up_proj.weight"),
+	      "members of mlp.input: %s", mb);
+	free(m);
+	int lay;
+	const x3_module_desc *d = x3_arch_classify("model.layers.17.self_attn.k_proj", &lay);
+	CHECK(d && d->role == X3_ROLE_ATTENTION && lay == 17 && !strcmp(d->alloc, "qkv"), "classify a key");
+	CHECK(!x3_arch_classify("model.layers.x.self_attn.k_proj", &lay) && !x3_arch_classify("foo", &lay),
+	      "unknown keys are not classified");
+#define CFG_ERR(js, code, what) do { const char *j_ = (js); \
+	CHECK(x3_config_parse_as(j_, strlen(j_), X3_CONFIG_LAYOUT, &a) == (code), what ": %s", x3_errmsg()); } while (0)
+	CFG_ERR("{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64}", X3_EFORMAT, "missing field");
+	CHECK(strstr(x3_errmsg(), "intermediate_size") != NULL, "missing field named");
+	CFG_ERR("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"hidden_size\": 64, "
+	        "\"intermediate_size\": 9, \"num_attention_heads\": 4, \"vocab_size\": 9, \"num_experts\": 8}",
+	        X3_EUNSUP, "MoE refused");
+	CFG_ERR("{\"architectures\": [\"LlamaForCausalLM\"], \"num_hidden_layers\": 2, \"hidden_size\": 64, "
+	        "\"intermediate_size\": 9, \"num_attention_heads\": 4, \"vocab_size\": 9, \"hidden_act\": \"gelu\", "
+	        "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}", X3_OK,
+	        "the layout does not check the forward's options");
+	CFG_ERR("{\"architectures\": [\"LlavaForConditionalGeneration\"], \"text_config\": "
+	        "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"hidden_size\": 64, \"intermediate_size\": 9, "
+	        "\"num_attention_heads\": 4, \"vocab_size\": 9}}", X3_EUNSUP, "a wrapper is refused by its name");
+	CFG_ERR("[1]", X3_EFORMAT, "not an object");
+	CHECK_OK(x3_config_parse_as(Q3 "}", strlen(Q3 "}"), X3_CONFIG_LAYOUT, &a), "parse again");
 	CHECK(x3_pack_pad128(172) == 256 && x3_pack_pad128(128) == 128 && x3_pack_pad128(1) == 128, "pad128");
 
 	/* model order */
@@ -64,7 +99,7 @@ int main(void)
 		"model.layers.10.input_layernorm.weight", "model.norm.weight", "lm_head.weight"};
 	long mod[9], rk[9];
 	for (int i = 0; i < 9; i++)
-		x3_pack_order(names[i], &mod[i], &rk[i]);
+		x3_pack_order(&a, names[i], &mod[i], &rk[i]);
 	/* selection sort by (module, rank) */
 	int idx[9], ok = 1;
 	for (int i = 0; i < 9; i++)

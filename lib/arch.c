@@ -1,0 +1,305 @@
+/* arch.c: the architecture tables and their instantiation (see arch.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "arch.h"
+#include "model.h"
+
+#define L_(s) "model.layers.{L}." s
+#define LIN(key, slot, role, in, out, bias, hq, group, alloc) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
+	  L_(group), alloc }
+#define NORM(scope, key, slot, dim, when) \
+	{ key, scope, X3_KIND_VECTOR, slot, X3_ROLE_NORM, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
+	  NULL, NULL }
+
+/* The Llama decoder, shared by Llama 2/3, Mistral, Qwen2/2.5 and Qwen3
+ * (they differ in config rules: biases, q/k norms, sliding window). Model
+ * order: the order of the rows. */
+static const x3_module_desc llama_mods[] = {
+	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL },
+	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
+	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
+	    "self_attn.input", "qkv"),
+	LIN("self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	    "self_attn.input", "qkv"),
+	LIN("self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	    "self_attn.input", "qkv"),
+	NORM(X3_SCOPE_LAYER, L_("self_attn.q_norm"), X3_SLOT_Q_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM),
+	NORM(X3_SCOPE_LAYER, L_("self_attn.k_norm"), X3_SLOT_K_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM),
+	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 2,
+	    "self_attn.o_proj.input", "o"),
+	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN,
+	     X3_WHEN_ALWAYS),
+	LIN("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_MLP, 0,
+	    "mlp.input", "gu"),
+	LIN("mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_MLP, 0,
+	    "mlp.input", "gu"),
+	LIN("mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_MLP, 0,
+	    "mlp.down_proj.input", "d"),
+	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
+	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD,
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL },
+};
+#define N_(a) (int)(sizeof a / sizeof *a)
+
+static const x3_arch_desc archs[] = {
+	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
+	  "model.layers.{L}", llama_mods, N_(llama_mods) },
+	{ X3_ARCH_MISTRAL, "MistralForCausalLM", "mistral", "Mistral", X3_AF_SLIDING,
+	  "model.layers.{L}", llama_mods, N_(llama_mods) },
+	{ X3_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "Qwen2", X3_AF_QKV_BIAS | X3_AF_USE_SLIDING,
+	  "model.layers.{L}", llama_mods, N_(llama_mods) },
+	{ X3_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "Qwen3",
+	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods) },
+};
+
+int x3_arch_count(void) { return N_(archs); }
+const x3_arch_desc *x3_arch_get(int i) { return i >= 0 && i < N_(archs) ? &archs[i] : NULL; }
+
+const x3_arch_desc *x3_arch_lookup(const char *name, const char *model_type)
+{
+	for (int i = 0; i < N_(archs); i++)
+		if (name ? !strcmp(name, archs[i].name) : model_type && !strcmp(model_type, archs[i].model_type))
+			return &archs[i];
+	return NULL;
+}
+
+const char *x3_arch_families(void)
+{
+	static char buf[256];
+	if (!buf[0])
+		for (int i = 0; i < N_(archs); i++)
+			snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", i ? ", " : "",
+			         archs[i].family);
+	return buf;
+}
+
+const char *x3_role_name(int role)
+{
+	static const char *const n[X3_ROLE_COUNT] = {
+		"attention", "mlp", "expert", "shared_expert", "router", "head", "embedding", "norm", "other",
+	};
+	return role >= 0 && role < X3_ROLE_COUNT ? n[role] : "other";
+}
+
+int64_t x3_arch_dim(const x3_model_config *c, int dim)
+{
+	switch (dim) {
+	case X3_DIM_HIDDEN: return c->hidden;
+	case X3_DIM_INTER: return c->intermediate;
+	case X3_DIM_Q: return c->n_heads * c->head_dim;
+	case X3_DIM_KV: return c->n_kv_heads * c->head_dim;
+	case X3_DIM_HEAD_DIM: return c->head_dim;
+	case X3_DIM_VOCAB: return c->vocab;
+	default: return 0;
+	}
+}
+
+/* PATTERN with {L} replaced by layer. */
+static int expand(const char *pat, int layer, char *buf, size_t n)
+{
+	const char *p = strstr(pat, "{L}");
+	int k = p ? snprintf(buf, n, "%.*s%d%s", (int)(p - pat), pat, layer, p + 3)
+	          : snprintf(buf, n, "%s", pat);
+	if (k < 0 || (size_t)k >= n)
+		return x3_err(X3_EINVAL, "module key '%s' of layer %d is too long", pat, layer);
+	return X3_OK;
+}
+
+/* Match PATTERN against the first len bytes of name. */
+static int match_n(const char *pat, const char *name, size_t len, int *layer)
+{
+	const char *p = strstr(pat, "{L}");
+	if (!p)
+		return strlen(pat) == len && !strncmp(pat, name, len);
+	size_t pre = (size_t)(p - pat), post = strlen(p + 3);
+	if (len < pre + 1 + post || strncmp(name, pat, pre) || strncmp(name + len - post, p + 3, post))
+		return 0;
+	const char *d = name + pre, *e = name + len - post;
+	if (e - d > 7 || (*d == '0' && e - d > 1))
+		return 0;
+	long v = 0;
+	for (const char *q = d; q < e; q++) {
+		if (*q < '0' || *q > '9')
+			return 0;
+		v = v * 10 + (*q - '0');
+	}
+	if (layer)
+		*layer = (int)v;
+	return 1;
+}
+
+int x3_arch_match(const char *pattern, const char *name, int *layer)
+{
+	return match_n(pattern, name, strlen(name), layer);
+}
+
+static int present(const x3_model_config *c, const x3_module_desc *d)
+{
+	return d->when != X3_WHEN_QK_NORM || c->qk_norm;
+}
+
+static int has_bias(const x3_model_config *c, int b)
+{
+	return b == X3_BIAS_QKV ? c->qkv_bias : b == X3_BIAS_O ? c->o_bias : b == X3_BIAS_MLP ? c->mlp_bias : 0;
+}
+
+static int instantiate(const x3_model_config *c, const x3_module_desc *d, int layer, x3_module *m)
+{
+	int rc;
+	memset(m, 0, sizeof *m);
+	m->d = d;
+	m->layer = d->scope == X3_SCOPE_PRE ? -1 : d->scope == X3_SCOPE_POST ? (int)c->n_layers : layer;
+	if ((rc = expand(d->key, layer, m->key, sizeof m->key)))
+		return rc;
+	snprintf(m->weight, sizeof m->weight, "%s.weight", m->key);
+	if (d->group && (rc = expand(d->group, layer, m->group, sizeof m->group)))
+		return rc;
+	m->in = x3_arch_dim(c, d->in);
+	m->out = x3_arch_dim(c, d->out);
+	m->bias = has_bias(c, d->bias);
+	return X3_OK;
+}
+
+int x3_arch_modules(const x3_model_config *c, x3_module **out, int *n)
+{
+	const x3_arch_desc *a = c->desc;
+	*out = NULL;
+	*n = 0;
+	if (!a)
+		return x3_err(X3_EINVAL, "config has no architecture description");
+	int per = 0, fixed = 0;
+	for (int i = 0; i < a->nmods; i++)
+		if (present(c, &a->mods[i]))
+			*(a->mods[i].scope == X3_SCOPE_LAYER ? &per : &fixed) += 1;
+	size_t cnt = (size_t)fixed + (size_t)per * (size_t)c->n_layers;
+	x3_module *m = calloc(cnt ? cnt : 1, sizeof *m);
+	if (!m)
+		return x3_err(X3_ENOMEM, "out of memory for %zu modules", cnt);
+	size_t k = 0;
+	int rc = X3_OK;
+	for (int pass = 0; pass < 3 && !rc; pass++) {
+		int scope = pass == 0 ? X3_SCOPE_PRE : pass == 1 ? X3_SCOPE_LAYER : X3_SCOPE_POST;
+		int nl = scope == X3_SCOPE_LAYER ? (int)c->n_layers : 1;
+		for (int l = 0; l < nl && !rc; l++)
+			for (int i = 0; i < a->nmods && !rc; i++) {
+				const x3_module_desc *d = &a->mods[i];
+				if (d->scope == scope && present(c, d))
+					rc = instantiate(c, d, l, &m[k++]);
+			}
+	}
+	/* a tied module reads the weight of the module of its tied_to slot */
+	for (size_t i = 0; i < k && !rc && c->tied; i++) {
+		if (m[i].d->tied_to < 0)
+			continue;
+		for (size_t j = 0; j < k; j++)
+			if (m[j].d->slot == m[i].d->tied_to && m[j].layer == -1) {
+				snprintf(m[i].weight, sizeof m[i].weight, "%s", m[j].weight);
+				m[i].tied = 1;
+			}
+	}
+	if (rc) {
+		free(m);
+		return rc;
+	}
+	*out = m;
+	*n = (int)k;
+	return X3_OK;
+}
+
+const x3_module *x3_modules_find(const x3_module *m, int n, const char *key)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(m[i].key, key))
+			return &m[i];
+	return NULL;
+}
+
+const x3_module *x3_modules_owner(const x3_module *m, int n, const char *name)
+{
+	const char *dot = strrchr(name, '.');
+	if (!dot)
+		return NULL;
+	for (int i = 0; i < n; i++)
+		if (strlen(m[i].key) == (size_t)(dot - name) && !strncmp(m[i].key, name, (size_t)(dot - name)))
+			return &m[i];
+	return NULL;
+}
+
+int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len)
+{
+	size_t p = 0;
+	buf[0] = 0;
+	for (int i = 0; i < n; i++) {
+		if (m[i].d->kind != X3_KIND_LINEAR || strcmp(m[i].group, group))
+			continue;
+		int k = snprintf(buf + p, len - p, "%s%s.weight", p ? "," : "", m[i].key);
+		if (k < 0 || (size_t)k >= len - p)
+			return x3_err(X3_EINVAL, "members of group '%s' are too long", group);
+		p += (size_t)k;
+	}
+	return X3_OK;
+}
+
+const x3_module_desc *x3_arch_classify(const char *key, int *layer)
+{
+	*layer = -1;
+	for (int a = 0; a < N_(archs); a++)
+		for (int i = 0; i < archs[a].nmods; i++) {
+			const x3_module_desc *d = &archs[a].mods[i];
+			if (x3_arch_match(d->key, key, layer))
+				return d;
+		}
+	return NULL;
+}
+
+/* the parts of a stored module, in the order pack-write writes them */
+static long suffix_rank(const char *name)
+{
+	static const char *const suffixes[] = {"trellis", "suh", "svh", "su", "sv", "mcg", "mul1", "weight", "bias"};
+	const char *dot = strrchr(name, '.');
+	const char *s = dot ? dot + 1 : name;
+	for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++)
+		if (!strcmp(s, suffixes[i]))
+			return (long)i;
+	return 15;
+}
+
+void x3_arch_order(const x3_model_config *c, const char *name, long *module, long *rank)
+{
+	const x3_arch_desc *a = c->desc;
+	const char *dot = strrchr(name, '.');
+	size_t mlen = dot ? (size_t)(dot - name) : strlen(name);
+	*rank = suffix_rank(name);
+	*module = 2000000;
+	if (!a)
+		return;
+	long npost = 0, nlayer = 0, npre = 0;
+	for (int i = 0; i < a->nmods; i++) {
+		const x3_module_desc *d = &a->mods[i];
+		long *cnt = d->scope == X3_SCOPE_PRE ? &npre : d->scope == X3_SCOPE_LAYER ? &nlayer : &npost;
+		int l;
+		if (match_n(d->key, name, mlen, &l)) {
+			if (d->scope == X3_SCOPE_LAYER)
+				*module = 1 + l;
+			else
+				*module = d->scope == X3_SCOPE_PRE ? 0 : 2000000 + *cnt;
+			*rank += 16 * *cnt;
+			return;
+		}
+		(*cnt)++;
+	}
+	/* another tensor of a layer: after the layer's known modules */
+	size_t plen = strlen(a->layer_prefix) + 8;
+	for (const char *p = name; (p = strchr(p, '.')); p++) {
+		int l;
+		if ((size_t)(p - name) < plen && match_n(a->layer_prefix, name, (size_t)(p - name), &l)) {
+			*module = 1 + l;
+			*rank += 16 * nlayer;
+			return;
+		}
+	}
+	*module = 2000000 + npost;
+}

@@ -1,0 +1,165 @@
+/* arch.h: the description of every architecture exl3kit knows, as data.
+ *
+ * One table per architecture (lib/arch.c) names every module of the
+ * checkpoint by its key pattern ("model.layers.{L}.self_attn.q_proj",
+ * {L} = the layer), and says of each:
+ *   - its kind: a linear (quantized), a vector (a norm: passed through) or
+ *     an embedding table (passed through);
+ *   - its shape, as dimensions the config defines (X3_DIM_*);
+ *   - for a linear, the Hessian group it reads: the linears that share
+ *     one input (q/k/v read the same normed hidden state) share a group;
+ *   - its role for the bit allocation and its --hq promotion in bits;
+ *   - the config flag that gives it a bias, and when it is present at all
+ *     (Qwen3's q/k norms);
+ *   - the slot the forward pass (lib/model.c) uses it as.
+ * Instantiated with a parsed config.json (x3_arch_modules) it is the list
+ * of every module of one model in model order: what the conversion
+ * encodes (tensor-ls --linears), what pack-write expects, the groups
+ * hessian-capture writes, and the layout model-eval reads. Programs and
+ * pipelines ask this table; none of them knows module names.
+ *
+ * Room for what comes next (issue 16) without changing the consumers:
+ * roles for experts, shared experts and routers, a per-expert scope ({E}),
+ * and dimensions for fused q/k/v or gate/up (Phi3) and latent attention
+ * (DeepSeek) are one new enum value and one table row each. */
+#ifndef X3_ARCH_H
+#define X3_ARCH_H
+
+#include <stdint.h>
+#include "x3.h"
+
+/* Roles of a module for the allocation and the reports. */
+enum {
+	X3_ROLE_ATTENTION, X3_ROLE_MLP, X3_ROLE_EXPERT, X3_ROLE_SHARED_EXPERT,
+	X3_ROLE_ROUTER, X3_ROLE_HEAD, X3_ROLE_EMBEDDING, X3_ROLE_NORM, X3_ROLE_OTHER,
+	X3_ROLE_COUNT
+};
+/* "attention", "mlp", "expert", "shared_expert", "router", "head",
+ * "embedding", "norm", "other" */
+const char *x3_role_name(int role);
+
+/* What a module is stored as. */
+enum {
+	X3_KIND_LINEAR,         /* weight (out, in): encoded to EXL3 */
+	X3_KIND_VECTOR,         /* weight (out): a norm, passed through */
+	X3_KIND_EMBEDDING,      /* weight (out = vocab, in = hidden), passed through */
+};
+
+/* Where a module sits: before the layers, in every layer, after them. */
+enum { X3_SCOPE_PRE, X3_SCOPE_LAYER, X3_SCOPE_POST };
+
+/* Dimensions the config defines (x3_arch_dim). */
+enum {
+	X3_DIM_NONE,
+	X3_DIM_HIDDEN,          /* hidden_size */
+	X3_DIM_INTER,           /* intermediate_size */
+	X3_DIM_Q,               /* num_attention_heads * head_dim */
+	X3_DIM_KV,              /* num_key_value_heads * head_dim */
+	X3_DIM_HEAD_DIM,        /* head_dim (default hidden_size / heads) */
+	X3_DIM_VOCAB,           /* vocab_size */
+	X3_DIM_COUNT
+};
+
+/* The config flag that gives a module a bias. */
+enum { X3_BIAS_NONE, X3_BIAS_QKV, X3_BIAS_O, X3_BIAS_MLP };
+/* When a module is present. */
+enum { X3_WHEN_ALWAYS, X3_WHEN_QK_NORM };
+
+/* What the forward pass uses a module as. */
+enum {
+	X3_SLOT_EMBED, X3_SLOT_IN_NORM, X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V,
+	X3_SLOT_Q_NORM, X3_SLOT_K_NORM, X3_SLOT_O, X3_SLOT_POST_NORM,
+	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_FINAL_NORM, X3_SLOT_HEAD,
+	X3_SLOT_COUNT
+};
+
+typedef struct x3_module_desc {
+	const char *key;        /* pattern; {L}: the layer number */
+	unsigned char scope;    /* X3_SCOPE_* */
+	unsigned char kind;     /* X3_KIND_* */
+	unsigned char slot;     /* X3_SLOT_* */
+	unsigned char role;     /* X3_ROLE_* */
+	unsigned char in, out;  /* X3_DIM_*; a vector has out only */
+	unsigned char bias;     /* X3_BIAS_* */
+	unsigned char when;     /* X3_WHEN_* */
+	signed char hq;         /* --hq: floor at floor(bits) + hq (0: none) */
+	signed char tied_to;    /* slot whose weight it reads when the config
+	                           ties the embeddings (-1: none) */
+	const char *group;      /* Hessian group pattern (linears) */
+	const char *alloc;      /* allocation group suffix (ExLlamaV3's qkv,
+	                           o, gu, d: linears promoted together) */
+} x3_module_desc;
+
+/* Config rules of an architecture (x3_arch_desc.flags). */
+enum {
+	X3_AF_ATTN_BIAS = 1,    /* attention_bias gives q/k/v/o a bias */
+	X3_AF_MLP_BIAS = 2,     /* mlp_bias gives gate/up/down a bias */
+	X3_AF_QKV_BIAS = 4,     /* q/k/v always have a bias */
+	X3_AF_QK_NORM = 8,      /* per-head RMSNorm of q and k */
+	X3_AF_SLIDING = 16,     /* sliding_window is the attention window */
+	X3_AF_USE_SLIDING = 32, /* ... when use_sliding_window is true */
+};
+
+typedef struct x3_arch_desc {
+	int id;                 /* X3_ARCH_* (model.h) */
+	const char *name;       /* "architectures" entry, e.g. LlamaForCausalLM */
+	const char *model_type; /* "model_type", e.g. llama */
+	const char *family;     /* short name for messages, e.g. Llama */
+	unsigned flags;         /* X3_AF_* */
+	const char *layer_prefix;  /* pattern of a layer's keys: model.layers.{L} */
+	const x3_module_desc *mods;
+	int nmods;
+} x3_arch_desc;
+
+int x3_arch_count(void);
+const x3_arch_desc *x3_arch_get(int i);
+/* By "architectures" entry, else (name NULL) by model_type; NULL if unknown. */
+const x3_arch_desc *x3_arch_lookup(const char *name, const char *model_type);
+/* "Llama, Mistral, Qwen2, Qwen3" (static) */
+const char *x3_arch_families(void);
+
+/* One module of a model: a table row with the config applied. */
+#define X3_KEY_MAX 128
+typedef struct x3_module {
+	const x3_module_desc *d;
+	char key[X3_KEY_MAX];        /* model.layers.3.self_attn.q_proj */
+	char weight[X3_KEY_MAX + 8]; /* the tensor holding its weight: KEY.weight,
+	                                or the embedding's for a tied head */
+	char group[X3_KEY_MAX + 16]; /* Hessian group ("" unless a linear) */
+	int layer;                   /* 0..n_layers-1; -1 before the layers,
+	                                n_layers after them (the head) */
+	int64_t in, out;             /* weight (out, in); a vector: (out), in 0 */
+	int bias;                    /* KEY.bias (out) exists */
+	int tied;                    /* weight is another module's */
+} x3_module;
+
+struct x3_model_config;
+/* Value of a dimension in a config. */
+int64_t x3_arch_dim(const struct x3_model_config *c, int dim);
+/* Every module of the model in model order (before the layers, layer by
+ * layer, after them). malloc'd; the caller frees *out. */
+int x3_arch_modules(const struct x3_model_config *c, x3_module **out, int *n);
+/* The module with this key, or NULL. */
+const x3_module *x3_modules_find(const x3_module *m, int n, const char *key);
+/* The module that holds the tensor NAME (KEY.<anything>), or NULL. */
+const x3_module *x3_modules_owner(const x3_module *m, int n, const char *name);
+/* The comma list of the weights ("KEY.weight") that read Hessian group
+ * GROUP, in model order, into buf. */
+int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len);
+
+/* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer)? */
+int x3_arch_match(const char *pattern, const char *name, int *layer);
+
+/* The table row of a linear key without a model: the first architecture
+ * whose linear pattern matches KEY (bitalloc's measurements carry only the
+ * key). *layer: its layer or -1. NULL when no table knows the key. */
+const x3_module_desc *x3_arch_classify(const char *key, int *layer);
+
+/* Model order of a tensor name (pack-write's output): *module: embedding
+ * 0, layer l 1 + l, then the modules after the layers, then anything
+ * else; *rank: order inside the module (the table's order of its
+ * modules, then the stored part: trellis, suh, svh, su, sv, mcg, mul1,
+ * weight, bias). Compare (module, rank, name). */
+void x3_arch_order(const struct x3_model_config *c, const char *name, long *module, long *rank);
+
+#endif

@@ -1,0 +1,119 @@
+/* blas.c: fixed-shape blocking around OpenBLAS (see blas.h for the rule). */
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#include <omp.h>
+#include "blas.h"
+#include "x3.h"
+
+int x3_blas_serial_begin(void)
+{
+	int prev = openblas_get_num_threads();
+	openblas_set_num_threads(1);
+	return prev;
+}
+
+void x3_blas_serial_end(int prev) { openblas_set_num_threads(prev); }
+
+/* Enough blocks to keep every OpenMP thread busy? Otherwise one block on
+ * one thread is still right, just slower than it could be. */
+static int par_if(int64_t blocks, int64_t work) { return blocks > 1 && work > (1 << 18); }
+
+int x3_gemm_xwt(const float *x, int64_t rows, int64_t seg, int64_t in, const float *w,
+                int64_t out, float *y)
+{
+	if (rows <= 0 || out <= 0)
+		return X3_OK;
+	if (seg <= 0 || seg > rows || rows % seg)
+		seg = rows;
+	if (in <= 0) {
+		memset(y, 0, (size_t)(rows * out) * sizeof *y);
+		return X3_OK;
+	}
+	/* blocks of R rows counted from each segment's start; a segment's last,
+	 * partial block goes through a whole, zero-padded block, so that every
+	 * row meets the kernel at the same place whatever else is in the call */
+	const int64_t R = X3_GEMM_ROWS, per = (seg + R - 1) / R, nb = rows / seg * per;
+	int fail = 0;
+	int prev = x3_blas_serial_begin();
+	#pragma omp parallel for schedule(dynamic, 1) if(par_if(nb, rows * in * out))
+	for (int64_t b = 0; b < nb; b++) {
+		int64_t r0 = b / per * seg + b % per * R, n = b % per == per - 1 ? seg - b % per * R : R;
+		const float *xb = x + r0 * in;
+		float *yb = y + r0 * out, *px = NULL, *py = NULL;
+		if (n < R) {
+			px = calloc((size_t)(R * in), sizeof *px);
+			py = malloc((size_t)(R * out) * sizeof *py);
+			if (!px || !py) {
+				free(px), free(py);
+				#pragma omp atomic write
+				fail = 1;
+				continue;
+			}
+			memcpy(px, xb, (size_t)(n * in) * sizeof *px);
+			xb = px, yb = py;
+		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)out, (int)in, 1.0f,
+		            xb, (int)in, w, (int)in, 0.0f, yb, (int)out);
+		if (py)
+			memcpy(y + r0 * out, py, (size_t)(n * out) * sizeof *y);
+		free(px), free(py);
+	}
+	x3_blas_serial_end(prev);
+	if (fail)
+		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld product", (long long)rows,
+		              (long long)out);
+	return X3_OK;
+}
+
+void x3_gemm_atb(int64_t m, int64_t n, int64_t kk, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+	if (m <= 0 || n <= 0)
+		return;
+	const int64_t W = X3_GEMM_COLS, nb = (n + W - 1) / W;
+	int prev = x3_blas_serial_begin();
+	#pragma omp parallel for schedule(dynamic, 1) if(par_if(nb, m * n * kk))
+	for (int64_t b = 0; b < nb; b++) {
+		int64_t c0 = b * W, w = n - c0 < W ? n - c0 : W;
+		if (kk <= 0) {
+			for (int64_t i = 0; i < m; i++)
+				for (int64_t j = 0; j < w; j++)
+					C[i * ldc + c0 + j] = beta == 0 ? 0 : beta * C[i * ldc + c0 + j];
+			continue;
+		}
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)w, (int)kk, 1.0f, A,
+		            (int)lda, B + c0, (int)ldb, beta, C + c0, (int)ldc);
+	}
+	x3_blas_serial_end(prev);
+}
+
+/* The upper triangle of H (n, n) += xᵀx, x (rows, n): one product per pair
+ * of column blocks (bi <= bj) of X3_GEMM_COLS, the diagonal blocks in full
+ * (their lower half is not read). Same blocks whatever the thread count. */
+#define GRAM_BODY(GEMM, T)                                                              \
+	if (rows <= 0 || n <= 0)                                                            \
+		return;                                                                         \
+	const int64_t W = X3_GEMM_COLS, nb = (n + W - 1) / W, np = nb * (nb + 1) / 2;       \
+	int prev = x3_blas_serial_begin();                                                  \
+	_Pragma("omp parallel for schedule(dynamic, 1) if(par_if(np, rows * n * n))")       \
+	for (int64_t p = 0; p < np; p++) {                                                  \
+		int64_t bi = 0, r = p;                                                          \
+		while (r >= nb - bi)                                                            \
+			r -= nb - bi, bi++;                                                         \
+		int64_t bj = bi + r, i0 = bi * W, j0 = bj * W;                                  \
+		int64_t wi = n - i0 < W ? n - i0 : W, wj = n - j0 < W ? n - j0 : W;             \
+		GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)wj, (int)rows,      \
+		     (T)1, x + i0, (int)n, x + j0, (int)n, (T)1, H + i0 * n + j0, (int)n);      \
+	}                                                                                   \
+	x3_blas_serial_end(prev);
+
+void x3_gram_acc_f32(const float *x, int64_t rows, int64_t n, float *H)
+{
+	GRAM_BODY(cblas_sgemm, float)
+}
+
+void x3_gram_acc_f64(const double *x, int64_t rows, int64_t n, double *H)
+{
+	GRAM_BODY(cblas_dgemm, double)
+}

@@ -1,0 +1,57 @@
+/* blas.h: the toolkit's dense products, with the reproducibility rule that
+ * every caller relies on.
+ *
+ * OpenBLAS picks its blocking, its edge kernels and its split between
+ * threads from the call's shape and from OPENBLAS_NUM_THREADS, so one output
+ * element of a plain cblas_sgemm can round differently when the same row is
+ * multiplied in a call with more rows, or on two threads instead of one. The
+ * functions here cut every product into blocks of a fixed shape (rows in
+ * X3_GEMM_ROWS, columns in X3_GEMM_COLS, the last partial row block padded
+ * with zero rows), multiply each block on one BLAS thread and spread the
+ * blocks over OpenMP threads. An element's value then depends on nothing but
+ * its operands and the BLAS kernel of the machine:
+ *   - the same on any thread count (BLAS or OpenMP) and any batch it shares;
+ *   - NOT the same under another OpenBLAS kernel (OPENBLAS_CORETYPE Haswell
+ *     vs SkylakeX, say): those order their fused multiply-adds differently.
+ * Numbers the toolkit decides on (proxy errors, scale search, the plan) are
+ * computed by our own fixed-order loops instead (quant.c), so they do not
+ * depend on the kernel either; README "Reproducibility" states the whole
+ * rule. */
+#ifndef X3_BLAS_H
+#define X3_BLAS_H
+
+#include <stdint.h>
+
+#define X3_GEMM_ROWS 64
+#define X3_GEMM_COLS 256
+
+/* y (rows, out) = x (rows, in) · wᵀ, w (out, in) row-major: the dense linear.
+ * rows are segments of seg rows each (the tokens of one calibration row;
+ * seg <= 0, or not dividing rows, means one segment). Row p of a segment
+ * depends on that row of x and on p alone, not on the other rows or
+ * segments in the call: the kernels round a row by its place in a block
+ * (OpenBLAS Haswell: by p mod 12), so blocks count from each segment's
+ * start. Returns X3_OK or X3_ENOMEM. */
+int x3_gemm_xwt(const float *x, int64_t rows, int64_t seg, int64_t in, const float *w,
+                int64_t out, float *y);
+
+/* C (m, n) = Aᵀ B + beta C, A (kk, m) with leading dimension lda, B (kk, n)
+ * with ldb, C with ldc, all row-major (LDLQ's feedback products). The blocks
+ * are whole column blocks of X3_GEMM_COLS: column j of C depends on column j
+ * of B and on A alone. */
+void x3_gemm_atb(int64_t m, int64_t n, int64_t kk, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* The upper triangle of H (n, n) += xᵀx for x (rows, n), row-major: the
+ * Hessian sums. Element (i, j) depends on columns i and j of x alone (the
+ * lower triangle is left partly written and is not meaningful). */
+void x3_gram_acc_f32(const float *x, int64_t rows, int64_t n, float *H);
+void x3_gram_acc_f64(const double *x, int64_t rows, int64_t n, double *H);
+
+/* Run OpenBLAS on one thread until x3_blas_serial_end(prev); for LAPACK
+ * calls whose threaded form blocks differently. Not reentrant across
+ * threads: call from the program's main thread. */
+int x3_blas_serial_begin(void);
+void x3_blas_serial_end(int prev);
+
+#endif
