@@ -14,43 +14,78 @@ Q = @
 say = @printf '  %-6s %s\n' $(1) $(2);
 endif
 
-LIB_SRC := $(sort $(wildcard lib/*.c))
+# lib/gpu*.c and kernels/*.cu are the GPU backend: a shared object that the
+# library dlopens for --device cuda|auto (lib/device.h); nothing else links
+# CUDA, so the programs are the same with CUDA=0 and CUDA=1.
+LIB_SRC := $(filter-out lib/gpu%.c,$(sort $(wildcard lib/*.c)))
 LIB_OBJ := $(LIB_SRC:.c=.o)
+GPU_SRC := $(sort $(wildcard lib/gpu*.c))
 CU_SRC := $(sort $(wildcard kernels/*.cu))
+BACKEND := lib/libexl3kit-cuda.so
 ifeq ($(CUDA),1)
-CPPFLAGS += -DX3_CUDA=1 -I$(CUDA_HOME)/include
+GPU_OBJ := $(GPU_SRC:.c=.o)
 CU_OBJ := $(CU_SRC:.cu=.o)
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcusolver -lcudart -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcusolver -lcudart -lstdc++
 GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+BACKEND_OUT := $(BACKEND)
 endif
 BIN_UTIL := bin/util.o
-PROGS := $(patsubst bin/%.c,bin/%,$(filter-out bin/util.c,$(sort $(wildcard bin/*.c))))
+# linked only into the programs that quantize (the others then load no
+# LAPACK/BLAS/OpenMP at start-up: -Wl,--as-needed in config.mk)
+BIN_HESS := bin/hess-cache.o
+PROGS := $(patsubst bin/%.c,bin/%,$(filter-out bin/util.c bin/hess-cache.c,$(sort $(wildcard bin/*.c))))
 UNIT := $(patsubst %.c,%,$(sort $(wildcard tests/unit/t*.c)))
+# tests/bench/gpu calls the kernels themselves: built with CUDA only
 BENCH := $(patsubst %.c,%,$(sort $(wildcard tests/bench/*.c)))
+ifneq ($(CUDA),1)
+BENCH := $(filter-out tests/bench/gpu,$(BENCH))
+endif
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
 LIB := lib/libexl3kit.a
 
-all: $(LIB) $(PROGS) $(UNIT) $(BENCH)
+all: $(LIB) $(PROGS) $(UNIT) $(BENCH) $(BACKEND_OUT)
 
 %.o: %.c
 	$(call say,CC,$@)$(CC) $(CPPFLAGS) $(X3_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+# where an installed program finds the backend (device.c), rebuilt when
+# LIBEXECDIR changes
+lib/device.o: CPPFLAGS += -DX3_LIBEXECDIR='"$(LIBEXECDIR)"'
+lib/device.o: lib/.libexecdir
+lib/.libexecdir: FORCE
+	@echo '$(LIBEXECDIR)' | cmp -s - $@ || echo '$(LIBEXECDIR)' > $@
+
+$(GPU_OBJ): lib/%.o: lib/%.c
+	$(call say,CC,$@)$(CC) $(CPPFLAGS) -I$(CUDA_HOME)/include $(X3_CFLAGS) $(CFLAGS) -fPIC -MMD -MP -c -o $@ $<
+
 kernels/%.o: kernels/%.cu
-	$(call say,NVCC,$@)$(NVCC) $(GENCODE) $(NVCCFLAGS) -Ilib -DX3_CUDA=1 -c -o $@ $<
+	$(call say,NVCC,$@)$(NVCC) $(GENCODE) $(NVCCFLAGS) -Xcompiler -fPIC -Ilib -c -o $@ $<
 # nvcc writes no dependency files: every kernel depends on the shared headers
 $(CU_OBJ): $(wildcard kernels/*.cuh) lib/gpu_kern.h
 
-$(LIB): $(LIB_OBJ) $(CU_OBJ)
+# the backend object exports x3_gpu_backend only (lib/gpu.map) and needs
+# nothing of libexl3kit (-z defs)
+$(BACKEND): $(GPU_OBJ) $(CU_OBJ) lib/gpu.map
+	$(call say,LINK,$@)$(CC) -shared $(LDFLAGS) -Wl,--version-script=lib/gpu.map -Wl,-z,defs \
+		-o $@ $(GPU_OBJ) $(CU_OBJ) $(CUDA_LIBS) -lm
+
+$(LIB): $(LIB_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
+bin/had-rotate bin/trellis-encode: $(BIN_HESS)
 bin/%: bin/%.o $(BIN_UTIL) $(LIB)
-	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(BIN_UTIL) $(LIB) $(LDLIBS)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(filter $(BIN_HESS),$^) $(BIN_UTIL) $(LIB) $(LDLIBS)
 
 tests/unit/%: tests/unit/%.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 tests/bench/%: tests/bench/%.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# the backend's own benchmark: its functions linked in, not loaded
+tests/bench/gpu.o: CPPFLAGS += -I$(CUDA_HOME)/include
+tests/bench/gpu: tests/bench/gpu.o $(filter-out lib/gpu_entry.o,$(GPU_OBJ)) $(CU_OBJ) $(LIB)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 test: all
 	@tests/run
@@ -71,13 +106,14 @@ install: all
 	for p in pipelines/*; do [ -f "$$p" ] && install -m 755 "$$p" $(DESTDIR)$(BINDIR)/exl3-$$(basename $$p) || true; done
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
 	install -m 644 man/*.5 $(DESTDIR)$(MANDIR)/man5
+	$(if $(BACKEND_OUT),install -m 755 $(BACKEND) $(DESTDIR)$(LIBEXECDIR))
 
 clean:
-	rm -f lib/*.o lib/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(PROGS) \
+	rm -f lib/*.o lib/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(BACKEND) lib/.libexecdir $(PROGS) \
 	  tests/unit/*.o tests/unit/*.d $(UNIT) tests/bench/*.o tests/bench/*.d $(BENCH)
 	rm -rf tests/fuzz/build
 
-.PHONY: all test bench fuzz deps install clean
+.PHONY: all test bench fuzz deps install clean FORCE
 include tests/gpu/cusim/cusim.mk
 .SECONDARY:
 -include $(wildcard lib/*.d bin/*.d tests/unit/*.d tests/bench/*.d)

@@ -18,10 +18,13 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib -I/usr/include/x86_64-linux-gnu/openblas-pthread
 # the fixed-order loops (proxy error, Hessian finalization) round the same on
 # every compiler and x86-64 (gcc's -std=c11 default; clang's is "on").
 X3_CFLAGS = -std=c11 $(WARN) -ffp-contract=off -fopenmp -pthread
-LDLIBS = -lzstd -lxxhash -ljansson -lpcre2-8 -llapacke -lopenblas -lm -fopenmp -pthread
+# --as-needed: a program records only the libraries it uses (tensor-ls
+# loads no OpenBLAS, LAPACK or OpenMP at start-up)
+LDLIBS = -Wl,--as-needed -lzstd -lxxhash -ljansson -lpcre2-8 -llapacke -lopenblas -lm -ldl -fopenmp -pthread
 
-# CUDA: auto-detected (nvcc on PATH or in /usr/local/cuda/bin); CUDA=0 forces
-# the CPU-only toolkit, CUDA=1 requires nvcc.
+# CUDA: auto-detected (nvcc on PATH or in /usr/local/cuda/bin); CUDA=1 (which
+# requires nvcc) builds the GPU backend object lib/libexl3kit-cuda.so, CUDA=0
+# does not. The programs are the same either way (they dlopen the object).
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 ifeq ($(origin CUDA), undefined)
 CUDA := $(if $(NVCC),1,0)

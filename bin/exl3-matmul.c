@@ -10,7 +10,7 @@
 #include "arch.h"
 #include "codec.h"
 #include "exl3.h"
-#include "gpu.h"
+#include "device.h"
 #include "frame.h"
 #include "model.h"
 #include "safetensors.h"
@@ -44,7 +44,8 @@ static const char help[] =
 static const char *opt_model, *opt_key, *opt_x, *opt_check;
 static long opt_in, opt_out, opt_threads, opt_zstd;
 static int opt_dequant, opt_ref, opt_device = X3_DEVICE_CPU;
-static x3_gpu_linear *gpu;   /* the layer on the device (--device cuda) */
+static const x3_gpu *backend;   /* the GPU backend (--device cuda) */
+static x3_gpu_linear *gpu;      /* the layer on the device */
 static x3_dtype opt_dtype = X3_F32;
 
 /* Read frames from r until the whole group of one EXL3 key has been read.
@@ -256,7 +257,7 @@ static void do_check(x3_exl3 *e, const char *path)
 static int gpu_matmul(const x3_exl3 *e, const float *x, int64_t rows, int64_t cols, float *y)
 {
 	const int64_t k = x3_exl3_k(e), n = x3_exl3_n(e), out = x3_exl3_out(e);
-	int rc = gpu ? X3_OK : x3_gpu_linear_from_exl3(e, &gpu);
+	int rc = gpu ? X3_OK : x3_exl3_upload(e, backend, &gpu);
 	if (rc)
 		return rc;
 	float *xk = calloc((size_t)(rows * k), sizeof *xk);
@@ -267,7 +268,7 @@ static int gpu_matmul(const x3_exl3 *e, const float *x, int64_t rows, int64_t co
 	}
 	for (int64_t r = 0; r < rows; r++)
 		memcpy(xk + r * k, x + r * cols, (size_t)cols * sizeof *x);
-	rc = x3_gpu_linear_forward(gpu, xk, rows, yn);
+	rc = backend->linear_forward(gpu, xk, rows, yn);
 	for (int64_t r = 0; !rc && r < rows; r++)
 		memcpy(y + r * out, yn + r * n, (size_t)out * sizeof *y);
 	free(xk), free(yn);
@@ -343,10 +344,7 @@ int main(int argc, char **argv)
 		case O_DEQ: opt_dequant = 1; break;
 		case O_CHECK: opt_check = optarg; break;
 		case O_REF: opt_ref = 1; break;
-		case O_DEV:
-			if (x3_device_parse(optarg, &want_device))
-				usage_error(usage, "--device: '%s' is not cpu, cuda or auto", optarg);
-			break;
+		case O_DEV: want_device = device_parse(usage, optarg); break;
 		case O_DT:
 			if (x3_dtype_parse(optarg, &opt_dtype) ||
 			    (opt_dtype != X3_F32 && opt_dtype != X3_F16 && opt_dtype != X3_BF16))
@@ -368,8 +366,9 @@ int main(int argc, char **argv)
 		usage_error(usage, "-x makes no sense with --dequant or --check");
 	if (opt_ref && want_device != X3_DEVICE_CPU)
 		usage_error(usage, "--reference runs on the CPU: it excludes --device cuda|auto");
-	if (x3_device_resolve(want_device, &opt_device))
-		die("%s", x3_errmsg());
+	opt_device = device_resolve(want_device);
+	if (opt_device == X3_DEVICE_CUDA && x3_gpu_open(&backend))
+		die("--device cuda: %s", x3_errmsg());
 
 	x3_reader *in = NULL;
 	x3_tensor *next = NULL;
@@ -431,7 +430,8 @@ int main(int argc, char **argv)
 	if (x3_writer_close(w))
 		die_x3("stdout");
 	x3_reader_close(in);
-	x3_gpu_linear_free(gpu);
+	if (gpu)
+		backend->linear_free(gpu);
 	x3_exl3_free(e);
 	check_stdout();
 	return 0;

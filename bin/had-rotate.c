@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "frame.h"
-#include "gpu.h"
+#include "device.h"
 #include "quant.h"
 #include "util.h"
 

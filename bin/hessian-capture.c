@@ -11,7 +11,7 @@
 #include "util.h"
 #include "calib.h"
 #include "frame.h"
-#include "gpu.h"
+#include "device.h"
 #include "hessian.h"
 #include "model.h"
 #include "tokenizer.h"

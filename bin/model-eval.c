@@ -10,8 +10,8 @@
 #include <jansson.h>
 #include "util.h"
 #include "calib.h"
+#include "device.h"
 #include "frame.h"
-#include "gpu.h"
 #include "klstats.h"
 #include "model.h"
 #include "tokenizer.h"

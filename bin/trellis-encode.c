@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include "codec.h"
 #include "frame.h"
-#include "gpu.h"
+#include "device.h"
 #include "quant.h"
 #include "util.h"
 
@@ -344,8 +344,7 @@ int main(int argc, char **argv)
 			json_summary = 1;
 			break;
 		case 'D':
-			if (x3_device_parse(optarg, &want_device))
-				usage_error(usage, "--device: '%s' is not cpu, cuda or auto", optarg);
+			want_device = device_parse(usage, optarg);
 			break;
 		case 's':
 			seed = (uint64_t)parse_long(usage, "--seed", optarg, 0, INT64_MAX);
@@ -381,10 +380,13 @@ int main(int argc, char **argv)
 	if (!measure && !K)
 		usage_error(usage, "-K N (1..8) or --measure LIST is required");
 	/* the GPU encoder is bit-identical: only the Viterbi moves */
-	if (x3_device_resolve(want_device, &device))
-		die("%s", x3_errmsg());
-	if (device == X3_DEVICE_CUDA && x3_gpu_viterbi_backend(1))
-		die("--device cuda: %s", x3_errmsg());
+	device = device_resolve(want_device);
+	if (device == X3_DEVICE_CUDA) {
+		const x3_gpu *g;
+		if (x3_gpu_open(&g))
+			die("--device cuda: %s", x3_errmsg());
+		x3_viterbi_set_backend(g->viterbi_encode);
+	}
 	if (!measure) {
 		Ks[0] = K;
 		nK = 1;

@@ -53,7 +53,7 @@ struct outfile {
 int outfile_open(struct outfile *o, const char *path);
 void outfile_commit(struct outfile *o);
 
-/* --device cpu|cuda|auto (gpu.h): parse one (a bad value is a usage
+/* --device cpu|cuda|auto (device.h): parse one (a bad value is a usage
  * error, exit 2, naming it) ... */
 int device_parse(const char *usage, const char *s);
 /* ... and resolve it to X3_DEVICE_CPU or X3_DEVICE_CUDA: cuda without a
@@ -71,6 +71,7 @@ uint64_t peak_rss_bytes(void);
 
 
 /* ---- for the quantizer programs (had-rotate, trellis-encode) ---------- */
+/* hess_cache_* are in bin/hess-cache.c, linked into those two only. */
 struct x3_writer;
 struct x3_qhess;
 /* The current Hessian frame and its finalized form for one input size. */

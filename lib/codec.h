@@ -66,7 +66,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 int x3_viterbi_encode_ref(int K, int cb, const float *x, int64_t ntiles,
                           uint16_t *states, float *values);
 /* Optional replacement of x3_viterbi_encode, e.g. the bit-identical GPU
- * encoder of gpu.h (x3_gpu_viterbi_backend): while set, x3_viterbi_encode
+ * encoder of the GPU backend (device.h viterbi_encode): while set, x3_viterbi_encode
  * (and with it everything in quant.h) calls fn after checking its
  * arguments; NULL restores the CPU encoder. Set it once, before encoding.
  * (Added by the cuda branch.) */

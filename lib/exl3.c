@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <omp.h>
 #include "codec.h"
+#include "device.h"
 #include "exl3_impl.h"
 
 static const char *const parts[] = {
@@ -535,4 +536,22 @@ int x3_exl3_matmul(const x3_exl3 *e, const float *x, int64_t rows, int64_t xc,
 	free(xh);
 	free(yh);
 	return rc;
+}
+
+int x3_exl3_upload(const x3_exl3 *e, const x3_gpu *g, x3_gpu_linear **out)
+{
+	*out = NULL;
+	if (!e || !g)
+		return x3_err(X3_EINVAL, "linear: NULL layer or backend");
+	const int64_t tk = e->k / 16, tn = e->n / 16, w = 16 * (int64_t)e->K;
+	uint16_t *tr = malloc((size_t)(tk * tn * w) * sizeof(uint16_t));
+	if (!tr)
+		return x3_err(X3_ENOMEM, "out of memory");
+	for (int64_t kb = 0; kb < tk; kb++)
+		for (int64_t nb = 0; nb < tn; nb++)
+			memcpy(tr + (kb * tn + nb) * w, e->trellis + (nb * tk + kb) * w,
+			       (size_t)w * sizeof(uint16_t));
+	int rc = g->linear_create_f32(e->K, e->cb, e->k, e->n, tr, e->suh, e->svh, e->bias, out);
+	free(tr);
+	return rc ? x3_errprefix(rc, "'%s'", e->key ? e->key : "?") : X3_OK;
 }

@@ -94,4 +94,13 @@ int x3_exl3_matmul_ref(const x3_exl3 *e, const float *x, int64_t rows,
 const char *x3_exl3_simd(void);
 int x3_exl3_simd_set(const char *name);
 
+/* Upload the layer to the GPU backend g (device.h linear_create_f32):
+ * the device keeps the stored (k/16, n/16) tile order, this layer the
+ * column-major one, so the tiles are put back on the way. The forward
+ * functions then take k-wide inputs (zero-extend in_features) and give
+ * n-wide outputs (trim to out_features). Errors name the key. */
+struct x3_gpu;
+struct x3_gpu_linear;
+int x3_exl3_upload(const x3_exl3 *e, const struct x3_gpu *g, struct x3_gpu_linear **out);
+
 #endif

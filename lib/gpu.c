@@ -1,68 +1,18 @@
-/* gpu.c: host side of the CUDA path: device selection, memory, and the
+/* gpu.c: host side of the CUDA path: device queries, memory, and the
  * checked wrappers of the codec kernels (Viterbi, decode, reconstruct,
  * Hadamard) and of the EXL3 linear (fused GEMV or reconstruct + cuBLAS
- * GEMM). See gpu.h. */
+ * GEMM). Part of the backend object (device.h); see gpu_impl.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu.h"
-#include "codec.h"
-
-/* ---- device selection (also without CUDA) ---------------------------- */
-
-int x3_device_parse(const char *s, int *dev)
-{
-	if (!s)
-		return x3_err(X3_EINVAL, "missing device name (cpu, cuda or auto)");
-	if (!strcmp(s, "cpu"))
-		*dev = X3_DEVICE_CPU;
-	else if (!strcmp(s, "cuda") || !strcmp(s, "gpu"))
-		*dev = X3_DEVICE_CUDA;
-	else if (!strcmp(s, "auto"))
-		*dev = X3_DEVICE_AUTO;
-	else
-		return x3_err(X3_EINVAL, "unknown device '%s' (cpu, cuda or auto)", s);
-	return X3_OK;
-}
-
-const char *x3_device_name(int dev)
-{
-	return dev == X3_DEVICE_CPU ? "cpu" : dev == X3_DEVICE_CUDA ? "cuda" :
-	       dev == X3_DEVICE_AUTO ? "auto" : "?";
-}
-
-int x3_device_resolve(int want, int *dev)
-{
-	switch (want) {
-	case X3_DEVICE_CPU:
-		*dev = X3_DEVICE_CPU;
-		return X3_OK;
-	case X3_DEVICE_CUDA:
-		if (!x3_gpu_available())
-			return x3_errprefix(X3_EUNSUP, "device cuda");
-		*dev = X3_DEVICE_CUDA;
-		return X3_OK;
-	case X3_DEVICE_AUTO:
-		*dev = x3_gpu_available() ? X3_DEVICE_CUDA : X3_DEVICE_CPU;
-		return X3_OK;
-	default:
-		return x3_err(X3_EINVAL, "bad device id %d", want);
-	}
-}
-
-int x3_device_select(const char *s, int *dev)
-{
-	int want, rc = x3_device_parse(s, &want);
-	return rc ? rc : x3_device_resolve(want, dev);
-}
-
-#ifdef X3_CUDA
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
-#include "gpu_kern.h"
+
+#include "codec.h"
 #include "gpu_impl.h"
+#include "gpu_kern.h"
 
 #define RSQRT128 0.08838834764831845f
 
@@ -98,7 +48,7 @@ int x3_gpu_blaserr(int s, const char *what)
 	return x3_err(X3_EIO, "cublas: %s: status %d", what, (int)s);
 }
 
-int x3_gpu_available(void)
+int x3_gpu_dev_available(void)
 {
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
@@ -116,7 +66,7 @@ int x3_gpu_available(void)
 
 int x3_gpu_describe(char *buf, size_t len)
 {
-	if (!x3_gpu_available())
+	if (!x3_gpu_dev_available())
 		return X3_EUNSUP;
 	int dev = 0;
 	struct cudaDeviceProp p;
@@ -132,7 +82,7 @@ int x3_gpu_describe(char *buf, size_t len)
 
 static int need_device(void)
 {
-	return x3_gpu_available() ? X3_OK : X3_EUNSUP;
+	return x3_gpu_dev_available() ? X3_OK : X3_EUNSUP;
 }
 
 int x3_gpu_alloc(void **p, size_t bytes)
@@ -328,18 +278,6 @@ int x3_gpu_viterbi_encode(int K, int cb, const float *x, int64_t ntiles, uint16_
 	x3_gpu_free(st_d);
 	x3_gpu_free(val_d);
 	return rc;
-}
-
-int x3_gpu_viterbi_backend(int on)
-{
-	if (!on) {
-		x3_viterbi_set_backend(NULL);
-		return X3_OK;
-	}
-	if (!x3_gpu_available())
-		return X3_EUNSUP;
-	x3_viterbi_set_backend(x3_gpu_viterbi_encode);
-	return X3_OK;
 }
 
 /* ---- decode / reconstruct ------------------------------------------------ */
@@ -789,88 +727,7 @@ int x3_gpu_linear_weight(x3_gpu_linear *L, int inner, float *w)
 	return rc;
 }
 
-#else /* !X3_CUDA: the toolkit without CUDA */
-
-#define NOCUDA x3_err(X3_EUNSUP, "built without CUDA")
-
-int x3_gpu_available(void)
+int x3_gpu_gemv_ksplit(int64_t k, int64_t n)
 {
-	NOCUDA;
-	return 0;
+	return x3k_gemv_ksplit(k, n);
 }
-int x3_gpu_describe(char *buf, size_t len)
-{
-	if (len)
-		buf[0] = 0;
-	return NOCUDA;
-}
-int x3_gpu_alloc(void **p, size_t bytes)
-{
-	*p = NULL;
-	return NOCUDA;
-}
-void x3_gpu_free(void *p) { (void)p; }
-int x3_gpu_upload(void *dst_d, const void *src, size_t bytes) { return NOCUDA; }
-int x3_gpu_download(void *dst, const void *src_d, size_t bytes) { return NOCUDA; }
-int x3_gpu_memset(void *dst_d, int byte, size_t bytes) { return NOCUDA; }
-int x3_gpu_sync(void) { return NOCUDA; }
-int x3_gpu_meminfo(size_t *free_b, size_t *total_b) { return NOCUDA; }
-int x3_gpu_viterbi_encode(int K, int cb, const float *x, int64_t ntiles, uint16_t *states,
-                          float *values)
-{
-	return NOCUDA;
-}
-int x3_gpu_viterbi_encode_d(int K, int cb, const float *x_d, int64_t ntiles,
-                            uint16_t *states_d, float *values_d, size_t max_scratch,
-                            size_t *scratch_used)
-{
-	return NOCUDA;
-}
-int x3_gpu_trellis_decode(int K, int cb, const uint16_t *trellis, int64_t k, int64_t n, float *w)
-{
-	return NOCUDA;
-}
-int x3_gpu_trellis_decode_d(int K, int cb, const uint16_t *trellis_d, int64_t k, int64_t n,
-                            void *w_d, int out_f16)
-{
-	return NOCUDA;
-}
-int x3_gpu_reconstruct(int K, int cb, const uint16_t *trellis, const uint16_t *suh,
-                       const uint16_t *svh, int64_t k, int64_t n, float *w)
-{
-	return NOCUDA;
-}
-int x3_gpu_had128_rows(float *x, int64_t rows, int64_t cols) { return NOCUDA; }
-int x3_gpu_viterbi_backend(int on)
-{
-	if (!on) {
-		x3_viterbi_set_backend(NULL);
-		return X3_OK;
-	}
-	return NOCUDA;
-}
-int x3_gpu_had128_cols(float *x, int64_t rows, int64_t cols) { return NOCUDA; }
-int x3_gpu_linear_create(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
-                         const uint16_t *suh, const uint16_t *svh, const uint16_t *bias,
-                         x3_gpu_linear **out)
-{
-	*out = NULL;
-	return NOCUDA;
-}
-int x3_gpu_linear_create_f32(int K, int cb, int64_t k, int64_t n, const uint16_t *trellis,
-                             const float *suh, const float *svh, const float *bias,
-                             x3_gpu_linear **out)
-{
-	*out = NULL;
-	return NOCUDA;
-}
-void x3_gpu_linear_free(x3_gpu_linear *L) { (void)L; }
-size_t x3_gpu_linear_bytes(const x3_gpu_linear *L) { return 0; }
-int x3_gpu_linear_forward(x3_gpu_linear *L, const float *x, int64_t m, float *y) { return NOCUDA; }
-int x3_gpu_linear_forward_d(x3_gpu_linear *L, const float *x_d, int64_t m, float *y_d, int path)
-{
-	return NOCUDA;
-}
-int x3_gpu_linear_weight(x3_gpu_linear *L, int inner, float *w) { return NOCUDA; }
-
-#endif

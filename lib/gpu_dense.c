@@ -1,4 +1,4 @@
-/* gpu_dense.c: a dense F32 linear on the device (gpu.h x3_gpu_dense_*),
+/* gpu_dense.c: a dense F32 linear on the device (device.h dense_*),
  * for the model forward of hessian-capture and model-eval: the weight is
  * uploaded once, then y = x Wᵀ (+ bias) is one cuBLAS SGEMM (fp32 inputs,
  * fp32 accumulation: CUBLAS_DEFAULT_MATH, no TF32) per block of rows and
@@ -9,15 +9,12 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cublas_v2.h>
 
-#include "gpu.h"
+#include "gpu_impl.h"
 
 /* Device staging of host rows: at most this many floats per buffer. */
 #define DENSE_STAGE_FLOATS ((int64_t)1 << 24)
-
-#ifdef X3_CUDA
-#include <cublas_v2.h>
-#include "gpu_impl.h"
 
 struct x3_gpu_dense {
 	int64_t in, out;
@@ -51,7 +48,7 @@ int x3_gpu_dense_create(const float *w, const float *bias, int64_t in, int64_t o
 	    in > INT64_MAX / out / (int64_t)sizeof(float))
 		return x3_err(X3_EINVAL, "dense linear: bad arguments (%lldx%lld)", (long long)out,
 		              (long long)in);
-	if (!x3_gpu_available())
+	if (!x3_gpu_dev_available())
 		return X3_EUNSUP;
 	x3_gpu_dense *d = calloc(1, sizeof *d);
 	if (!d)
@@ -190,26 +187,3 @@ int x3_gpu_dense_forward(x3_gpu_dense *d, const float *x, int64_t rows, float *y
 	}
 	return rc;
 }
-
-#else /* !X3_CUDA */
-
-#define NOCUDA x3_err(X3_EUNSUP, "built without CUDA")
-
-int x3_gpu_dense_create(const float *w, const float *bias, int64_t in, int64_t out,
-                        x3_gpu_dense **res)
-{
-	*res = NULL;
-	return NOCUDA;
-}
-void x3_gpu_dense_free(x3_gpu_dense *d) { (void)d; }
-size_t x3_gpu_dense_bytes(const x3_gpu_dense *d) { return 0; }
-int x3_gpu_dense_forward(x3_gpu_dense *d, const float *x, int64_t rows, float *y)
-{
-	return NOCUDA;
-}
-int x3_gpu_dense_forward_d(x3_gpu_dense *d, const float *x_d, int64_t rows, float *y_d)
-{
-	return NOCUDA;
-}
-
-#endif

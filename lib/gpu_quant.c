@@ -4,23 +4,20 @@
  * x3_qhess_finalize, and LDLQ with cuBLAS feedback products and the GPU
  * Viterbi. Each function mirrors the CPU one in quant.h (same structure,
  * same spans and blocks); only the fp32 summation order of the products
- * differs. See gpu.h. */
+ * differs. See device.h. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "gpu.h"
-#include "codec.h"
-
-#define SIGMA_REG 0.025   /* quant.h X3_SIGMA_REG (exl3(5) §9.1 step 4) */
-#define QSPAN 128         /* quant.h X3_QSPAN: buf_size_k of ldlq (exl3(5) §9.4) */
-
-#ifdef X3_CUDA
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <cusolverDn.h>
-#include "gpu_kern.h"
+
+#include "codec.h"
 #include "gpu_impl.h"
+#include "gpu_kern.h"
+
+#define SIGMA_REG 0.025   /* quant.h X3_SIGMA_REG (exl3(5) §9.1 step 4) */
+#define QSPAN 128         /* quant.h X3_QSPAN: buf_size_k of ldlq (exl3(5) §9.4) */
 
 static int solvererr(cusolverStatus_t s, const char *what)
 {
@@ -59,7 +56,7 @@ int x3_gpu_hessian_create(int64_t k, x3_gpu_hessian **out)
 	*out = NULL;
 	if (k <= 0 || k > 1 << 20)
 		return x3_err(X3_EINVAL, "hessian: bad size %lld", (long long)k);
-	if (!x3_gpu_available())
+	if (!x3_gpu_dev_available())
 		return X3_EUNSUP;
 	x3_gpu_hessian *h = calloc(1, sizeof *h);
 	if (!h)
@@ -172,7 +169,7 @@ int x3_gpu_block_ldl(float *A, int64_t k)
 		return x3_err(X3_EINVAL, "block LDL: size %lld is not a multiple of 16", (long long)k);
 	if (!A)
 		return x3_err(X3_EINVAL, "block LDL: NULL matrix");
-	if (!x3_gpu_available())
+	if (!x3_gpu_dev_available())
 		return X3_EUNSUP;
 	cusolverDnHandle_t sol = NULL;
 	float *A_d = NULL;
@@ -232,7 +229,7 @@ int x3_gpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int
 		return x3_err(X3_EINVAL, "ldlq: bad shape %lldx%lld", (long long)k, (long long)n);
 	if (!W || !states || !Q)
 		return x3_err(X3_EINVAL, "ldlq: NULL argument");
-	if (!x3_gpu_available())
+	if (!x3_gpu_dev_available())
 		return X3_EUNSUP;
 	const int64_t tn = n / 16;
 	float *W_d = NULL, *L_d = NULL, *E_d = NULL, *P_d = NULL, *X_d = NULL, *T_d = NULL,
@@ -347,29 +344,3 @@ int x3_gpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int
 		cublasDestroy(blas);
 	return rc;
 }
-
-#else /* !X3_CUDA */
-
-#define NOCUDA x3_err(X3_EUNSUP, "built without CUDA")
-
-int x3_gpu_hessian_create(int64_t k, x3_gpu_hessian **out)
-{
-	*out = NULL;
-	return NOCUDA;
-}
-void x3_gpu_hessian_free(x3_gpu_hessian *h) { (void)h; }
-int x3_gpu_hessian_add(x3_gpu_hessian *h, const float *x, int64_t rows) { return NOCUDA; }
-int x3_gpu_hessian_add_d(x3_gpu_hessian *h, const float *x_d, int64_t rows) { return NOCUDA; }
-int x3_gpu_hessian_get(x3_gpu_hessian *h, float *H, double *count) { return NOCUDA; }
-int x3_gpu_block_ldl(float *A, int64_t k) { return NOCUDA; }
-int x3_gpu_block_ldl_retry(float *H, int64_t k, int max_retries, float *L, int *retries)
-{
-	return NOCUDA;
-}
-int x3_gpu_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K, int cb,
-                uint16_t *states, float *Q)
-{
-	return NOCUDA;
-}
-
-#endif

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "blas.h"
-#include "gpu.h"
+#include "device.h"
 #include "hessian.h"
 
 struct x3_hess {
@@ -12,6 +12,7 @@ struct x3_hess {
 	int64_t n, count, dropped;
 	float *hf;      /* (n, n), upper triangle accumulated, or NULL */
 	double *hd;     /* (n, n) in f64 mode */
+	const x3_gpu *gpu;  /* the backend of g */
 	x3_gpu_hessian *g; /* rows accumulated on the device, or NULL */
 	struct x3_kv *extra;
 	int nextra;
@@ -86,7 +87,8 @@ void x3_hess_free(x3_hess *h)
 	if (!h)
 		return;
 	free(h->name), free(h->members), free(h->hf), free(h->hd);
-	x3_gpu_hessian_free(h->g);
+	if (h->g)
+		h->gpu->hessian_free(h->g);
 	for (int i = 0; i < h->nextra; i++)
 		free(h->extra[i].key), free(h->extra[i].val);
 	free(h->extra);
@@ -110,7 +112,7 @@ static int add_block(x3_hess *h, const float *x, int64_t rows)
 	if (!rows)
 		return X3_OK;
 	if (h->g)
-		return x3_gpu_hessian_add(h->g, x, rows);
+		return h->gpu->hessian_add(h->g, x, rows);
 	if (!h->f64) {
 		x3_gram_acc_f32(x, rows, n, h->hf);
 		return X3_OK;
@@ -137,7 +139,9 @@ int x3_hess_set_device(x3_hess *h, int dev)
 		return x3_err(X3_EINVAL, "hessian '%s': F64 accumulation runs on the CPU", h->name);
 	if (h->g)
 		return X3_OK;
-	int rc = x3_gpu_hessian_create(h->n, &h->g);
+	int rc = x3_gpu_open(&h->gpu);
+	if (!rc)
+		rc = h->gpu->hessian_create(h->n, &h->g);
 	return rc ? x3_errprefix(rc, "hessian '%s' on cuda", h->name) : X3_OK;
 }
 
@@ -236,7 +240,7 @@ x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
 	float *gh = NULL;
 	if (h->g) {
 		gh = malloc((size_t)(n * n) * sizeof *gh);
-		if (!gh || x3_gpu_hessian_get(((x3_hess *)h)->g, gh, NULL)) {
+		if (!gh || h->gpu->hessian_get(h->g, gh, NULL)) {
 			if (!gh)
 				x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
 			else

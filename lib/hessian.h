@@ -24,8 +24,8 @@ int64_t x3_hess_count(const x3_hess *h);
 const char *x3_hess_members(const x3_hess *h);   /* or NULL */
 int64_t x3_hess_dropped(const x3_hess *h);
 
-/* Accumulate the rows of x3_hess_add_rows on X3_DEVICE_CUDA (gpu.h
- * x3_gpu_hessian_*, cuBLAS SSYRK: equal to the CPU's SSYRK up to F32
+/* Accumulate the rows of x3_hess_add_rows on X3_DEVICE_CUDA (the GPU
+ * backend's hessian_* of device.h, cuBLAS SSYRK: equal to the CPU's SSYRK up to F32
  * rounding) or X3_DEVICE_CPU (default). F32 accumulators only; set it
  * before the first row. Frames added with x3_hess_add_frame stay on the
  * host and are summed with the device's part by x3_hess_frame. */

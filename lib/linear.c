@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "blas.h"
+#include "device.h"
 #include "exl3.h"
-#include "gpu.h"
 #include "linear.h"
 
 /* Batches of at least this many rows multiply an EXL3 linear through a
@@ -23,12 +23,13 @@ struct x3_linear {
 	 * EXL3 linear plus, made on the first batch of more than
 	 * GPU_GEMV_ROWS rows, its dense reconstruction */
 	int dev;
+	const x3_gpu *gpu;   /* the backend, on the device */
 	x3_gpu_dense *gd;
 	x3_gpu_linear *gq;
 };
 
 /* EXL3 batches up to this many rows go through the fused fp32 GEMV
- * (x3_gpu_linear_forward_d path 3, m <= 16), larger ones through the dense
+ * (device.h linear_forward_d path 3, m <= 16), larger ones through the dense
  * reconstruction and SGEMM. */
 #define GPU_GEMV_ROWS 16
 
@@ -160,13 +161,13 @@ static int exl3_bias(x3_linear *l, float **b)
 }
 
 /* The dense reconstruction of an EXL3 linear on the device, from the
- * device's decode (x3_gpu_linear_weight, fp32): (k, n) to HF (out, in). */
+ * device's decode (linear_weight, fp32): (k, n) to HF (out, in). */
 static int exl3_gpu_dense(x3_linear *l)
 {
 	int64_t k = x3_exl3_k(l->q), n = x3_exl3_n(l->q);
 	float *wk = malloc((size_t)(k * n) * sizeof *wk);
 	float *w = malloc((size_t)(l->out * l->in) * sizeof *w), *b = NULL;
-	int rc = !wk || !w ? x3_err(X3_ENOMEM, "out of memory") : x3_gpu_linear_weight(l->gq, 0, wk);
+	int rc = !wk || !w ? x3_err(X3_ENOMEM, "out of memory") : l->gpu->linear_weight(l->gq, 0, wk);
 	if (!rc) {
 		for (int64_t o = 0; o < l->out; o++)
 			for (int64_t i = 0; i < l->in; i++)
@@ -174,7 +175,7 @@ static int exl3_gpu_dense(x3_linear *l)
 		rc = exl3_bias(l, &b);
 	}
 	if (!rc)
-		rc = x3_gpu_dense_create(w, b, l->in, l->out, &l->gd);
+		rc = l->gpu->dense_create(w, b, l->in, l->out, &l->gd);
 	free(wk), free(w), free(b);
 	return rc;
 }
@@ -183,6 +184,7 @@ static int exl3_gpu_dense(x3_linear *l)
  * fp32 GEMV, y trimmed to out. */
 static int exl3_gpu_gemv(x3_linear *l, const float *x, int64_t rows, float *y)
 {
+	const x3_gpu *g = l->gpu;
 	int64_t k = x3_exl3_k(l->q), n = x3_exl3_n(l->q);
 	float *xk = calloc((size_t)(rows * k), sizeof *xk);
 	float *yn = malloc((size_t)(rows * n) * sizeof *yn);
@@ -191,20 +193,20 @@ static int exl3_gpu_gemv(x3_linear *l, const float *x, int64_t rows, float *y)
 	if (!rc) {
 		for (int64_t r = 0; r < rows; r++)
 			memcpy(xk + r * k, x + r * l->in, (size_t)l->in * sizeof *xk);
-		rc = x3_gpu_alloc((void **)&x_d, (size_t)(rows * k) * sizeof(float));
+		rc = g->alloc((void **)&x_d, (size_t)(rows * k) * sizeof(float));
 	}
 	if (!rc)
-		rc = x3_gpu_alloc((void **)&y_d, (size_t)(rows * n) * sizeof(float));
+		rc = g->alloc((void **)&y_d, (size_t)(rows * n) * sizeof(float));
 	if (!rc)
-		rc = x3_gpu_upload(x_d, xk, (size_t)(rows * k) * sizeof(float));
+		rc = g->upload(x_d, xk, (size_t)(rows * k) * sizeof(float));
 	if (!rc)
-		rc = x3_gpu_linear_forward_d(l->gq, x_d, rows, y_d, 3);
+		rc = g->linear_forward_d(l->gq, x_d, rows, y_d, 3);
 	if (!rc)
-		rc = x3_gpu_download(yn, y_d, (size_t)(rows * n) * sizeof(float));
+		rc = g->download(yn, y_d, (size_t)(rows * n) * sizeof(float));
 	if (!rc)
 		for (int64_t r = 0; r < rows; r++)
 			memcpy(y + r * l->out, yn + r * n, (size_t)l->out * sizeof *y);
-	x3_gpu_free(x_d), x3_gpu_free(y_d);
+	g->free(x_d), g->free(y_d);
 	free(xk), free(yn);
 	return rc;
 }
@@ -218,9 +220,20 @@ static int apply_gpu(x3_linear *l, const float *x, int64_t rows, float *y)
 		if (!l->gd)
 			rc = exl3_gpu_dense(l);
 		if (!rc)
-			rc = x3_gpu_dense_forward(l->gd, x, rows, y);
+			rc = l->gpu->dense_forward(l->gd, x, rows, y);
 	}
 	return rc ? x3_errprefix(rc, "linear '%s' on cuda", l->key) : X3_OK;
+}
+
+/* back to the CPU: free what is on the device */
+static void gpu_release(x3_linear *l)
+{
+	if (l->gd)
+		l->gpu->dense_free(l->gd);
+	if (l->gq)
+		l->gpu->linear_free(l->gq);
+	l->gd = NULL, l->gq = NULL;
+	l->dev = X3_DEVICE_CPU;
 }
 
 int x3_linear_set_device(x3_linear *l, int dev)
@@ -230,13 +243,13 @@ int x3_linear_set_device(x3_linear *l, int dev)
 		              x3_device_name(dev));
 	if (dev == l->dev)
 		return X3_OK;
-	x3_gpu_dense_free(l->gd), x3_gpu_linear_free(l->gq);
-	l->gd = NULL, l->gq = NULL;
-	l->dev = X3_DEVICE_CPU;
+	gpu_release(l);
 	if (dev == X3_DEVICE_CPU)
 		return X3_OK;
-	int rc = l->q ? x3_gpu_linear_from_exl3(l->q, &l->gq)
-	              : x3_gpu_dense_create(l->w, l->b, l->in, l->out, &l->gd);
+	int rc = x3_gpu_open(&l->gpu);
+	if (!rc)
+		rc = l->q ? x3_exl3_upload(l->q, l->gpu, &l->gq)
+		          : l->gpu->dense_create(l->w, l->b, l->in, l->out, &l->gd);
 	if (rc)
 		return x3_errprefix(rc, "linear '%s': upload to cuda", l->key);
 	l->dev = X3_DEVICE_CUDA;
@@ -290,7 +303,6 @@ void x3_linear_free(x3_linear *l)
 	free(l->b);
 	free(l->key);
 	x3_exl3_free(l->q);
-	x3_gpu_dense_free(l->gd);
-	x3_gpu_linear_free(l->gq);
+	gpu_release(l);
 	free(l);
 }

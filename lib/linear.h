@@ -26,8 +26,8 @@ int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, int64_t seg, flo
 int x3_linear_is_exl3(const x3_linear *l);
 /* Where x3_linear_apply runs: X3_DEVICE_CPU (the default, the reference)
  * or X3_DEVICE_CUDA (resolved, not auto): a dense weight is uploaded now
- * and multiplied by cuBLAS SGEMM (gpu.h x3_gpu_dense_*); an EXL3 linear is
- * uploaded (x3_gpu_linear_from_exl3) and multiplies batches of up to 16
+ * and multiplied by cuBLAS SGEMM (device.h dense_*); an EXL3 linear is
+ * uploaded (x3_exl3_upload) and multiplies batches of up to 16
  * rows with the fp32 fused GEMV, larger ones with its dense reconstruction
  * made on the device. Either way the result equals the CPU's up to F32
  * rounding (summation order). X3_EUNSUP without a device. */

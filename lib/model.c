@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "arch.h"
-#include "gpu.h"
+#include "device.h"
 #include "model.h"
 #include "safetensors.h"
 #include "linear.h"

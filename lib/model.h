@@ -121,7 +121,7 @@ struct x3_forward_opts {
 	int (*layer_input)(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden);
 	void *layer_input_ctx;
 	/* Where the linears multiply: X3_DEVICE_CPU (default) or
-	 * X3_DEVICE_CUDA (resolved; gpu.h), see x3_linear_set_device. Each
+	 * X3_DEVICE_CUDA (resolved; device.h), see x3_linear_set_device. Each
 	 * layer's weights go to the device when the layer runs; embedding,
 	 * norms, RoPE, attention and the activation stay on the CPU. */
 	int device;

@@ -12,7 +12,7 @@
 #include <xxhash.h>
 #include "blas.h"
 #include "codec.h"
-#include "gpu.h"
+#include "device.h"
 #include "quant.h"
 
 /* -1.24371088: RMS of the 3INST codebook, negated (exl3(5) §9.2 step 7) */
@@ -171,33 +171,35 @@ int x3_block_ldl(float *A, int64_t k)
 }
 
 /* Where the Hadamard rotations and the block LDL of x3_qhess_finalize and
- * x3_regularize run (x3_quant_set_device). */
-static int quant_device = X3_DEVICE_CPU;
+ * x3_regularize run (x3_quant_set_device): the GPU backend's table, or
+ * NULL for the CPU (like x3_viterbi_set_backend). */
+static const x3_gpu *quant_gpu;
 
 int x3_quant_set_device(int dev)
 {
 	if (dev != X3_DEVICE_CPU && dev != X3_DEVICE_CUDA)
 		return x3_err(X3_EINVAL, "quantizer device %s (cpu or cuda expected)",
 		              x3_device_name(dev));
-	if (dev == X3_DEVICE_CUDA && !x3_gpu_available())
+	const x3_gpu *g = NULL;
+	if (dev == X3_DEVICE_CUDA && x3_gpu_open(&g))
 		return X3_EUNSUP;
-	quant_device = dev;
+	quant_gpu = g;
 	return X3_OK;
 }
 
 /* x3_had128_rows/cols on the quantizer's device */
 static int had_rows(float *x, int64_t rows, int64_t cols)
 {
-	if (quant_device == X3_DEVICE_CUDA)
-		return x3_gpu_had128_rows(x, rows, cols);
+	if (quant_gpu)
+		return quant_gpu->had128_rows(x, rows, cols);
 	x3_had128_rows(x, rows, cols);
 	return X3_OK;
 }
 
 static int had_cols(float *x, int64_t rows, int64_t cols)
 {
-	if (quant_device == X3_DEVICE_CUDA)
-		return x3_gpu_had128_cols(x, rows, cols);
+	if (quant_gpu)
+		return quant_gpu->had128_cols(x, rows, cols);
 	x3_had128_cols(x, rows, cols);
 	return X3_OK;
 }
@@ -299,9 +301,9 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 		x3_qhess_free(h);
 		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld LDL factor", (long long)k, (long long)k);
 	}
-	if (quant_device == X3_DEVICE_CUDA) {
+	if (quant_gpu) {
 		/* the same loop on the device (cuSOLVER SPOTRF) */
-		rc = x3_gpu_block_ldl_retry(H, k, X3_LDL_RETRIES, h->L, &h->retries);
+		rc = quant_gpu->block_ldl_retry(H, k, X3_LDL_RETRIES, h->L, &h->retries);
 		if (rc == X3_ENUM) {
 			char why[200];
 			snprintf(why, sizeof why, "not positive definite after %d damping retries (%s)",

@@ -62,8 +62,8 @@ int x3_qhess_finalize(const float *H, int64_t kh, int64_t k, double count,
                       const float *sign, x3_qhess **out);
 /* Where x3_qhess_finalize and x3_regularize compute (for all callers; the
  * default is the CPU, the reference): X3_DEVICE_CUDA runs their Hadamard
- * rotations (x3_gpu_had128_rows/cols) and the block LDL with its damping
- * retries (x3_gpu_block_ldl_retry) on the device; sign and scale
+ * rotations (device.h had128_rows/cols) and the block LDL with its damping
+ * retries (block_ldl_retry) on the GPU backend; sign and scale
  * multiplies, normalization and damping stay on the CPU. Results are equal
  * to the CPU's up to F32 rounding, not bit for bit, so trellis words
  * encoded from them can differ. X3_EUNSUP without a usable device. */

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # t1706-gpu-emulated: the CUDA path run on cusim, the CPU emulator of
 # tests/gpu/cusim (no GPU needed): `make cusim` builds the real kernels and
-# host wrappers against the emulated runtime, cuBLAS and cuSOLVER under
-# tests/tmp/cusim; then the emulator's own checks (selftest), and the GPU
-# unit tests (tests/unit/t17*-gpu-*) and the GPU shell tests t1750, t1761
+# host wrappers against the emulated runtime, cuBLAS and cuSOLVER into the
+# backend object tests/tmp/cusim/lib/libexl3kit-cuda.so, which the normal
+# build's programs and unit tests (hard-linked there) dlopen; then the emulator's own checks (selftest), and the GPU
+# unit tests (tests/unit/t17*-gpu-*) and the GPU shell tests t1702, t1750, t1761
 # (the programs' --device cuda, with ROOT=tests/tmp/cusim) under two
 # thread orders (X3SIM_ORDER=rev and rand): each run must pass, and the two
 # orders must print the same results (an order-dependent race would show

@@ -8,7 +8,7 @@
 #include <math.h>
 #include "gpu-test.h"
 #include "codec.h"
-#include "gpu.h"
+#include "device.h"
 
 #define NRAND_MAX 12
 #define NSPEC 4
@@ -46,7 +46,7 @@ int main(void)
 		for (int cb = 0; cb < X3_CB_COUNT; cb++) {
 			make_tiles(K, cb, x);
 			CHECK_OK(x3_viterbi_encode(K, cb, x, NT, sc, vc, 0), "cpu K=%d cb=%d", K, cb);
-			CHECK_OK(x3_gpu_viterbi_encode(K, cb, x, NT, sg, vg), "gpu K=%d cb=%d", K, cb);
+			CHECK_OK(G->viterbi_encode(K, cb, x, NT, sg, vg), "gpu K=%d cb=%d", K, cb);
 			int bad = -1;
 			for (int i = 0; i < 256 * NT && bad < 0; i++)
 				if (sc[i] != sg[i] || memcmp(&vc[i], &vg[i], sizeof(float)))
@@ -68,7 +68,7 @@ int main(void)
 	for (int cb = 0; cb < X3_CB_COUNT; cb++) {
 		make_tiles(3, cb, x);
 		CHECK_OK(x3_viterbi_encode_ref(3, cb, x + 256, 1, sc, vc), "ref K=3");
-		CHECK_OK(x3_gpu_viterbi_encode(3, cb, x + 256, 1, sg, vg), "gpu K=3");
+		CHECK_OK(G->viterbi_encode(3, cb, x + 256, 1, sg, vg), "gpu K=3");
 		CHECK(!memcmp(sc, sg, 512) && !memcmp(vc, vg, 1024), "K=3 %s equals the plain reference",
 		      x3_codebook_name(cb));
 	}
@@ -86,7 +86,7 @@ int main(void)
 			for (int i = 0; i < 256; i++)
 				x[256 * t + i] = x3_codebook(cb, st[i]);
 		}
-		CHECK_OK(x3_gpu_viterbi_encode(K, cb, x, 4, sg, vg), "gpu ideal K=%d", K);
+		CHECK_OK(G->viterbi_encode(K, cb, x, 4, sg, vg), "gpu ideal K=%d", K);
 		double err = 0;
 		for (int i = 0; i < 1024; i++)
 			err += fabs((double)vg[i] - x[i]);
@@ -97,11 +97,11 @@ int main(void)
 	/* refusal of bad targets, naming the tile */
 	make_tiles(2, 0, x);
 	x[3 * 256 + 17] = NAN;
-	int rc = x3_gpu_viterbi_encode(2, 0, x, NT, sg, vg);
+	int rc = G->viterbi_encode(2, 0, x, NT, sg, vg);
 	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "tile 3 position 17"),
 	      "NaN target refused: %s", x3_errmsg());
 	x[3 * 256 + 17] = 2e16f;
-	rc = x3_gpu_viterbi_encode(2, 0, x, NT, sg, vg);
+	rc = G->viterbi_encode(2, 0, x, NT, sg, vg);
 	CHECK(rc == X3_ENUM, "target 2e16 refused: %s", x3_errmsg());
 
 	free(x), free(vc), free(vg), free(sc), free(sg);

@@ -5,7 +5,7 @@
 #include <math.h>
 #include "gpu-test.h"
 #include "codec.h"
-#include "gpu.h"
+#include "device.h"
 
 /* fp32 arithmetic vs float64: 2 x 7 butterfly stages plus 3 products,
  * relative to the largest output magnitude */
@@ -46,7 +46,7 @@ int main(void)
 		for (int cb = 0; cb < X3_CB_COUNT; cb++) {
 			CHECK_OK(x3_trellis_decode(K, cb, tr, k, n, wc), "cpu decode");
 			memset(wg, 0xff, sizeof(float) * k * n);
-			CHECK_OK(x3_gpu_trellis_decode(K, cb, tr, k, n, wg), "gpu decode K=%d cb=%d", K, cb);
+			CHECK_OK(G->trellis_decode(K, cb, tr, k, n, wg), "gpu decode K=%d cb=%d", K, cb);
 			int64_t bad = -1;
 			for (int64_t i = 0; i < k * n && bad < 0; i++)
 				if (memcmp(&wc[i], &wg[i], sizeof(float)))
@@ -80,7 +80,7 @@ int main(void)
 			for (int64_t i = 0; i < k; i++)
 				for (int64_t j = 0; j < n; j++)
 					ref[i * n + j] *= (double)x3_f16_to_f32(suh[i]) * x3_f16_to_f32(svh[j]);
-			CHECK_OK(x3_gpu_reconstruct(K, cb, tr, suh, svh, k, n, wg), "gpu reconstruct");
+			CHECK_OK(G->reconstruct(K, cb, tr, suh, svh, k, n, wg), "gpu reconstruct");
 			double e = max_rel(wg, ref, k * n);
 			CHECK(e <= BUDGET_F32, "K=%d %s: reconstruct max error %.3g of max |W| (budget %g)",
 			      K, x3_codebook_name(cb), e, BUDGET_F32);
@@ -93,7 +93,7 @@ int main(void)
 		ref[i] = wc[i];
 	}
 	memcpy(wg, wc, sizeof(float) * k * n);
-	CHECK_OK(x3_gpu_had128_rows(wg, k, n), "gpu had rows");
+	CHECK_OK(G->had128_rows(wg, k, n), "gpu had rows");
 	had_ref_rows(ref, k, n);
 	double e = max_rel(wg, ref, k * n);
 	CHECK(e <= BUDGET_F32, "had128 rows: max error %.3g (budget %g)", e, BUDGET_F32);
@@ -105,11 +105,11 @@ int main(void)
 	transpose(ref, k, n, tmp);
 	had_ref_rows(tmp, n, k);
 	transpose(tmp, n, k, ref);
-	CHECK_OK(x3_gpu_had128_cols(wg, k, n), "gpu had cols");
+	CHECK_OK(G->had128_cols(wg, k, n), "gpu had cols");
 	e = max_rel(wg, ref, k * n);
 	CHECK(e <= BUDGET_F32, "had128 cols: max error %.3g (budget %g)", e, BUDGET_F32);
-	CHECK(x3_gpu_had128_rows(wg, 3, 100) == X3_EINVAL, "cols 100 refused: %s", x3_errmsg());
-	CHECK(x3_gpu_had128_cols(wg, 100, 3) == X3_EINVAL, "rows 100 refused");
+	CHECK(G->had128_rows(wg, 3, 100) == X3_EINVAL, "cols 100 refused: %s", x3_errmsg());
+	CHECK(G->had128_cols(wg, 100, 3) == X3_EINVAL, "rows 100 refused");
 
 	free(tr), free(wc), free(wg), free(ref), free(tmp), free(suh), free(svh);
 	TEST_DONE();

@@ -31,7 +31,7 @@
 #include <math.h>
 #include "gpu-test.h"
 #include "codec.h"
-#include "gpu.h"
+#include "device.h"
 #include "exl3.h"
 #include "gpu_kern.h"
 
@@ -113,15 +113,10 @@ static int nan_max(double *worst, double v)
  * 128-column chunks; the shared-memory cap does not bind here) */
 static int64_t fused_slices(int64_t k, int64_t n)
 {
-#ifdef X3_CUDA
-	const int64_t tk = k / 16, ks = x3k_gemv_ksplit(k, n);
+	const int64_t tk = k / 16, ks = G->gemv_ksplit(k, n);
 	int64_t kbps = (tk + ks - 1) / ks;
 	kbps = (kbps + 7) / 8 * 8;
 	return (tk + kbps - 1) / kbps;
-#else
-	(void)k, (void)n;
-	return 1;   /* no kernels in this build (the test skips) */
-#endif
 }
 
 /* The fused GEMV (paths 1, 3) on one (k, n) for every m = 1..16, bias on
@@ -152,12 +147,12 @@ static void fused_shape(x3_rng *r, int64_t k, int64_t n, int K, int cb, const ch
 	dense_ref(wt, suh, svh, k, n, W);
 	ref_mm(x, W, M, k, n, P);
 	x3_gpu_linear *L[2] = {NULL, NULL};   /* without, with bias */
-	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L[0]), "create");
-	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, bias, &L[1]), "create +bias");
+	CHECK_OK(G->linear_create(K, cb, k, n, tr, suh, svh, NULL, &L[0]), "create");
+	CHECK_OK(G->linear_create(K, cb, k, n, tr, suh, svh, bias, &L[1]), "create +bias");
 	float *x_d = NULL, *y_d = NULL;
-	CHECK_OK(x3_gpu_alloc((void **)&x_d, sizeof(float) * M * k), "alloc x");
-	CHECK_OK(x3_gpu_alloc((void **)&y_d, sizeof(float) * M * n), "alloc y");
-	CHECK_OK(x3_gpu_upload(x_d, x, sizeof(float) * M * k), "upload x");
+	CHECK_OK(G->alloc((void **)&x_d, sizeof(float) * M * k), "alloc x");
+	CHECK_OK(G->alloc((void **)&y_d, sizeof(float) * M * n), "alloc y");
+	CHECK_OK(G->upload(x_d, x, sizeof(float) * M * k), "upload x");
 	const int64_t sl = fused_slices(k, n);
 	for (int path = 1; L[0] && L[1] && x_d && y_d && path <= 3; path += 2) {
 		const int unf = path == 1 ? 4 : 5;   /* the unfused form */
@@ -167,15 +162,15 @@ static void fused_shape(x3_rng *r, int64_t k, int64_t n, int K, int cb, const ch
 			const int b = m & 1;
 			for (int64_t i = 0; i < m * n; i++)
 				yr[i] = P[i] + (b ? x3_f16_to_f32(bias[i % n]) : 0.0);
-			int rc = x3_gpu_memset(y_d, 0xff, sizeof(float) * m * n);
-			rc = rc ? rc : x3_gpu_linear_forward_d(L[b], x_d, m, y_d, path);
-			rc = rc ? rc : x3_gpu_download(y, y_d, sizeof(float) * m * n);
-			rc = rc ? rc : x3_gpu_memset(y_d, 0xff, sizeof(float) * m * n);
-			rc = rc ? rc : x3_gpu_linear_forward_d(L[b], x_d, m, y_d, path);
-			rc = rc ? rc : x3_gpu_download(y2, y_d, sizeof(float) * m * n);
-			rc = rc ? rc : x3_gpu_memset(y_d, 0xff, sizeof(float) * m * n);
-			rc = rc ? rc : x3_gpu_linear_forward_d(L[b], x_d, m, y_d, unf);
-			rc = rc ? rc : x3_gpu_download(yu, y_d, sizeof(float) * m * n);
+			int rc = G->memset(y_d, 0xff, sizeof(float) * m * n);
+			rc = rc ? rc : G->linear_forward_d(L[b], x_d, m, y_d, path);
+			rc = rc ? rc : G->download(y, y_d, sizeof(float) * m * n);
+			rc = rc ? rc : G->memset(y_d, 0xff, sizeof(float) * m * n);
+			rc = rc ? rc : G->linear_forward_d(L[b], x_d, m, y_d, path);
+			rc = rc ? rc : G->download(y2, y_d, sizeof(float) * m * n);
+			rc = rc ? rc : G->memset(y_d, 0xff, sizeof(float) * m * n);
+			rc = rc ? rc : G->linear_forward_d(L[b], x_d, m, y_d, unf);
+			rc = rc ? rc : G->download(yu, y_d, sizeof(float) * m * n);
 			if (rc) {
 				CHECK_OK(rc, "%s %lldx%lld m=%d: forward calls", path_name[path], (long long)k,
 				         (long long)n, m);
@@ -206,9 +201,9 @@ static void fused_shape(x3_rng *r, int64_t k, int64_t n, int K, int cb, const ch
 			CHECK(wr <= SAME_BUDGET, "%s: back-to-back calls worst %.3g at m=%d (budget %g)",
 			      what, wr, mr, SAME_BUDGET);
 	}
-	x3_gpu_linear_free(L[0]);
-	x3_gpu_linear_free(L[1]);
-	x3_gpu_free(x_d), x3_gpu_free(y_d);
+	G->linear_free(L[0]);
+	G->linear_free(L[1]);
+	G->free(x_d), G->free(y_d);
 	free(tr), free(suh), free(svh), free(bias), free(wt), free(x), free(y), free(y2), free(yu);
 	free(W), free(P), free(yr);
 }
@@ -235,22 +230,22 @@ static void in_place(x3_rng *r)
 	ref_mm(x, W, m, k, n, yr);
 	x3_gpu_linear *L = NULL;
 	float *xy_d = NULL;
-	CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, NULL, &L), "create");
-	CHECK_OK(x3_gpu_alloc((void **)&xy_d, sizeof x), "alloc");
+	CHECK_OK(G->linear_create(K, cb, k, n, tr, suh, svh, NULL, &L), "create");
+	CHECK_OK(G->alloc((void **)&xy_d, sizeof x), "alloc");
 	if (L && xy_d) {
-		CHECK_OK(x3_gpu_upload(xy_d, x, sizeof x), "upload");
-		CHECK(x3_gpu_linear_forward_d(L, xy_d, m, xy_d, 1) == X3_EINVAL,
+		CHECK_OK(G->upload(xy_d, x, sizeof x), "upload");
+		CHECK(G->linear_forward_d(L, xy_d, m, xy_d, 1) == X3_EINVAL,
 		      "fused path 1 in place refused: %s", x3_errmsg());
-		CHECK(x3_gpu_linear_forward_d(L, xy_d, m, xy_d + 1, 3) == X3_EINVAL,
+		CHECK(G->linear_forward_d(L, xy_d, m, xy_d + 1, 3) == X3_EINVAL,
 		      "fused path 3 on overlapping x, y refused: %s", x3_errmsg());
-		CHECK_OK(x3_gpu_linear_forward_d(L, xy_d, m, xy_d, 0), "path 0 in place");
-		CHECK_OK(x3_gpu_download(y, xy_d, sizeof y), "download");
+		CHECK_OK(G->linear_forward_d(L, xy_d, m, xy_d, 0), "path 0 in place");
+		CHECK_OK(G->download(y, xy_d, sizeof y), "download");
 		const double e = rel_err(y, yr, m * n);
 		CHECK(e <= budget[4][K], "path 0 in place (unfused): relative error %.3g (budget %g)", e,
 		      budget[4][K]);
 	}
-	x3_gpu_linear_free(L);
-	x3_gpu_free(xy_d);
+	G->linear_free(L);
+	G->free(xy_d);
 	free(tr), free(wt), free(W);
 }
 
@@ -277,8 +272,8 @@ int main(void)
 	for (int64_t i = 0; i < mmax * k; i++)
 		x[i] = (float)x3_rng_normal(&r);
 	float *x_d = NULL, *y_d = NULL;
-	CHECK_OK(x3_gpu_alloc((void **)&x_d, sizeof(float) * mmax * k), "alloc x");
-	CHECK_OK(x3_gpu_alloc((void **)&y_d, sizeof(float) * mmax * n), "alloc y");
+	CHECK_OK(G->alloc((void **)&x_d, sizeof(float) * mmax * k), "alloc x");
+	CHECK_OK(G->alloc((void **)&y_d, sizeof(float) * mmax * n), "alloc y");
 
 	for (int K = 1; K <= 8; K++) {
 		const int64_t nw = (k / 16) * (n / 16) * 16 * K;
@@ -289,11 +284,11 @@ int main(void)
 			CHECK_OK(x3_trellis_decode(K, cb, tr, k, n, wt), "cpu decode");
 			dense_ref(wt, suh, svh, k, n, W);
 			x3_gpu_linear *L = NULL;
-			CHECK_OK(x3_gpu_linear_create(K, cb, k, n, tr, suh, svh, with_bias ? bias : NULL, &L),
+			CHECK_OK(G->linear_create(K, cb, k, n, tr, suh, svh, with_bias ? bias : NULL, &L),
 			         "create K=%d cb=%d", K, cb);
 			if (!L)
 				continue;
-			CHECK_OK(x3_gpu_linear_weight(L, 1, wg), "inner weight");
+			CHECK_OK(G->linear_weight(L, 1, wg), "inner weight");
 			CHECK(!memcmp(wg, wt, sizeof(float) * k * n), "K=%d %s: linear W~ bit-identical", K,
 			      x3_codebook_name(cb));
 			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
@@ -309,11 +304,11 @@ int main(void)
 					if (m > 16 && path != 0 && path != 2)
 						continue;
 					if (path == 0)
-						CHECK_OK(x3_gpu_linear_forward(L, x, m, y), "forward m=%d", m);
+						CHECK_OK(G->linear_forward(L, x, m, y), "forward m=%d", m);
 					else {
-						CHECK_OK(x3_gpu_upload(x_d, x, sizeof(float) * m * k), "upload");
-						CHECK_OK(x3_gpu_linear_forward_d(L, x_d, m, y_d, path), "forward_d");
-						CHECK_OK(x3_gpu_download(y, y_d, sizeof(float) * m * n), "download");
+						CHECK_OK(G->upload(x_d, x, sizeof(float) * m * k), "upload");
+						CHECK_OK(G->linear_forward_d(L, x_d, m, y_d, path), "forward_d");
+						CHECK_OK(G->download(y, y_d, sizeof(float) * m * n), "download");
 					}
 					const double e = rel_err(y, yr, m * n);
 					const int pe = path ? path : m <= 16 ? 1 : 2;
@@ -323,7 +318,7 @@ int main(void)
 					      budget[pe][K]);
 				}
 			}
-			x3_gpu_linear_free(L);
+			G->linear_free(L);
 		}
 	}
 	/* the fused GEMV on several shapes, every m = 1..16 */
@@ -369,13 +364,13 @@ int main(void)
 		const x3_tensor *parts[4] = {tt, ts, tv, tm};
 		x3_exl3 *e = NULL;
 		CHECK_OK(x3_exl3_from_tensors("l", parts, 4, &e), "exl3 layer");
-		x3_gpu_linear *G = NULL;
+		x3_gpu_linear *GL = NULL;
 		if (e)
-			CHECK_OK(x3_gpu_linear_from_exl3(e, &G), "gpu layer from exl3");
-		if (e && G) {
+			CHECK_OK(x3_exl3_upload(e, G, &GL), "gpu layer from exl3");
+		if (e && GL) {
 			float *yc = malloc(sizeof(float) * rows * n);
 			CHECK_OK(x3_exl3_matmul(e, x, rows, k, yc, 0), "cpu matmul");
-			CHECK_OK(x3_gpu_linear_forward(G, x, rows, y), "gpu forward");
+			CHECK_OK(G->linear_forward(GL, x, rows, y), "gpu forward");
 			double num = 0, den = 0;
 			for (int64_t i = 0; i < rows * n; i++) {
 				num += ((double)y[i] - yc[i]) * ((double)y[i] - yc[i]);
@@ -385,7 +380,7 @@ int main(void)
 			      sqrt(num / den));
 			float *wh = malloc(sizeof(float) * k * n);
 			CHECK_OK(x3_exl3_dequant(e, wh), "cpu dequant (out x in)");
-			CHECK_OK(x3_gpu_linear_weight(G, 0, wg), "gpu weight (k x n)");
+			CHECK_OK(G->linear_weight(GL, 0, wg), "gpu weight (k x n)");
 			double md = 0, mw = 0;
 			for (int64_t i = 0; i < k; i++)
 				for (int64_t j = 0; j < n; j++) {
@@ -396,17 +391,17 @@ int main(void)
 			      md / mw);
 			free(yc), free(wh);
 		}
-		x3_gpu_linear_free(G);
+		G->linear_free(GL);
 		x3_exl3_free(e);
 		x3_tensor_free(tt), x3_tensor_free(ts), x3_tensor_free(tv), x3_tensor_free(tm);
 	}
 	uint16_t h[256] = {0};
 	x3_gpu_linear *L = NULL;
-	CHECK(x3_gpu_linear_create(2, 0, 128, 100, tr, h, h, NULL, &L) == X3_EINVAL && !L,
+	CHECK(G->linear_create(2, 0, 128, 100, tr, h, h, NULL, &L) == X3_EINVAL && !L,
 	      "n=100 refused: %s", x3_errmsg());
 	free(tr), free(suh), free(svh), free(bias), free(wt), free(wg), free(W), free(x), free(y);
 	free(yr);
-	x3_gpu_free(x_d);
-	x3_gpu_free(y_d);
+	G->free(x_d);
+	G->free(y_d);
 	TEST_DONE();
 }

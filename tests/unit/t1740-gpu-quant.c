@@ -9,7 +9,7 @@
 #include <math.h>
 #include "gpu-test.h"
 #include "codec.h"
-#include "gpu.h"
+#include "device.h"
 #include "quant.h"
 
 int main(void)
@@ -29,11 +29,11 @@ int main(void)
 
 	/* Hessian: fp32 sums of 700 products, budget 1e-5 of max |H| */
 	x3_gpu_hessian *hs = NULL;
-	CHECK_OK(x3_gpu_hessian_create(k, &hs), "hessian create");
-	CHECK_OK(x3_gpu_hessian_add(hs, x, 300), "add 300 rows");
-	CHECK_OK(x3_gpu_hessian_add(hs, x + 300 * k, rows - 300), "add 400 rows");
+	CHECK_OK(G->hessian_create(k, &hs), "hessian create");
+	CHECK_OK(G->hessian_add(hs, x, 300), "add 300 rows");
+	CHECK_OK(G->hessian_add(hs, x + 300 * k, rows - 300), "add 400 rows");
 	double count = 0;
-	CHECK_OK(x3_gpu_hessian_get(hs, H, &count), "hessian get");
+	CHECK_OK(G->hessian_get(hs, H, &count), "hessian get");
 	CHECK(count == (double)rows, "count %g", count);
 	double m = 0, d = 0, asym = 0;
 	for (int64_t i = 0; i < k * k; i++) {
@@ -46,8 +46,8 @@ int main(void)
 	CHECK(d <= 1e-5 * m, "H vs float64: max error %.3g of max |H| %.3g (budget 1e-5)", d / m, m);
 	CHECK(asym == 0, "H exactly symmetric");
 	x[5] = NAN;
-	CHECK(x3_gpu_hessian_add(hs, x, 1) == X3_ENUM, "NaN row refused: %s", x3_errmsg());
-	x3_gpu_hessian_free(hs);
+	CHECK(G->hessian_add(hs, x, 1) == X3_ENUM, "NaN row refused: %s", x3_errmsg());
+	G->hessian_free(hs);
 
 	/* block LDL of the damped H */
 	double dm = 0;
@@ -62,7 +62,7 @@ int main(void)
 	memcpy(Lc, H, sizeof(float) * k * k);
 	memcpy(Lg, H, sizeof(float) * k * k);
 	CHECK_OK(x3_block_ldl(Lc, k), "cpu block LDL");
-	CHECK_OK(x3_gpu_block_ldl(Lg, k), "gpu block LDL");
+	CHECK_OK(G->block_ldl(Lg, k), "gpu block LDL");
 	m = d = 0;
 	int upper = 1;
 	for (int64_t i = 0; i < k; i++)
@@ -81,11 +81,11 @@ int main(void)
 		A[i * k + i] = 1.0f;
 	A[5 * k + 5] = -0.12f;
 	int retries = -1;
-	CHECK_OK(x3_gpu_block_ldl_retry(A, k, 10, LA, &retries), "retry loop");
+	CHECK_OK(G->block_ldl_retry(A, k, 10, LA, &retries), "retry loop");
 	CHECK(retries == 3, "3 damping retries (got %d)", retries);
 	for (int64_t i = 0; i < k; i++)
 		A[i * k + i] = -1.0f;
-	CHECK(x3_gpu_block_ldl_retry(A, k, 2, LA, &retries) == X3_ENUM && retries == 2,
+	CHECK(G->block_ldl_retry(A, k, 2, LA, &retries) == X3_ENUM && retries == 2,
 	      "gives up after 2 retries: %s", x3_errmsg());
 
 	/* LDLQ */
@@ -96,11 +96,11 @@ int main(void)
 	for (int64_t i = 0; i < k * n; i++)
 		W[i] = (float)(x3_rng_normal(&r) * X3_CODEBOOK_SCALE);
 	CHECK_OK(x3_ldlq(W, k, n, NULL, K, cb, 0, sc, Qc), "cpu ldlq without feedback");
-	CHECK_OK(x3_gpu_ldlq(W, k, n, NULL, K, cb, sg, Qg), "gpu ldlq without feedback");
+	CHECK_OK(G->ldlq(W, k, n, NULL, K, cb, sg, Qg), "gpu ldlq without feedback");
 	CHECK(!memcmp(sc, sg, 2 * k * n) && !memcmp(Qc, Qg, sizeof(float) * k * n),
 	      "without feedback: states and Q bit-identical to the CPU");
 	CHECK_OK(x3_ldlq(W, k, n, Lc, K, cb, 0, sc, Qc), "cpu ldlq with feedback");
-	CHECK_OK(x3_gpu_ldlq(W, k, n, Lc, K, cb, sg, Qg), "gpu ldlq with feedback");
+	CHECK_OK(G->ldlq(W, k, n, Lc, K, cb, sg, Qg), "gpu ldlq with feedback");
 	int okq = 1;
 	for (int64_t i = 0; i < k * n && okq; i++) {
 		int64_t tile = i / 256, kb = tile / (n / 16), nb = tile % (n / 16);
@@ -122,9 +122,9 @@ int main(void)
 	 * minutes: the backend is checked through x3_ldlq (the CPU LDLQ, whose
 	 * Viterbi calls go to the GPU) instead. */
 	if (emulated) {
-		CHECK_OK(x3_gpu_viterbi_backend(1), "GPU Viterbi backend on");
+		x3_viterbi_set_backend(G->viterbi_encode);   /* the GPU encoder for every x3_viterbi_encode */
 		CHECK_OK(x3_ldlq(W, k, n, Lc, K, cb, 0, sg, Qg), "x3_ldlq, GPU Viterbi");
-		CHECK_OK(x3_gpu_viterbi_backend(0), "backend off");
+		x3_viterbi_set_backend(NULL);
 		CHECK(!memcmp(sc, sg, 2 * k * n) && !memcmp(Qc, Qg, sizeof(float) * k * n),
 		      "x3_ldlq with the GPU backend: states and Q byte-identical to the CPU");
 		SKIP("x3_quantize with the GPU Viterbi backend: emulated device (run on a GPU)");
@@ -150,9 +150,9 @@ int main(void)
 		x3_qweight *qw = x3_qweight_wrap(k, n, k, n, Wq, su, sv);
 		x3_qresult *rc_cpu = NULL, *rc_gpu = NULL;
 		CHECK_OK(x3_quantize(qw, qh, 2, X3_CB_MUL1, 0, 0, &rc_cpu), "x3_quantize on the CPU");
-		CHECK_OK(x3_gpu_viterbi_backend(1), "GPU Viterbi backend on");
+		x3_viterbi_set_backend(G->viterbi_encode);   /* the GPU encoder for every x3_viterbi_encode */
 		CHECK_OK(x3_quantize(qw, qh, 2, X3_CB_MUL1, 0, 0, &rc_gpu), "x3_quantize, GPU Viterbi");
-		CHECK_OK(x3_gpu_viterbi_backend(0), "backend off");
+		x3_viterbi_set_backend(NULL);
 		if (rc_cpu && rc_gpu)
 			CHECK(rc_cpu->g == rc_gpu->g && rc_cpu->proxy_err == rc_gpu->proxy_err &&
 			      !memcmp(rc_cpu->trellis, rc_gpu->trellis, (size_t)(k * n / 16 * 2) * 2),

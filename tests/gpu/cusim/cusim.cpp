@@ -122,7 +122,7 @@ asm(".text\n"
     ".globl cusim_trampoline\n"
     ".type cusim_trampoline,@function\n"
     "cusim_trampoline:\n"
-    "  andq $-16, %rsp\n  call cusim_fiber_main\n  ud2\n"
+    "  andq $-16, %rsp\n  call cusim_fiber_main@PLT\n  ud2\n"
     ".size cusim_trampoline,.-cusim_trampoline\n");
 static uint32_t init_csr[2];
 #else
