@@ -159,6 +159,13 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 	const x3_model_config *c = &m->cfg;
 	if ((rc = x3_arch_modules(c, &m->mods, &m->nmods)))
 		goto fail;
+	if (c->n_experts > 0) {
+		/* the descriptions exist (tensor-ls --modules lists the experts);
+		 * the routed forward pass does not yet (issue 16) */
+		rc = x3_err(X3_EUNSUP, "%s: %s: the forward pass of mixture-of-experts layers is not "
+		            "implemented yet", dir, c->arch_name);
+		goto fail;
+	}
 	if (!(m->slot = malloc((size_t)(c->n_layers + 1) * X3_SLOT_COUNT * sizeof *m->slot))) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
 		goto fail;
