@@ -32,6 +32,21 @@ check "each expert reads its own Hessian group (its routed tokens)" \
 check "make-tiny-llama --arch: the same bytes every time" \
 	sh -c "'$ROOT/examples/make-tiny-llama' --arch qwen3-moe --experts 4 --top-k 2 --moe-inter 48 --dense-layers 0 q3b 2 64 96 >/dev/null && cmp -s q3/model.safetensors q3b/model.safetensors"
 
+# the forward: model-eval runs each; hessian-capture gives each expert the
+# Hessian of the tokens routed to it (counts: top k per token in all)
+tensor-gen -s 1 -d uniform -t I32 --mean 128 --scale 127 tokens=4x32 >tok.frames
+for m in mx q3 q2; do
+	check "$m: model-eval gives a finite NLL" sh -c "model-eval -q --model $m --tokens tok.frames | jq -e '.nll > 0 and .nll < 20' >/dev/null"
+done
+hessian-capture -q --model q3 --tokens tok.frames --cols 32 | tensor-ls >q3.h
+check "Qwen3-MoE: the dense layer's MLP Hessian sees all 128 tokens" \
+	test "$(jq -r 'select(.name == "model.layers.0.mlp.input") | .meta.count' q3.h)" = 128
+check "Qwen3-MoE: the experts' Hessians count the routed tokens, 2 per token (top 2)" \
+	test "$(jq -s '[.[] | select(.name | test("layers\\.1\\.mlp\\.experts\\.[0-9]+\\.input$")) | .meta.count | tonumber] | add' q3.h)" = 256
+hessian-capture -q --model q2 --tokens tok.frames --cols 32 | tensor-ls >q2.h
+check "Qwen2-MoE: the shared expert's Hessian sees every token" \
+	test "$(jq -r 'select(.name == "model.layers.1.mlp.shared_expert.input") | .meta.count' q2.h)" = 128
+
 # bad checkpoints
 mkdir miss shape count
 cp mx/config.json mx/tokenizer.json miss/
