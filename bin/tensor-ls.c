@@ -159,7 +159,8 @@ static void put_json(json_t *o, const char *what)
 
 static const char *kind_name(int k)
 {
-	return k == X3_KIND_LINEAR ? "linear" : k == X3_KIND_VECTOR ? "vector" : "embedding";
+	return k == X3_KIND_LINEAR ? "linear" : k == X3_KIND_VECTOR ? "vector" :
+	       k == X3_KIND_MATRIX ? "matrix" : "embedding";
 }
 
 /* A module's tensors in a model that is not quantized: its weight (float,

@@ -44,15 +44,99 @@ static const x3_module_desc llama_mods[] = {
 };
 #define N_(a) (int)(sizeof a / sizeof *a)
 
+/* Rows of a module present only in some layers (WHEN) */
+#define LINW(key, slot, role, in, out, bias, hq, group, alloc, when) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, when, hq, -1, \
+	  L_(group), alloc }
+#define MAT(key, slot, role, in, out, when) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
+	  NULL, NULL }
+/* The attention block and the norms around it, shared by the decoders. */
+#define ATTN_ROWS \
+	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL }, \
+	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
+	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
+	    "self_attn.input", "qkv"), \
+	LIN("self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2, \
+	    "self_attn.input", "qkv"), \
+	LIN("self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2, \
+	    "self_attn.input", "qkv"), \
+	NORM(X3_SCOPE_LAYER, L_("self_attn.q_norm"), X3_SLOT_Q_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM), \
+	NORM(X3_SCOPE_LAYER, L_("self_attn.k_norm"), X3_SLOT_K_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM), \
+	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 2, \
+	    "self_attn.o_proj.input", "o"), \
+	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, \
+	     X3_WHEN_ALWAYS)
+#define POST_ROWS \
+	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
+	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL }
+
+/* Mixtral: every layer a block_sparse_moe of num_local_experts experts
+ * (w1 gate, w3 up, w2 down), softmax top-k routing renormalized; the
+ * router block_sparse_moe.gate is kept unquantized. */
+static const x3_module_desc mixtral_mods[] = {
+	ATTN_ROWS,
+	MAT("block_sparse_moe.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS,
+	    X3_WHEN_SPARSE),
+	LINW("block_sparse_moe.experts.{E}.w1", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_MOE_INTER, X3_BIAS_NONE, 0, "block_sparse_moe.experts.{E}.input", "gu", X3_WHEN_SPARSE),
+	LINW("block_sparse_moe.experts.{E}.w3", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_MOE_INTER, X3_BIAS_NONE, 0, "block_sparse_moe.experts.{E}.input", "gu", X3_WHEN_SPARSE),
+	LINW("block_sparse_moe.experts.{E}.w2", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER,
+	     X3_DIM_HIDDEN, X3_BIAS_NONE, 0, "block_sparse_moe.experts.{E}.w2.input", "d", X3_WHEN_SPARSE),
+	POST_ROWS,
+};
+
+/* Qwen2-MoE / Qwen3-MoE: mlp.gate the router (unquantized), experts
+ * mlp.experts.E.{gate,up,down}_proj of moe_intermediate_size; Qwen2-MoE
+ * adds mlp.shared_expert (all tokens) scaled by sigmoid(shared_expert_gate
+ * · x). Layers in mlp_only_layers or off decoder_sparse_step are dense. */
+static const x3_module_desc qwen_moe_mods[] = {
+	ATTN_ROWS,
+	LINW("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 0,
+	     "mlp.input", "gu", X3_WHEN_DENSE),
+	LINW("mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 0,
+	     "mlp.input", "gu", X3_WHEN_DENSE),
+	LINW("mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_NONE, 0,
+	     "mlp.down_proj.input", "d", X3_WHEN_DENSE),
+	MAT("mlp.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, X3_WHEN_SPARSE),
+	LINW("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
+	LINW("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
+	LINW("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN,
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.down_proj.input", "d", X3_WHEN_SPARSE),
+	LINW("mlp.shared_expert.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 1, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED),
+	LINW("mlp.shared_expert.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 1, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED),
+	LINW("mlp.shared_expert.down_proj", X3_SLOT_SHX_DOWN, X3_ROLE_SHARED_EXPERT, X3_DIM_SHARED_INTER,
+	     X3_DIM_HIDDEN, X3_BIAS_NONE, 1, "mlp.shared_expert.down_proj.input", "d", X3_WHEN_SHARED),
+	MAT("mlp.shared_expert_gate", X3_SLOT_SHX_SCALE, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_ONE,
+	    X3_WHEN_SHARED),
+	POST_ROWS,
+};
+
 static const x3_arch_desc archs[] = {
 	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
-	  "model.layers.{L}", llama_mods, N_(llama_mods) },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
 	{ X3_ARCH_MISTRAL, "MistralForCausalLM", "mistral", "Mistral", X3_AF_SLIDING,
-	  "model.layers.{L}", llama_mods, N_(llama_mods) },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
 	{ X3_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "Qwen2", X3_AF_QKV_BIAS | X3_AF_USE_SLIDING,
-	  "model.layers.{L}", llama_mods, N_(llama_mods) },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
 	{ X3_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "Qwen3",
-	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods) },
+	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
+	{ X3_ARCH_MIXTRAL, "MixtralForCausalLM", "mixtral", "Mixtral",
+	  X3_AF_SLIDING | X3_AF_MOE | X3_AF_MOE_RENORM, "model.layers.{L}", mixtral_mods, N_(mixtral_mods),
+	  "num_local_experts" },
+	{ X3_ARCH_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe", "Qwen2-MoE",
+	  X3_AF_QKV_BIAS | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
+	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts" },
+	{ X3_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3-MoE",
+	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER,
+	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts" },
 };
 
 int x3_arch_count(void) { return N_(archs); }
@@ -93,42 +177,61 @@ int64_t x3_arch_dim(const x3_model_config *c, int dim)
 	case X3_DIM_KV: return c->n_kv_heads * c->head_dim;
 	case X3_DIM_HEAD_DIM: return c->head_dim;
 	case X3_DIM_VOCAB: return c->vocab;
+	case X3_DIM_EXPERTS: return c->n_experts;
+	case X3_DIM_MOE_INTER: return c->moe_inter;
+	case X3_DIM_SHARED_INTER: return c->shared_inter;
+	case X3_DIM_ONE: return 1;
 	default: return 0;
 	}
 }
 
-/* PATTERN with {L} replaced by layer. */
-static int expand(const char *pat, int layer, char *buf, size_t n)
+/* PATTERN with {L} replaced by layer and {E} by expert. */
+static int expand(const char *pat, int layer, int expert, char *buf, size_t n)
 {
-	const char *p = strstr(pat, "{L}");
-	int k = p ? snprintf(buf, n, "%.*s%d%s", (int)(p - pat), pat, layer, p + 3)
-	          : snprintf(buf, n, "%s", pat);
-	if (k < 0 || (size_t)k >= n)
-		return x3_err(X3_EINVAL, "module key '%s' of layer %d is too long", pat, layer);
+	size_t k = 0;
+	for (const char *p = pat; *p; ) {
+		int v = !strncmp(p, "{L}", 3) ? layer : !strncmp(p, "{E}", 3) ? expert : -1;
+		int w = v >= 0 ? snprintf(buf + k, n - k, "%d", v) : snprintf(buf + k, n - k, "%c", *p);
+		if (w < 0 || (size_t)w >= n - k)
+			return x3_err(X3_EINVAL, "module key '%s' of layer %d is too long", pat, layer);
+		k += (size_t)w;
+		p += v >= 0 ? 3 : 1;
+	}
 	return X3_OK;
 }
 
-/* Match PATTERN against the first len bytes of name. */
+static int has_expert(const char *pat) { return strstr(pat, "{E}") != NULL; }
+
+/* Match PATTERN against the first len bytes of name: {L} and {E} match a
+ * decimal number without leading zeros (the layer in *layer, the expert
+ * in *expert). */
+static int match_e(const char *pat, const char *name, size_t len, int *layer, int *expert)
+{
+	size_t i = 0;
+	for (const char *p = pat; *p; ) {
+		if (!strncmp(p, "{L}", 3) || !strncmp(p, "{E}", 3)) {
+			size_t d = i;
+			long v = 0;
+			while (i < len && name[i] >= '0' && name[i] <= '9' && i - d < 7)
+				v = v * 10 + (name[i++] - '0');
+			if (i == d || (name[d] == '0' && i - d > 1) || (i < len && name[i] >= '0' && name[i] <= '9'))
+				return 0;
+			int *o = p[1] == 'L' ? layer : expert;
+			if (o)
+				*o = (int)v;
+			p += 3;
+			continue;
+		}
+		if (i >= len || name[i] != *p)
+			return 0;
+		i++, p++;
+	}
+	return i == len;
+}
+
 static int match_n(const char *pat, const char *name, size_t len, int *layer)
 {
-	const char *p = strstr(pat, "{L}");
-	if (!p)
-		return strlen(pat) == len && !strncmp(pat, name, len);
-	size_t pre = (size_t)(p - pat), post = strlen(p + 3);
-	if (len < pre + 1 + post || strncmp(name, pat, pre) || strncmp(name + len - post, p + 3, post))
-		return 0;
-	const char *d = name + pre, *e = name + len - post;
-	if (e - d > 7 || (*d == '0' && e - d > 1))
-		return 0;
-	long v = 0;
-	for (const char *q = d; q < e; q++) {
-		if (*q < '0' || *q > '9')
-			return 0;
-		v = v * 10 + (*q - '0');
-	}
-	if (layer)
-		*layer = (int)v;
-	return 1;
+	return match_e(pat, name, len, layer, NULL);
 }
 
 int x3_arch_match(const char *pattern, const char *name, int *layer)
@@ -136,9 +239,24 @@ int x3_arch_match(const char *pattern, const char *name, int *layer)
 	return match_n(pattern, name, strlen(name), layer);
 }
 
-static int present(const x3_model_config *c, const x3_module_desc *d)
+int x3_arch_sparse_layer(const x3_model_config *c, int l)
 {
-	return d->when != X3_WHEN_QK_NORM || c->qk_norm;
+	if (c->n_experts <= 0 || l < 0 || l >= c->n_layers)
+		return 0;
+	if (l < 1024 && (c->mlp_only[l / 64] >> (l % 64) & 1))
+		return 0;
+	return c->sparse_step <= 1 || (l + 1) % c->sparse_step == 0;
+}
+
+static int present(const x3_model_config *c, const x3_module_desc *d, int layer)
+{
+	switch (d->when) {
+	case X3_WHEN_QK_NORM: return c->qk_norm;
+	case X3_WHEN_DENSE: return !x3_arch_sparse_layer(c, layer);
+	case X3_WHEN_SPARSE: return x3_arch_sparse_layer(c, layer);
+	case X3_WHEN_SHARED: return x3_arch_sparse_layer(c, layer) && c->shared_inter > 0;
+	default: return 1;
+	}
 }
 
 static int has_bias(const x3_model_config *c, int b)
@@ -146,16 +264,18 @@ static int has_bias(const x3_model_config *c, int b)
 	return b == X3_BIAS_QKV ? c->qkv_bias : b == X3_BIAS_O ? c->o_bias : b == X3_BIAS_MLP ? c->mlp_bias : 0;
 }
 
-static int instantiate(const x3_model_config *c, const x3_module_desc *d, int layer, x3_module *m)
+static int instantiate(const x3_model_config *c, const x3_module_desc *d, int layer, int expert,
+                       x3_module *m)
 {
 	int rc;
 	memset(m, 0, sizeof *m);
 	m->d = d;
 	m->layer = d->scope == X3_SCOPE_PRE ? -1 : d->scope == X3_SCOPE_POST ? (int)c->n_layers : layer;
-	if ((rc = expand(d->key, layer, m->key, sizeof m->key)))
+	m->expert = expert;
+	if ((rc = expand(d->key, layer, expert, m->key, sizeof m->key)))
 		return rc;
 	snprintf(m->weight, sizeof m->weight, "%s.weight", m->key);
-	if (d->group && (rc = expand(d->group, layer, m->group, sizeof m->group)))
+	if (d->group && (rc = expand(d->group, layer, expert, m->group, sizeof m->group)))
 		return rc;
 	m->in = x3_arch_dim(c, d->in);
 	m->out = x3_arch_dim(c, d->out);
@@ -170,11 +290,16 @@ int x3_arch_modules(const x3_model_config *c, x3_module **out, int *n)
 	*n = 0;
 	if (!a)
 		return x3_err(X3_EINVAL, "config has no architecture description");
-	int per = 0, fixed = 0;
-	for (int i = 0; i < a->nmods; i++)
-		if (present(c, &a->mods[i]))
-			*(a->mods[i].scope == X3_SCOPE_LAYER ? &per : &fixed) += 1;
-	size_t cnt = (size_t)fixed + (size_t)per * (size_t)c->n_layers;
+	size_t cnt = 0;
+	for (int i = 0; i < a->nmods; i++) {
+		const x3_module_desc *d = &a->mods[i];
+		size_t ne = has_expert(d->key) ? (size_t)c->n_experts : 1;
+		if (d->scope != X3_SCOPE_LAYER)
+			cnt += present(c, d, -1);
+		else
+			for (int l = 0; l < c->n_layers; l++)
+				cnt += present(c, d, l) ? ne : 0;
+	}
 	x3_module *m = calloc(cnt ? cnt : 1, sizeof *m);
 	if (!m)
 		return x3_err(X3_ENOMEM, "out of memory for %zu modules", cnt);
@@ -186,8 +311,21 @@ int x3_arch_modules(const x3_model_config *c, x3_module **out, int *n)
 		for (int l = 0; l < nl && !rc; l++)
 			for (int i = 0; i < a->nmods && !rc; i++) {
 				const x3_module_desc *d = &a->mods[i];
-				if (d->scope == scope && present(c, d))
-					rc = instantiate(c, d, l, &m[k++]);
+				if (d->scope != scope || !present(c, d, scope == X3_SCOPE_LAYER ? l : -1))
+					continue;
+				if (!has_expert(d->key)) {
+					rc = instantiate(c, d, l, -1, &m[k++]);
+					continue;
+				}
+				/* the consecutive rows of one expert, expert by expert */
+				int j = i;
+				while (j < a->nmods && a->mods[j].scope == scope && has_expert(a->mods[j].key))
+					j++;
+				for (int e = 0; e < c->n_experts && !rc; e++)
+					for (int r = i; r < j && !rc; r++)
+						if (present(c, &a->mods[r], l))
+							rc = instantiate(c, &a->mods[r], l, e, &m[k++]);
+				i = j - 1;
 			}
 	}
 	/* a tied module reads the weight of the module of its tied_to slot */
@@ -276,21 +414,36 @@ void x3_arch_order(const x3_model_config *c, const char *name, long *module, lon
 	*module = 2000000;
 	if (!a)
 		return;
-	long npost = 0, nlayer = 0, npre = 0;
+	/* place inside a layer: the rows before the experts, expert e's rows
+	 * (nexp of them) at first + e * nexp, then the rows after them */
+	long npost = 0, nlayer = 0, npre = 0, nexp = 0, first = -1;
+	long ne = c->n_experts > 0 ? (long)c->n_experts : 1;
+	for (int i = 0; i < a->nmods; i++)
+		if (a->mods[i].scope == X3_SCOPE_LAYER && has_expert(a->mods[i].key))
+			nexp++;
 	for (int i = 0; i < a->nmods; i++) {
 		const x3_module_desc *d = &a->mods[i];
 		long *cnt = d->scope == X3_SCOPE_PRE ? &npre : d->scope == X3_SCOPE_LAYER ? &nlayer : &npost;
-		int l;
-		if (match_n(d->key, name, mlen, &l)) {
+		int l, e = 0;
+		int ex = d->scope == X3_SCOPE_LAYER && has_expert(d->key);
+		if (ex && first < 0)
+			first = *cnt;
+		if (match_e(d->key, name, mlen, &l, &e)) {
 			if (d->scope == X3_SCOPE_LAYER)
 				*module = 1 + l;
 			else
 				*module = d->scope == X3_SCOPE_PRE ? 0 : 2000000 + *cnt;
-			*rank += 16 * *cnt;
+			long pos = *cnt;
+			if (ex)
+				pos += (long)e * nexp;
+			else if (d->scope == X3_SCOPE_LAYER && first >= 0)
+				pos += (ne - 1) * nexp;
+			*rank += 16 * pos;
 			return;
 		}
 		(*cnt)++;
 	}
+	nlayer += (ne - 1) * nexp;
 	/* another tensor of a layer: after the layer's known modules */
 	size_t plen = strlen(a->layer_prefix) + 8;
 	for (const char *p = name; (p = strchr(p, '.')); p++) {

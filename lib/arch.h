@@ -18,10 +18,15 @@
  * hessian-capture writes, and the layout model-eval reads. Programs and
  * pipelines ask this table; none of them knows module names.
  *
- * Room for what comes next (issue 16) without changing the consumers:
- * roles for experts, shared experts and routers, a per-expert scope ({E}),
- * and dimensions for fused q/k/v or gate/up (Phi3) and latent attention
- * (DeepSeek) are one new enum value and one table row each. */
+ * Mixture-of-experts layers (Mixtral, Qwen2-MoE, Qwen3-MoE) are rows too:
+ * a key with {E} is one module per expert ({E} = 0..num_experts-1, the
+ * rows of one expert consecutive in the table), each expert's linears
+ * reading their own Hessian groups (the tokens routed to that expert); the
+ * router is a matrix passed through unquantized, as ExLlamaV3 keeps it.
+ * Rows present only in the dense or only in the sparse layers of a model
+ * (decoder_sparse_step, mlp_only_layers) say so in their "when". Fused
+ * q/k/v or gate/up (Phi3) and latent attention (DeepSeek) are one new enum
+ * value and one table row each. */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -43,6 +48,8 @@ enum {
 	X3_KIND_LINEAR,         /* weight (out, in): encoded to EXL3 */
 	X3_KIND_VECTOR,         /* weight (out): a norm, passed through */
 	X3_KIND_EMBEDDING,      /* weight (out = vocab, in = hidden), passed through */
+	X3_KIND_MATRIX,         /* weight (out, in) passed through unquantized (a
+	                           router, a shared-expert gate) */
 };
 
 /* Where a module sits: before the layers, in every layer, after them. */
@@ -57,19 +64,33 @@ enum {
 	X3_DIM_KV,              /* num_key_value_heads * head_dim */
 	X3_DIM_HEAD_DIM,        /* head_dim (default hidden_size / heads) */
 	X3_DIM_VOCAB,           /* vocab_size */
+	X3_DIM_EXPERTS,         /* num_local_experts / num_experts */
+	X3_DIM_MOE_INTER,       /* an expert's intermediate size (Mixtral:
+	                           intermediate_size; Qwen: moe_intermediate_size) */
+	X3_DIM_SHARED_INTER,    /* shared_expert_intermediate_size */
+	X3_DIM_ONE,             /* 1 (the shared expert's scalar gate) */
 	X3_DIM_COUNT
 };
 
 /* The config flag that gives a module a bias. */
 enum { X3_BIAS_NONE, X3_BIAS_QKV, X3_BIAS_O, X3_BIAS_MLP };
 /* When a module is present. */
-enum { X3_WHEN_ALWAYS, X3_WHEN_QK_NORM };
+enum {
+	X3_WHEN_ALWAYS, X3_WHEN_QK_NORM,
+	X3_WHEN_DENSE,          /* in the dense (not mixture-of-experts) layers */
+	X3_WHEN_SPARSE,         /* in the mixture-of-experts layers */
+	X3_WHEN_SHARED,         /* ... that have a shared expert */
+};
 
 /* What the forward pass uses a module as. */
 enum {
 	X3_SLOT_EMBED, X3_SLOT_IN_NORM, X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V,
 	X3_SLOT_Q_NORM, X3_SLOT_K_NORM, X3_SLOT_O, X3_SLOT_POST_NORM,
 	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_FINAL_NORM, X3_SLOT_HEAD,
+	X3_SLOT_ROUTER,                                   /* (experts, hidden) */
+	X3_SLOT_EXP_GATE, X3_SLOT_EXP_UP, X3_SLOT_EXP_DOWN, /* per expert */
+	X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN, /* the shared expert */
+	X3_SLOT_SHX_SCALE,                                /* (1, hidden): its sigmoid gate */
 	X3_SLOT_COUNT
 };
 
@@ -98,6 +119,14 @@ enum {
 	X3_AF_QK_NORM = 8,      /* per-head RMSNorm of q and k */
 	X3_AF_SLIDING = 16,     /* sliding_window is the attention window */
 	X3_AF_USE_SLIDING = 32, /* ... when use_sliding_window is true */
+	X3_AF_MOE = 64,         /* mixture-of-experts layers (experts_key) */
+	X3_AF_MOE_RENORM = 128, /* the top-k weights always sum to 1 (Mixtral);
+	                           else norm_topk_prob says */
+	X3_AF_MOE_STEP = 256,   /* decoder_sparse_step / mlp_only_layers make
+	                           some layers dense (Qwen MoE) */
+	X3_AF_MOE_OWN_INTER = 512, /* experts are moe_intermediate_size wide
+	                              (else intermediate_size) */
+	X3_AF_SHARED = 1024,    /* a shared expert (shared_expert_intermediate_size) */
 };
 
 typedef struct x3_arch_desc {
@@ -109,6 +138,7 @@ typedef struct x3_arch_desc {
 	const char *layer_prefix;  /* pattern of a layer's keys: model.layers.{L} */
 	const x3_module_desc *mods;
 	int nmods;
+	const char *experts_key;   /* config key of the expert count (X3_AF_MOE) */
 } x3_arch_desc;
 
 int x3_arch_count(void);
@@ -128,6 +158,7 @@ typedef struct x3_module {
 	char group[X3_KEY_MAX + 16]; /* Hessian group ("" unless a linear) */
 	int layer;                   /* 0..n_layers-1; -1 before the layers,
 	                                n_layers after them (the head) */
+	int expert;                  /* its expert ({E}), or -1 */
 	int64_t in, out;             /* weight (out, in); a vector: (out), in 0 */
 	int bias;                    /* KEY.bias (out) exists */
 	int tied;                    /* weight is another module's */
@@ -147,8 +178,11 @@ const x3_module *x3_modules_owner(const x3_module *m, int n, const char *name);
  * GROUP, in model order, into buf. */
 int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len);
 
-/* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer)? */
+/* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer;
+ * {E}: an expert number, not returned)? */
 int x3_arch_match(const char *pattern, const char *name, int *layer);
+/* Is layer l of the model a mixture-of-experts layer? */
+int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
 
 /* The table row of a linear key without a model: the first architecture
  * whose linear pattern matches KEY (bitalloc's measurements carry only the

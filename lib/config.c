@@ -119,19 +119,81 @@ static int parse_arch(json_t *root, json_t **cp, x3_model_config *c)
 	 * fields are read there when the root has no num_hidden_layers */
 	json_t *tc = json_object_get(root, "text_config");
 	*cp = json_is_object(tc) && !json_object_get(root, "num_hidden_layers") ? tc : root;
-	static const char *const moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
-	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
-		json_t *e = json_object_get(*cp, moe[i]);
-		if (json_is_integer(e) && json_integer_value(e) > 0)
-			return x3_err(X3_EUNSUP, "config.json: \"%s\": mixture-of-experts models are not "
-			              "supported yet (dense %s only)", moe[i], x3_arch_families());
-	}
 	c->desc = x3_arch_lookup(arch, model_type);
 	if (!c->desc)
 		return x3_err(X3_EUNSUP, "config.json: architecture '%s' is not supported "
 		              "(%s causal LMs are)", arch ? arch : model_type, x3_arch_families());
+	/* expert counts in the config of an architecture without experts */
+	static const char *const moe[] = {"num_experts", "num_local_experts", "n_routed_experts"};
+	for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) {
+		json_t *e = json_object_get(*cp, moe[i]);
+		if (json_is_integer(e) && json_integer_value(e) > 0 &&
+		    (!(c->desc->flags & X3_AF_MOE) || strcmp(moe[i], c->desc->experts_key)))
+			return x3_err(X3_EUNSUP, "config.json: \"%s\": mixture-of-experts models are not "
+			              "supported as %s (the architectures with experts read \"%s\")", moe[i],
+			              c->desc->name, c->desc->flags & X3_AF_MOE ? c->desc->experts_key :
+			              "num_local_experts or num_experts");
+	}
 	c->arch = c->desc->id;
 	snprintf(c->arch_name, sizeof c->arch_name, "%s", c->desc->name);
+	return X3_OK;
+}
+
+/* The experts of a mixture-of-experts architecture (X3_AF_MOE): their
+ * count, the top k, their width, the shared expert and which layers are
+ * sparse. Counts that contradict each other are refused naming the key. */
+static int parse_moe(json_t *cj, x3_model_config *c)
+{
+	unsigned f = c->desc->flags;
+	int rc;
+	if (!(f & X3_AF_MOE))
+		return X3_OK;
+	const char *ek = c->desc->experts_key;
+	if ((rc = get_int(cj, ek, 1, 1, &c->n_experts)) ||
+	    (rc = get_int(cj, "num_experts_per_tok", 1, 1, &c->n_experts_tok)))
+		return rc;
+	if (c->n_experts > 65536)
+		return x3_err(X3_EFORMAT, "config.json: '%s' = %lld is implausibly large", ek,
+		              (long long)c->n_experts);
+	if (c->n_experts_tok > c->n_experts)
+		return x3_err(X3_EFORMAT, "config.json: 'num_experts_per_tok' = %lld is more than '%s' = %lld",
+		              (long long)c->n_experts_tok, ek, (long long)c->n_experts);
+	c->moe_inter = c->intermediate;
+	if ((f & X3_AF_MOE_OWN_INTER) && (rc = get_int(cj, "moe_intermediate_size", 1, 1, &c->moe_inter)))
+		return rc;
+	if ((f & X3_AF_SHARED) &&
+	    (rc = get_int(cj, "shared_expert_intermediate_size", 0, 0, &c->shared_inter)))
+		return rc;
+	if (c->moe_inter > (1 << 22) || c->shared_inter > (1 << 22))
+		return x3_err(X3_EFORMAT, "config.json: implausibly large expert dimensions");
+	c->norm_topk = 1;
+	if (!(f & X3_AF_MOE_RENORM)) {
+		c->norm_topk = 0;   /* the Hugging Face default of the Qwen MoE configs */
+		if ((rc = get_bool(cj, "norm_topk_prob", &c->norm_topk)))
+			return rc;
+	}
+	c->sparse_step = 1;
+	if (!(f & X3_AF_MOE_STEP))
+		return X3_OK;
+	if ((rc = get_int(cj, "decoder_sparse_step", 0, 1, &c->sparse_step)))
+		return rc;
+	json_t *mo = json_object_get(cj, "mlp_only_layers");
+	if (mo && !json_is_null(mo)) {
+		if (!json_is_array(mo))
+			return x3_err(X3_EFORMAT, "config.json: 'mlp_only_layers' is not a list");
+		for (size_t i = 0; i < json_array_size(mo); i++) {
+			json_t *v = json_array_get(mo, i);
+			if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+			    json_integer_value(v) >= c->n_layers)
+				return x3_err(X3_EFORMAT, "config.json: 'mlp_only_layers' entry %zu is not a "
+				              "layer (0..%lld)", i, (long long)c->n_layers - 1);
+			json_int_t l = json_integer_value(v);
+			if (l >= 1024)
+				return x3_err(X3_EUNSUP, "config.json: 'mlp_only_layers': layer %lld: only "
+				              "layers below 1024 can be dense", (long long)l);
+			c->mlp_only[l / 64] |= 1ull << (l % 64);
+		}
+	}
 	return X3_OK;
 }
 
@@ -183,6 +245,9 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 	c->o_bias = (f & X3_AF_ATTN_BIAS) && attn_bias;
 	c->mlp_bias = (f & X3_AF_MLP_BIAS) && mlp_bias;
 	c->qk_norm = !!(f & X3_AF_QK_NORM);
+
+	if ((rc = parse_moe(cj, c)))
+		return rc;
 
 	json_t *q = json_object_get(root, "quantization_config");
 	if (q && !json_is_null(q)) {

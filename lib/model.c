@@ -11,6 +11,8 @@
 #include "model.h"
 #include "safetensors.h"
 #include "linear.h"
+#include "moe.h"
+#include "blas.h"
 
 struct x3_model {
 	x3_model_config cfg;
@@ -53,14 +55,18 @@ static x3_st *norm_src(const x3_model *m, int layer, const char *name)
 /* ---- per-layer weights ------------------------------------------------ */
 /* the linears and the norm vectors of a layer, by slot */
 static const int lin_slots[] = { X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V, X3_SLOT_O,
-	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN };
+	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN };
 static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM };
 #define N_LIN (int)(sizeof lin_slots / sizeof *lin_slots)
 #define N_VEC (int)(sizeof vec_slots / sizeof *vec_slots)
 
 struct layer_w {
 	x3_linear *lin[X3_SLOT_COUNT];
-	float *vec[X3_SLOT_COUNT];      /* norms: (hidden) or (head_dim) */
+	float *vec[X3_SLOT_COUNT];      /* norms: (hidden) or (head_dim); the
+	                                   router and the shared-expert gate */
+	int sparse, nex;                /* a mixture-of-experts layer; experts */
+	x3_linear **ex;                 /* (nex, 3): gate, up, down */
+	const x3_module **exm;          /* their modules */
 };
 
 /* A 1-D vector tensor of length n as F32 (check only when out == NULL). */
@@ -91,6 +97,10 @@ static void layer_free(struct layer_w *w)
 		x3_linear_free(w->lin[i]);
 		free(w->vec[i]);
 	}
+	for (int i = 0; i < 3 * w->nex && w->ex; i++)
+		x3_linear_free(w->ex[i]);
+	free(w->ex);
+	free(w->exm);
 	memset(w, 0, sizeof *w);
 }
 
@@ -100,8 +110,16 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 	x3_st *st = layer_src(m, l);
 	int rc;
 	memset(w, 0, sizeof *w);
+	w->sparse = x3_arch_sparse_layer(&m->cfg, l);
 	for (int i = 0; i < N_LIN; i++) {
 		const x3_module *d = mod(m, l, lin_slots[i]);
+		int s = lin_slots[i];
+		if (s >= X3_SLOT_SHX_GATE || (w->sparse && (s == X3_SLOT_GATE || s == X3_SLOT_UP || s == X3_SLOT_DOWN))) {
+			/* the shared expert when there is one; no dense MLP in a sparse layer */
+			if (d && (rc = x3_linear_open(st, d->key, d->in, d->out, d->bias, check, &w->lin[s])))
+				goto fail;
+			continue;
+		}
 		if (!d) {
 			rc = x3_err(X3_EINVAL, "layer %d: the description has no linear of slot %d", l,
 			            lin_slots[i]);
@@ -114,6 +132,43 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 		const x3_module *d = mod(m, l, vec_slots[i]);
 		if (d && (rc = load_vec(norm_src(m, l, d->weight), d->weight, d->out,
 		                        check ? NULL : &w->vec[d->d->slot])))
+			goto fail;
+	}
+	if (!w->sparse)
+		return X3_OK;
+	/* the router and the shared-expert gate: dense matrices */
+	static const int mats[] = { X3_SLOT_ROUTER, X3_SLOT_SHX_SCALE };
+	for (int i = 0; i < 2; i++) {
+		const x3_module *d = mod(m, l, mats[i]);
+		if (!d)
+			continue;
+		/* checked as a dense (out, in) weight */
+		if ((rc = x3_linear_open(norm_src(m, l, d->weight), d->key, d->in, d->out, 0, 1, NULL)))
+			goto fail;
+		const x3_tensor *t = x3_st_find(norm_src(m, l, d->weight), d->weight);
+		if (!check && !(w->vec[mats[i]] = x3_tensor_f32(t))) {
+			rc = x3_errprefix(X3_ENOMEM, "tensor '%s'", d->weight);
+			goto fail;
+		}
+	}
+	if (!mod(m, l, X3_SLOT_ROUTER)) {
+		rc = x3_err(X3_EINVAL, "layer %d: a mixture-of-experts layer without a router", l);
+		goto fail;
+	}
+	w->nex = (int)m->cfg.n_experts;
+	w->ex = calloc((size_t)w->nex * 3, sizeof *w->ex);
+	w->exm = calloc((size_t)w->nex * 3, sizeof *w->exm);
+	if (!w->ex || !w->exm) {
+		rc = x3_err(X3_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < m->nmods; i++) {
+		const x3_module *d = &m->mods[i];
+		if (d->layer != l || d->expert < 0)
+			continue;
+		int j = d->d->slot - X3_SLOT_EXP_GATE;
+		w->exm[d->expert * 3 + j] = d;
+		if ((rc = x3_linear_open(st, d->key, d->in, d->out, d->bias, check, &w->ex[d->expert * 3 + j])))
 			goto fail;
 	}
 	return X3_OK;
@@ -167,7 +222,8 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		m->slot[i] = -1;
 	for (int i = 0; i < m->nmods; i++) {
 		int l = m->mods[i].layer < 0 ? (int)c->n_layers : m->mods[i].layer;
-		m->slot[(size_t)l * X3_SLOT_COUNT + m->mods[i].d->slot] = i;
+		if (m->mods[i].expert <= 0)
+			m->slot[(size_t)l * X3_SLOT_COUNT + m->mods[i].d->slot] = i;
 	}
 	/* an overlay without EXL3 linears (a plain HF directory) would be
 	 * accepted and run as the original */
@@ -415,10 +471,11 @@ struct fwd {
 	x3_model *m;
 	const struct x3_forward_opts *o;
 	int64_t cols;
-	float *xn, *q, *k, *v, *a, *g, *u;
+	float *xn, *q, *k, *v, *a, *g, *u, *mo;
 	float *cosv, *sinv;
 };
 
+static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in);
 /* The capture hook for the Hessian group that the module of slot s of
  * layer l reads. */
 static int hook(struct fwd *f, int layer, int s, const float *x, int64_t ntok, int64_t in)
@@ -426,13 +483,66 @@ static int hook(struct fwd *f, int layer, int s, const float *x, int64_t ntok, i
 	const struct x3_forward_opts *o = f->o;
 	if (!o->hook || layer < o->hook_first || layer > o->hook_last)
 		return X3_OK;
-	const x3_module *d = mod(f->m, layer, s);
+	return hook_mod(f, layer, mod(f->m, layer, s), x, ntok, in);
+}
+
+static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in)
+{
+	const struct x3_forward_opts *o = f->o;
+	if (!o->hook || layer < o->hook_first || layer > o->hook_last)
+		return X3_OK;
 	char mb[1024];
 	int rc = x3_modules_members(f->m->mods, f->m->nmods, d->group, mb, sizeof mb);
 	if (rc)
 		return rc;
 	struct x3_capture c = { layer, d->group, mb, d->tied ? d->weight : NULL, x, ntok, in };
 	return o->hook(o->hook_ctx, &c);
+}
+
+/* An expert's linear for the MoE block: its input is the rows routed to
+ * it, which the capture hook sees (the expert's own Hessian group). */
+struct moe_ctx { struct fwd *f; const struct layer_w *w; int l; };
+static int moe_apply(void *ctx, int64_t e, int j, const float *x, int64_t n, float *y)
+{
+	struct moe_ctx *c = ctx;
+	const x3_module *d = c->w->exm[e * 3 + j];
+	int rc;
+	if (j != 1 && (rc = hook_mod(c->f, c->l, d, x, n, d->in)))
+		return rc;
+	return x3_linear_apply(c->w->ex[e * 3 + j], x, n, 0, y);
+}
+
+/* The MLP of a mixture-of-experts layer on xn (nt, hidden): into f->xn... */
+static int moe_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
+{
+	const x3_model_config *c = &f->m->cfg;
+	int64_t H = c->hidden, si = c->shared_inter;
+	struct moe_ctx mc = { f, w, l };
+	struct x3_moe p = { c->n_experts, c->n_experts_tok, H, c->moe_inter, c->norm_topk,
+	                    w->vec[X3_SLOT_ROUTER], moe_apply, &mc };
+	int rc;
+	if ((rc = x3_moe_forward(&p, f->xn, nt, f->cols, f->mo)))
+		return rc;
+	if (!w->lin[X3_SLOT_SHX_GATE])
+		return X3_OK;
+	/* the shared expert over every token, scaled by sigmoid(gate · x) */
+	if ((rc = hook(f, l, X3_SLOT_SHX_GATE, f->xn, nt, H)) ||
+	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_GATE], f->xn, nt, f->cols, f->g)) ||
+	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_UP], f->xn, nt, f->cols, f->u)))
+		return rc;
+	for (int64_t i = 0; i < nt * si; i++)
+		f->g[i] = f->g[i] / (1.0f + expf(-f->g[i])) * f->u[i];
+	float *sc = f->u;   /* free now: the gate's (nt) scalars */
+	if ((rc = hook(f, l, X3_SLOT_SHX_DOWN, f->g, nt, si)) ||
+	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_DOWN], f->g, nt, f->cols, f->a)) ||
+	    (w->vec[X3_SLOT_SHX_SCALE] && (rc = x3_gemm_xwt(f->xn, nt, f->cols, H, w->vec[X3_SLOT_SHX_SCALE], 1, sc))))
+		return rc;
+	for (int64_t t = 0; t < nt; t++) {
+		float s = w->vec[X3_SLOT_SHX_SCALE] ? 1.0f / (1.0f + expf(-sc[t])) : 1.0f;
+		for (int64_t i = 0; i < H; i++)
+			f->mo[t * H + i] += s * f->a[t * H + i];
+	}
+	return X3_OK;
 }
 
 /* One layer on a chunk of nrows rows: x (ntok, hidden) updated in place. */
@@ -468,6 +578,14 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 		x[i] += f->xn[i];
 
 	rmsnorm(f->xn, x, w->vec[X3_SLOT_POST_NORM], nt, H, c->rms_eps);
+	if (w->sparse) {
+		if ((rc = moe_chunk(f, l, w, nt)))
+			return rc;
+		#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
+		for (int64_t i = 0; i < nt * H; i++)
+			x[i] += f->mo[i];
+		return X3_OK;
+	}
 	if ((rc = hook(f, l, X3_SLOT_GATE, f->xn, nt, H)))
 		return rc;
 	if ((rc = x3_linear_apply(w->lin[X3_SLOT_GATE], f->xn, nt, cols, f->g)) ||
@@ -525,15 +643,17 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	float *x = o->hidden ? o->hidden : malloc((size_t)T * H * sizeof *x);
 	f.xn = malloc((size_t)ct * i64max(H, qd) * sizeof(float));
 	f.q = malloc((size_t)ct * qd * sizeof(float));
-	f.a = malloc((size_t)ct * qd * sizeof(float));
+	f.a = malloc((size_t)ct * i64max(qd, H) * sizeof(float));   /* also the shared expert's output */
 	f.k = malloc((size_t)ct * kvd * sizeof(float));
 	f.v = malloc((size_t)ct * kvd * sizeof(float));
-	f.g = malloc((size_t)ct * c->intermediate * sizeof(float));
-	f.u = malloc((size_t)ct * c->intermediate * sizeof(float));
+	int64_t gi = i64max(c->intermediate, c->shared_inter);
+	f.g = malloc((size_t)ct * gi * sizeof(float));
+	f.u = malloc((size_t)ct * gi * sizeof(float));
+	f.mo = malloc((size_t)ct * H * sizeof(float));
 	f.cosv = malloc((size_t)cols * half * sizeof(float));
 	f.sinv = malloc((size_t)cols * half * sizeof(float));
 	double *fr = malloc((size_t)half * sizeof *fr);
-	if (!x || !f.xn || !f.q || !f.a || !f.k || !f.v || !f.g || !f.u || !f.cosv || !f.sinv || !fr) {
+	if (!x || !f.xn || !f.q || !f.a || !f.k || !f.v || !f.g || !f.u || !f.mo || !f.cosv || !f.sinv || !fr) {
 		rc = x3_err(X3_ENOMEM, "forward: out of memory for %lld tokens", (long long)T);
 		goto out;
 	}
@@ -561,7 +681,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			goto out;
 		}
 		for (int i = 0; i < N_LIN && o->device != X3_DEVICE_CPU; i++)
-			if ((rc = x3_linear_set_device(w.lin[lin_slots[i]], o->device))) {
+			if (w.lin[lin_slots[i]] && (rc = x3_linear_set_device(w.lin[lin_slots[i]], o->device))) {
 				layer_free(&w);
 				x3_errprefix(rc, "layer %d", l);
 				goto out;
@@ -614,7 +734,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 out:
 	if (x != o->hidden)
 		free(x);
-	free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u);
+	free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u), free(f.mo);
 	free(f.cosv), free(f.sinv), free(fr);
 	return rc;
 }

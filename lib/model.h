@@ -18,7 +18,8 @@
 
 #include "x3.h"
 
-enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3 };
+enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
+       X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE };
 
 struct x3_arch_desc;
 typedef struct x3_model_config {
@@ -37,6 +38,15 @@ typedef struct x3_model_config {
 	int tied;                /* lm_head shares model.embed_tokens.weight */
 	int qkv_bias, o_bias, mlp_bias, qk_norm;
 	int64_t bos_id, eos_id;  /* -1 when absent */
+	/* mixture of experts (0 experts: a dense model) */
+	int64_t n_experts;       /* num_local_experts / num_experts */
+	int64_t n_experts_tok;   /* num_experts_per_tok: the top k */
+	int64_t moe_inter;       /* an expert's intermediate size */
+	int64_t shared_inter;    /* shared_expert_intermediate_size (0: none) */
+	int norm_topk;           /* the top-k routing weights renormalized to 1 */
+	int64_t sparse_step;     /* decoder_sparse_step: layer l is sparse when
+	                            (l + 1) % sparse_step == 0 ... */
+	uint64_t mlp_only[16];   /* ... and it is not in mlp_only_layers (bits) */
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;

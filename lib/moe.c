@@ -1,0 +1,143 @@
+/* moe.c: the mixture-of-experts block (see moe.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "blas.h"
+#include "moe.h"
+#include "x3.h"
+
+/* top k of the softmax of logits l (n): idx, w; ties keep the lower index */
+static void topk(const float *l, int64_t n, int64_t k, int renorm, int32_t *idx, float *w)
+{
+	double mx = -INFINITY, sum = 0;
+	for (int64_t e = 0; e < n; e++)
+		mx = l[e] > mx ? l[e] : mx;
+	for (int64_t e = 0; e < n; e++)
+		sum += exp((double)l[e] - mx);
+	for (int64_t j = 0; j < k; j++) {
+		int64_t best = -1;
+		for (int64_t e = 0; e < n; e++) {
+			int used = 0;
+			for (int64_t i = 0; i < j && !used; i++)
+				used = idx[i] == e;
+			if (!used && (best < 0 || l[e] > l[best]))
+				best = e;
+		}
+		idx[j] = (int32_t)best;
+		w[j] = (float)(exp((double)l[best] - mx) / sum);
+	}
+	if (renorm) {
+		double s = 0;
+		for (int64_t j = 0; j < k; j++)
+			s += w[j];
+		for (int64_t j = 0; j < k; j++)
+			w[j] = (float)(w[j] / s);
+	}
+}
+
+int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, int32_t *idx, float *w)
+{
+	float *l = malloc((size_t)(nt * p->n_experts) * sizeof *l);
+	if (!l)
+		return x3_err(X3_ENOMEM, "moe: out of memory for the router logits");
+	int rc = x3_gemm_xwt(x, nt, seg, p->hidden, p->router, p->n_experts, l);
+	if (!rc)
+		for (int64_t t = 0; t < nt; t++)
+			topk(l + t * p->n_experts, p->n_experts, p->top_k, p->renorm, idx + t * p->top_k,
+			     w + t * p->top_k);
+	free(l);
+	return rc;
+}
+
+int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, float *y)
+{
+	int64_t H = p->hidden, I = p->inter, K = p->top_k;
+	int32_t *idx = malloc((size_t)(nt * K) * sizeof *idx);
+	float *w = malloc((size_t)(nt * K) * sizeof *w);
+	int64_t *rows = malloc((size_t)nt * sizeof *rows);
+	float *rw = malloc((size_t)nt * sizeof *rw);
+	float *xe = malloc((size_t)(nt * H) * sizeof *xe), *ye = malloc((size_t)(nt * H) * sizeof *ye);
+	float *g = malloc((size_t)(nt * I) * sizeof *g), *u = malloc((size_t)(nt * I) * sizeof *u);
+	int rc = X3_OK;
+	if (!idx || !w || !rows || !rw || !xe || !ye || !g || !u) {
+		rc = x3_err(X3_ENOMEM, "moe: out of memory for %lld tokens", (long long)nt);
+		goto out;
+	}
+	if ((rc = x3_moe_route(p, x, nt, seg, idx, w)))
+		goto out;
+	memset(y, 0, (size_t)(nt * H) * sizeof *y);
+	for (int64_t e = 0; e < p->n_experts && !rc; e++) {
+		int64_t n = 0;
+		for (int64_t t = 0; t < nt; t++)
+			for (int64_t j = 0; j < K; j++)
+				if (idx[t * K + j] == e) {
+					rows[n] = t, rw[n] = w[t * K + j];
+					memcpy(xe + n * H, x + t * H, (size_t)H * sizeof *xe);
+					n++;
+				}
+		if (!n)
+			continue;
+		if ((rc = p->apply(p->ctx, e, 0, xe, n, g)) || (rc = p->apply(p->ctx, e, 1, xe, n, u)))
+			break;
+		for (int64_t i = 0; i < n * I; i++)
+			g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		if ((rc = p->apply(p->ctx, e, 2, g, n, ye)))
+			break;
+		for (int64_t r = 0; r < n; r++)
+			for (int64_t i = 0; i < H; i++)
+				y[rows[r] * H + i] += rw[r] * ye[r * H + i];
+	}
+out:
+	free(idx), free(w), free(rows), free(rw), free(xe), free(ye), free(g), free(u);
+	return rc;
+}
+
+void x3_moe_ref(const struct x3_moe *p, const float *const *gate, const float *const *up,
+                const float *const *down, const float *x, int64_t nt, float *y, int32_t *idx, float *w)
+{
+	int64_t H = p->hidden, I = p->inter, E = p->n_experts, K = p->top_k;
+	float *l = malloc((size_t)E * sizeof *l), *h = malloc((size_t)I * sizeof *h);
+	int32_t *ki = malloc((size_t)K * sizeof *ki);
+	float *kw = malloc((size_t)K * sizeof *kw);
+	double *acc = malloc((size_t)H * sizeof *acc);
+	if (!l || !h || !ki || !kw || !acc)
+		abort();   /* the reference is for tests */
+	for (int64_t t = 0; t < nt; t++) {
+		const float *xt = x + t * H;
+		for (int64_t e = 0; e < E; e++) {
+			double s = 0;
+			for (int64_t i = 0; i < H; i++)
+				s += (double)p->router[e * H + i] * xt[i];
+			l[e] = (float)s;
+		}
+		topk(l, E, K, p->renorm, ki, kw);
+		if (idx)
+			memcpy(idx + t * K, ki, (size_t)K * sizeof *ki);
+		if (w)
+			memcpy(w + t * K, kw, (size_t)K * sizeof *kw);
+		memset(acc, 0, (size_t)H * sizeof *acc);
+		/* the experts in number order, as the batched form sums them */
+		for (int64_t e = 0; e < E; e++)
+			for (int64_t j = 0; j < K; j++) {
+				if (ki[j] != e)
+					continue;
+				for (int64_t o = 0; o < I; o++) {
+					double a = 0, b = 0;
+					for (int64_t i = 0; i < H; i++) {
+						a += (double)gate[e][o * H + i] * xt[i];
+						b += (double)up[e][o * H + i] * xt[i];
+					}
+					h[o] = (float)(a / (1.0 + exp(-a)) * b);
+				}
+				for (int64_t o = 0; o < H; o++) {
+					double s = 0;
+					for (int64_t i = 0; i < I; i++)
+						s += (double)down[e][o * I + i] * h[i];
+					acc[o] += kw[j] * s;
+				}
+			}
+		for (int64_t o = 0; o < H; o++)
+			y[t * H + o] = (float)acc[o];
+	}
+	free(l), free(h), free(ki), free(kw), free(acc);
+}

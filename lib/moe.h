@@ -1,0 +1,45 @@
+/* moe.h: a mixture-of-experts MLP block on CPU: softmax top-k routing and
+ * the experts' SiLU-gated MLPs over the tokens routed to each.
+ *
+ * Routing (Mixtral, Qwen2-MoE, Qwen3-MoE): logits = x · routerᵀ, p =
+ * softmax(logits) over all experts, the top k of p (ties: the lower expert
+ * first), their weights renormalized to sum 1 when renorm is set (Mixtral
+ * always; Qwen: norm_topk_prob). The output of a token is
+ * Σ_k w_k · down_e(silu(gate_e(x)) * up_e(x)) over its k experts, summed in
+ * the order of the experts' numbers.
+ *
+ * The batched form gathers the rows routed to each expert and multiplies
+ * them through a callback (the model's linears: dense or EXL3, and the
+ * place the per-expert Hessian capture reads the routed rows); the
+ * reference loops over tokens with plain double-precision sums. */
+#ifndef X3_MOE_H
+#define X3_MOE_H
+
+#include <stdint.h>
+
+struct x3_moe {
+	int64_t n_experts, top_k, hidden, inter;
+	int renorm;
+	const float *router;    /* (n_experts, hidden) */
+	/* y (n, out) = linear j (0 gate, 1 up: inter x hidden; 2 down:
+	 * hidden x inter) of expert e applied to x (n, in). Called for experts
+	 * with at least one routed row, in expert order, gate then up then
+	 * down. Non-zero aborts. */
+	int (*apply)(void *ctx, int64_t e, int j, const float *x, int64_t n, float *y);
+	void *ctx;
+};
+
+/* The top k experts of each of the nt rows of x (nt, hidden): idx and w
+ * (nt, top_k), best first. seg: rows per sequence for the router product
+ * (blas.h). */
+int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, int32_t *idx, float *w);
+/* y (nt, hidden) = the block's output (overwritten). */
+int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, float *y);
+
+/* The reference, token by token, from dense weights: gate[e], up[e]
+ * (inter, hidden), down[e] (hidden, inter). idx/w as x3_moe_route (may be
+ * NULL). */
+void x3_moe_ref(const struct x3_moe *p, const float *const *gate, const float *const *up,
+                const float *const *down, const float *x, int64_t nt, float *y, int32_t *idx, float *w);
+
+#endif
