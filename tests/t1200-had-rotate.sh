@@ -151,7 +151,7 @@ check_fail "hessian twice (stream and --hessian)" 1 "a hessian on standard input
 	sh -c 'had-rotate --hessian h.fr < hwb.fr > /dev/null'
 check_fail "no weight" 1 "no weight frame" sh -c 'had-rotate < h.fr > /dev/null'
 check_fail "empty input" 1 "no weight frame" sh -c 'had-rotate < /dev/null > /dev/null'
-check_fail "garbage input" 1 "had-rotate: reading stdin" sh -c 'echo garbage | had-rotate > /dev/null'
+check_fail "garbage input" 1 "had-rotate: stdin: frame 0: bad magic" sh -c 'echo garbage | had-rotate > /dev/null'
 check_fail "missing hessian file" 1 "had-rotate: nope.fr" sh -c 'had-rotate --hessian nope.fr < w.fr > /dev/null'
 check_fail "frames of trellis-encode's input are refused" 1 "role 'w_reg' is not an input of had-rotate" \
 	sh -c 'had-rotate < r.fr > /dev/null'

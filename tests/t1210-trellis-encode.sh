@@ -126,5 +126,5 @@ tensor-gen --meta role=trellis x.trellis=4x4 > tr.fr
 check_fail "frames of another stage" 1 "role 'trellis' is not an input of trellis-encode" \
 	sh -c 'trellis-encode -K 2 < tr.fr > /dev/null'
 check_fail "empty input" 1 "no weight frames" sh -c 'trellis-encode -K 2 < /dev/null > /dev/null'
-check_fail "truncated input" 1 "trellis-encode: reading stdin" sh -c 'head -c 1000 r.fr | trellis-encode -K 2 > /dev/null'
+check_fail "truncated input" 1 "trellis-encode: stdin: frame 0 'm.w_reg': truncated payload" sh -c 'head -c 1000 r.fr | trellis-encode -K 2 > /dev/null'
 done_testing

@@ -43,7 +43,7 @@ check "... and differs from the original model's" bash -c '! cmp -s horig hseq'
 check "layer 0 of the sequential capture is not written" test "$(tensor-ls hseq | jq -r .meta.layer | sort -u | tr -d '\n')" = 12
 mkdir qlin && tensor-cat -q q 'model.layers.0.*_proj.*' -o qlin/model.safetensors
 check "--quantized DIR of the quantized linears alone (norms from the model)" cmp -s hseq <(hessian-capture --model m --quantized qlin --tokens tok --layers 1-)
-check_fail "--quantized DIR lacking a layer's linear" 1 "model.layers.1.self_attn.q_proj.weight' is missing" hessian-capture --model m --quantized qlin --tokens tok --layers 2
+check_fail "--quantized DIR lacking a layer's linear" 1 "linear 'model.layers.1.self_attn.q_proj' is not EXL3" hessian-capture --model m --quantized qlin --tokens tok --layers 2
 # sequential chain: layer 0's capture saves the hidden states entering it,
 # layer 1's starts from them (runs quantized layer 0, then layer 1): the same
 # Hessians, and the same states for layer 1, as a forward from the embedding
