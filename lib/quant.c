@@ -798,8 +798,28 @@ static int coarse_grid(const float *src, int64_t m, const double *s, int ns, int
 	return rc;
 }
 
+/* The search encodes at most 10 ceil(m/3) + 5 m <= 9 m tiles for m sampled
+ * tiles (coarse grid on every third, fine grid on all), and the encode
+ * itself k n / 256 tiles. The full sample (3 max(k, n) / 16 + outliers)
+ * grows with the longer side, not the area: a 128x128 weight has 64 tiles
+ * and a 40-tile sample, so the search cost ~5 encodes of it, a 1024x1024
+ * one ~27% of its encode. The cap keeps the search within 1/8 of the
+ * encode, but at least X3_SCALE_MIN_TILES tiles (with 8, stories260K's mean
+ * proxy error at K=4 rose 6%; with 16 it moved by <1%, within the noise). */
+int64_t x3_scale_sample_cap(int64_t k, int64_t n)
+{
+	int64_t cap = (k / 16) * (n / 16) / (8 * 9);
+	return cap > X3_SCALE_MIN_TILES ? cap : X3_SCALE_MIN_TILES;
+}
+
 int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
                     int threads, double *g)
+{
+	return x3_scale_search_cap(W, k, n, K, cb, threads, x3_scale_sample_cap(k, n), g);
+}
+
+int x3_scale_search_cap(const float *W, int64_t k, int64_t n, int K, int cb,
+                        int threads, int64_t cap, double *g)
 {
 	*g = 1.0;
 	int64_t mmax = x3_scale_sample_max(k, n);
@@ -807,6 +827,16 @@ int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
 	if (!tiles)
 		return x3_err(X3_ENOMEM, "out of memory in the scale search");
 	int64_t m = x3_scale_sample(W, k, n, tiles);
+	/* over the cap: every (m/cap)-th sampled tile, in sample order (the
+	 * diagonal and the outliers in proportion) */
+	if (cap > 0 && m > cap) {
+		for (int64_t i = 0; i < cap; i++) {
+			int64_t j = (2 * i + 1) * m / (2 * cap);
+			if (j != i)
+				memcpy(tiles + 256 * i, tiles + 256 * j, 256 * sizeof *tiles);
+		}
+		m = cap;
+	}
 	/* coarse grid 0.1, 0.3, ..., 1.9 on every third sampled tile */
 	double s[10], y[10];
 	for (int i = 0; i < 10; i++)

@@ -113,9 +113,18 @@ void x3_qweight_free(x3_qweight *w);
 int64_t x3_scale_sample_max(int64_t k, int64_t n);
 int64_t x3_scale_sample(const float *W, int64_t k, int64_t n, float *tiles);
 /* Global scale search over the sampled tiles: coarse grid, fine grid,
- * parabolic refinement. */
+ * parabolic refinement. x3_scale_search_cap uses at most cap of the sampled
+ * tiles (evenly spaced in sample order; cap <= 0: all of them, ExLlamaV3's
+ * search); x3_scale_search caps at x3_scale_sample_cap(k, n), which keeps
+ * the search's Viterbi work within 1/8 of the encode's (at least
+ * X3_SCALE_MIN_TILES tiles): equal to the full sample from about 4096x4096
+ * on, a bounded share of the encode below. */
+#define X3_SCALE_MIN_TILES 16
+int64_t x3_scale_sample_cap(int64_t k, int64_t n);
 int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
                     int threads, double *g);
+int x3_scale_search_cap(const float *W, int64_t k, int64_t n, int K, int cb,
+                        int threads, int64_t cap, double *g);
 
 /* LDLQ (exl3(5) §9.4): quantize W (k x n) bottom-up in 16-row blocks with error
  * feedback through L (k x k strictly block-lower), or without feedback when

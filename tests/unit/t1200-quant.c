@@ -273,8 +273,20 @@ static void test_quantize(void)
 
 	CHECK(x3_scale_sample_max(256, 128) == 3 * 16 + 2 * 8 && x3_scale_sample_max(1024, 512) == 3 * 64 + 2 * 12,
 	      "scale sample count 3D + 2 num_x");
-	double g3;
+	/* the cap: 1/72 of the tiles, at least X3_SCALE_MIN_TILES; none binding
+	 * from 4096x4096 (864 sampled of a 910 cap) */
+	CHECK(x3_scale_sample_cap(256, 128) == X3_SCALE_MIN_TILES &&
+	      x3_scale_sample_cap(4096, 4096) == 65536 / 72 &&
+	      x3_scale_sample_cap(4096, 4096) >= x3_scale_sample_max(4096, 4096),
+	      "scale sample cap: floor for small tensors, full sample from 4096x4096");
+	double g3, gc, gfull, gbig;
 	CHECK_OK(x3_scale_search(w->W, k, n, 3, X3_CB_3INST, 0, &g3), "scale search K=3 3inst");
+	CHECK_OK(x3_scale_search_cap(w->W, k, n, 3, X3_CB_3INST, 0, X3_SCALE_MIN_TILES, &gc) ||
+	         x3_scale_search_cap(w->W, k, n, 3, X3_CB_3INST, 0, 0, &gfull) ||
+	         x3_scale_search_cap(w->W, k, n, 3, X3_CB_3INST, 0, 1000, &gbig), "capped searches");
+	CHECK(gc == g3 && gbig == gfull && fabs(g3 - gfull) < 0.1,
+	      "x3_scale_search = cap x3_scale_sample_cap; a cap above the sample = the full search; "
+	      "capped %.4f near full %.4f", g3, gfull);
 	CHECK(g3 > 0.8 && g3 < 1.2, "3inst scale %.4f near 1", g3);
 
 	/* LDLQ with L = 0 equals the fallback (no feedback) bit for bit */
