@@ -106,7 +106,7 @@ static void test_search(int64_t n0, int64_t k0, int K, int cb)
 	if (!w)
 		return;
 	double g = 0, ref = plain_scale_search(w->W, w->k, w->n, K, cb);
-	CHECK_OK(x3_scale_search(w->W, w->k, w->n, K, cb, 0, &g), "scale search %lldx%lld K=%d %s",
+	CHECK_OK(x3_scale_search_cap(w->W, w->k, w->n, K, cb, 0, 0, &g), "full-sample scale search %lldx%lld K=%d %s",
 	         (long long)n0, (long long)k0, K, x3_codebook_name(cb));
 	CHECK(g == ref, "... scale %.9g is the every-tile search's %.9g exactly", g, ref);
 	x3_qweight_free(w);
