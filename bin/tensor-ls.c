@@ -168,23 +168,15 @@ static const char *kind_name(int k)
 static void check_module(const char *dir, x3_st *st, const x3_module *m)
 {
 	char key[X3_KEY_MAX + 8];
-	snprintf(key, sizeof key, "%.*s", (int)(strlen(m->weight) - 7), m->weight);
-	if (m->d->kind == X3_KIND_VECTOR) {
-		const x3_tensor *t = x3_st_find(st, m->weight);
-		char b[64];
-		if (!t)
-			die("%s: tensor '%s' is missing", dir, m->weight);
-		if (t->rank != 1 || t->shape[0] != m->out)
-			die("%s: tensor '%s': shape %s, config says %lld", dir, m->weight,
-			    x3_shape_str(t, b, sizeof b), (long long)m->out);
-		if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
-			die("%s: tensor '%s': dtype %s (F32, F16 or BF16 expected)", dir, m->weight,
-			    x3_dtype_name(t->dtype));
-		return;
-	}
-	/* a linear or an embedding table: a dense (out, in) weight */
-	if (x3_linear_open(st, key, m->in, m->out, m->tied ? 0 : m->bias, 1, NULL))
+	int vec = m->d->kind == X3_KIND_VECTOR;
+	/* a vector, or a linear or an embedding table: a dense (out, in) weight */
+	if (x3_tensor_check_float(x3_st_find(st, m->weight), m->weight, vec ? 1 : 2, m->out, m->in))
 		die("%s: %s", dir, x3_errmsg());
+	if (!vec && m->bias && !m->tied) {
+		snprintf(key, sizeof key, "%.*s.bias", (int)(strlen(m->weight) - 7), m->weight);
+		if (x3_tensor_check_float(x3_st_find(st, key), key, 1, m->out, 0))
+			die("%s: %s", dir, x3_errmsg());
+	}
 }
 
 static void describe(const char *dir, int what)

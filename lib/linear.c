@@ -33,26 +33,6 @@ struct x3_linear {
  * reconstruction and SGEMM. */
 #define GPU_GEMV_ROWS 16
 
-static int is_float(x3_dtype t) { return t == X3_F32 || t == X3_F16 || t == X3_BF16; }
-
-static int check_tensor(const x3_tensor *t, const char *name, int rank, int64_t d0, int64_t d1)
-{
-	char b[64];
-	if (!t)
-		return x3_err(X3_EFORMAT, "tensor '%s' is missing", name);
-	if (!is_float(t->dtype))
-		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)",
-		              name, x3_dtype_name(t->dtype));
-	if (t->rank != rank || t->shape[0] != d0 || (rank > 1 && t->shape[1] != d1)) {
-		if (rank == 1)
-			return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lld", name,
-			              x3_shape_str(t, b, sizeof b), (long long)d0);
-		return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lldx%lld", name,
-		              x3_shape_str(t, b, sizeof b), (long long)d0, (long long)d1);
-	}
-	return X3_OK;
-}
-
 static int check_finite(const float *v, int64_t rows, int64_t cols, const char *name)
 {
 	for (int64_t i = 0; i < rows * cols; i++)
@@ -115,11 +95,11 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 	const x3_tensor *w = x3_st_find(st, wn);
 	if (!w && x3_st_find(st, tn))
 		return open_exl3(st, key, in, out, bias, check_only, lin);
-	int rc = check_tensor(w, wn, 2, out, in);
+	int rc = x3_tensor_check_float(w, wn, 2, out, in);
 	const x3_tensor *b = NULL;
 	if (!rc && bias) {
 		b = x3_st_find(st, bn);
-		rc = check_tensor(b, bn, 1, out, 0);
+		rc = x3_tensor_check_float(b, bn, 1, out, 0);
 	}
 	if (rc || check_only)
 		return rc;

@@ -345,6 +345,25 @@ const char *x3_shape_str(const x3_tensor *t, char *buf, size_t len)
 	return buf;
 }
 
+int x3_tensor_check_float(const x3_tensor *t, const char *name, int rank, int64_t d0,
+                          int64_t d1)
+{
+	char b[64];
+	if (!t)
+		return x3_err(X3_EFORMAT, "tensor '%s' is missing", name);
+	if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
+		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)",
+		              name, x3_dtype_name(t->dtype));
+	if (t->rank != rank || t->shape[0] != d0 || (rank > 1 && t->shape[1] != d1)) {
+		if (rank == 1)
+			return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lld", name,
+			              x3_shape_str(t, b, sizeof b), (long long)d0);
+		return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lldx%lld", name,
+		              x3_shape_str(t, b, sizeof b), (long long)d0, (long long)d1);
+	}
+	return X3_OK;
+}
+
 const char *x3_meta_get(const x3_tensor *t, const char *key)
 {
 	for (int i = 0; i < t->nmeta; i++)

@@ -100,6 +100,11 @@ float *x3_tensor_f32(const x3_tensor *t);
 int x3_tensor_rename(x3_tensor *t, const char *name);
 /* "4096x11008" into buf */
 const char *x3_shape_str(const x3_tensor *t, char *buf, size_t len);
+/* X3_OK if t is present, a float (F32, F16, BF16) of rank 1 with d0 elements
+ * or rank 2 with shape d0 x d1; else X3_EFORMAT naming the tensor, the shape
+ * found and what the config says. t NULL: "tensor 'name' is missing". */
+int x3_tensor_check_float(const x3_tensor *t, const char *name, int rank, int64_t d0,
+                          int64_t d1);
 
 const char *x3_meta_get(const x3_tensor *t, const char *key);
 int x3_meta_set(x3_tensor *t, const char *key, const char *val);

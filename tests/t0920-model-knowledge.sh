@@ -102,6 +102,16 @@ if have_shared; then
 else
 	for i in 1 2 3 4 5; do skip "tensor-ls --linears on stories260K: not in ../shared"; done
 fi
+# the checks of a dense model's tensors (tensor-ls reads no weight payload)
+. "$(dirname "$0")/lib-convert.sh"
+(cd "$TMP" && tiny_model m 1)
+check "tensor-ls --linears on a well-formed model" sh -c 'tensor-ls --linears "$1" >/dev/null' sh "$TMP/m"
+mkdir "$TMP/norm"
+cp "$TMP/m/config.json" "$TMP/norm/"
+{ tensor-cat -q "$TMP/m" $(tensor-ls "$TMP/m" | jq -r '.name' | grep -v '^model.layers.0.input_layernorm.weight$')
+  tensor-gen model.layers.0.input_layernorm.weight=63; } | tensor-cat -q -o "$TMP/norm/model.safetensors" -
+check_fail "a norm of the wrong length is named with both shapes" 1 \
+	"tensor 'model.layers.0.input_layernorm.weight': shape 63, config says 64" tensor-ls --linears "$TMP/norm"
 check_fail "tensor-ls --linears takes one MODEL" 2 "one MODEL directory" tensor-ls --linears
 check_fail "--linears and --stats exclude each other" 2 "--stats" tensor-ls --linears --stats x
 done_testing
