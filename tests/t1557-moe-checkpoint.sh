@@ -70,4 +70,9 @@ check_fail "more experts per token than experts: exit 1 naming the keys" 1 \
 jq '.num_experts = 3' q3/config.json >count/config.json
 check_fail "fewer experts in the config than in the checkpoint: the extra one is not listed, the count is checked by shape" 1 \
 	"model.layers.1.mlp.gate.weight" tensor-ls --modules count
+# the attention heads of any family (tests/bench/layer.sh makes an 8B's layer)
+mk --arch mixtral --experts 2 --top-k 1 --heads 4 --kv-heads 1 gqa 1 64 96
+check "--heads 4 --kv-heads 1: k_proj 16 x 64 (head size 16), every module present" \
+	test "$(tensor-ls --modules gqa | jq -c 'select(.key | endswith("k_proj")) | .shape')" = "[16,64]"
+check_fail "--kv-heads must divide --heads" 2 "--kv-heads must divide --heads" "$ROOT/examples/make-tiny-llama" --heads 4 --kv-heads 3 bad 1 64 96
 done_testing

@@ -29,9 +29,12 @@ strace -f -qq --seccomp-bpf -e trace=execve -e signal=none -o "$tmp/trace" \
 /usr/bin/time -f '%e %U %S' -o "$tmp/time" convert "$tmp/m" "$tmp/o2" "${args[@]}"
 read -r wall us ss < <(tail -1 "$tmp/time")
 cpu=$(awk -v u="$us" -v s="$ss" 'BEGIN { printf "%.2f", u + s }')
-# successful execs only: 'PID execve("/path/prog", [...], ...) = 0'
-grep -E 'execve\("[^"]+".* = 0$' "$tmp/trace" | sed -E 's/^[0-9]+ +execve\("([^"]+)".*/\1/' |
-	awk -F/ '{ print $NF }' | sort | uniq -c | sort -rn >"$tmp/counts"
+# successful execs only: 'PID execve("/path/prog", [...], ...) = 0', or
+# split by another process's event into "execve(...) <unfinished ...>" and
+# "PID <... execve resumed>) = 0"
+awk '$2 ~ /^execve\(/ { p = $2; sub(/^execve\("/, "", p); sub(/".*/, "", p); n = split(p, a, "/"); pend[$1] = a[n] }
+     ($2 ~ /^execve\(/ || /<\.\.\. execve resumed>/) && / = 0$/ { print pend[$1] }' "$tmp/trace" |
+	sort | uniq -c | sort -rn >"$tmp/counts"
 
 startup_ms() {   # the best round's mean CPU ms (user + sys) of "$@"
 	local best=999999 ms

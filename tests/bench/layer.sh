@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tests/bench/layer.sh: one real-width decoder layer converted end to end,
+# by stage, against the Viterbi-only rate of the same cores in the same run.
+#
+# The layer: an 8B Llama's (hidden 4096, intermediate 14336, 32 query and 8
+# key/value heads of 128), one layer of a model made by
+# examples/make-tiny-llama (a 258-token vocabulary, so the embedding and
+# head are negligible); calibration 64 rows x 2048 tokens; 4 bpw; convert
+# -j 1 (one program at a time, each with every core). Each stage's share
+# of the wall time comes from a trace of the conversion (strace -f of
+# execve and exit_group only, seccomp-filtered): every instant goes to the
+# earliest-started live program of the pipeline running then (tensor-cat
+# | had-rotate | trellis-encode: each reads its whole input before its
+# work; tensor-cat, the source of one pipeline and the sink of the
+# capture's, only when it is alone), so the shares add up to the wall time; "other" is convert, make,
+# tokenize, tensor-ls, jq and the shell between them.
+# The whole against the Viterbi: the layer's weights per second of CPU
+# time (user + sys of every process) per core, against tests/bench/viterbi's
+# best path at this K on CPU time per core. Target: >= 70%.
+# Then a projection of an 8B (32 layers) and a 70B (80 layers of hidden
+# 8192, intermediate 28672, 64/8 heads: 3.33x the weights of this layer
+# each) on 2, 16 and 64 cores, from this run's CPU seconds per weight,
+# assuming the encode scales with cores (it is per-tile parallel) and the
+# rest (capture) with cores too: a lower bound on wall time.
+#   BENCH_LAYER_HIDDEN/INTER/HEADS/KV  the layer (defaults above)
+#   BENCH_LAYER_ROWS/COLS             calibration (64, 2048)
+#   BENCH_BITS                        rate (4)
+# A full-size run takes about 30-40 minutes on 2 cores; scale the layer
+# down (e.g. HIDDEN=1024 INTER=3584 HEADS=8 KV=2 ROWS=8 COLS=512) to try it.
+# Prints a table and one JSON line; exits 1 when the target is missed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
+H=${BENCH_LAYER_HIDDEN:-4096} I=${BENCH_LAYER_INTER:-14336}
+NH=${BENCH_LAYER_HEADS:-32} NKV=${BENCH_LAYER_KV:-8}
+R=${BENCH_LAYER_ROWS:-64} C=${BENCH_LAYER_COLS:-2048} B=${BENCH_BITS:-4}
+command -v strace >/dev/null || { echo "layer.sh: needs strace (Debian package strace)" >&2; exit 2; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/x3bench.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$tmp"' EXIT
+"$root/examples/make-tiny-llama" --heads "$NH" --kv-heads "$NKV" "$tmp/m" 1 "$H" "$I" >/dev/null
+# the calibration length is a property of the run, not of the weights
+jq --argjson c "$C" '.max_position_embeddings = ([.max_position_embeddings, $c] | max)' \
+	"$tmp/m/config.json" >"$tmp/cfg" && mv "$tmp/cfg" "$tmp/m/config.json"
+weights=$(tensor-ls --linears "$tmp/m" | jq -s 'map(select(.layer == 0) | .shape[0] * .shape[1]) | add')
+cores=$(nproc)
+
+# the Viterbi alone, this K, best path, per core on CPU time
+vit=$("$root/tests/bench/viterbi" -K "$B" -R -r 3 | grep '^{' | tail -1)
+vit_core=$(jq -r --arg k "$B" '.K[$k].wps_core' <<<"$vit")
+
+strace -f -qq --seccomp-bpf -e trace=execve,exit_group -e signal=none -ttt -o "$tmp/trace" \
+	/usr/bin/time -f '%e %U %S %M' -o "$tmp/time" \
+	convert "$tmp/m" "$tmp/out" --bits "$B" --rows "$R" --cols "$C" -j 1 -q
+read -r wall us ss kb <"$tmp/time"
+cpu=$(awk -v u="$us" -v s="$ss" 'BEGIN { printf "%.2f", u + s }')
+
+# the timeline: exclusive wall seconds per stage
+awk '
+	function stage(p) {
+		if (p == "hessian-capture") return "capture"
+		if (p == "had-rotate") return "rotate"
+		if (p == "trellis-encode") return "encode"
+		if (p == "pack-write") return "pack"
+		if (p == "tensor-cat") return "read"
+		return ""
+	}
+	{
+		pid = $1; t = $2 + 0
+		if (t0 == "") t0 = t
+		if (last != "") {   # the interval since the last event
+			best = ""; bs = 1e300
+			for (q in live) if (prog[q] != "tensor-cat" && start[q] < bs) { bs = start[q]; best = q }
+			if (best == "") for (q in live) best = q   # tensor-cat alone
+			acc[best == "" ? "other" : stage(prog[best])] += t - last
+		}
+		last = t
+		# an exec that another process interrupts is split over two lines:
+		# "execve(...) <unfinished ...>", then "<... execve resumed>) = 0"
+		if ($3 ~ /^execve\(/) {
+			p = $3; sub(/^execve\("/, "", p); sub(/".*/, "", p); n = split(p, a, "/"); pend[pid] = a[n]
+		}
+		if (($3 ~ /^execve\(/ || $0 ~ /<\.\.\. execve resumed>/) && $0 ~ / = 0$/) {
+			p = pend[pid]
+			delete live[pid]
+			if (stage(p) != "") { live[pid] = 1; start[pid] = t; prog[pid] = p }
+		} else if ($3 ~ /^exit_group\(/)
+			delete live[pid]
+	}
+	END { for (s in acc) printf "%s %.3f\n", s, acc[s]; printf "traced %.3f\n", last - t0 }' \
+	"$tmp/trace" >"$tmp/stages"
+traced=$(awk '$1 == "traced" { print $2 }' "$tmp/stages")
+printf '%-10s %10s %8s\n' stage wall_s share
+json_s=
+for s in capture read rotate encode pack other; do
+	v=$(awk -v s="$s" '$1 == s { print $2 }' "$tmp/stages"); v=${v:-0}
+	printf '%-10s %10.1f %7.1f%%\n' "$s" "$v" "$(awk -v v="$v" -v t="$traced" 'BEGIN { print (t > 0 ? 100 * v / t : 0) }')"
+	json_s+="${json_s:+,}\"$s\":$v"
+done
+rate_core=$(awk -v w="$weights" -v c="$cpu" 'BEGIN { printf "%.0f", (c > 0 ? w / c : 0) }')
+pct=$(awk -v a="$rate_core" -v b="$vit_core" 'BEGIN { printf "%.1f", (b > 0 ? 100 * a / b : 0) }')
+printf 'layer: %d weights in %.1f s wall, %.1f s CPU on %d cores, peak RSS %.0f MiB\n' "$weights" "$wall" "$cpu" "$cores" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')"
+printf 'per core (CPU time): layer %d weights/s, Viterbi only %d weights/s (K=%d): %s%%\n' "$rate_core" "${vit_core%.*}" "$B" "$pct"
+echo "target: the whole layer at >= 70% of the Viterbi-only rate"
+printf '\n%-10s %12s %12s %12s\n' projection "2 cores" "16 cores" "64 cores"
+json_p=
+for m in "8B:32:1" "70B:80:3.333"; do
+	IFS=: read -r name nl f <<<"$m"
+	line=$(printf '%-10s' "$name")
+	for n in 2 16 64; do
+		h=$(awk -v c="$cpu" -v l="$nl" -v f="$f" -v n="$n" 'BEGIN { printf "%.2f", c * l * f / n / 3600 }')
+		line+=$(printf ' %10s h' "$h")
+		json_p+="${json_p:+,}{\"model\":\"$name\",\"cores\":$n,\"hours\":$h}"
+	done
+	echo "$line"
+done
+echo "{\"bench\":\"layer\",\"hidden\":$H,\"inter\":$I,\"heads\":$NH,\"kv_heads\":$NKV,\"rows\":$R,\"cols\":$C,\"bits\":$B,\"weights\":$weights,\"cores\":$cores,\"wall_s\":$wall,\"cpu_s\":$cpu,\"peak_rss_kib\":$kb,\"stages_s\":{$json_s},\"layer_weights_per_core_s\":$rate_core,\"viterbi_weights_per_core_s\":${vit_core:-0},\"pct_of_viterbi\":$pct,\"target_pct\":70,\"projection\":[$json_p]}"
+awk -v p="$pct" 'BEGIN { exit !(p >= 70) }'
