@@ -19,7 +19,8 @@
 
 static const char usage[] =
 	"usage: tensor-ls [--stats] [SOURCE...]\n"
-	"       tensor-ls --linears|--modules|--config MODEL\n";
+	"       tensor-ls --linears|--modules|--config MODEL\n"
+	"       tensor-ls --architectures\n";
 static int stats;
 
 struct acc { double min, max, sum, sq; int64_t n, nan, inf; };
@@ -141,6 +142,9 @@ static void help(void)
 	       "  --modules    every module of MODEL (linears, norms, embedding), with\n"
 	       "               kind and quantized\n"
 	       "  --config     MODEL's config.json as the toolkit reads it, one line\n"
+	       "  --architectures\n"
+	       "               every architecture the toolkit converts: architecture,\n"
+	       "               model_type, family, moe, one line each\n"
 	       "With --linears or --modules, the tensors of a MODEL that is not EXL3 are\n"
 	       "checked against the description (present, float, shape).\n");
 }
@@ -253,24 +257,46 @@ static void describe(const char *dir, int what)
 	free(m);
 }
 
+/* --architectures: the table itself */
+static void architectures(void)
+{
+	for (int i = 0; i < x3_arch_count(); i++) {
+		const x3_arch_desc *a = x3_arch_get(i);
+		json_t *o = json_object();
+		json_object_set_new(o, "architecture", json_string(a->name));
+		json_object_set_new(o, "model_type", json_string(a->model_type));
+		json_object_set_new(o, "family", json_string(a->family));
+		json_object_set_new(o, "moe", json_boolean(a->flags & X3_AF_MOE));
+		put_json(o, a->name);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	static const struct option lo[] = {{"stats", no_argument, 0, 's'},
 		{"linears", no_argument, 0, 'l'}, {"modules", no_argument, 0, 'm'},
-		{"config", no_argument, 0, 'c'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"config", no_argument, 0, 'c'}, {"architectures", no_argument, 0, 'a'},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c, what = 0;
 	while ((c = getopt_long(argc, argv, "sh", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': stats = 1; break;
-		case 'l': case 'm': case 'c':
+		case 'l': case 'm': case 'c': case 'a':
 			if (what && what != c)
-				usage_error(usage, "--linears, --modules and --config exclude each other");
+				usage_error(usage, "--linears, --modules, --config and --architectures exclude each other");
 			what = c;
 			break;
 		case 'h': help(); return 0;
 		default: fputs(usage, stderr); return 2;
 		}
+	}
+	if (what == 'a') {
+		if (stats || optind != argc)
+			usage_error(usage, "--architectures takes no SOURCE and no --stats");
+		architectures();
+		check_stdout();
+		return 0;
 	}
 	if (what) {
 		if (stats)

@@ -112,6 +112,12 @@ cp "$TMP/m/config.json" "$TMP/norm/"
   tensor-gen model.layers.0.input_layernorm.weight=63; } | tensor-cat -q -o "$TMP/norm/model.safetensors" -
 check_fail "a norm of the wrong length is named with both shapes" 1 \
 	"tensor 'model.layers.0.input_layernorm.weight': shape 63, config says 64" tensor-ls --linears "$TMP/norm"
+check "tensor-ls --architectures: one line per table entry, Llama and a MoE family among them" \
+	test "$(tensor-ls --architectures | jq -r 'select(.architecture == "LlamaForCausalLM" and (.moe | not)), select(.moe) | .family' | head -2 | paste -sd,)" = "Llama,Mixtral"
+check "convert -h lists what tensor-ls --architectures lists" \
+	test "$(convert -h | sed -n '/^Architectures:/,$p' | tail -n +2 | tr -s ' \n' '\n\n' | grep . | sort | paste -sd,)" = \
+	"$(tensor-ls --architectures | jq -r .architecture | sort | paste -sd,)"
+check_fail "--architectures takes no SOURCE" 2 "takes no SOURCE" tensor-ls --architectures x
 check_fail "tensor-ls --linears takes one MODEL" 2 "one MODEL directory" tensor-ls --linears
 check_fail "--linears and --stats exclude each other" 2 "--stats" tensor-ls --linears --stats x
 done_testing
