@@ -1,6 +1,7 @@
 /* bitalloc: per-tensor bit widths from trellis-encode --measure lines. */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <math.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -9,12 +10,18 @@
 #include <string.h>
 #include "util.h"
 #include "bitalloc.h"
+#include "pack.h"
 #include "safetensors.h"
 
 static const char usage[] =
 	"usage: bitalloc --bits B [--head-bits N] [--hq] [--set REGEX=K]...\n"
 	"                [--importance FILE] [--strategy optimal|exllamav3]\n"
-	"                [--method auto|dp|lagrangian] [-o PLAN] [-q] [FILE...]\n";
+	"                [--method auto|dp|lagrangian] [-o PLAN] [-q] [FILE...]\n"
+	"       bitalloc --size BYTES --model SRC [--codebook C] [--cal-rows R] [--cal-cols C]\n"
+	"                [--head-bits N] [--set REGEX=K]... [--importance FILE]\n"
+	"                [--method M] [-o PLAN] [-q] [FILE...]\n"
+	"       bitalloc --predict --model SRC (--bits B | --size BYTES) [--head-bits N]\n"
+	"                [--codebook C] [--cal-rows R] [--cal-cols C] [--set REGEX=K]...\n";
 
 static void help(void)
 {
@@ -31,7 +38,17 @@ static void help(void)
 	       "  --strategy S      optimal (default) or exllamav3 (its greedy, for comparison)\n"
 	       "  --method M        auto (default: exact DP when small enough), dp, lagrangian\n"
 	       "  -o PLAN           write the plan to PLAN (atomically) instead of stdout\n"
-	       "  -q                no summary on stderr\n");
+	       "  -q                no summary on stderr\n"
+	       "  --size BYTES      plan for the whole pack of SRC to be at most BYTES (with a\n"
+	       "                    unit: K M G T = 1000^n, KiB MiB GiB TiB = 1024^n), by the\n"
+	       "                    trellis bytes of each K instead of a bits average\n"
+	       "  --model SRC       the source model: its description and tensors give the\n"
+	       "                    bytes of every file pack-write will write\n"
+	       "  --codebook C      mul1 (default), mcg or 3inst, as given to pack-write\n"
+	       "  --cal-rows R, --cal-cols C  as given to pack-write (default 250, 2048)\n"
+	       "  --predict         no measurements: print the byte model of SRC for --bits B\n"
+	       "                    or --size BYTES (one JSON object): the smallest and largest\n"
+	       "                    pack, the predicted size, the widths to measure\n");
 }
 
 static void read_file(x3_ba *ba, const char *path, int importance)
@@ -57,10 +74,242 @@ static const char *fmt_error(char *buf, size_t n, double e)
 	return buf;
 }
 
+
+/* ---- the bytes of the pack (--model): pack.h x3_pack_size ------------- */
+
+struct szctx {
+	x3_pack_sizer *sz;
+	const x3_module *mods;
+	int nmods;
+	int *idx;                /* module of each ba tensor */
+	int *K;                  /* per module */
+};
+
+/* x3_ba_size_fn: the whole pack's bytes for the plan in ba */
+static int size_fn(void *c, const x3_ba *ba, uint64_t *bytes)
+{
+	struct szctx *x = c;
+	for (int j = 0; j < x->nmods; j++)
+		x->K[j] = 0;
+	for (int i = 0; i < ba->n; i++)
+		x->K[x->idx[i]] = ba->t[i].K;
+	x3_pack_size_info info;
+	int rc = x3_pack_size(x->sz, x->K, &info);
+	if (!rc)
+		*bytes = info.total;
+	return rc;
+}
+
+static int is_decoder_linear(const x3_module *m)
+{
+	return m->d->kind == X3_KIND_LINEAR && m->d->role != X3_ROLE_HEAD;
+}
+
+/* Tie the measured tensors to SRC's modules: each must be one of its
+ * decoder linears, and every decoder linear must be measured; sets each
+ * tensor's cost to its trellis bytes per bit. */
+static void bind_model(x3_ba *ba, struct szctx *x, const char *model)
+{
+	x->mods = x3_pack_sizer_modules(x->sz, &x->nmods);
+	x->idx = calloc((size_t)ba->n + 1, sizeof *x->idx);
+	x->K = calloc((size_t)x->nmods + 1, sizeof *x->K);
+	if (!x->idx || !x->K)
+		die("out of memory");
+	for (int i = 0; i < ba->n; i++) {
+		const x3_module *m = x3_modules_find(x->mods, x->nmods, ba->t[i].name);
+		if (!m || !is_decoder_linear(m))
+			die("tensor '%s': not a decoder linear of %s", ba->t[i].name, model);
+		if (m->in * m->out != ba->t[i].numel)
+			die("tensor '%s': numel %lld, but %s says %lldx%lld", ba->t[i].name,
+			    (long long)ba->t[i].numel, model, (long long)m->out, (long long)m->in);
+		x->idx[i] = (int)(m - x->mods);
+		ba->t[i].cost = x3_pack_trellis_bytes_per_bit(m);
+	}
+	for (int j = 0; j < x->nmods; j++) {
+		int found = 0;
+		if (!is_decoder_linear(&x->mods[j]))
+			continue;
+		for (int i = 0; i < ba->n && !found; i++)
+			found = x->idx[i] == j;
+		if (!found)
+			die("linear '%s' of %s has no measurement", x->mods[j].key, model);
+	}
+}
+
+/* a byte count for people: "12.0 GiB", "640 KiB" */
+static const char *human(char *buf, size_t n, uint64_t b)
+{
+	static const char *const u[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)b;
+	int i = 0;
+	while (v >= 1024 && i < 4) {
+		v /= 1024;
+		i++;
+	}
+	snprintf(buf, n, i ? "%.4g %s" : "%.0f %s", v, u[i]);
+	return buf;
+}
+
+/* Free tensors (not --set) of ba at K, the set ones at theirs: bytes. */
+static uint64_t bytes_at(x3_ba *ba, struct szctx *x, int K)
+{
+	for (int i = 0; i < ba->n; i++)
+		ba->t[i].K = ba->t[i].fixed ? ba->t[i].lo : K;
+	uint64_t b;
+	if (size_fn(x, ba, &b))
+		die("%s", x3_errmsg());
+	return b;
+}
+
+struct ratio { double r; int64_t n, c; };
+static int ratio_cmp(const void *a, const void *b)
+{
+	const struct ratio *x = a, *y = b;
+	return x->r < y->r ? -1 : x->r > y->r;
+}
+
+/* --predict: the byte model of SRC for a bits or size target, before any
+ * measurement. ba holds every decoder linear (all K allowed, --set fixes
+ * applied). */
+static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double bits, uint64_t size,
+                         int head_bits, const char *codebook)
+{
+	char h1[32], h2[32];
+	int64_t N = 0, nf = 0, cf = 0, nset = 0;   /* numel; free numel, cost; set numel-bits */
+	for (int i = 0; i < ba->n; i++) {
+		x3_ba_tensor *t = &ba->t[i];
+		N += t->numel;
+		if (t->fixed) {
+			nset += t->numel * t->lo;
+		} else {
+			nf += t->numel;
+			cf += t->cost;
+		}
+	}
+	uint64_t lo = bytes_at(ba, x, 1), hi = bytes_at(ba, x, X3_BA_KMAX);
+	/* the pack less the free tensors' trellises: what no plan changes */
+	int64_t fixed = (int64_t)lo - cf;
+	double k, pbits;
+	uint64_t pred, plo, phi;
+	if (size) {
+		if (size < lo)
+			usage_error(usage, "--size %llu bytes (%s) is below the smallest plan: %llu bytes (%s), "
+			            "every decoder linear at 1 bit, the head at %d", (unsigned long long)size,
+			            human(h1, sizeof h1, size), (unsigned long long)lo, human(h2, sizeof h2, lo), head_bits);
+		if (size > hi)
+			usage_error(usage, "--size %llu bytes (%s) is above the largest plan: %llu bytes (%s), "
+			            "every decoder linear at 8 bits (use --bits 8)", (unsigned long long)size,
+			            human(h1, sizeof h1, size), (unsigned long long)hi, human(h2, sizeof h2, hi));
+		k = cf ? (double)((int64_t)size - fixed) / (double)cf : X3_BA_KMAX;
+		if (k > X3_BA_KMAX)
+			k = X3_BA_KMAX;
+		pbits = ((double)nset + k * (double)nf) / (double)N;
+		plo = bytes_at(ba, x, (int)floor(k));
+		pred = phi = size;
+	} else {
+		/* a bits target: the free tensors at floor(B), and the numel-bits
+		 * left promote some to ceil(B); which ones the measurements decide,
+		 * so the size lies between the promotions of the tensors with the
+		 * fewest and the most stored bytes per weight */
+		int kf = (int)floor(bits), kc = (int)ceil(bits);
+		int64_t extra = (int64_t)floor(bits * (double)N) - nset - nf * kf;
+		if (extra < 0 || kc == kf)
+			extra = 0;
+		if (extra > nf)
+			extra = nf;
+		uint64_t base = bytes_at(ba, x, kf);
+		struct ratio *r = calloc((size_t)ba->n + 1, sizeof *r);
+		int nr = 0;
+		if (!r)
+			die("out of memory");
+		for (int i = 0; i < ba->n; i++)
+			if (!ba->t[i].fixed)
+				r[nr++] = (struct ratio){ (double)ba->t[i].cost / (double)ba->t[i].numel,
+				                          ba->t[i].numel, ba->t[i].cost };
+		qsort(r, (size_t)nr, sizeof *r, ratio_cmp);
+		double blo = 0, bhi = 0, left = (double)extra;
+		for (int i = 0; i < nr && left > 0; i++) {
+			double take = left < (double)r[i].n ? left : (double)r[i].n;
+			blo += take * r[i].r;
+			left -= take;
+		}
+		left = (double)extra;
+		for (int i = nr - 1; i >= 0 && left > 0; i--) {
+			double take = left < (double)r[i].n ? left : (double)r[i].n;
+			bhi += take * r[i].r;
+			left -= take;
+		}
+		free(r);
+		plo = base + (uint64_t)floor(blo);
+		phi = base + (uint64_t)ceil(bhi);
+		pred = base + (uint64_t)llround(nf ? (double)extra * (double)cf / (double)nf : 0);
+		k = bits;
+		pbits = bits;
+	}
+	/* the encodes: every decoder linear at each K (the stored tensors of
+	 * one linear: trellis, suh, svh, marker, bias; frame headers not
+	 * counted), and the head at head_bits */
+	json_t *o = json_object(), *eb = json_object(), *meas = json_array(), *tgt = json_object();
+	for (int K = 1; K <= X3_BA_KMAX; K++) {
+		int64_t b = 0;
+		for (int i = 0; i < ba->n; i++) {
+			const x3_module *m = &x->mods[x->idx[i]];
+			b += ba->t[i].cost * K + 2 * (x3_pack_pad128(m->in) + x3_pack_pad128(m->out)) + 4 +
+			     (m->bias ? 2 * x3_pack_pad128(m->out) : 0);
+		}
+		char key[4];
+		snprintf(key, sizeof key, "%d", K);
+		json_object_set_new(eb, key, json_integer(b));
+	}
+	int64_t head_enc = 0;
+	for (int j = 0; j < x->nmods; j++) {
+		const x3_module *m = &x->mods[j];
+		if (m->d->kind == X3_KIND_LINEAR && m->d->role == X3_ROLE_HEAD && head_bits != 16)
+			head_enc = x3_pack_trellis_bytes_per_bit(m) * head_bits +
+			           2 * (x3_pack_pad128(m->in) + x3_pack_pad128(m->out)) + 4;
+	}
+	int kl = (int)floor(k), kh = (int)ceil(k);
+	if (kl < 1)
+		kl = 1;
+	json_array_append_new(meas, json_integer(kl));
+	if (kh > kl)
+		json_array_append_new(meas, json_integer(kh));
+	if (size)
+		json_object_set_new(tgt, "size", json_integer((json_int_t)size));
+	else
+		json_object_set_new(tgt, "bits", json_real(bits));
+	json_object_set_new(o, "model", json_string(model));
+	json_object_set_new(o, "target", tgt);
+	json_object_set_new(o, "head_bits", json_integer(head_bits));
+	json_object_set_new(o, "codebook", json_string(codebook));
+	json_object_set_new(o, "decoder_linears", json_integer(ba->n));
+	json_object_set_new(o, "numel", json_integer(N));
+	json_object_set_new(o, "size_min", json_integer((json_int_t)lo));
+	json_object_set_new(o, "size_max", json_integer((json_int_t)hi));
+	json_object_set_new(o, "fixed_bytes", json_integer(fixed));
+	json_object_set_new(o, "trellis_bytes_per_bit", json_integer(cf));
+	json_object_set_new(o, "k", json_real(k));
+	json_object_set_new(o, "bits", json_real(pbits));
+	json_object_set_new(o, "measure", meas);
+	json_object_set_new(o, "bytes", json_integer((json_int_t)pred));
+	json_object_set_new(o, "bytes_lo", json_integer((json_int_t)plo));
+	json_object_set_new(o, "bytes_hi", json_integer((json_int_t)phi));
+	json_object_set_new(o, "encode_bytes", eb);
+	json_object_set_new(o, "head_encode_bytes", json_integer(head_enc));
+	char *js = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+	json_decref(o);
+	if (!js)
+		die("out of memory");
+	puts(js);
+	free(js);
+	check_stdout();
+}
+
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
-	enum { O_BITS = 256, O_HEAD, O_HQ, O_SET, O_IMP, O_STRAT, O_METHOD };
+	enum { O_BITS = 256, O_HEAD, O_HQ, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
+	       O_CR, O_CC, O_PREDICT };
 	static const struct option lo[] = {
 		{"bits", required_argument, 0, O_BITS},
 		{"head-bits", required_argument, 0, O_HEAD},
@@ -69,13 +318,22 @@ int main(int argc, char **argv)
 		{"importance", required_argument, 0, O_IMP},
 		{"strategy", required_argument, 0, O_STRAT},
 		{"method", required_argument, 0, O_METHOD},
+		{"size", required_argument, 0, O_SIZE},
+		{"model", required_argument, 0, O_MODEL},
+		{"codebook", required_argument, 0, O_CB},
+		{"cal-rows", required_argument, 0, O_CR},
+		{"cal-cols", required_argument, 0, O_CC},
+		{"predict", no_argument, 0, O_PREDICT},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	double bits = NAN;
 	long head_bits = 6;
 	int hq = 0, exl3 = 0, method = X3_BA_AUTO, nset = 0;
-	const char *imp = NULL, *out = NULL;
+	const char *imp = NULL, *out = NULL, *model = NULL, *codebook = "mul1";
+	uint64_t size = 0;
+	long cal_rows = 250, cal_cols = 2048;
+	int predict = 0;
 	char **sets = calloc((size_t)argc, sizeof *sets);
 	if (!sets)
 		die("out of memory");
@@ -105,11 +363,29 @@ int main(int argc, char **argv)
 			else if (!strcmp(optarg, "lagrangian")) method = X3_BA_LAGRANGE;
 			else usage_error(usage, "--method: '%s' is not auto, dp or lagrangian", optarg);
 			break;
+		case O_SIZE: size = parse_size(usage, "--size", optarg); break;
+		case O_MODEL: model = optarg; break;
+		case O_CB:
+			if (strcmp(optarg, "mul1") && strcmp(optarg, "mcg") && strcmp(optarg, "3inst"))
+				usage_error(usage, "--codebook: '%s' is not mul1, mcg or 3inst", optarg);
+			codebook = optarg;
+			break;
+		case O_CR: cal_rows = parse_long(usage, "--cal-rows", optarg, 0, 1L << 30); break;
+		case O_CC: cal_cols = parse_long(usage, "--cal-cols", optarg, 0, 1L << 30); break;
+		case O_PREDICT: predict = 1; break;
 		default: usage_error(usage, "bad option");
 		}
 	}
-	if (isnan(bits))
-		usage_error(usage, "--bits is required");
+	if (isnan(bits) == !size)
+		usage_error(usage, size ? "--bits and --size exclude each other" : "--bits or --size is required");
+	if ((size || predict) && !model)
+		usage_error(usage, "%s needs --model SRC", predict ? "--predict" : "--size");
+	if (size && exl3)
+		usage_error(usage, "--strategy exllamav3 plans a bits target, not a --size");
+	if (size && hq)
+		usage_error(usage, "--hq floors follow a bits target; with --size use --set");
+	if (predict && (optind < argc || imp))
+		usage_error(usage, "--predict reads no measurements");
 	struct { char *re; long K; } *set = calloc((size_t)(nset ? nset : 1), sizeof *set);
 	if (!set)
 		die("out of memory");
@@ -136,12 +412,33 @@ int main(int argc, char **argv)
 	if (!ba)
 		die_x3("init");
 	ba->head_bits = (int)head_bits;
-	if (optind == argc)
-		read_file(ba, "-", 0);
-	for (int i = optind; i < argc; i++)
-		read_file(ba, argv[i], 0);
-	if (imp)
-		read_file(ba, imp, 1);
+	struct szctx sx = {0};
+	if (model) {
+		x3_pack_size_opts so = {
+			.head_bits = (int)head_bits, .codebook = codebook, .cal_rows = (int)cal_rows,
+			.cal_cols = (int)cal_cols, .shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20,
+		};
+		if (x3_pack_sizer_open(model, &so, &sx.sz))
+			die("%s", x3_errmsg());
+	}
+	if (predict) {
+		/* every decoder linear, every K allowed: the --set fixes apply */
+		int nm;
+		const x3_module *mods = x3_pack_sizer_modules(sx.sz, &nm);
+		for (int j = 0; j < nm; j++)
+			for (int K = 1; K <= X3_BA_KMAX && is_decoder_linear(&mods[j]); K++)
+				if (x3_ba_add(ba, mods[j].key, K, 0, mods[j].in * mods[j].out))
+					die("%s", x3_errmsg());
+	} else {
+		if (optind == argc)
+			read_file(ba, "-", 0);
+		for (int i = optind; i < argc; i++)
+			read_file(ba, argv[i], 0);
+		if (imp)
+			read_file(ba, imp, 1);
+	}
+	if (model)
+		bind_model(ba, &sx, model);
 
 	/* the --set fixes apply to both strategies */
 #define APPLY_SETS() do { \
@@ -152,7 +449,14 @@ int main(int argc, char **argv)
 			die("--set: %s", x3_errmsg()); \
 	} } while (0)
 
-	if (!exl3) {
+	if (predict) {
+		APPLY_SETS();
+		predict_main(ba, &sx, model, bits, size, (int)head_bits, codebook);
+		x3_pack_sizer_close(sx.sz);
+		x3_ba_free(ba);
+		return 0;
+	}
+	if (!exl3 && !size) {
 		/* the ExLlamaV3 plan at the same target, for comparison */
 		APPLY_SETS();
 		if (x3_ba_solve(ba, bits, X3_BA_EXL3, hq) == X3_OK) {
@@ -162,8 +466,17 @@ int main(int argc, char **argv)
 		}
 	}
 	APPLY_SETS();
-	if (x3_ba_solve(ba, bits, exl3 ? X3_BA_EXL3 : method, hq))
-		die("%s", x3_errmsg());
+	if (size) {
+		if (x3_ba_solve_size(ba, size, method, size_fn, &sx))
+			die("%s", x3_errmsg());
+		bits = ba->target;
+	} else {
+		if (x3_ba_solve(ba, bits, exl3 ? X3_BA_EXL3 : method, hq))
+			die("%s", x3_errmsg());
+		/* with the model, the plan's bytes too */
+		if (model && size_fn(&sx, ba, &ba->size_bytes))
+			die("%s", x3_errmsg());
+	}
 	double got = x3_ba_bits(ba);
 	if (exl3 && got > bits)
 		warnx("warning: the exllamav3 plan (%.4f bits) exceeds the target %g (--hq floors)", got, bits);
@@ -194,9 +507,17 @@ int main(int argc, char **argv)
 			if (cnt[K])
 				o += (size_t)snprintf(h + o, sizeof h - o, " %d:%d", K, cnt[K]);
 		int ku = (int)floor(bits);
-		fprintf(stderr, "%s: %s (%s): %.4f bpw (target %g) over %d tensors, head %d bits; "
-		        "K histogram%s\n", progname, exl3 ? "exllamav3" : "optimal", ba->method,
-		        got, bits, ba->n, ba->head_bits, h);
+		if (size) {
+			char h1[32], h2[32];
+			fprintf(stderr, "%s: optimal (%s): %.4f bpw for a pack of %llu bytes (%s; size %llu, %s) "
+			        "over %d tensors, head %d bits; K histogram%s\n", progname, ba->method, got,
+			        (unsigned long long)ba->size_bytes, human(h1, sizeof h1, ba->size_bytes),
+			        (unsigned long long)size, human(h2, sizeof h2, size), ba->n, ba->head_bits, h);
+		} else {
+			fprintf(stderr, "%s: %s (%s): %.4f bpw (target %g) over %d tensors, head %d bits; "
+			        "K histogram%s\n", progname, exl3 ? "exllamav3" : "optimal", ba->method,
+			        got, bits, ba->n, ba->head_bits, h);
+		}
 		/* NaN: the plan uses a width that was not measured */
 		char e[64], eu[64], ex[64];
 		fmt_error(e, sizeof e, x3_ba_error(ba));
@@ -209,6 +530,9 @@ int main(int argc, char **argv)
 	}
 	free(js);
 	x3_ba_free(ba);
+	x3_pack_sizer_close(sx.sz);
+	free(sx.idx);
+	free(sx.K);
 	free(set);
 	free(sets);
 	return 0;

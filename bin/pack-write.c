@@ -164,12 +164,6 @@ static char *slurp(const char *path, size_t *len)
 	return buf;
 }
 
-static int ends_with(const char *s, const char *suf)
-{
-	size_t a = strlen(s), b = strlen(suf);
-	return a >= b && !strcmp(s + a - b, suf);
-}
-
 /* Copy the non-weight files of SRC (exl3(5) §2.1). */
 static void copy_files(const char *src)
 {
@@ -186,22 +180,10 @@ static void copy_files(const char *src)
 		snprintf(p, sizeof p, "%s/%s", src, n);
 		if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
 			continue;
-		if (ends_with(n, ".safetensors") || !strcmp(n, "config.json") ||
-		    !strcmp(n, "model.safetensors.index.json") || !strcmp(n, "quantization_config.json"))
-			continue;
-		/* a quantized source's own quantization config: GPTQModel reads
-		 * quantize_config.json, then quant_config.json, before config.json;
-		 * ours replaces the first, the second would describe weights that
-		 * are no longer there (config.json nests it as
-		 * original_quantization_config) */
-		if (!strcmp(n, "quantize_config.json") || !strcmp(n, "quant_config.json")) {
-			if (!quiet)
-				warnx("warning: not copying '%s' (the source's quantization config)", n);
-			continue;
-		}
-		if (ends_with(n, ".bin") || ends_with(n, ".ckpt") || ends_with(n, ".pth") || ends_with(n, ".pt")) {
-			if (!quiet)
-				warnx("warning: not copying '%s' (weights in another format)", n);
+		const char *why;
+		if (!x3_pack_copies(n, &why)) {
+			if (why && !quiet)
+				warnx("warning: not copying '%s' (%s)", n, why);
 			continue;
 		}
 		int in = open(p, O_RDONLY | O_CLOEXEC);
@@ -309,11 +291,7 @@ static int exllamav3_dtype(x3_dtype t)
 static int ent_cmp(const void *a, const void *b)
 {
 	const struct ent *x = a, *y = b;
-	if (x->module != y->module)
-		return x->module < y->module ? -1 : 1;
-	if (x->rank != y->rank)
-		return x->rank < y->rank ? -1 : 1;
-	return strcmp(x->t->name, y->t->name);
+	return x3_pack_cmp(x->module, x->rank, x->t->name, y->module, y->rank, y->t->name);
 }
 
 /* The payload of e in its output dtype/shape; *owned set when allocated. */
@@ -408,7 +386,7 @@ int main(int argc, char **argv)
 	};
 	const char *src = NULL, *plan_path = NULL, *codebook = NULL, *out_scales = "always";
 	int passthrough = 0, force = 0;
-	double shard_mb = 8192, bits_opt = NAN;
+	double shard_mb = X3_PACK_SHARD_MB, bits_opt = NAN;
 	long head_opt = 0, cal_rows = 250, cal_cols = 2048;
 	int c;
 	while ((c = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {

@@ -1,5 +1,6 @@
 /* util.c: helpers for program mains. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,31 @@ double parse_double(const char *usage, const char *opt, const char *s, double lo
 	if (errno || end == s || *end || !(v >= lo && v <= hi))
 		usage_error(usage, "%s: '%s' is not a number in %g..%g", opt, s, lo, hi);
 	return v;
+}
+
+uint64_t parse_size(const char *usage, const char *opt, const char *s)
+{
+	static const struct { const char *suf; double mul; } sfx[] = {
+		{"", 1}, {"B", 1},
+		{"K", 1e3}, {"KB", 1e3}, {"M", 1e6}, {"MB", 1e6},
+		{"G", 1e9}, {"GB", 1e9}, {"T", 1e12}, {"TB", 1e12},
+		{"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+	};
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || !(v >= 0) || !isfinite(v) || !(*s >= '0' && *s <= '9'))
+		usage_error(usage, "%s: '%s' is not a size (bytes, or a number with K, M, G, T "
+		            "(powers of 1000) or KiB, MiB, GiB, TiB (of 1024))", opt, s);
+	for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++)
+		if (!strcmp(end, sfx[i].suf)) {
+			double b = floor(v * sfx[i].mul);
+			if (b < 1 || b > 9.0e18)
+				usage_error(usage, "%s: '%s' is out of range", opt, s);
+			return (uint64_t)b;
+		}
+	usage_error(usage, "%s: '%s': unknown unit '%s' (K, KB, M, MB, G, GB, T, TB: powers of "
+	            "1000; KiB, MiB, GiB, TiB: of 1024)", opt, s, end);
 }
 
 void meta_arg_check(const char *usage, const char *arg)

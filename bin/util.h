@@ -23,6 +23,10 @@ _Noreturn void usage_error(const char *usage, const char *fmt, ...)
 /* Range-checked number parsing; on failure usage_error names the option. */
 long parse_long(const char *usage, const char *opt, const char *s, long lo, long hi);
 double parse_double(const char *usage, const char *opt, const char *s, double lo, double hi);
+/* A size in bytes: a number (a fraction allowed) with no unit or B, K/KB,
+ * M/MB, G/GB, T/TB (powers of 1000) or KiB, MiB, GiB, TiB (of 1024),
+ * rounded down to whole bytes, at least 1. */
+uint64_t parse_size(const char *usage, const char *opt, const char *s);
 
 /* Check a --meta KEY=VALUE argument (a key, valid UTF-8: a frame header is
  * JSON); a usage error naming the key otherwise. */

@@ -349,13 +349,12 @@ static void list_measured(const x3_ba_tensor *t, char *buf, size_t len)
 			o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? "," : "", K);
 }
 
-int x3_ba_prepare(x3_ba *ba, double bits)
+/* Importance and cost of every tensor, the total numel; X3_OK or a
+ * message. */
+static int prepare_tensors(x3_ba *ba)
 {
-	if (!(bits >= 1 && bits <= X3_BA_KMAX))
-		return x3_err(X3_EINVAL, "target %g bits is not in 1..%d", bits, X3_BA_KMAX);
 	if (ba->n == 0)
 		return x3_err(X3_EFORMAT, "no measurements of decoder linears");
-	ba->target = bits;
 	ba->total_numel = 0;
 	for (int i = 0; i < ba->n; i++) {
 		x3_ba_tensor *t = &ba->t[i];
@@ -365,15 +364,24 @@ int x3_ba_prepare(x3_ba *ba, double bits)
 		} else {
 			t->importance = (double)t->numel;
 		}
+		if (!ba->size_mode)
+			t->cost = t->numel;
+		else if (t->cost <= 0)
+			return x3_err(X3_EINVAL, "tensor '%s': no byte cost for a size target", t->name);
 		if (t->numel > INT64_MAX / 16 - ba->total_numel)
 			return x3_err(X3_EFORMAT, "total numel overflows");
 		ba->total_numel += t->numel;
 	}
-	/* as ExLlamaV3: max_bits = int(bits * sum numel) */
-	ba->budget = (int64_t)floor(bits * (double)ba->total_numel);
-	int64_t need = 0, have = 0;   /* every tensor at its lowest, its highest K */
+	return X3_OK;
+}
+
+/* Every tensor at its lowest / highest allowed K: *need / *have budget
+ * units; an empty range is an error naming the tensor. */
+static int cost_range(const x3_ba *ba, int64_t *need, int64_t *have)
+{
+	*need = *have = 0;
 	for (int i = 0; i < ba->n; i++) {
-		x3_ba_tensor *t = &ba->t[i];
+		const x3_ba_tensor *t = &ba->t[i];
 		int k = min_allowed(t);
 		if (!k) {
 			char m[64];
@@ -381,9 +389,26 @@ int x3_ba_prepare(x3_ba *ba, double bits)
 			return x3_err(X3_EINVAL, "tensor '%s': no measured K in the allowed range %d..%d "
 			              "(measured: %s)", t->name, t->lo, t->hi, m);
 		}
-		need += t->numel * k;
-		have += t->numel * max_allowed(t);
+		*need += t->cost * k;
+		*have += t->cost * max_allowed(t);
 	}
+	return X3_OK;
+}
+
+int x3_ba_prepare(x3_ba *ba, double bits)
+{
+	if (!(bits >= 1 && bits <= X3_BA_KMAX))
+		return x3_err(X3_EINVAL, "target %g bits is not in 1..%d", bits, X3_BA_KMAX);
+	ba->size_mode = 0;
+	int rc = prepare_tensors(ba);
+	if (rc)
+		return rc;
+	ba->target = bits;
+	/* as ExLlamaV3: max_bits = int(bits * sum numel) */
+	ba->budget = (int64_t)floor(bits * (double)ba->total_numel);
+	int64_t need, have;   /* every tensor at its lowest, its highest K */
+	if ((rc = cost_range(ba, &need, &have)))
+		return rc;
 	double lo = (double)need / (double)ba->total_numel, hi = (double)have / (double)ba->total_numel;
 	/* above the most the measurements allow, the plan would silently stop
 	 * short of the target (5.0 bpw for --bits 5.5 with K=2..5 measured) */
@@ -410,13 +435,13 @@ static int solve_dp(x3_ba *ba)
 	int T = ba->n;
 	int64_t g = 0, base = 0;
 	for (int i = 0; i < T; i++)
-		g = gcd64(ba->t[i].numel, g);
+		g = gcd64(ba->t[i].cost, g);
 	int *kmin = malloc((size_t)T * sizeof *kmin);
 	if (!kmin)
 		return x3_err(X3_ENOMEM, "out of memory");
 	for (int i = 0; i < T; i++) {
 		kmin[i] = min_allowed(&ba->t[i]);
-		base += ba->t[i].numel / g * kmin[i];
+		base += ba->t[i].cost / g * kmin[i];
 	}
 	int64_t R = ba->budget / g - base;   /* spare units above every tensor at kmin */
 	if (R < 0) {
@@ -440,7 +465,7 @@ static int solve_dp(x3_ba *ba)
 	cur[0] = 0;
 	for (int i = 0; i < T; i++) {
 		const x3_ba_tensor *t = &ba->t[i];
-		int64_t w = t->numel / g;
+		int64_t w = t->cost / g;
 		unsigned char *c = ch + (size_t)i * W;
 		for (size_t b = 0; b < W; b++) {
 			nxt[b] = INFINITY;
@@ -477,7 +502,7 @@ static int solve_dp(x3_ba *ba)
 		for (int i = T - 1; i >= 0; i--) {
 			int K = ch[(size_t)i * W + best];
 			ba->t[i].K = K;
-			best -= (size_t)((ba->t[i].numel / g) * (K - kmin[i]));
+			best -= (size_t)((ba->t[i].cost / g) * (K - kmin[i]));
 		}
 	}
 	free(kmin); free(cur); free(nxt); free(ch);
@@ -496,6 +521,8 @@ static int seg_cmp(const void *a, const void *b)
 		return x->i < y->i ? -1 : 1;
 	return x->from - y->from;
 }
+
+static int solve_budget(x3_ba *ba, int method);
 
 /* Lagrangian relaxation over the lower convex hulls, then a greedy fill. */
 static int solve_lagrange(x3_ba *ba)
@@ -526,7 +553,7 @@ static int solve_lagrange(x3_ba *ba)
 			hull[h++] = K;
 		}
 		t->K = hull[0];
-		used += t->numel * t->K;
+		used += t->cost * t->K;
 		for (int j = 1; j < h; j++) {
 			double dv = value(t, hull[j - 1]) - value(t, hull[j]);
 			if (dv <= 0)
@@ -534,7 +561,7 @@ static int solve_lagrange(x3_ba *ba)
 			seg[ns].i = i;
 			seg[ns].from = hull[j - 1];
 			seg[ns].to = hull[j];
-			seg[ns].slope = dv / ((double)t->numel * (hull[j] - hull[j - 1]));
+			seg[ns].slope = dv / ((double)t->cost * (hull[j] - hull[j - 1]));
 			ns++;
 		}
 	}
@@ -543,7 +570,7 @@ static int solve_lagrange(x3_ba *ba)
 		x3_ba_tensor *t = &ba->t[seg[s].i];
 		if (t->K != seg[s].from)
 			continue;
-		int64_t dc = t->numel * (seg[s].to - seg[s].from);
+		int64_t dc = t->cost * (seg[s].to - seg[s].from);
 		if (used + dc <= ba->budget) {
 			t->K = seg[s].to;
 			used += dc;
@@ -559,7 +586,7 @@ static int solve_lagrange(x3_ba *ba)
 			for (int K = 1; K <= X3_BA_KMAX; K++) {
 				if (K == t->K || !allowed(t, K))
 					continue;
-				if (used + t->numel * (K - t->K) > ba->budget)
+				if (used + t->cost * (K - t->K) > ba->budget)
 					continue;
 				double dv = value(t, K) - value(t, t->K);
 				if (dv < bdv) {
@@ -571,11 +598,22 @@ static int solve_lagrange(x3_ba *ba)
 		}
 		if (bi < 0)
 			break;
-		used += ba->t[bi].numel * (bk - ba->t[bi].K);
+		used += ba->t[bi].cost * (bk - ba->t[bi].K);
 		ba->t[bi].K = bk;
 	}
 	ba->method = "lagrangian";
 	return X3_OK;
+}
+
+/* The exact DP, else (auto, too large) the Lagrangian, on ba->budget. */
+static int solve_budget(x3_ba *ba, int method)
+{
+	if (method == X3_BA_LAGRANGE)
+		return solve_lagrange(ba);
+	int rc = solve_dp(ba);
+	if (rc == X3_ENOMEM && method == X3_BA_AUTO)
+		return solve_lagrange(ba);
+	return rc;
 }
 
 /* ---- ExLlamaV3's greedy (exl3(5) §11) ------------------------------ */
@@ -763,12 +801,59 @@ int x3_ba_solve(x3_ba *ba, double bits, int method, int hq)
 	int rc = x3_ba_prepare(ba, bits);
 	if (rc)
 		return rc;
-	if (method == X3_BA_LAGRANGE)
-		return solve_lagrange(ba);
-	rc = solve_dp(ba);
-	if (rc == X3_ENOMEM && method == X3_BA_AUTO)
-		return solve_lagrange(ba);
-	return rc;
+	return solve_budget(ba, method);
+}
+
+/* Every tensor at its lowest (hi 0) or highest (hi 1) allowed K. */
+static void set_extreme(x3_ba *ba, int hi)
+{
+	for (int i = 0; i < ba->n; i++)
+		ba->t[i].K = hi ? max_allowed(&ba->t[i]) : min_allowed(&ba->t[i]);
+}
+
+int x3_ba_solve_size(x3_ba *ba, uint64_t size, int method, x3_ba_size_fn fn, void *ctx)
+{
+	if (method == X3_BA_EXL3)
+		return x3_err(X3_EINVAL, "the exllamav3 strategy plans a bits target, not a size");
+	ba->size_mode = 1;
+	ba->size_target = size;
+	int rc = prepare_tensors(ba);
+	int64_t need, have;
+	if (!rc)
+		rc = cost_range(ba, &need, &have);
+	if (rc)
+		return rc;
+	set_extreme(ba, 1);
+	if ((rc = fn(ctx, ba, &ba->size_max)))
+		return rc;
+	set_extreme(ba, 0);
+	if ((rc = fn(ctx, ba, &ba->size_min)))
+		return rc;
+	if (size < ba->size_min || size > ba->size_max)
+		return x3_err(X3_EINVAL, "size %llu bytes is %s the %s plan: the measured/allowed widths "
+		              "give %llu..%llu bytes", (unsigned long long)size,
+		              size < ba->size_min ? "below" : "above",
+		              size < ba->size_min ? "smallest" : "largest",
+		              (unsigned long long)ba->size_min, (unsigned long long)ba->size_max);
+	/* what does not follow the plan: the output less the trellises */
+	int64_t fixed = (int64_t)ba->size_min - need;
+	ba->budget = (int64_t)size - fixed;
+	ba->target = NAN;
+	for (int iter = 0; iter < 16; iter++) {
+		if ((rc = solve_budget(ba, method)))
+			return rc;
+		if ((rc = fn(ctx, ba, &ba->size_bytes)))
+			return rc;
+		ba->target = x3_ba_bits(ba);
+		if (ba->size_bytes <= size)
+			return X3_OK;
+		/* header digits grew with the offsets: take the overshoot off */
+		ba->budget -= (int64_t)(ba->size_bytes - size);
+		if (ba->budget < need) {
+			ba->budget = need;
+		}
+	}
+	return x3_err(X3_EINVAL, "no plan of at most %llu bytes found", (unsigned long long)size);
 }
 
 double x3_ba_bits(const x3_ba *ba)
@@ -861,7 +946,18 @@ char *x3_ba_plan_json(const x3_ba *ba)
 	json_object_set_new(o, "method", json_string(ba->method));
 	json_object_set_new(o, "importance", json_string(ba->has_importance ? "measured" : "numel"));
 	json_object_set_new(o, "numel", json_integer(ba->total_numel));
-	json_object_set_new(o, "budget_bits", json_integer(ba->budget));
+	if (ba->size_mode) {
+		/* the budget is bytes of trellis; the sizes are the whole output */
+		json_object_set_new(o, "budget_bytes", json_integer(ba->budget));
+		json_object_set_new(o, "size", json_integer((json_int_t)ba->size_target));
+		json_object_set_new(o, "bytes", json_integer((json_int_t)ba->size_bytes));
+		json_object_set_new(o, "size_min", json_integer((json_int_t)ba->size_min));
+		json_object_set_new(o, "size_max", json_integer((json_int_t)ba->size_max));
+	} else {
+		json_object_set_new(o, "budget_bits", json_integer(ba->budget));
+		if (ba->size_bytes)   /* the caller's prediction of the output */
+			json_object_set_new(o, "bytes", json_integer((json_int_t)ba->size_bytes));
+	}
 	char *s = json_dumps(o, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
 	json_decref(o);
 	if (!s)

@@ -29,6 +29,8 @@ typedef struct {
 	double err[X3_BA_KMAX + 1];
 	int lo, hi;          /* allowed K range (floors, --set) */
 	int fixed;           /* set by x3_ba_set_fixed */
+	int64_t cost;        /* budget units per bit of K: numel (bits target),
+	                        or the trellis bytes per bit (size target) */
 	int K;               /* result */
 } x3_ba_tensor;
 
@@ -47,6 +49,11 @@ typedef struct x3_ba {
 	/* optional comparison, set by the caller, emitted by plan_json */
 	int has_exl3;
 	double exl3_error, exl3_bits;
+	/* a size target (x3_ba_solve_size): the budget is bytes, each
+	 * tensor's cost its trellis bytes per bit */
+	int size_mode;
+	uint64_t size_target, size_bytes;   /* asked for, predicted for the plan */
+	uint64_t size_min, size_max;        /* every tensor at its lowest, highest K */
 } x3_ba;
 
 enum { X3_BA_AUTO = 0, X3_BA_DP = 1, X3_BA_LAGRANGE = 2, X3_BA_EXL3 = 3 };
@@ -84,6 +91,21 @@ int x3_ba_prepare(x3_ba *ba, double bits);
  * K range is floor(bits)..8) and applies floors afterwards (hq), so its
  * plan may exceed the target exactly as ExLlamaV3's does. */
 int x3_ba_solve(x3_ba *ba, double bits, int method, int hq);
+/* Size target: the exact bytes of the whole output for the current
+ * plan (t[i].K, the head at head_bits), from the caller's model of the
+ * output (pack.h x3_pack_size). */
+typedef int (*x3_ba_size_fn)(void *ctx, const x3_ba *ba, uint64_t *bytes);
+/* Solve for a total output size instead of a bits target: every tensor's
+ * cost must be set (its trellis bytes per bit, x3_pack_trellis_bytes_per_bit).
+ * The budget is size minus what does not depend on the plan (the output
+ * with every tensor at its lowest allowed K, less their trellis bytes);
+ * the plan is the least error whose exact size (fn) is at most size,
+ * re-solved with a budget lowered by any overshoot of the parts that only
+ * nearly follow the plan (header digits). Sets size_min/size_max/
+ * size_bytes. A size below the smallest or above the largest plan is
+ * X3_EINVAL naming both. */
+int x3_ba_solve_size(x3_ba *ba, uint64_t size, int method, x3_ba_size_fn fn, void *ctx);
+
 /* Cells limit of the DP (tensors x budget units); above it AUTO uses the
  * Lagrangian solver and DP fails. */
 extern int64_t x3_ba_dp_max_cells;

@@ -361,9 +361,10 @@ int x3_config_parse(const char *text, size_t len, x3_model_config *cfg)
 	return x3_config_parse_as(text, len, X3_CONFIG_FORWARD, cfg);
 }
 
-int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg)
+int x3_config_text(const char *dir, char **text, size_t *textlen)
 {
 	char path[4096];
+	*text = NULL;
 	snprintf(path, sizeof path, "%s/config.json", dir);
 	FILE *f = fopen(path, "rb");
 	if (!f)
@@ -397,7 +398,29 @@ int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg)
 		free(buf);
 		return x3_err(X3_EIO, "%s: read error: %s", path, strerror(bad));
 	}
-	int rc = x3_config_parse_as(buf, len, what, cfg);
+	if (len == cap) {   /* room for the terminating NUL */
+		char *nb = realloc(buf, cap + 1);
+		if (!nb) {
+			free(buf);
+			return x3_err(X3_ENOMEM, "%s: out of memory", path);
+		}
+		buf = nb;
+	}
+	buf[len] = 0;
+	*text = buf;
+	if (textlen)
+		*textlen = len;
+	return X3_OK;
+}
+
+int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg)
+{
+	char *buf;
+	size_t len;
+	int rc = x3_config_text(dir, &buf, &len);
+	if (rc)
+		return rc;
+	rc = x3_config_parse_as(buf, len, what, cfg);
 	free(buf);
 	if (rc)
 		x3_errprefix(rc, "%s", dir);

@@ -63,6 +63,8 @@ typedef struct x3_model_config {
 enum { X3_CONFIG_FORWARD, X3_CONFIG_LAYOUT };
 int x3_config_parse_as(const char *json, size_t len, unsigned what, x3_model_config *cfg);
 int x3_config_parse(const char *json, size_t len, x3_model_config *cfg);
+/* The text of DIR/config.json (malloc'd, NUL-terminated; *len may be NULL). */
+int x3_config_text(const char *dir, char **text, size_t *len);
 /* Read DIR/config.json. */
 int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg);
 int x3_config_load(const char *dir, x3_model_config *cfg);

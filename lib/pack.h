@@ -119,4 +119,53 @@ int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, ch
  * "layers.N." ("h.N.", "blocks.N."), else -1. Names: x3_role_name. */
 int x3_pack_role(const char *name, int *layer);
 
+/* Does pack-write copy the file NAME of the source directory into the
+ * pack? 0 with *why NULL: a file it writes itself (weights, config.json,
+ * the index); 0 with a reason: one it leaves out and warns about. */
+int x3_pack_copies(const char *name, const char **why);
+/* Model order of pack-write's tensors: by (module, rank) of x3_pack_order,
+ * then name. */
+int x3_pack_cmp(long m1, long r1, const char *n1, long m2, long r2, const char *n2);
+
+/* ---- the size of a pack before any encode -----------------------------
+ * The bytes pack-write would write for a conversion of SRC with K[j] the
+ * bit width of module j (a linear; the head gets head_bits): the stream's
+ * headers of every quantized linear at its K as trellis-encode writes them
+ * (trellis, suh, svh, the codebook's marker), classified as pack-write
+ * classifies them (with --passthrough: the embedding, norms, biases, a
+ * 16-bit head, at their stored dtypes), the shards and index sized by the
+ * safetensors writer's own code (x3_stw_size), config.json,
+ * quantization_config.json and quantize_config.json as pack-write makes
+ * them, and the files it copies from SRC. Exact except for what only the
+ * encodes know: the "fallback" reasons of linears whose Hessian was
+ * unusable (quantization_config.json). */
+#define X3_PACK_SHARD_MB 8192   /* pack-write's default --shard-size */
+typedef struct {
+	int head_bits;               /* 1..8 or 16 */
+	const char *codebook;        /* mul1 (NULL), mcg, 3inst */
+	int cal_rows, cal_cols;      /* as pack-write's --cal-rows/--cal-cols */
+	const char *out_scales;      /* NULL: always */
+	uint64_t shard_bytes;        /* pack-write's --shard-size in bytes */
+} x3_pack_size_opts;
+typedef struct x3_pack_sizer x3_pack_sizer;
+
+typedef struct {
+	uint64_t total;              /* every file of the pack */
+	uint64_t safetensors_bytes;  /* shards (headers included) and index */
+	uint64_t tensor_bytes;       /* payloads alone */
+	uint64_t json_bytes;         /* the three JSON files written */
+	uint64_t copied_bytes;       /* files copied from SRC */
+	int ntensors, nshards, ncopied;
+	double bits;                 /* the config's bits: numel-weighted K */
+} x3_pack_size_info;
+
+/* Open SRC (config.json, its description, the safetensors headers). */
+int x3_pack_sizer_open(const char *src, const x3_pack_size_opts *o, x3_pack_sizer **out);
+void x3_pack_sizer_close(x3_pack_sizer *s);
+/* The modules of SRC's description (K[] is indexed like them). */
+const x3_module *x3_pack_sizer_modules(const x3_pack_sizer *s, int *n);
+int x3_pack_size(const x3_pack_sizer *s, const int *K, x3_pack_size_info *out);
+/* Trellis bytes of a linear per bit of K: pad128(in) * pad128(out) / 8. */
+int64_t x3_pack_trellis_bytes_per_bit(const x3_module *m);
+
 #endif

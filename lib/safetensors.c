@@ -480,6 +480,7 @@ struct x3_stw {
 	int n, cap;
 	int module;
 	json_t *meta;
+	int sizer;           /* x3_stw_create_sizer: headers only, no files */
 };
 
 static int full_write(int fd, const void *p, size_t n, const char *what)
@@ -609,7 +610,7 @@ int x3_stw_meta(x3_stw *w, const char *key, const char *val)
 
 int x3_stw_add(x3_stw *w, const x3_tensor *t)
 {
-	if (!t->data && t->nbytes)
+	if (!t->data && t->nbytes && !w->sizer)
 		return x3_err(X3_EINVAL, "tensor '%s' has no data", t->name);
 	int rc = x3_tensor_check_utf8(t, 0);   /* jansson would drop it from the header */
 	if (rc)
@@ -627,7 +628,7 @@ int x3_stw_add(x3_stw *w, const x3_tensor *t)
 		w->e = ne;
 		w->cap = cap;
 	}
-	rc = full_write(w->spool_fd, t->data, t->nbytes, w->spool_path);
+	rc = w->sizer ? X3_OK : full_write(w->spool_fd, t->data, t->nbytes, w->spool_path);
 	if (rc)
 		return x3_errprefix(rc, "tensor '%s'", t->name);
 	struct went *e = &w->e[w->n];
@@ -665,8 +666,9 @@ void x3_stw_abort(x3_stw *w)
 		stw_free(w);
 }
 
-/* Write tensors [a, b) as one safetensors file at tmp path. */
-static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, size_t tmplen)
+/* The JSON header of the shard of tensors [a, b) (malloc'd), before its
+ * padding to a multiple of 8 bytes. */
+static char *shard_header(const x3_stw *w, int a, int b)
 {
 	json_t *root = json_object();
 	int bad = !root;
@@ -687,6 +689,13 @@ static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, si
 		bad |= json_object_set(root, "__metadata__", w->meta);
 	char *hs = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(root);
+	return hs;
+}
+
+/* Write tensors [a, b) as one safetensors file at tmp path. */
+static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, size_t tmplen)
+{
+	char *hs = shard_header(w, a, b);
 	if (!hs)
 		return x3_err(X3_ENOMEM, "%s: cannot build the header: out of memory", final);
 	size_t hn = strlen(hs), pad = (8 - hn % 8) % 8;
@@ -735,18 +744,13 @@ static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, si
 	return rc;
 }
 
-int x3_stw_commit(x3_stw *w)
+/* Assign whole modules to shards: shard s = [start[s], start[s+1]);
+ * start has n + 2 entries. Returns the number of shards. */
+static int assign_shards(const x3_stw *w, int *start)
 {
-	int rc = X3_OK, nsh = 0;
-	int *start = calloc(w->n + 2, sizeof *start);   /* shard s = [start[s], start[s+1]) */
-	if (!start) {
-		stw_free(w);
-		return x3_err(X3_ENOMEM, "out of memory");
-	}
-	/* assign whole modules to shards */
 	uint64_t cur = 0;
+	int nsh = 1;
 	start[0] = 0;
-	nsh = 1;
 	for (int i = 0; i < w->n;) {
 		int j = i;
 		uint64_t msize = 0;
@@ -760,6 +764,108 @@ int x3_stw_commit(x3_stw *w)
 		i = j;
 	}
 	start[nsh] = w->n;
+	return nsh;
+}
+
+/* File name of shard s of nsh (no directory). */
+static void shard_name(const x3_stw *w, int s, int nsh, char *buf, size_t n)
+{
+	if (nsh == 1)
+		snprintf(buf, n, "model.safetensors");
+	else
+		snprintf(buf, n, "model-%05d-of-%05d.safetensors", s + 1, nsh);
+	(void)w;
+}
+
+/* model.safetensors.index.json of a sharded output (malloc'd), or NULL. */
+static char *index_text(const x3_stw *w, const int *start, int nsh)
+{
+	json_t *idx = json_object(), *md = json_object(), *wm = json_object();
+	int bad = !idx || !md || !wm;
+	uint64_t total = 0;
+	for (int s = 0; s < nsh; s++) {
+		char base[64];
+		shard_name(w, s, nsh, base, sizeof base);
+		for (int i = start[s]; i < start[s + 1]; i++) {
+			bad |= json_object_set_new(wm, w->e[i].name, json_string(base));
+			total += w->e[i].nbytes;
+		}
+	}
+	bad |= json_object_set_new(md, "total_size", json_integer((json_int_t)total));
+	bad |= json_object_set_new(idx, "metadata", md);
+	bad |= json_object_set_new(idx, "weight_map", wm);
+	char *txt = bad ? NULL : json_dumps(idx, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(idx);
+	return txt;
+}
+
+int x3_stw_create_sizer(uint64_t shard_bytes, int single, x3_stw **out)
+{
+	*out = NULL;
+	x3_stw *w = calloc(1, sizeof *w);
+	if (!w || !(w->meta = json_object())) {
+		free(w);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	w->single = single;
+	w->shard_bytes = shard_bytes;
+	w->spool_fd = -1;
+	w->sizer = 1;
+	*out = w;
+	return X3_OK;
+}
+
+int x3_stw_size(x3_stw *w, uint64_t *bytes, int *nshards)
+{
+	int rc = X3_OK;
+	*bytes = 0;
+	int *start = calloc((size_t)w->n + 2, sizeof *start);
+	if (!start) {
+		stw_free(w);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	int nsh = assign_shards(w, start);
+	for (int s = 0; s < nsh && !rc; s++) {
+		char *hs = shard_header(w, start[s], start[s + 1]);
+		if (!hs) {
+			rc = x3_err(X3_ENOMEM, "out of memory");
+			break;
+		}
+		size_t hn = strlen(hs);
+		*bytes += 8 + hn + (8 - hn % 8) % 8;
+		free(hs);
+		for (int i = start[s]; i < start[s + 1]; i++)
+			*bytes += w->e[i].nbytes;
+	}
+	if (!rc && nsh > 1 && !w->single) {
+		char *txt = index_text(w, start, nsh);
+		if (!txt)
+			rc = x3_err(X3_ENOMEM, "out of memory");
+		else
+			*bytes += strlen(txt);
+		free(txt);
+	}
+	if (nshards)
+		*nshards = nsh;
+	free(start);
+	stw_free(w);
+	return rc;
+}
+
+int x3_stw_commit(x3_stw *w)
+{
+	int rc = X3_OK, nsh = 0;
+	int *start = calloc(w->n + 2, sizeof *start);   /* shard s = [start[s], start[s+1]) */
+	if (!start) {
+		stw_free(w);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	if (w->sizer) {
+		free(start);
+		stw_free(w);
+		return x3_err(X3_EINVAL, "a sizing writer writes nothing (x3_stw_size)");
+	}
+	nsh = assign_shards(w, start);
 	char (*finals)[PATH_MAX] = calloc(nsh, PATH_MAX);
 	char (*tmps)[PATH_MAX] = calloc(nsh, PATH_MAX);
 	if (!finals || !tmps) {
@@ -767,12 +873,12 @@ int x3_stw_commit(x3_stw *w)
 		goto out;
 	}
 	for (int s = 0; s < nsh; s++) {
+		char base[64];
+		shard_name(w, s, nsh, base, sizeof base);
 		if (w->single)
 			snprintf(finals[s], PATH_MAX, "%s", w->path);
-		else if (nsh == 1)
-			snprintf(finals[s], PATH_MAX, "%s/model.safetensors", w->path);
 		else
-			snprintf(finals[s], PATH_MAX, "%s/model-%05d-of-%05d.safetensors", w->path, s + 1, nsh);
+			snprintf(finals[s], PATH_MAX, "%s/%s", w->path, base);
 	}
 	int done = 0;
 	for (; done < nsh && !rc; done++)
@@ -784,20 +890,7 @@ int x3_stw_commit(x3_stw *w)
 		goto out;
 	}
 	if (nsh > 1) {
-		json_t *idx = json_object(), *md = json_object(), *wm = json_object();
-		int bad = !idx || !md || !wm;
-		uint64_t total = 0;
-		for (int s = 0; s < nsh; s++)
-			for (int i = start[s]; i < start[s + 1]; i++) {
-				const char *base = strrchr(finals[s], '/');
-				bad |= json_object_set_new(wm, w->e[i].name, json_string(base ? base + 1 : finals[s]));
-				total += w->e[i].nbytes;
-			}
-		bad |= json_object_set_new(md, "total_size", json_integer((json_int_t)total));
-		bad |= json_object_set_new(idx, "metadata", md);
-		bad |= json_object_set_new(idx, "weight_map", wm);
-		char *txt = bad ? NULL : json_dumps(idx, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		json_decref(idx);
+		char *txt = index_text(w, start, nsh);
 		char ip[PATH_MAX];
 		snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", w->path);
 		/* shards first, index last: a reader never sees an index without its shards */

@@ -46,6 +46,14 @@ int x3_stw_meta(x3_stw *w, const char *key, const char *val);
 int x3_stw_commit(x3_stw *w);
 /* Drop everything written so far. Frees w. */
 void x3_stw_abort(x3_stw *w);
+/* A writer that writes nothing, to know a layout's size before any data
+ * exists: x3_stw_add takes headers without data (nbytes counts), and
+ * x3_stw_size gives the bytes x3_stw_commit would write for them (every
+ * shard's length prefix, header and padding, and payloads, plus the index
+ * of a sharded directory), by the same shard and header code. single: as
+ * a writer to one .safetensors file. x3_stw_size frees w. */
+int x3_stw_create_sizer(uint64_t shard_bytes, int single, x3_stw **out);
+int x3_stw_size(x3_stw *w, uint64_t *bytes, int *nshards);
 
 /* Atomic whole-file write helpers (tmp name in the same dir, fsync, rename). */
 int x3_write_file_atomic(const char *path, const void *buf, size_t n);

@@ -96,7 +96,7 @@ check_fail "--set matching nothing" 1 "fc1=4': the regex matches no measured ten
 check_fail "--set with an unmeasured K" 1 "asks for K=7, which was not measured" \
 	bitalloc --bits 3 --set 'down_proj=7' m25.jsonl
 check_fail "--importance missing a tensor" 1 "no importance given" bitalloc --bits 3 --importance <(head -2 imp.jsonl) m.jsonl
-check_fail "--bits required" 2 "--bits is required" bitalloc m.jsonl
+check_fail "--bits required" 2 "--bits or --size is required" bitalloc m.jsonl
 check_fail "--bits out of range" 2 "--bits: '9'" bitalloc --bits 9 m.jsonl
 check_fail "bad --set" 2 "--set: 'foo' is not REGEX=K" bitalloc --bits 3 --set foo m.jsonl
 check_fail "--set with an invalid regex: a usage error" 2 \

@@ -42,14 +42,17 @@ check "model-eval --device cpu" sh -c 'model-eval -q --model tiny --text t.txt -
 	model-eval -q --model tiny --text t.txt --cols 16 --device cpu > ec.json && cmp e0.json ec.json'
 check "had-rotate --device cpu" sh -c 'had-rotate --hessian h.fr < w.fr > r0.fr &&
 	had-rotate --hessian h.fr --device cpu < w.fr > rc.fr && cmp r0.fr rc.fr'
-check "convert -n --device auto --gpu-stages encode: only the encode gets auto" sh -c \
-	'"$ROOT/pipelines/convert" tiny out --bits 2 -q -n --device auto --gpu-stages encode --work wn >/dev/null &&
+check "convert --makefile --device auto --gpu-stages encode: only the encode gets auto" sh -c \
+	'"$ROOT/pipelines/convert" tiny out --bits 2 -q --makefile --device auto --gpu-stages encode --work wn >/dev/null &&
 	 grep -qx "CAPOPT := --device cpu" wn/Makefile && grep -qx "ROTOPT := --device cpu" wn/Makefile &&
 	 grep -qx "ENCOPT := --device auto" wn/Makefile'
-check "convert -n: cpu by default for every stage" sh -c \
-	'"$ROOT/pipelines/convert" tiny out2 --bits 2 -q -n --work wd >/dev/null &&
+check "convert --makefile: cpu by default for every stage" sh -c \
+	'"$ROOT/pipelines/convert" tiny out2 --bits 2 -q --makefile --work wd >/dev/null &&
 	 test "$(grep -c "^[A-Z]*OPT := --device cpu$" wd/Makefile)" = 3 &&
 	 grep -q "hessian-capture -q \$(CAPOPT)" wd/Makefile && grep -q "had-rotate -q \$(ROTOPT)" wd/Makefile'
+check "convert -n --json: the same devices, nothing written" sh -c \
+	'"$ROOT/pipelines/convert" tiny out3 --bits 2 -n --json --device auto --gpu-stages encode --work wj |
+	 jq -e ".devices == {capture: \"cpu\", rotate: \"cpu\", encode: \"auto\"}" >/dev/null && ! test -e wj && ! test -e out3'
 
 if tests_gpu=$("$ROOT/tests/unit/t1700-gpu-device" 2>/dev/null | grep -c '^ok .* auto -> cuda'); [ "$tests_gpu" -eq 1 ]; then
 	# stats of every frame (rms, min, max) within 1e-4 of the CPU's, rel. to rms

@@ -176,7 +176,7 @@ check "... without make's plan.mk noise" sh -c "! grep -q 'plan.mk' '$TMP/cf.err
 
 # a short calibration text: said in terms of convert's --rows, not
 # tokenize's count of text rows ("fills only 1 of 55 rows" for --rows 64)
-convert m short.out --bits 3 --rows 64 --cols 32 --cal t.txt -n -q >/dev/null
+convert m short.out --bits 3 --rows 64 --cols 32 --cal t.txt --makefile -q >/dev/null
 make -s -f short.out.work/Makefile "$TMP/short.out.work/cal/tokens.frames" 2>short.err >/dev/null
 check "convert: a short calibration text is named in terms of --rows" \
 	grep -q "^convert: warning: the calibration text fills 1 of the 55 text rows of --rows 64 (the other 9 are random tokens): 10 rows of 32 tokens in all" short.err

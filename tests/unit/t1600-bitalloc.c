@@ -67,6 +67,25 @@ static x3_ba *model(int L, int k0, int k1, int64_t hidden, int64_t kv, int64_t i
 	return ba;
 }
 
+/* a size model for x3_ba_solve_size: FIXED bytes, the trellis bytes
+ * (cost * K), and with wobble a few bytes that grow with the plan the way
+ * header digits do (not linear in K) */
+struct szm { int64_t fixed; int wobble; int calls; };
+static int size_model(void *c, const x3_ba *ba, uint64_t *bytes)
+{
+	struct szm *m = c;
+	int64_t b = m->fixed, ks = 0;
+	for (int i = 0; i < ba->n; i++) {
+		b += ba->t[i].cost * ba->t[i].K;
+		ks += ba->t[i].K;
+	}
+	if (m->wobble)
+		b += 3 * ks + (ks % 5) * 7;
+	m->calls++;
+	*bytes = (uint64_t)b;
+	return X3_OK;
+}
+
 int main(void)
 {
 	/* 1. exact DP equals brute force on small cases (6 tensors x 4 K),
@@ -262,6 +281,60 @@ int main(void)
 		CHECK(rc == X3_EINVAL && strstr(x3_errmsg(), "not measured"), "--set with unmeasured K: %s", x3_errmsg());
 		rc = x3_ba_set_fixed(ba, "up_(proj", 3, &nm);
 		CHECK(rc == X3_EINVAL && strstr(x3_errmsg(), "regex"), "bad regex: %s", x3_errmsg());
+		x3_ba_free(ba);
+	}
+
+	/* 8. a size target: the budget in bytes, the exact size checked */
+	{
+		static const char *nm[5] = {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+		                            "model.layers.0.mlp.up_proj", "model.layers.1.mlp.down_proj",
+		                            "model.layers.1.self_attn.o_proj"};
+		static const int64_t numel[5] = {4096, 1024, 11008, 11008, 4096};
+		static const int64_t cost[5] = {2048, 2048, 6144, 6144, 2048};   /* padded */
+		x3_ba *ba = x3_ba_create();
+		for (int i = 0; i < 5; i++)
+			for (int K = 1; K <= 4; K++)
+				x3_ba_add(ba, nm[i], K, (1.0 + i) * pow(4.0, -K) * (1 + urand()), numel[i]);
+		for (int i = 0; i < 5; i++)
+			ba->t[i].cost = cost[i];
+		struct szm m = {100000, 0, 0};
+		int rc = x3_ba_solve_size(ba, 100000 + 18432 * 2 + 5000, X3_BA_AUTO, size_model, &m);
+		CHECK_OK(rc, "size target solved");
+		/* brute force over 4^5 plans: least error within the bytes */
+		double best = INFINITY;
+		for (int c = 0; c < 1024; c++) {
+			int64_t b = m.fixed;
+			double e = 0;
+			for (int i = 0, x = c; i < 5; i++, x /= 4) {
+				b += cost[i] * (x % 4 + 1);
+				e += ba->t[i].err[x % 4 + 1] * ba->t[i].importance;
+			}
+			if (b <= 100000 + 18432 * 2 + 5000 && e < best)
+				best = e;
+		}
+		CHECK(fabs(x3_ba_error(ba) - best) <= 1e-12 * best, "size target: the least error in the bytes "
+		      "(%.6g, brute force %.6g)", x3_ba_error(ba), best);
+		CHECK(ba->size_bytes <= 100000 + 18432 * 2 + 5000 && ba->size_min == 100000 + 18432 &&
+		      ba->size_max == 100000 + 18432 * 4, "size target: %llu bytes, range %llu..%llu",
+		      (unsigned long long)ba->size_bytes, (unsigned long long)ba->size_min,
+		      (unsigned long long)ba->size_max);
+		char *js = x3_ba_plan_json(ba);
+		CHECK(js && strstr(js, "\"size\"") && strstr(js, "\"budget_bytes\""), "size target: plan JSON has size, bytes");
+		free(js);
+		/* nonlinear extra bytes: re-solved until the exact size fits */
+		struct szm w = {100000, 1, 0};
+		for (uint64_t sz = 100000 + 18432 + 100; sz < 100000 + 18432 * 4; sz += 7777) {
+			rc = x3_ba_solve_size(ba, sz, X3_BA_AUTO, size_model, &w);
+			if (rc || ba->size_bytes > sz)
+				break;
+		}
+		CHECK(rc == X3_OK && w.calls > 0, "size targets with header-like extra bytes: every plan fits");
+		rc = x3_ba_solve_size(ba, 1000, X3_BA_AUTO, size_model, &m);
+		CHECK(rc == X3_EINVAL && strstr(x3_errmsg(), "below the smallest") && strstr(x3_errmsg(), "118432"),
+		      "size below the smallest plan: %s", x3_errmsg());
+		rc = x3_ba_solve_size(ba, 10000000, X3_BA_AUTO, size_model, &m);
+		CHECK(rc == X3_EINVAL && strstr(x3_errmsg(), "above the largest") && strstr(x3_errmsg(), "173728"),
+		      "size above the largest plan: %s", x3_errmsg());
 		x3_ba_free(ba);
 	}
 	TEST_DONE();
