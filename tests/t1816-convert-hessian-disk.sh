@@ -72,7 +72,10 @@ check "re-running the conversion succeeds" convert m out "${opts[@]}"
 check "... captures nothing" test ! -s log.out.work
 check "... and rewrites nothing" test "$(stat -c %Y out/config.json)" = "$before"
 rm -rf out
-check "OUT removed: the re-run packs again" convert m out "${opts[@]}"
+opts=(${opts[@]/-q})
+check "OUT removed: the re-run packs again" sh -c 'convert "$@" 2>err.txt' convert m out "${opts[@]}"
+check "... its summary gives the bits by role of the plan" \
+	grep -qx 'convert: bits by role: attention 2 (12 linears), mlp 2 (9 linears), head 6 (1 linears)' err.txt
 check "... without capturing" test ! -s log.out.work
 check "... the same directory" diff -r keep out
 done_testing
