@@ -183,14 +183,17 @@ static long long meta(const x3_tensor *t, const char *k)
 	return v ? atoll(v) : -1;
 }
 
-/* seeded ids, or every one the same (same = 1) */
-static int write_tokens(const char *path, int same)
+/* seeded ids, or every one the same (same = 1); rows r0..r1-1 of them */
+static int write_rows(const char *path, int same, int r0, int r1)
 {
-	x3_tensor *t = x3_tensor_new2("tokens", X3_I32, R, C);
+	x3_tensor *t = x3_tensor_new2("tokens", X3_I32, r1 - r0, C);
 	x3_rng g;
 	x3_rng_seed(&g, 7, 0);
-	for (int i = 0; i < T; i++)
-		((int32_t *)t->data)[i] = same ? 65 : (int32_t)(x3_rng_u64(&g) % 256);
+	for (int i = 0; i < r1 * C; i++) {
+		int32_t v = same ? 65 : (int32_t)(x3_rng_u64(&g) % 256);
+		if (i >= r0 * C)
+			((int32_t *)t->data)[i - r0 * C] = v;
+	}
 	FILE *f = fopen(path, "wb");
 	x3_writer *w;
 	int rc = x3_writer_open_fd(fileno(f), 0, &w);
@@ -202,6 +205,8 @@ static int write_tokens(const char *path, int same)
 	x3_tensor_free(t);
 	return rc;
 }
+
+static int write_tokens(const char *path, int same) { return write_rows(path, same, 0, R); }
 
 /* the block input of a model (its forward's hook) */
 static int block_input(const char *dir, const char *tokfile)
@@ -321,6 +326,26 @@ int main(void)
 	snprintf(cmd, sizeof cmd, "test \"$(jq -sc '[.[] | select(.fallback) | .expert]' %s)\" = \"$(jq -sc '[.[] | select(.routed_tokens < %d) | .expert]' %s)\" && test $(wc -l <%s) -eq 8",
 	         p("rep"), m, p("rep"), p("rep"));
 	CHECK(system(cmd) == 0, "--report: one line per expert, fallback true exactly below the threshold");
+	for (int i = 0; i < nf; i++)
+		x3_tensor_free(f[i]);
+	free(f);
+
+	/* ---- --merge of captures of the two rows: the experts' tokens add up */
+	CHECK(write_rows(p("r0"), 0, 0, 1) == X3_OK && write_rows(p("r1"), 0, 1, 2) == X3_OK &&
+	      run("%s --model %s --tokens %s --min-tokens 0 -o %s 2>/dev/null", hc, p("m8"), p("r0"), p("p0")) == 0 &&
+	      run("%s --model %s --tokens %s --min-tokens 0 -o %s 2>/dev/null", hc, p("m8"), p("r1"), p("p1")) == 0 &&
+	      run("bin/hessian-capture --merge %s %s > %s", p("p0"), p("p1"), p("pm")) == 0,
+	      "capture row 0 and row 1 apart, merge");
+	CHECK_OK(x3_read_all(p("pm"), &f, &nf), "read the merge");
+	err = 0, ok = 1;
+	for (int e = 0; e < 8; e++) {
+		snprintf(name, sizeof name, GIN, e);
+		const x3_tensor *ti = find(f, nf, name);
+		if (r.n[e])
+			err = fmax(err, rel(ti, r.hin[e], NULL, 0, Hd));
+		ok &= meta(ti, "routed_tokens") == r.n[e];
+	}
+	CHECK(ok && err < 1e-5, "merged: routed_tokens and H of each expert are the whole capture's (rel. err %.2g)", err);
 	for (int i = 0; i < nf; i++)
 		x3_tensor_free(f[i]);
 	free(f);
