@@ -141,6 +141,7 @@ struct exg {
 	x3_hess *shadow;   /* the all-token Hessian (not owned) */
 	int expert;
 	long long routed;  /* rows the router sent to it */
+	double w2;         /* Σ w² over them (weighted capture) */
 };
 
 struct cap {
@@ -150,6 +151,7 @@ struct cap {
 	double t0;
 	long long ntok;
 	int moe;            /* MOE_* */
+	int64_t top_k;      /* num_experts_per_tok */
 	long min_tokens;    /* the fallback's threshold */
 	struct exg *ex;     /* this layer's expert groups */
 	int nex, capex;
@@ -175,7 +177,7 @@ static struct exg *exg_get(struct cap *k, const struct x3_capture *c)
 	 * expert no token reaches still gets one */
 	x3_hess *h = hset_find(&k->set, c->name);
 	*g = (struct exg){ h ? h : hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer),
-	                   NULL, c->expert, 0 };
+	                   NULL, c->expert, 0, 0 };
 	return g;
 }
 
@@ -192,6 +194,8 @@ static int cap_expert(struct cap *k, const struct x3_capture *c)
 		float *xw = malloc((size_t)(c->ntok * c->in) * sizeof *xw);
 		if (!xw)
 			return x3_err(X3_ENOMEM, "'%s': out of memory", c->name);
+		for (int64_t r = 0; r < c->ntok; r++)
+			g->w2 += (double)c->row_w[r] * c->row_w[r];
 		for (int64_t r = 0; r < c->ntok; r++)
 			for (int64_t i = 0; i < c->in; i++)
 				xw[r * c->in + i] = c->row_w[r] * c->x[r * c->in + i];
@@ -220,7 +224,9 @@ static int cap_expert(struct cap *k, const struct x3_capture *c)
 /* The experts' Hessians of the layer just run: the all-token Hessian
  * (--moe-capture all), or the routed one blended with it below
  * --min-tokens m: H = H_routed + (m - n)/T · H_all, count m (the mean
- * of n routed rows and m - n rows of the all-token mean). */
+ * of n routed rows and m - n rows of the all-token mean); weighted, the
+ * all-token part at the expert's mean w² (1/k² without rows: an even
+ * split of the top k), the scale of its weighted rows. */
 static void cap_experts_done(struct cap *k, int layer)
 {
 	char starved[1024];
@@ -243,7 +249,8 @@ static void cap_experts_done(struct cap *k, int layer)
 			if (!T && !n)
 				die("'%s': expert %d got no tokens and there is no all-token Hessian to fall back on",
 				    name, g->expert);
-			if (T && x3_hess_add_frame_w(g->h, t, (double)(m - n) / (double)T))
+			double s = k->moe != MOE_WEIGHTED ? 1 : n ? g->w2 / (double)n : 1.0 / ((double)k->top_k * k->top_k);
+			if (T && x3_hess_add_frame_w(g->h, t, s * (double)(m - n) / (double)T, m - n))
 				die_x3("'%s'", name);
 			fb = T ? m - n : 0;
 		}
@@ -489,7 +496,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		      cols, (long long)cfg.max_pos);
 
 	struct cap k = { .w = w, .f64 = f64, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols,
-	                 .moe = moe, .min_tokens = min_tokens < 0 ? (long)cfg.hidden : min_tokens };
+	                 .moe = moe, .top_k = cfg.n_experts_tok, .min_tokens = min_tokens < 0 ? (long)cfg.hidden : min_tokens };
 	if (k.min_tokens < 1)   /* an expert no token reaches always falls back */
 		k.min_tokens = 1;
 	char *rbuf = NULL;

@@ -197,12 +197,20 @@ int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n)
 	return rc;
 }
 
+static int add_frame(x3_hess *h, const x3_tensor *t, double w, int64_t rows);
+
 int x3_hess_add_frame(x3_hess *h, const x3_tensor *t)
 {
-	return x3_hess_add_frame_w(h, t, 1.0);
+	return add_frame(h, t, 1.0, -1);
 }
 
-int x3_hess_add_frame_w(x3_hess *h, const x3_tensor *t, double w)
+int x3_hess_add_frame_w(x3_hess *h, const x3_tensor *t, double w, int64_t rows)
+{
+	return add_frame(h, t, w, rows < 0 ? 0 : rows);
+}
+
+/* rows < 0: count and dropped from the frame's metadata */
+static int add_frame(x3_hess *h, const x3_tensor *t, double w, int64_t rows)
 {
 	char b[64];
 	if (t->rank != 2 || t->shape[0] != h->n || t->shape[1] != h->n)
@@ -239,8 +247,8 @@ int x3_hess_add_frame_w(x3_hess *h, const x3_tensor *t, double w)
 		else
 			for (int64_t i = 0; i < nn; i++) h->hf[i] += (float)(w * s[i]);
 	}
-	h->count += w == 1.0 ? cnt : llround(w * (double)cnt);
-	h->dropped += w == 1.0 ? drop : llround(w * (double)drop);
+	h->count += rows < 0 ? cnt : rows;
+	h->dropped += rows < 0 ? drop : 0;
 	return X3_OK;
 }
 

@@ -36,9 +36,10 @@ int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n);
 /* Add another Hessian frame (F32/F64 (n, n), metadata count/dropped):
  * H, count and dropped add up. Errors name the frame. */
 int x3_hess_add_frame(x3_hess *h, const x3_tensor *t);
-/* The same with weight w: H += w * frame, count and dropped += w times
- * the frame's (rounded to the nearest row). */
-int x3_hess_add_frame_w(x3_hess *h, const x3_tensor *t, double w);
+/* The same with weight w standing for rows rows: H += w * frame,
+ * count += rows, dropped unchanged (a blend, e.g. hessian-capture's
+ * fallback for starved experts). */
+int x3_hess_add_frame_w(x3_hess *h, const x3_tensor *t, double w, int64_t rows);
 /* Extra metadata copied onto the frame (e.g. "tied"); keys role, count,
  * dropped, members, layer are computed and cannot be set here. */
 int x3_hess_set_meta(x3_hess *h, const char *key, const char *val);

@@ -12,7 +12,8 @@
  *     fallback=1, fallback_tokens=m-n, named on stderr and in --report;
  *     an expert no token reaches (every token the same id: one expert
  *     gets them all) gets the all-token Hessian;
- *   - --moe-capture all: the all-token Hessian, count T; weighted: Σ w² xᵀx. */
+ *   - --moe-capture all: the all-token Hessian, count T; weighted: Σ w² xᵀx,
+ *     blended below m with the all-token Hessian at the expert's mean w². */
 #include <math.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -66,6 +67,7 @@ static double silu(double a) { return a / (1.0 + exp(-a)); }
 struct ref {
 	int E, K;
 	int n[EMAX];                   /* routed tokens */
+	double w2[EMAX];               /* Σ w² over them */
 	double *hin[EMAX], *hdn[EMAX];  /* routed XᵀX: gate/up, down */
 	double *win[EMAX], *wdn[EMAX];  /* Σ w² xᵀx */
 	double *ain, *adn[EMAX];        /* all tokens */
@@ -143,6 +145,7 @@ static int reference(const char *dir, int E, int K, struct ref *r)
 					continue;
 				double w = pr[e] / s / ws;   /* norm_topk_prob: renormalized */
 				r->n[e]++;
+				r->w2[e] += w * w;
 				syr(r->hin[e], x, Hd, 1), syr(r->hdn[e], act, Id, 1);
 				syr(r->win[e], x, Hd, w * w), syr(r->wdn[e], act, Id, w * w);
 			}
@@ -372,6 +375,20 @@ int main(void)
 	}
 	CHECK(ea < 1e-5 && ok, "all: every expert's Hessians over all %d tokens, count %d, routed_tokens kept (rel. err %.2g)", T, T, ea);
 	CHECK(ew < 1e-5, "weighted: Σ w² xᵀx over the routed rows (rel. err %.2g)", ew);
+	x3_tensor **fb;
+	int nb;
+	CHECK(run("%s --model %s --tokens %s --moe-capture weighted --min-tokens %d -o %s 2>/dev/null", hc, p("m8"),
+	          p("tok"), m, p("hwb")) == 0, "capture, weighted, --min-tokens %d", m);
+	CHECK_OK(x3_read_all(p("hwb"), &fb, &nb), "read it");
+	ew = 0, ok = 1;
+	for (int e = 0; e < 8; e++) {
+		snprintf(name, sizeof name, GDN, e);
+		const x3_tensor *wd = find(fb, nb, name);
+		double s = r.n[e] < m ? r.w2[e] / r.n[e] * (m - r.n[e]) / T : 0;
+		ew = fmax(ew, rel(wd, r.wdn[e], r.adn[e], s, Id));
+		ok &= meta(wd, "count") == (r.n[e] < m ? m : r.n[e]);
+	}
+	CHECK(ew < 1e-5 && ok, "weighted below m: H_w + (m-n)/T mean(w²) H_all, count m (rel. err %.2g)", ew);
 
 	/* ---- 4 experts, top 1, every token the same id: the block's input is
 	 * the same in every position (attention over equal values), so one
