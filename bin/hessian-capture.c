@@ -261,7 +261,7 @@ static void cap_experts_done(struct cap *k, int layer)
 		e |= x3_hess_set_meta(g->h, "expert", v);
 		snprintf(v, sizeof v, "%lld", n);
 		e |= x3_hess_set_meta(g->h, "routed_tokens", v);
-		e |= x3_hess_set_meta(g->h, "fallback", fb ? "1" : "0");
+		e |= x3_hess_set_meta(g->h, "expert_fallback", fb ? "1" : "0");
 		if (fb) {
 			snprintf(v, sizeof v, "%lld", fb);
 			e |= x3_hess_set_meta(g->h, "fallback_tokens", v);
@@ -559,8 +559,8 @@ static void merge_expert_meta(x3_hess *h, const x3_tensor *t)
 		if (x3_hess_set_meta(h, sum[i], v))
 			die_x3("'%s'", t->name);
 	}
-	const char *fb = x3_meta_get(t, "fallback");
-	if (fb && !strcmp(fb, "1") && x3_hess_set_meta(h, "fallback", "1"))
+	const char *fb = x3_meta_get(t, "expert_fallback");
+	if (fb && !strcmp(fb, "1") && x3_hess_set_meta(h, "expert_fallback", "1"))
 		die_x3("'%s'", t->name);
 }
 

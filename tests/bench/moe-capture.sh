@@ -43,7 +43,7 @@ for b in $rates; do
 	for m in $modes; do
 		reps=()
 		for s in $seeds; do
-			convert M q.$m.$b.s$s --bits "$b" --seed "$s" --moe-capture "$m" --work w.$m.s$s --keep-hessians "${cal[@]}" -j 2 -q 2>/dev/null
+			convert M q.$m.$b.s$s --bits "$b" --seed "$s" --moe-capture "$m" --work w.$m.s$s --keep-hessians "${cal[@]}" -j 2 -q
 			validate q.$m.$b.s$s --model M "${ev[@]}" -q >v.$m.$b.s$s.json
 			reps+=(v.$m.$b.s$s.json)
 		done
@@ -52,7 +52,7 @@ for b in $rates; do
 			jq -s -r 'map(select(.name | test("experts\\.[0-9]+\\.input$")) | .meta) | group_by(.layer)[] |
 				"layer \(.[0].layer): " + (sort_by(.expert | tonumber) | map(.routed_tokens) | join(" "))' | paste -sd';')"
 		fb=$(for f in w.$m.s0/h1/*experts.*.input.frames; do tensor-ls "$f"; done |
-			jq -s '[.[] | select(.name | test("experts\\.[0-9]+\\.input$")) | select(.meta.fallback == "1")] | length')
+			jq -s '[.[] | select(.name | test("experts\\.[0-9]+\\.input$")) | select(.meta.expert_fallback == "1")] | length')
 		stats "${reps[@]}" >st.json
 		jq -r --arg m "$m" --arg b "$b" --arg fb "$fb" '
 			def f(x; d): (x * d | round) / d | tostring;

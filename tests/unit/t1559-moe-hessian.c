@@ -6,10 +6,10 @@
  * each expert's activations by plain loops over its dense weights. Checked:
  *   - routed (default): H of expert e = XᵀX of exactly the rows routed to e
  *     (gate/up: the block input; down_proj: silu(gate x) * up x), count and
- *     routed_tokens = those rows, fallback=0;
+ *     routed_tokens = those rows, expert_fallback=0;
  *   - --min-tokens m: an expert below m is H_routed + (m - n)/T H_all
  *     (T: all tokens, the first chunk holding them all), count m,
- *     fallback=1, fallback_tokens=m-n, named on stderr and in --report;
+ *     expert_fallback=1, fallback_tokens=m-n, named on stderr and in --report;
  *     an expert no token reaches (every token the same id: one expert
  *     gets them all) gets the all-token Hessian;
  *   - --moe-capture all: the all-token Hessian, count T; weighted: Σ w² xᵀx,
@@ -280,13 +280,13 @@ int main(void)
 			continue;
 		err = fmax(err, fmax(rel(ti, r.hin[e], NULL, 0, Hd), rel(td, r.hdn[e], NULL, 0, Id)));
 		ok &= meta(ti, "count") == r.n[e] && meta(td, "count") == r.n[e] &&
-		      meta(ti, "routed_tokens") == r.n[e] && meta(ti, "fallback") == 0 && meta(ti, "expert") == e;
+		      meta(ti, "routed_tokens") == r.n[e] && meta(ti, "expert_fallback") == 0 && meta(ti, "expert") == e;
 		tot += r.n[e];
 		nmin = r.n[e] < nmin ? r.n[e] : nmin, nmax = r.n[e] > nmax ? r.n[e] : nmax;
 	}
 	CHECK(tot == 2 * T, "the reference routes 2 x %d tokens (%d)", T, tot);
 	CHECK(err < 1e-5, "every expert's Hessians (gate/up, down) are XᵀX of exactly its routed rows (rel. err %.2g)", err);
-	CHECK(ok, "count = routed_tokens = the expert's routed rows, fallback=0, expert=E");
+	CHECK(ok, "count = routed_tokens = the expert's routed rows, expert_fallback=0, expert=E");
 	for (int i = 0; i < nf; i++)
 		x3_tensor_free(f[i]);
 	free(f);
@@ -309,19 +309,19 @@ int main(void)
 			below++;
 			double w = (double)(m - n) / T;
 			err = fmax(err, fmax(rel(ti, r.hin[e], r.ain, w, Hd), rel(td, r.hdn[e], r.adn[e], w, Id)));
-			ok &= meta(ti, "count") == m && meta(td, "count") == m && meta(ti, "fallback") == 1 &&
+			ok &= meta(ti, "count") == m && meta(td, "count") == m && meta(ti, "expert_fallback") == 1 &&
 			      meta(td, "fallback_tokens") == m - n && meta(ti, "routed_tokens") == n;
 			snprintf(line, sizeof line, "%s%d (%d)", *want ? ", " : "", e, n);
 			strcat(want, line);
 		} else {
 			above++;
 			err = fmax(err, fmax(rel(ti, r.hin[e], NULL, 0, Hd), rel(td, r.hdn[e], NULL, 0, Id)));
-			ok &= meta(ti, "count") == n && meta(ti, "fallback") == 0;
+			ok &= meta(ti, "count") == n && meta(ti, "expert_fallback") == 0;
 		}
 	}
 	CHECK(below && above, "%d experts below the threshold, %d at or above", below, above);
 	CHECK(err < 1e-5, "below it: H_routed + (m-n)/T H_all; above: the routed H (rel. err %.2g)", err);
-	CHECK(ok, "count m, fallback=1, fallback_tokens=m-n below; the routed count above");
+	CHECK(ok, "count m, expert_fallback=1, fallback_tokens=m-n below; the routed count above");
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd, "grep -qF 'layer 0: experts below %d routed tokens, blended with the all-token Hessian (expert (tokens)): %s' %s",
 	         m, want, p("err"));
@@ -409,18 +409,18 @@ int main(void)
 		if (r4.n[e] == 0) {
 			zero++;
 			err = fmax(err, fmax(rel(ti, NULL, r4.ain, 1.0 / T, Hd), rel(td, NULL, r4.adn[e], 1.0 / T, Id)));
-			ok &= meta(ti, "count") == 1 && meta(td, "fallback") == 1 && meta(ti, "routed_tokens") == 0;
+			ok &= meta(ti, "count") == 1 && meta(td, "expert_fallback") == 1 && meta(ti, "routed_tokens") == 0;
 			snprintf(line, sizeof line, "%s%d (0)", *want ? ", " : "", e);
 			strcat(want, line);
 		} else {
 			full += r4.n[e] == T;
 			err = fmax(err, fmax(rel(ti, r4.hin[e], NULL, 0, Hd), rel(td, r4.hdn[e], NULL, 0, Id)));
-			ok &= meta(ti, "count") == T && meta(ti, "fallback") == 0;
+			ok &= meta(ti, "count") == T && meta(ti, "expert_fallback") == 0;
 		}
 	}
 	CHECK(zero == 3 && full == 1, "one expert gets all %d tokens, 3 get none (%d, %d, %d, %d)", T,
 	      r4.n[0], r4.n[1], r4.n[2], r4.n[3]);
-	CHECK(err < 1e-5 && ok, "an expert without tokens: the all-token Hessian (weight 1/T, count 1), fallback=1 (rel. err %.2g)", err);
+	CHECK(err < 1e-5 && ok, "an expert without tokens: the all-token Hessian (weight 1/T, count 1), expert_fallback=1 (rel. err %.2g)", err);
 	snprintf(cmd, sizeof cmd, "grep -qF 'experts below 1 routed tokens, blended with the all-token Hessian (expert (tokens)): %s' %s",
 	         want, p("err4"));
 	CHECK(system(cmd) == 0, "stderr names them: %s", want);
