@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "util.h"
+#include "arch.h"
 #include "bitalloc.h"
 #include "pack.h"
 #include "safetensors.h"
@@ -32,7 +33,9 @@ static void help(void)
 	       "sum(proxy_err * importance).\n"
 	       "  --bits B          target average bits of the decoder linears (1..8)\n"
 	       "  --head-bits N     lm_head bits, 1..8 or 16 (unquantized); default 6\n"
-	       "  --hq              floor attention at min(floor(B)+2, 8), shared experts +1\n"
+	       "  --hq              floor each linear at min(floor(B)+hq, 8), hq its\n"
+	       "                    architecture's promotion (tensor-ls --modules: attention\n"
+	       "                    +2, shared experts +1)\n"
 	       "  --set REGEX=K     fix K for linears matching REGEX (PCRE2, repeatable)\n"
 	       "  --importance FILE JSON lines {tensor, importance}; default numel\n"
 	       "  --strategy S      optimal (default) or exllamav3 (its greedy, for comparison)\n"
@@ -526,6 +529,19 @@ int main(int argc, char **argv)
 		if (ba->has_exl3)
 			fprintf(stderr, "; exllamav3 strategy: %s at %.4f bpw",
 			        fmt_error(ex, sizeof ex, ba->exl3_error), ba->exl3_bits);
+		fprintf(stderr, "\n");
+		/* the averages model cards give: attention, dense MLP, experts,
+		 * shared experts, head */
+		int rl[X3_ROLE_COUNT];
+		int64_t rn[X3_ROLE_COUNT];
+		double rb[X3_ROLE_COUNT];
+		x3_ba_role_bits(ba, X3_ROLE_COUNT, rl, rn, rb);
+		fprintf(stderr, "%s: bits by role:", progname);
+		for (int r = 0, first = 1; r < X3_ROLE_COUNT; r++)
+			if (rl[r]) {
+				fprintf(stderr, "%s %s %.3f (%d linears)", first ? "" : ",", x3_role_name(r), rb[r], rl[r]);
+				first = 0;
+			}
 		fprintf(stderr, "\n");
 	}
 	free(js);

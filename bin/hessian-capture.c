@@ -14,6 +14,7 @@
 #include "device.h"
 #include "hessian.h"
 #include "model.h"
+#include "safetensors.h"
 #include "tokenizer.h"
 
 static const char usage[] =
@@ -21,6 +22,8 @@ static const char usage[] =
 	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
 	"                       [--hidden-in FILE] [--hidden-out FILE]\n"
 	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
+	"                       [--moe-capture routed|weighted|all] [--min-tokens N]\n"
+	"                       [--report FILE]\n"
 	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
@@ -44,6 +47,14 @@ static const char usage[] =
 	"  --hidden-in FILE start from hidden states saved by --hidden-out (of the\n"
 	"                   same tokens, a layer <= A) instead of the embedding\n"
 	"  --chunk N        tokens per forward chunk (default 4096)\n"
+	"  --moe-capture M  experts' Hessians (mixture-of-experts models): routed\n"
+	"                   (default: the rows the router sends to each), weighted\n"
+	"                   (those scaled by the routing weight) or all (every token\n"
+	"                   through every expert, as ExLlamaV3)\n"
+	"  --min-tokens N   an expert routed fewer than N tokens gets its Hessian\n"
+	"                   blended with the all-token one of the layer's first chunk\n"
+	"                   (default: the hidden size)\n"
+	"  --report FILE    one JSON line per expert: routed tokens, fallback used\n"
 	"  --f64            accumulate in and write F64 (on the CPU, also with --device)\n"
 	"  --device D       cpu (default), cuda or auto: where the linears of the forward\n"
 	"                   and the accumulation run (cuBLAS; equal up to F32 rounding)\n"
@@ -117,17 +128,178 @@ static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt)
 }
 
 /* ---- capture mode ----------------------------------------------------- */
+/* --moe-capture: an expert's Hessian from the rows routed to it (routed),
+ * the same weighted by the routing weight (weighted: rows scaled by w, so
+ * H = Σ w² xᵀx, the weight the expert's error has in the block's output),
+ * or from every token as ExLlamaV3 captures experts (all) */
+enum { MOE_ROUTED, MOE_WEIGHTED, MOE_ALL };
+static const char *const moe_names[] = { "routed", "weighted", "all" };
+
+/* an expert's Hessian group of the layer being captured */
+struct exg {
+	x3_hess *h;        /* its accumulator in the output set */
+	x3_hess *shadow;   /* the all-token Hessian (not owned) */
+	int expert;
+	long long routed;  /* rows the router sent to it */
+	double w2;         /* Σ w² over them (weighted capture) */
+};
+
 struct cap {
 	struct hset set;
 	x3_writer *w;
 	int f64, n_layers;
 	double t0;
 	long long ntok;
+	int moe;            /* MOE_* */
+	int64_t top_k;      /* num_experts_per_tok */
+	long min_tokens;    /* the fallback's threshold */
+	struct exg *ex;     /* this layer's expert groups */
+	int nex, capex;
+	struct hset shadow; /* this layer's all-token accumulators */
+	x3_hess *shared_in; /* ... the one of the experts' gate/up input */
+	FILE *report;       /* --report: JSON lines, or NULL */
+	int nstarved;
 };
+
+static struct exg *exg_get(struct cap *k, const struct x3_capture *c)
+{
+	for (int i = 0; i < k->nex; i++)
+		if (!strcmp(x3_hess_name(k->ex[i].h), c->name))
+			return &k->ex[i];
+	if (k->nex == k->capex) {
+		k->capex = k->capex ? 2 * k->capex : 16;
+		k->ex = realloc(k->ex, (size_t)k->capex * sizeof *k->ex);
+		if (!k->ex)
+			die("out of memory");
+	}
+	struct exg *g = &k->ex[k->nex++];
+	/* the output accumulator now, so that frames keep model order and an
+	 * expert no token reaches still gets one */
+	x3_hess *h = hset_find(&k->set, c->name);
+	*g = (struct exg){ h ? h : hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer),
+	                   NULL, c->expert, 0, 0 };
+	return g;
+}
+
+/* the rows of an expert's group (x3_capture.expert >= 0) */
+static int cap_expert(struct cap *k, const struct x3_capture *c)
+{
+	struct exg *g = exg_get(k, c);
+	if (!c->all_tokens) {
+		g->routed += c->ntok;
+		if (k->moe == MOE_ALL)
+			return X3_OK;
+		if (k->moe == MOE_ROUTED || !c->row_w)
+			return x3_hess_add_rows(g->h, c->x, c->ntok, c->in);
+		float *xw = malloc((size_t)(c->ntok * c->in) * sizeof *xw);
+		if (!xw)
+			return x3_err(X3_ENOMEM, "'%s': out of memory", c->name);
+		for (int64_t r = 0; r < c->ntok; r++)
+			g->w2 += (double)c->row_w[r] * c->row_w[r];
+		for (int64_t r = 0; r < c->ntok; r++)
+			for (int64_t i = 0; i < c->in; i++)
+				xw[r * c->in + i] = c->row_w[r] * c->x[r * c->in + i];
+		int rc = x3_hess_add_rows(g->h, xw, c->ntok, c->in);
+		free(xw);
+		return rc;
+	}
+	/* every token: the block's input once for all experts' gate/up (from
+	 * expert 0's rows), the down_proj input per expert */
+	x3_hess *s;
+	if (c->all_tokens == 2) {
+		if (!k->shared_in)
+			k->shared_in = hset_add(&k->shadow, c->name, c->in, k->f64, NULL, c->layer);
+		g->shadow = k->shared_in;
+		if (c->expert != 0)
+			return X3_OK;
+		s = k->shared_in;
+	} else {
+		if (!(s = hset_find(&k->shadow, c->name)))
+			s = hset_add(&k->shadow, c->name, c->in, k->f64, NULL, c->layer);
+		g->shadow = s;
+	}
+	return x3_hess_add_rows(s, c->x, c->ntok, c->in);
+}
+
+/* The experts' Hessians of the layer just run: the all-token Hessian
+ * (--moe-capture all), or the routed one blended with it below
+ * --min-tokens m: H = H_routed + (m - n)/T · H_all, count m (the mean
+ * of n routed rows and m - n rows of the all-token mean); weighted, the
+ * all-token part at the expert's mean w² (1/k² without rows: an even
+ * split of the top k), the scale of its weighted rows. */
+static void cap_experts_done(struct cap *k, int layer)
+{
+	char starved[1024];
+	size_t so = 0;
+	starved[0] = 0;
+	for (int i = 0; i < k->nex; i++) {
+		struct exg *g = &k->ex[i];
+		const char *name = x3_hess_name(g->h);
+		long long n = g->routed, m = k->min_tokens, fb = 0;
+		x3_tensor *t = g->shadow ? x3_hess_frame(g->shadow, k->f64 ? X3_F64 : X3_F32) : NULL;
+		if (g->shadow && !t)
+			die_x3("'%s'", name);
+		int64_t T = g->shadow ? x3_hess_count(g->shadow) : 0;
+		if (k->moe == MOE_ALL) {
+			if (!t)
+				die("'%s': no all-token rows (expert %d)", name, g->expert);
+			if (x3_hess_add_frame(g->h, t))
+				die_x3("'%s'", name);
+		} else if (n < m) {
+			if (!T && !n)
+				die("'%s': expert %d got no tokens and there is no all-token Hessian to fall back on",
+				    name, g->expert);
+			double s = k->moe != MOE_WEIGHTED ? 1 : n ? g->w2 / (double)n : 1.0 / ((double)k->top_k * k->top_k);
+			if (T && x3_hess_add_frame_w(g->h, t, s * (double)(m - n) / (double)T, m - n))
+				die_x3("'%s'", name);
+			fb = T ? m - n : 0;
+		}
+		x3_tensor_free(t);
+		char v[32];
+		int e = x3_hess_set_meta(g->h, "capture", moe_names[k->moe]);
+		snprintf(v, sizeof v, "%d", g->expert);
+		e |= x3_hess_set_meta(g->h, "expert", v);
+		snprintf(v, sizeof v, "%lld", n);
+		e |= x3_hess_set_meta(g->h, "routed_tokens", v);
+		e |= x3_hess_set_meta(g->h, "expert_fallback", fb ? "1" : "0");
+		if (fb) {
+			snprintf(v, sizeof v, "%lld", fb);
+			e |= x3_hess_set_meta(g->h, "fallback_tokens", v);
+		}
+		if (e)
+			die_x3("'%s'", name);
+		/* one line per expert (its first group): the summary and --report */
+		int first = 1;
+		for (int j = 0; j < i && first; j++)
+			first = k->ex[j].expert != g->expert;
+		if (!first)
+			continue;
+		if (fb) {
+			k->nstarved++;
+			if (so < sizeof starved - 32)
+				so += (size_t)snprintf(starved + so, sizeof starved - so, "%s%d (%lld)",
+				                       so ? ", " : "", g->expert, n);
+		}
+		if (k->report)
+			fprintf(k->report, "{\"layer\":%d,\"expert\":%d,\"capture\":\"%s\",\"routed_tokens\":%lld,"
+			        "\"fallback\":%s,\"fallback_tokens\":%lld}\n", layer, g->expert,
+			        moe_names[k->moe], n, fb ? "true" : "false", fb);
+	}
+	if (so)
+		warnx("layer %d: experts below %ld routed tokens, blended with the all-token Hessian "
+		      "(expert (tokens)): %s", layer, k->min_tokens, starved);
+	for (int i = 0; i < k->shadow.n; i++)
+		x3_hess_free(k->shadow.h[i]);
+	k->shadow.n = 0;
+	k->shared_in = NULL;
+	k->nex = 0;
+}
 
 static int cap_hook(void *ctx, const struct x3_capture *c)
 {
 	struct cap *k = ctx;
+	if (c->expert >= 0)
+		return cap_expert(k, c);
 	x3_hess *h = hset_find(&k->set, c->name);
 	if (!h) {
 		h = hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer);
@@ -210,6 +382,7 @@ static float *hid_load(const char *path, const struct hid *want, int64_t hidden,
 static int cap_layer_done(void *ctx, int layer, int n)
 {
 	struct cap *k = ctx;
+	cap_experts_done(k, layer);
 	hset_flush(&k->set, k->w, k->f64 ? X3_F64 : X3_F32);
 	double dt = now_seconds() - k->t0;
 	progress("layer %d/%d done, %.0f tokens/s", layer, n,
@@ -292,7 +465,8 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 static int do_capture(const char *model, const char *quant, char **texts, int ntexts,
                       const char *tokens, long rows, long cols, int la, int lb, int split,
                       int stream, int even_odd, int strict, long chunk, int f64,
-                      const char *hid_in, const char *hid_out, x3_writer *w)
+                      const char *hid_in, const char *hid_out, int moe, long min_tokens,
+                      const char *report, x3_writer *w)
 {
 	x3_model_config cfg;
 	if (x3_config_load(model, &cfg))
@@ -321,7 +495,14 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);
 
-	struct cap k = { .w = w, .f64 = f64, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols };
+	struct cap k = { .w = w, .f64 = f64, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols,
+	                 .moe = moe, .top_k = cfg.n_experts_tok, .min_tokens = min_tokens < 0 ? (long)cfg.hidden : min_tokens };
+	if (k.min_tokens < 1)   /* an expert no token reaches always falls back */
+		k.min_tokens = 1;
+	char *rbuf = NULL;
+	size_t rlen = 0;
+	if (report && !(k.report = open_memstream(&rbuf, &rlen)))
+		die("%s: %s", report, strerror(errno));
 	struct x3_forward_opts fo;
 	x3_forward_opts_init(&fo, m);
 	fo.hook = cap_hook;
@@ -339,9 +520,23 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	if (hid_in)
 		fo.hidden = hid_load(hid_in, &hd, cfg.hidden, la, &fo.first_layer);
 	fo.device = device;
+	/* the all-token Hessians: of every chunk for --moe-capture all, else of
+	 * the first chunk of each layer (the fallback's) */
+	fo.moe_all_tokens = cfg.n_experts <= 0 ? 0 : moe == MOE_ALL ? INT64_MAX : 1;
 	if (x3_model_forward(m, ids, rows, cols, &fo))
 		die_x3("%s: forward", model);
 	progress_done();
+	if (cfg.n_experts > 0 && !quiet)
+		fprintf(stderr, "%s: experts (%s capture): %d below %ld routed tokens used the fallback\n",
+		        progname, moe_names[moe], k.nstarved, k.min_tokens);
+	if (k.report) {
+		/* written whole (atomically) once the capture is complete */
+		if (fclose(k.report) || x3_write_file_atomic(report, rbuf ? rbuf : "", rlen))
+			die_x3("%s", report);
+		free(rbuf);
+	}
+	free(k.ex);
+	free(k.shadow.h);
 	free(fo.hidden);
 	free(ids);
 	free(k.set.h);
@@ -350,6 +545,25 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 }
 
 /* ---- merge and activations modes -------------------------------------- */
+/* An expert's metadata over merged parts: the tokens add up, the fallback
+ * is used when a part used it. */
+static void merge_expert_meta(x3_hess *h, const x3_tensor *t)
+{
+	static const char *const sum[] = { "routed_tokens", "fallback_tokens" };
+	for (int i = 0; i < 2; i++) {
+		const char *a = x3_hess_get_meta(h, sum[i]), *b = x3_meta_get(t, sum[i]);
+		if (!b)
+			continue;
+		char v[32];
+		snprintf(v, sizeof v, "%lld", (a ? atoll(a) : 0) + atoll(b));
+		if (x3_hess_set_meta(h, sum[i], v))
+			die_x3("'%s'", t->name);
+	}
+	const char *fb = x3_meta_get(t, "expert_fallback");
+	if (fb && !strcmp(fb, "1") && x3_hess_set_meta(h, "expert_fallback", "1"))
+		die_x3("'%s'", t->name);
+}
+
 static void do_merge(char **files, int nfiles, int f64, x3_writer *w)
 {
 	struct hset s = { 0 };
@@ -381,6 +595,8 @@ static void do_merge(char **files, int nfiles, int f64, x3_writer *w)
 			} else if (mem && strcmp(mem, x3_hess_members(h) ? x3_hess_members(h) : "")) {
 				die("%s: frame '%s': members '%s' differ from the first stream's",
 				    files[i], t->name, mem);
+			} else {
+				merge_expert_meta(h, t);
 			}
 			if (x3_hess_add_frame(h, t))
 				die_x3("%s", files[i]);
@@ -448,7 +664,7 @@ int main(int argc, char **argv)
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
 	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN,
-	       O_HIN, O_HOUT, O_DEV };
+	       O_HIN, O_HOUT, O_DEV, O_MOE, O_MINTOK, O_REPORT };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -461,6 +677,8 @@ int main(int argc, char **argv)
 		{ "zstd", optional_argument, 0, O_ZSTD }, { "even-odd", no_argument, 0, O_EVEN },
 		{ "hidden-in", required_argument, 0, O_HIN }, { "hidden-out", required_argument, 0, O_HOUT },
 		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
+		{ "moe-capture", required_argument, 0, O_MOE }, { "min-tokens", required_argument, 0, O_MINTOK },
+		{ "report", required_argument, 0, O_REPORT },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
@@ -469,7 +687,9 @@ int main(int argc, char **argv)
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = -1, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
 	int want_device = X3_DEVICE_CPU, have_device = 0;
-	long rows = 0, cols = 0, chunk = 4096;
+	long rows = 0, cols = 0, chunk = 4096, min_tokens = -1;
+	int moe = MOE_ROUTED, have_moe = 0;
+	const char *report = NULL;
 	int c;
 	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
 		switch (c) {
@@ -502,6 +722,15 @@ int main(int argc, char **argv)
 		case O_HIN: hid_in = optarg; break;
 		case O_HOUT: hid_out = optarg; break;
 		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
+		case O_MOE:
+			for (moe = 0; moe < 3 && strcmp(optarg, moe_names[moe]); moe++)
+				;
+			if (moe == 3)
+				usage_error(usage, "--moe-capture: '%s' is not routed, weighted or all", optarg);
+			have_moe = 1;
+			break;
+		case O_MINTOK: min_tokens = parse_long(usage, "--min-tokens", optarg, 0, 1L << 40); have_moe = 1; break;
+		case O_REPORT: report = optarg; have_moe = 1; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
@@ -513,6 +742,8 @@ int main(int argc, char **argv)
 			            merge ? "merge" : "activations");
 		if (merge && (name || members))
 			usage_error(usage, "--name and --members go with --activations");
+		if (have_moe)
+			usage_error(usage, "--moe-capture, --min-tokens and --report go with --model");
 		if (merge && have_device)
 			usage_error(usage, "--merge only adds frames: --device goes with a model or --activations");
 	} else {
@@ -540,7 +771,7 @@ int main(int argc, char **argv)
 		do_activations(argv + optind, argc - optind, name, members, f64, w);
 	else
 		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
-		           even_odd, strict, chunk, f64, hid_in, hid_out, w);
+		           even_odd, strict, chunk, f64, hid_in, hid_out, moe, min_tokens, report, w);
 	if (x3_writer_close(w))
 		die_x3("%s", outfile ? outfile : "stdout");
 	output_commit();

@@ -896,6 +896,26 @@ static json_t *num_or_null(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
+void x3_ba_role_bits(const x3_ba *ba, int nroles, int *linears, int64_t *numel, double *bits)
+{
+	for (int r = 0; r < nroles; r++)
+		linears[r] = 0, numel[r] = 0, bits[r] = 0;
+	for (int i = 0; i <= ba->n; i++) {
+		const x3_ba_tensor *t = i < ba->n ? &ba->t[i] : ba->has_head ? &ba->head : NULL;
+		if (!t)
+			break;
+		int r = role_of(t->name);
+		if (r < 0 || r >= nroles)
+			continue;
+		linears[r]++;
+		numel[r] += t->numel;
+		bits[r] += (double)t->numel * (i < ba->n ? t->K : ba->head_bits);
+	}
+	for (int r = 0; r < nroles; r++)
+		if (numel[r])
+			bits[r] /= (double)numel[r];
+}
+
 char *x3_ba_plan_json(const x3_ba *ba)
 {
 	json_t *o = json_object(), *tens = json_object(), *hist = json_object(),
@@ -933,6 +953,16 @@ char *x3_ba_plan_json(const x3_ba *ba)
 	json_object_set_new(o, "bits", json_real(x3_ba_bits(ba)));
 	json_object_set_new(o, "target", json_real(ba->target));
 	json_object_set_new(o, "head_bits", json_integer(ba->head_bits));
+	int rl[X3_ROLE_COUNT];
+	int64_t rn[X3_ROLE_COUNT];
+	double rb[X3_ROLE_COUNT];
+	x3_ba_role_bits(ba, X3_ROLE_COUNT, rl, rn, rb);
+	json_t *roles = json_object();
+	for (int r = 0; r < X3_ROLE_COUNT && roles; r++)
+		if (rl[r])
+			json_object_set_new(roles, x3_role_name(r), json_pack("{s:i, s:I, s:f}", "linears", rl[r],
+			                    "numel", (json_int_t)rn[r], "bits", rb[r]));
+	json_object_set_new(o, "roles", roles);
 	json_object_set_new(o, "histogram", hist);
 	json_object_set_new(o, "histogram_numel", histn);
 	json_object_set_new(o, "expected_error", num_or_null(x3_ba_error(ba)));

@@ -116,8 +116,14 @@ double x3_ba_error(const x3_ba *ba);        /* sum err[K] * importance */
 /* Every tensor at K (clamped into its allowed range); NAN if unmeasured. */
 double x3_ba_uniform_error(const x3_ba *ba, int K);
 
+/* Averages by role (arch.h's X3_ROLE_*, from x3_arch_classify; keys no
+ * table knows: X3_ROLE_OTHER): for each of nroles roles the linears, their
+ * numel and the numel-weighted K of the plan, the head at head_bits. */
+void x3_ba_role_bits(const x3_ba *ba, int nroles, int *linears, int64_t *numel, double *bits);
+
 /* The plan as a JSON text (malloc'd): {"tensors": {...}, "bits", "target",
- * "head_bits", "histogram", "histogram_numel", "expected_error",
+ * "head_bits", "roles" ({ROLE: {linears, numel, bits}} of the roles
+ * present), "histogram", "histogram_numel", "expected_error",
  * "uniform_error", "uniform_bits", "strategy", "method", ...;
  * "exllamav3_error", "exllamav3_bits" when has_exl3}. */
 char *x3_ba_plan_json(const x3_ba *ba);

@@ -49,6 +49,14 @@ int x3_hess_set_meta(x3_hess *h, const char *key, const char *val)
 	return X3_OK;
 }
 
+const char *x3_hess_get_meta(const x3_hess *h, const char *key)
+{
+	for (int i = 0; i < h->nextra; i++)
+		if (!strcmp(h->extra[i].key, key))
+			return h->extra[i].val;
+	return NULL;
+}
+
 int x3_hess_meta_is_computed(const char *key)
 {
 	for (size_t i = 0; i < sizeof computed / sizeof *computed; i++)
@@ -189,7 +197,20 @@ int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n)
 	return rc;
 }
 
+static int add_frame(x3_hess *h, const x3_tensor *t, double w, int64_t rows);
+
 int x3_hess_add_frame(x3_hess *h, const x3_tensor *t)
+{
+	return add_frame(h, t, 1.0, -1);
+}
+
+int x3_hess_add_frame_w(x3_hess *h, const x3_tensor *t, double w, int64_t rows)
+{
+	return add_frame(h, t, w, rows < 0 ? 0 : rows);
+}
+
+/* rows < 0: count and dropped from the frame's metadata */
+static int add_frame(x3_hess *h, const x3_tensor *t, double w, int64_t rows)
 {
 	char b[64];
 	if (t->rank != 2 || t->shape[0] != h->n || t->shape[1] != h->n)
@@ -214,18 +235,20 @@ int x3_hess_add_frame(x3_hess *h, const x3_tensor *t)
 	if (t->dtype == X3_F64) {
 		const double *s = t->data;
 		if (h->f64)
-			for (int64_t i = 0; i < nn; i++) h->hd[i] += s[i];
+			for (int64_t i = 0; i < nn; i++) h->hd[i] += w * s[i];
 		else
-			for (int64_t i = 0; i < nn; i++) h->hf[i] += (float)s[i];
+			for (int64_t i = 0; i < nn; i++) h->hf[i] += (float)(w * s[i]);
 	} else {
 		const float *s = t->data;
 		if (h->f64)
-			for (int64_t i = 0; i < nn; i++) h->hd[i] += s[i];
-		else
+			for (int64_t i = 0; i < nn; i++) h->hd[i] += w * s[i];
+		else if (w == 1.0)
 			for (int64_t i = 0; i < nn; i++) h->hf[i] += s[i];
+		else
+			for (int64_t i = 0; i < nn; i++) h->hf[i] += (float)(w * s[i]);
 	}
-	h->count += cnt;
-	h->dropped += drop;
+	h->count += rows < 0 ? cnt : rows;
+	h->dropped += rows < 0 ? drop : 0;
 	return X3_OK;
 }
 

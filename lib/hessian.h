@@ -36,9 +36,15 @@ int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n);
 /* Add another Hessian frame (F32/F64 (n, n), metadata count/dropped):
  * H, count and dropped add up. Errors name the frame. */
 int x3_hess_add_frame(x3_hess *h, const x3_tensor *t);
+/* The same with weight w standing for rows rows: H += w * frame,
+ * count += rows, dropped unchanged (a blend, e.g. hessian-capture's
+ * fallback for starved experts). */
+int x3_hess_add_frame_w(x3_hess *h, const x3_tensor *t, double w, int64_t rows);
 /* Extra metadata copied onto the frame (e.g. "tied"); keys role, count,
  * dropped, members, layer are computed and cannot be set here. */
 int x3_hess_set_meta(x3_hess *h, const char *key, const char *val);
+/* The value of an extra metadata key, or NULL. */
+const char *x3_hess_get_meta(const x3_hess *h, const char *key);
 /* Is key one of the computed ones (or a frame-format key x3f/xxh3)? */
 int x3_hess_meta_is_computed(const char *key);
 /* Over the limit of ExLlamaV3 (more than 10% of the rows dropped)? */

@@ -473,6 +473,7 @@ struct fwd {
 	int64_t cols;
 	float *xn, *q, *k, *v, *a, *g, *u, *mo;
 	float *cosv, *sinv;
+	int64_t tok0;           /* the chunk's first token in the layer */
 };
 
 static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in);
@@ -486,7 +487,9 @@ static int hook(struct fwd *f, int layer, int s, const float *x, int64_t ntok, i
 	return hook_mod(f, layer, mod(f->m, layer, s), x, ntok, in);
 }
 
-static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in)
+/* ... of an expert's group (x3_capture's expert, all_tokens, row_w) */
+static int hook_ex(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok,
+                   int64_t in, int all, const float *row_w)
 {
 	const struct x3_forward_opts *o = f->o;
 	if (!o->hook || layer < o->hook_first || layer > o->hook_last)
@@ -495,21 +498,59 @@ static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x
 	int rc = x3_modules_members(f->m->mods, f->m->nmods, d->group, mb, sizeof mb);
 	if (rc)
 		return rc;
-	struct x3_capture c = { layer, d->group, mb, d->tied ? d->weight : NULL, x, ntok, in };
+	struct x3_capture c = { layer, d->group, mb, d->tied ? d->weight : NULL, x, ntok, in,
+	                        d->expert, all, row_w };
 	return o->hook(o->hook_ctx, &c);
 }
 
+static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in)
+{
+	return hook_ex(f, layer, d, x, ntok, in, 0, NULL);
+}
+
 /* An expert's linear for the MoE block: its input is the rows routed to
- * it, which the capture hook sees (the expert's own Hessian group). */
-struct moe_ctx { struct fwd *f; const struct layer_w *w; int l; };
+ * it, which the capture hook sees (the expert's own Hessian group), with
+ * their routing weights. */
+struct moe_ctx { struct fwd *f; const struct layer_w *w; int l; const float *rw; };
+static int moe_weights(void *ctx, int64_t e, const float *w, int64_t n)
+{
+	(void)e, (void)n;
+	((struct moe_ctx *)ctx)->rw = w;
+	return X3_OK;
+}
 static int moe_apply(void *ctx, int64_t e, int j, const float *x, int64_t n, float *y)
 {
 	struct moe_ctx *c = ctx;
 	const x3_module *d = c->w->exm[e * 3 + j];
 	int rc;
-	if (j != 1 && (rc = hook_mod(c->f, c->l, d, x, n, d->in)))
+	if (j != 1 && (rc = hook_ex(c->f, c->l, d, x, n, d->in, 0, c->rw)))
 		return rc;
 	return x3_linear_apply(c->w->ex[e * 3 + j], x, n, 0, y);
+}
+
+/* The all-token capture of every expert of layer l over xn (nt, hidden)
+ * (x3_forward_opts.moe_all_tokens): the hook only, no output. */
+static int moe_all_tokens(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
+{
+	const x3_model_config *c = &f->m->cfg;
+	int64_t I = c->moe_inter;
+	const struct x3_forward_opts *o = f->o;
+	if (!o->hook || l < o->hook_first || l > o->hook_last || f->tok0 >= o->moe_all_tokens)
+		return X3_OK;
+	float *g = malloc((size_t)(nt * I) * sizeof *g), *u = malloc((size_t)(nt * I) * sizeof *u);
+	int rc = g && u ? X3_OK : x3_err(X3_ENOMEM, "moe: out of memory for %lld tokens", (long long)nt);
+	for (int64_t e = 0; e < w->nex && !rc; e++) {
+		const x3_module *dg = w->exm[e * 3], *dd = w->exm[e * 3 + 2];
+		if ((rc = hook_ex(f, l, dg, f->xn, nt, dg->in, 2, NULL)) ||
+		    (rc = x3_linear_apply(w->ex[e * 3], f->xn, nt, f->cols, g)) ||
+		    (rc = x3_linear_apply(w->ex[e * 3 + 1], f->xn, nt, f->cols, u)))
+			break;
+		for (int64_t i = 0; i < nt * I; i++)
+			g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		rc = hook_ex(f, l, dd, g, nt, dd->in, 1, NULL);
+	}
+	free(g), free(u);
+	return rc;
 }
 
 /* The MLP of a mixture-of-experts layer on xn (nt, hidden): into f->xn... */
@@ -517,11 +558,11 @@ static int moe_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
 {
 	const x3_model_config *c = &f->m->cfg;
 	int64_t H = c->hidden, si = c->shared_inter;
-	struct moe_ctx mc = { f, w, l };
+	struct moe_ctx mc = { f, w, l, NULL };
 	struct x3_moe p = { c->n_experts, c->n_experts_tok, H, c->moe_inter, c->norm_topk,
-	                    w->vec[X3_SLOT_ROUTER], moe_apply, &mc };
+	                    w->vec[X3_SLOT_ROUTER], moe_apply, &mc, moe_weights };
 	int rc;
-	if ((rc = x3_moe_forward(&p, f->xn, nt, f->cols, f->mo)))
+	if ((rc = moe_all_tokens(f, l, w, nt)) || (rc = x3_moe_forward(&p, f->xn, nt, f->cols, f->mo)))
 		return rc;
 	if (!w->lin[X3_SLOT_SHX_GATE])
 		return X3_OK;
@@ -688,6 +729,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			}
 		for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
 			int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
+			f.tok0 = r0 * cols;
 			rc = layer_chunk(&f, l, &w, x + r0 * cols * H, nr);
 		}
 		layer_free(&w);

@@ -97,6 +97,15 @@ struct x3_capture {
 	                           another module's (a tied head), else NULL */
 	const float *x;         /* (ntok, in) row-major */
 	int64_t ntok, in;
+	/* Mixture-of-experts layers: the expert whose linears read the group
+	 * (-1: not an expert's); all_tokens 0: the rows routed to the expert,
+	 * with their routing weights row_w (ntok; NULL elsewhere); else every
+	 * token of the chunk (x3_forward_opts.moe_all_tokens): 1 the expert's
+	 * own rows (its down_proj input), 2 the block's input, the same rows
+	 * for every expert's gate/up group (a consumer may accumulate them
+	 * once, e.g. from expert 0's call: experts come in number order). */
+	int expert, all_tokens;
+	const float *row_w;
 };
 /* Called once or more per layer and group (the tokens of a layer are
  * processed in chunks of whole rows); a non-zero return aborts the forward
@@ -137,6 +146,15 @@ struct x3_forward_opts {
 	 * layer's weights go to the device when the layer runs; embedding,
 	 * norms, RoPE, attention and the activation stay on the CPU. */
 	int device;
+	/* Mixture-of-experts capture: the hook always sees each expert's groups
+	 * over the rows routed to it; for the chunks of a layer that start
+	 * before token moe_all_tokens (0: none, INT64_MAX: every chunk) it also
+	 * sees every expert's groups over all the chunk's tokens (all_tokens
+	 * 1): gate/up over the block's input (the same rows for every expert:
+	 * a consumer may accumulate them once), down_proj over that expert's
+	 * activations of every token, as ExLlamaV3 captures experts. The
+	 * forward's output does not change. */
+	int64_t moe_all_tokens;
 };
 /* Set defaults: no hook, all layers, no logits. */
 void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m);

@@ -77,6 +77,8 @@ int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t s
 				}
 		if (!n)
 			continue;
+		if (p->weights && (rc = p->weights(p->ctx, e, rw, n)))
+			break;
 		if ((rc = p->apply(p->ctx, e, 0, xe, n, g)) || (rc = p->apply(p->ctx, e, 1, xe, n, u)))
 			break;
 		for (int64_t i = 0; i < n * I; i++)

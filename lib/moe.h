@@ -27,6 +27,10 @@ struct x3_moe {
 	 * down. Non-zero aborts. */
 	int (*apply)(void *ctx, int64_t e, int j, const float *x, int64_t n, float *y);
 	void *ctx;
+	/* Optional (NULL: not called): the routing weights w (n) of the rows
+	 * expert e is about to get, before its gate (the Hessian capture's
+	 * weighted mode). Non-zero aborts. */
+	int (*weights)(void *ctx, int64_t e, const float *w, int64_t n);
 };
 
 /* The top k experts of each of the nt rows of x (nt, hidden): idx and w

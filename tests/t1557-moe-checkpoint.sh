@@ -41,8 +41,8 @@ done
 hessian-capture -q --model q3 --tokens tok.frames --cols 32 | tensor-ls >q3.h
 check "Qwen3-MoE: the dense layer's MLP Hessian sees all 128 tokens" \
 	test "$(jq -r 'select(.name == "model.layers.0.mlp.input") | .meta.count' q3.h)" = 128
-check "Qwen3-MoE: the experts' Hessians count the routed tokens, 2 per token (top 2)" \
-	test "$(jq -s '[.[] | select(.name | test("layers\\.1\\.mlp\\.experts\\.[0-9]+\\.input$")) | .meta.count | tonumber] | add' q3.h)" = 256
+check "Qwen3-MoE: the experts' Hessians record the routed tokens (routed_tokens), 2 per token (top 2)" \
+	test "$(jq -s '[.[] | select(.name | test("layers\\.1\\.mlp\\.experts\\.[0-9]+\\.input$")) | .meta.routed_tokens | tonumber] | add' q3.h)" = 256
 hessian-capture -q --model q2 --tokens tok.frames --cols 32 | tensor-ls >q2.h
 check "Qwen2-MoE: the shared expert's Hessian sees every token" \
 	test "$(jq -r 'select(.name == "model.layers.1.mlp.shared_expert.input") | .meta.count' q2.h)" = 128

@@ -104,4 +104,37 @@ check_fail "--set with an invalid regex: a usage error" 2 \
 check_fail "missing file" 1 "nosuch.jsonl: No such file" bitalloc --bits 3 nosuch.jsonl
 check "-h on stdout, exit 0" bash -c 'bitalloc -h | grep -q "^usage: bitalloc --bits B"'
 
+# mixture of experts (Qwen2-MoE keys): experts count in the average like
+# every linear, --set works on expert keys, --hq promotes attention (+2)
+# and the shared expert (+1) by the table's amounts, and the plan and the
+# summary give the averages by role
+moe_meas() {
+	local p=model.layers.0 k
+	for k in 2 3 4 5 6; do
+		# shellcheck disable=SC2046
+		for t in "self_attn.q_proj 4096" "self_attn.o_proj 4096" "mlp.experts.2.down_proj 3072" \
+			$(for e in $(seq 0 15); do echo "mlp.experts.$e.gate_proj:3072"; done) \
+			"mlp.shared_expert.up_proj 6144"; do
+			t=${t/:/ }
+			set -- $t
+			echo "{\"tensor\": \"$p.$1\", \"K\": $k, \"proxy_err\": $(awk -v k=$k -v n=${#1} 'BEGIN { print (1 + n / 10) * 4 ^ -k }'), \"numel\": $2}"
+		done
+		echo "{\"tensor\": \"lm_head\", \"K\": $k, \"proxy_err\": 0.1, \"numel\": 16384}"
+	done
+}
+moe_meas >moe.jsonl
+bitalloc --bits 3.5 --set 'mlp\.experts\.1\.=2' -o me.json moe.jsonl 2>me.err
+check "MoE: --set on an expert key fixes that expert" test "$(jq '.tensors["model.layers.0.mlp.experts.1.gate_proj"]' me.json)" -eq 2
+check "MoE: the experts count in the bits average (numel-weighted over all 20 linears <= 3.5)" \
+	jqt -n "$(jq -s --slurpfile p me.json 'map(select(.K == 2 and .tensor != "lm_head")) | (map(.numel * $p[0].tensors[.tensor]) | add) / (map(.numel) | add)' moe.jsonl) as \$b | \$b <= 3.5 and (\$b - $(jq .bits me.json) | fabs) < 1e-9"
+check "MoE: the plan's roles: attention, expert, shared_expert, head" \
+	test "$(jq -c '.roles | [keys[], .expert.linears, .head.bits]' me.json)" = '["attention","expert","head","shared_expert",17,6]'
+check "MoE: the roles' averages make up the plan's bits" \
+	jqt -n "$(jq '[.roles | to_entries[] | select(.key != "head") | .value] | (map(.bits * .numel) | add) / (map(.numel) | add)' me.json) - $(jq .bits me.json) | fabs < 1e-9"
+check "MoE: the summary gives the bits by role" \
+	grep -Eq '^bitalloc: bits by role: attention [0-9.]+ \(2 linears\), expert [0-9.]+ \(17 linears\), shared_expert [0-9.]+ \(1 linears\), head 6.000 \(1 linears\)$' me.err
+bitalloc -q --bits 3.5 --hq -o mh.json moe.jsonl
+check "MoE: --hq floors attention at 3+2 and the shared expert at 3+1, not the experts" \
+	test "$(jq -c '[.tensors["model.layers.0.self_attn.q_proj"], .tensors["model.layers.0.self_attn.o_proj"], .tensors["model.layers.0.mlp.shared_expert.up_proj"] >= 4, ([.tensors | to_entries[] | select(.key | test("experts\\.")) | .value] | min < 4)]' mh.json)" = '[5,5,true,true]'
+
 done_testing

@@ -9,7 +9,7 @@
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
 tiny_model m 2
-opts=(--bits 3 --rows 8 --cols 128 -q --mode sequential)
+opts=(--bits 3 --rows 8 --cols 128 -q --mode sequential --keep-hessians)
 
 check "sequential, hidden states carried from layer to layer" convert m seq "${opts[@]}" -j 2
 check "... the work directory keeps no hidden states" test -z "$(ls seq.work/hs | grep hidden)"
