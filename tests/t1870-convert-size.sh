@@ -66,8 +66,9 @@ check "dry run's counts: the encodes the conversion made" \
 check "dry run's counts: per K" test "$(ls s.work/enc | sed -n 's/.*\.k\([0-9]\)\.frames$/\1/p' | sort | uniq -c |
 	awk '{ print $2 ":" $1 }' | paste -sd,)" = \
 	"$(jq -r '.counts.measurement_encodes | to_entries | map("\(.key):\(.value)") | join(",")' dry.json)"
-check "dry run's counts: one capture, every group's Hessian" \
-	test "$(ls s.work/h1 | wc -l)" = "$(jq .counts.groups dry.json)" -a "$(jq .counts.captures dry.json)" = 1
+check "dry run's counts: one capture per layer, every group" \
+	test "$(ls s.work/done/h1cap.* | wc -l)" = "$(jq .counts.captures dry.json)" -a \
+	"$(tensor-ls --linears m | jq -r .group | sort -u | wc -l)" = "$(jq .counts.groups dry.json)"
 
 # a bits target from the same work directory (reuses the K=2 encodes)
 check "convert -n --bits 2 --json" sh -c 'convert m b2 --bits 2 --work s.work -n --json "$@" >dry2.json' _ "${opts[@]}"
