@@ -50,6 +50,22 @@ plant lib/common/x3.c '#include "model.h"'
 sed -i 's/^common.*/common	model/' "$TMP/t/lib/layers"
 passes "the order is read from lib/layers" "$TMP/t"
 
+# the built objects keep to the same rows (a call that bypasses the
+# headers): this build's, and a copy with one object that calls up
+if ls "$ROOT"/lib/common/*.o >/dev/null 2>&1 && command -v nm >/dev/null && command -v "${CC:-cc}" >/dev/null; then
+	if "$chk" --objects "$ROOT" 2>"$TMP/p.err" && [ ! -s "$TMP/p.err" ]; then ok "the objects use only the layers their rows allow"
+	else notok "the objects use only the layers their rows allow"; sed 's/^/#   /' "$TMP/p.err" | head -20; fi
+	rm -rf "$TMP/o"; mkdir -p "$TMP/o"
+	(cd "$ROOT" && cp --parents -t "$TMP/o" lib/layers lib/*/*.o)
+	printf 'extern int x3_model_open(const char *, const void *, void **);\nint bad(void) { return x3_model_open(0, 0, 0); }\n' |
+		"${CC:-cc}" -x c -c -o "$TMP/o/lib/codec/bad.o" -
+	check_fail "an object of codec that calls x3_model_open (model)" 1 \
+		'lib/codec/bad\.o: uses x3_model_open, defined in lib/model/ \(codec may not use model' "$chk" --objects "$TMP/o"
+else
+	skip "the objects' symbols (no build here, or no nm/cc)"
+	skip "an object that calls up"
+fi
+
 # the Makefile builds every layer of lib/layers: one -I per folder
 if command -v make >/dev/null; then
 	inc=$(make -s -C "$ROOT" -f Makefile -f - print-layers CUDA=0 <<'EOF' 2>/dev/null
