@@ -14,12 +14,21 @@ Q = @
 say = @printf '  %-6s %s\n' $(1) $(2);
 endif
 
-# lib/gpu*.c and kernels/*.cu are the GPU backend: a shared object that the
-# library dlopens for --device cuda|auto (lib/device.h); nothing else links
-# CUDA, so the programs are the same with CUDA=0 and CUDA=1.
-LIB_SRC := $(filter-out lib/gpu%.c,$(sort $(wildcard lib/*.c)))
+# ---- the library ----------------------------------------------------------
+# lib/ is layered: one folder per layer, listed bottom to top in lib/layers
+# with the layers each may include (lib/README.md says what goes where;
+# tests/t0930-layers.sh fails on an #include that points up a layer, into
+# another folder's *_impl.h, or from bin/ into the library's insides).
+# Headers keep flat names ("frame.h"): one -I per layer folder. Every layer
+# but gpu goes into lib/libexl3kit.a.
+LAYERS := $(filter-out bin,$(shell awk '/^[a-z]/ { print $$1 }' lib/layers))
+CPPFLAGS += $(addprefix -Ilib/,$(LAYERS))
+# lib/gpu/*.c and kernels/*.cu are the GPU backend: a shared object that the
+# library dlopens for --device cuda|auto (lib/common/device.h); nothing else
+# links CUDA, so the programs are the same with CUDA=0 and CUDA=1.
+LIB_SRC := $(sort $(wildcard $(patsubst %,lib/%/*.c,$(filter-out gpu,$(LAYERS)))))
 LIB_OBJ := $(LIB_SRC:.c=.o)
-GPU_SRC := $(sort $(wildcard lib/gpu*.c))
+GPU_SRC := $(sort $(wildcard lib/gpu/*.c))
 CU_SRC := $(sort $(wildcard kernels/*.cu))
 BACKEND := lib/libexl3kit-cuda.so
 ifeq ($(CUDA),1)
@@ -29,11 +38,14 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcusol
 GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a))
 BACKEND_OUT := $(BACKEND)
 endif
+# ---- the programs ---------------------------------------------------------
+# bin/util.o: what every program needs. bin/util-device.o (--device) and
+# bin/util-quant.o (the quantizers' Hessian cache and frame output: quant.o,
+# and with it LAPACK, BLAS and OpenMP) go only into the programs that use
+# them: the others then load none of those at start-up (-Wl,--as-needed).
 BIN_UTIL := bin/util.o
-# linked only into the programs that quantize (the others then load no
-# LAPACK/BLAS/OpenMP at start-up: -Wl,--as-needed in config.mk)
-BIN_HESS := bin/hess-cache.o
-PROGS := $(patsubst bin/%.c,bin/%,$(filter-out bin/util.c bin/hess-cache.c,$(sort $(wildcard bin/*.c))))
+BIN_EXTRA := bin/util-device.o bin/util-quant.o
+PROGS := $(patsubst bin/%.c,bin/%,$(filter-out bin/util%.c,$(sort $(wildcard bin/*.c))))
 UNIT := $(patsubst %.c,%,$(sort $(wildcard tests/unit/t*.c)))
 # tests/bench/gpu calls the kernels themselves: built with CUDA only
 BENCH := $(patsubst %.c,%,$(sort $(wildcard tests/bench/*.c)))
@@ -50,8 +62,8 @@ all: $(LIB) $(PROGS) $(UNIT) $(BENCH) $(BACKEND_OUT)
 
 # where an installed program finds the backend (device.c), rebuilt when
 # LIBEXECDIR changes
-lib/device.o: CPPFLAGS += -DX3_LIBEXECDIR='"$(LIBEXECDIR)"'
-lib/device.o: lib/.libexecdir
+lib/common/device.o: CPPFLAGS += -DX3_LIBEXECDIR='"$(LIBEXECDIR)"'
+lib/common/device.o: lib/.libexecdir
 lib/.libexecdir: FORCE
 	@echo '$(LIBEXECDIR)' | cmp -s - $@ || echo '$(LIBEXECDIR)' > $@
 
@@ -59,22 +71,23 @@ $(GPU_OBJ): lib/%.o: lib/%.c
 	$(call say,CC,$@)$(CC) $(CPPFLAGS) -I$(CUDA_HOME)/include $(X3_CFLAGS) $(CFLAGS) -fPIC -MMD -MP -c -o $@ $<
 
 kernels/%.o: kernels/%.cu
-	$(call say,NVCC,$@)$(NVCC) $(GENCODE) $(NVCCFLAGS) -Xcompiler -fPIC -Ilib -c -o $@ $<
+	$(call say,NVCC,$@)$(NVCC) $(GENCODE) $(NVCCFLAGS) -Xcompiler -fPIC -Ilib/gpu -c -o $@ $<
 # nvcc writes no dependency files: every kernel depends on the shared headers
-$(CU_OBJ): $(wildcard kernels/*.cuh) lib/gpu_kern.h
+$(CU_OBJ): $(wildcard kernels/*.cuh) lib/gpu/gpu_kern.h
 
-# the backend object exports x3_gpu_backend only (lib/gpu.map) and needs
+# the backend object exports x3_gpu_backend only (lib/gpu/gpu.map) and needs
 # nothing of libexl3kit (-z defs)
-$(BACKEND): $(GPU_OBJ) $(CU_OBJ) lib/gpu.map
-	$(call say,LINK,$@)$(CC) -shared $(LDFLAGS) -Wl,--version-script=lib/gpu.map -Wl,-z,defs \
+$(BACKEND): $(GPU_OBJ) $(CU_OBJ) lib/gpu/gpu.map
+	$(call say,LINK,$@)$(CC) -shared $(LDFLAGS) -Wl,--version-script=lib/gpu/gpu.map -Wl,-z,defs \
 		-o $@ $(GPU_OBJ) $(CU_OBJ) $(CUDA_LIBS) -lm
 
 $(LIB): $(LIB_OBJ)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
-bin/had-rotate bin/trellis-encode: $(BIN_HESS)
+bin/exl3-matmul bin/had-rotate bin/hessian-capture bin/model-eval bin/trellis-encode: bin/util-device.o
+bin/had-rotate bin/trellis-encode: bin/util-quant.o
 bin/%: bin/%.o $(BIN_UTIL) $(LIB)
-	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(filter $(BIN_HESS),$^) $(BIN_UTIL) $(LIB) $(LDLIBS)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(filter $(BIN_EXTRA),$^) $(BIN_UTIL) $(LIB) $(LDLIBS)
 
 tests/unit/%: tests/unit/%.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
@@ -84,7 +97,7 @@ tests/bench/%: tests/bench/%.o $(LIB)
 
 # the backend's own benchmark: its functions linked in, not loaded
 tests/bench/gpu.o: CPPFLAGS += -I$(CUDA_HOME)/include
-tests/bench/gpu: tests/bench/gpu.o $(filter-out lib/gpu_entry.o,$(GPU_OBJ)) $(CU_OBJ) $(LIB)
+tests/bench/gpu: tests/bench/gpu.o $(filter-out lib/gpu/gpu_entry.o,$(GPU_OBJ)) $(CU_OBJ) $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 test: all
@@ -109,11 +122,11 @@ install: all
 	$(if $(BACKEND_OUT),install -m 755 $(BACKEND) $(DESTDIR)$(LIBEXECDIR))
 
 clean:
-	rm -f lib/*.o lib/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(BACKEND) lib/.libexecdir $(PROGS) \
+	rm -f lib/*/*.o lib/*/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(BACKEND) lib/.libexecdir $(PROGS) \
 	  tests/unit/*.o tests/unit/*.d $(UNIT) tests/bench/*.o tests/bench/*.d $(BENCH)
 	rm -rf tests/fuzz/build
 
 .PHONY: all test bench fuzz deps install clean FORCE
 include tests/gpu/cusim/cusim.mk
 .SECONDARY:
--include $(wildcard lib/*.d bin/*.d tests/unit/*.d tests/bench/*.d)
+-include $(wildcard lib/*/*.d bin/*.d tests/unit/*.d tests/bench/*.d)

@@ -13,7 +13,7 @@ WARN = -Wall -Wextra -Wno-unused-parameter
 # gcc's truncation heuristics flag every bounded snprintf of a path; we check
 # lengths where it matters. (Probed so that clang, which lacks it, stays quiet.)
 WARN += $(shell $(CC) -Werror -Wno-format-truncation -c -x c /dev/null -o /dev/null 2>/dev/null && echo -Wno-format-truncation)
-CPPFLAGS += -D_GNU_SOURCE -Ilib -I/usr/include/x86_64-linux-gnu/openblas-pthread
+CPPFLAGS += -D_GNU_SOURCE -I/usr/include/x86_64-linux-gnu/openblas-pthread
 # -ffp-contract=off: no multiply-add fusion where the source has none, so
 # the fixed-order loops (proxy error, Hessian finalization) round the same on
 # every compiler and x86-64 (gcc's -std=c11 default; clang's is "on").

@@ -15,6 +15,7 @@
 #include "model.h"
 #include "safetensors.h"
 #include "util.h"
+#include "util-device.h"
 
 static const char usage[] =
 	"usage: exl3-matmul [--model SRC] [--tensor KEY] [-x FILE] [--in N] [--out N]\n"

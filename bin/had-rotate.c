@@ -12,6 +12,8 @@
 #include "device.h"
 #include "quant.h"
 #include "util.h"
+#include "util-device.h"
+#include "util-quant.h"
 
 static const char usage[] =
 	"usage: had-rotate [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"

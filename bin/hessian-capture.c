@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 #include "util.h"
+#include "util-device.h"
 #include "calib.h"
 #include "frame.h"
 #include "device.h"

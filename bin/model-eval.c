@@ -9,6 +9,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "util.h"
+#include "util-device.h"
 #include "calib.h"
 #include "device.h"
 #include "frame.h"

@@ -1,6 +1,6 @@
 /* tokenize: text -> token-id frames (calibration rows, exl3(5) §10.1), token ids
  * as text lines (--ids), and ids back to text (--decode), with a Hugging
- * Face tokenizer.json (lib/tokenizer.h). */
+ * Face tokenizer.json (lib/text/tokenizer.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>

@@ -16,6 +16,8 @@
 #include "device.h"
 #include "quant.h"
 #include "util.h"
+#include "util-device.h"
+#include "util-quant.h"
 
 static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"

@@ -8,9 +8,7 @@
 #include <unistd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include "frame.h"
 #include "util.h"
-#include "device.h"
 
 const char *progname = "exl3kit";
 int quiet;
@@ -225,26 +223,6 @@ void output_commit(void)
 	outfile_commit(&out_main);
 }
 
-int device_parse(const char *usage, const char *s)
-{
-	int dev;
-	if (x3_device_parse(s, &dev))
-		usage_error(usage, "--device: '%s' is not cpu, cuda or auto", s);
-	return dev;
-}
-
-int device_resolve(int want)
-{
-	int dev;
-	if (want == X3_DEVICE_CUDA && !x3_gpu_available())
-		die("--device cuda: %s", x3_errmsg());
-	if (x3_device_resolve(want, &dev))
-		die("--device %s: %s", x3_device_name(want), x3_errmsg());
-	if (want == X3_DEVICE_AUTO && dev == X3_DEVICE_CPU && !quiet)
-		warnx("--device auto: %s; running on the CPU", x3_errmsg());
-	return dev;
-}
-
 void progress(const char *fmt, ...)
 {
 	static int tty = -1;
@@ -284,22 +262,4 @@ uint64_t peak_rss_bytes(void)
 	if (getrusage(RUSAGE_SELF, &ru) != 0)
 		return 0;
 	return (uint64_t)ru.ru_maxrss * 1024;
-}
-
-void put_frame(struct x3_writer *w, const char *key, const char *role, x3_dtype dt,
-               int rank, const int64_t *shape, void *data, const x3_tensor *meta)
-{
-	char name[1100];
-	snprintf(name, sizeof name, "%s.%s", key, role);
-	x3_tensor *t = x3_tensor_new(name, dt, rank, shape, 0);
-	if (!t)
-		die_x3("frame '%s'", name);
-	t->data = data;
-	t->owns_data = 0;
-	if ((meta && x3_meta_copy(t, meta)) || x3_meta_set(t, "role", role) || x3_meta_set(t, "key", key))
-		die_x3("frame '%s'", name);
-	if (x3_writer_put(w, t))
-		die_x3("writing frame '%s'", name);
-	t->data = NULL;
-	x3_tensor_free(t);
 }

@@ -57,14 +57,6 @@ struct outfile {
 int outfile_open(struct outfile *o, const char *path);
 void outfile_commit(struct outfile *o);
 
-/* --device cpu|cuda|auto (device.h): parse one (a bad value is a usage
- * error, exit 2, naming it) ... */
-int device_parse(const char *usage, const char *s);
-/* ... and resolve it to X3_DEVICE_CPU or X3_DEVICE_CUDA: cuda without a
- * usable device exits 1 with the reason; auto without one runs on the CPU
- * and says so on stderr unless quiet. Call after option parsing (-q). */
-int device_resolve(int want);
-
 /* Progress on stderr when it is a terminal and not quiet. */
 extern int quiet;
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -72,34 +64,5 @@ void progress_done(void);
 double now_seconds(void);
 /* Peak resident set size in bytes (from getrusage). */
 uint64_t peak_rss_bytes(void);
-
-
-/* ---- for the quantizer programs (had-rotate, trellis-encode) ---------- */
-/* hess_cache_* are in bin/hess-cache.c, linked into those two only. */
-struct x3_writer;
-struct x3_qhess;
-/* The current Hessian frame and its finalized form for one input size. */
-typedef struct {
-	x3_tensor *raw;
-	int from_file;          /* came from --hessian FILE */
-	struct x3_qhess *fin;   /* finalized for k0 inputs */
-	int64_t k0;
-} hess_cache;
-/* Replace the current Hessian frame (takes ownership). */
-void hess_cache_set(hess_cache *c, x3_tensor *t);
-/* Load the first frame of FILE as the Hessian; exits on error. */
-void hess_cache_load(hess_cache *c, const char *path);
-/* The finalized Hessian for weight W (k0 = W's input features): the cached
- * frame's, finalized once per input size with warnings on fallback and
- * extra damping; or, without a Hessian frame, an identity Hessian with input
- * signs drawn from (seed, "<key>/su"), returned in *own for the caller to
- * free. Exits on error, naming the weight. */
-struct x3_qhess *hess_cache_for(hess_cache *c, const x3_tensor *W, const char *key,
-                                uint64_t seed, struct x3_qhess **own);
-void hess_cache_free(hess_cache *c);
-/* Write a frame "<key>.<role>" with metadata role and key (plus meta's),
- * borrowing data. Exits on error. */
-void put_frame(struct x3_writer *w, const char *key, const char *role, x3_dtype dt,
-               int rank, const int64_t *shape, void *data, const x3_tensor *meta);
 
 #endif

@@ -33,7 +33,7 @@
  *   y1 and cnt belong to one x3_gpu_linear; two launches on them must not
  *   run concurrently (not reentrant across streams). A launch that dies
  *   half way (an error) leaves them dirty: the caller re-zeroes them
- *   (lib/gpu.c does, after any failed forward). y must not overlap x
+ *   (lib/gpu/gpu.c does, after any failed forward). y must not overlap x
  *   (finishing blocks write y while others still stage x).
  *
  * UNFUSED (x3k_gemv): y += x' W~ only; the caller runs the Hadamards

@@ -1,5 +1,5 @@
 /* linalg.cu: small elementwise and block kernels around the cuBLAS and
- * cuSOLVER calls of lib/gpu_quant.c: fp16 conversion, triangle mirroring,
+ * cuSOLVER calls of lib/gpu/gpu_quant.c: fp16 conversion, triangle mirroring,
  * diagonal updates, the block-LDL normalization (exl3(5) §9.1 step 7) and the
  * tile gather/scatter of LDLQ (exl3(5) §9.4, tile permutation exl3(5) §4.2). */
 #include "common.cuh"

@@ -1,6 +1,6 @@
 /* viterbi.cu: tail-biting two-pass Viterbi encoder of 256-value tiles
  * (exl3(5) §9.6), bit-identical to the CPU reference x3_viterbi_encode_ref in
- * lib/viterbi.c:
+ * lib/codec/viterbi.c:
  *  - E = 2^(16-K) fp32 costs indexed by out-edge e; at trellis position p
  *    with target w, for every e and k = 0 .. 2^K-1 in increasing order:
  *    s = (k << (16-K)) | e, d = cb(s) - w (fp32, __fsub_rn),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t1702-gpu-backend: the GPU backend is a plug-in (lib/device.h). No
+# t1702-gpu-backend: the GPU backend is a plug-in (lib/common/device.h). No
 # program links a CUDA library (ldd); a program not asked for the device
 # never loads the object (LD_DEBUG); the object exports its entry only;
 # the loader's failures name what is missing: --device cuda exits 1 with
@@ -50,8 +50,8 @@ const struct x3_gpu *x3_gpu_backend(const struct x3_gpu_host *h) { host = h; ret
 EOF
 	echo 'int x3_not_a_backend(void) { return 0; }' > noentry.c
 	mkdir -p lib bin
-	"${CC:-cc}" -shared -fPIC -I"$SRC/lib" -DABI=X3_GPU_ABI -o lib/libexl3kit-cuda.so fake.c &&
-		"${CC:-cc}" -shared -fPIC -I"$SRC/lib" -DABI=99 -o oldabi.so fake.c &&
+	"${CC:-cc}" -shared -fPIC -I"$SRC/lib/common" -DABI=X3_GPU_ABI -o lib/libexl3kit-cuda.so fake.c &&
+		"${CC:-cc}" -shared -fPIC -I"$SRC/lib/common" -DABI=99 -o oldabi.so fake.c &&
 		"${CC:-cc}" -shared -fPIC -o noentry.so noentry.c && have_cc=1
 fi
 fake=$TMP/lib/libexl3kit-cuda.so

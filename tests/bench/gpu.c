@@ -15,7 +15,7 @@
  * Prints a table, then one JSON line. Options: -t TILES (encoder tiles,
  * default 229376), -r REPS (GEMV calls per measurement, default 200),
  * -q (skip the encoder). Built with CUDA only: it links the backend's
- * functions and kernels (lib/gpu*.c, kernels/) instead of loading the
+ * functions and kernels (lib/gpu/gpu*.c, kernels/) instead of loading the
  * object, to time the kernels themselves. */
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
 # Start-up: the wall time and peak RSS of `tensor-ls -h` and of `tensor-cat`
 # on a 1-element tensor, against `cat` of the same bytes in the same run.
 # Target: at most 10 ms above cat (programs link no CUDA library; the GPU
-# backend is loaded only for --device cuda|auto, lib/device.h). For
+# backend is loaded only for --device cuda|auto, lib/common/device.h). For
 # information, the same for `had-rotate --device auto` on empty input,
 # (it exits 1: no weight frame), which loads the backend object where the
 # build has one (the CUDA

@@ -1,5 +1,5 @@
 /* t1205-determinism: what the toolkit's numbers may and may not depend on
- * (README "Reproducibility", lib/blas.h).
+ * (README "Reproducibility", lib/common/blas.h).
  *
  * The test runs itself as a child under several OpenBLAS kernels
  * (OPENBLAS_CORETYPE, those this CPU can run) and 1 or 2 BLAS and OpenMP

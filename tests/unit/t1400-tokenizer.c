@@ -1,7 +1,7 @@
-/* t1400-tokenizer: the library API of lib/tokenizer.h on a small
+/* t1400-tokenizer: the library API of lib/text/tokenizer.h on a small
  * SentencePiece-style tokenizer built here (byte fallback, unk, merges,
  * special tokens, tokenizer_config), document splitting, row packing
- * (exl3(5) §10.1), canonical normalization (lib/unicode.h), and errors. */
+ * (exl3(5) §10.1), canonical normalization (lib/text/unicode.h), and errors. */
 #include <stdint.h>
 #include "test.h"
 #include "tokenizer.h"

@@ -1,4 +1,4 @@
-/* t1500-exl3: the EXL3 linear layer (lib/exl3.c, lib/exl3mm.c).
+/* t1500-exl3: the EXL3 linear layer (lib/codec/exl3.c, lib/codec/exl3mm.c).
  *  - exl3(5) §12.2 tile vector decoded through the full matmul path;
  *  - every fast path (scalar, avx2, avx512 where the CPU has them) against
  *    the plain C reference for K = 1..8 x 3 codebooks, batch 1 and > 1,

@@ -1,5 +1,5 @@
-/* t1556-moe-arch: the mixture-of-experts descriptions (lib/arch.c) and
- * their config keys (lib/config.c): Mixtral's block_sparse_moe, Qwen3-MoE
+/* t1556-moe-arch: the mixture-of-experts descriptions (lib/arch/arch.c) and
+ * their config keys (lib/arch/config.c): Mixtral's block_sparse_moe, Qwen3-MoE
  * with dense layers (mlp_only_layers, decoder_sparse_step), Qwen2-MoE's
  * shared expert; per-expert modules and Hessian groups, the router kept
  * unquantized, model order, and configs whose expert counts contradict

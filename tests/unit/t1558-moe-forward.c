@@ -1,4 +1,4 @@
-/* t1558-moe-forward: the mixture-of-experts block (lib/moe.c): the
+/* t1558-moe-forward: the mixture-of-experts block (lib/model/moe.c): the
  * batched form (rows gathered per expert, x3_gemm_xwt products) routes
  * every token as the per-token reference does and gives its output; with
  * all experts identical and top k = all experts (renormalized) the block is

@@ -1,10 +1,10 @@
 # cusim.mk: `make cusim` builds exl3kit's CUDA backend on cusim, the CPU
 # emulator of tests/gpu/cusim, under tests/tmp/cusim/ (the normal build is
 # untouched): kernels/*.cu compiled as host C++ by $(CXX) with -DX3K_SIM and
-# cusim.h force-included, lib/gpu*.c unchanged, and the emulated runtime,
+# cusim.h force-included, lib/gpu/*.c unchanged, and the emulated runtime,
 # cuBLAS and cuSOLVER (tests/gpu/cusim/*.cpp), linked into
 # tests/tmp/cusim/lib/libexl3kit-cuda.so: the same kind of object as the
-# real backend, loaded the same way (dlopen, lib/device.h). The programs
+# real backend, loaded the same way (dlopen, lib/common/device.h). The programs
 # and the GPU unit tests are the normal build's, hard-linked into
 # tests/tmp/cusim/{bin,tests/unit} so that they find that object (the
 # programs next to their own directory, the unit tests through
@@ -21,7 +21,7 @@ CUSIM_CXXFLAGS ?= -O3 -g
 CUSIM_ARCH ?= $(shell grep -qw f16c /proc/cpuinfo 2>/dev/null && echo -mf16c) \
 	$(shell grep -qw fma /proc/cpuinfo 2>/dev/null && echo -mfma)
 CUSIM_XFLAGS = -std=c++17 $(CUSIM_ARCH) -ffp-contract=off -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
-	-Wno-unknown-pragmas -I$(CUSIM_CUDA_INC) -Itests/gpu/cusim -Ikernels -Ilib \
+	-Wno-unknown-pragmas -I$(CUSIM_CUDA_INC) -Itests/gpu/cusim -Ikernels $(addprefix -Ilib/,$(LAYERS)) \
 	-I/usr/include/x86_64-linux-gnu/openblas-pthread -fPIC
 CUSIM_RT_OBJ := $(patsubst tests/gpu/cusim/%.cpp,$(CUSIM)/cusim/%.o,$(wildcard tests/gpu/cusim/*.cpp))
 CUSIM_CU_OBJ := $(patsubst kernels/%.cu,$(CUSIM)/kernels/%.o,$(CU_SRC))
@@ -42,7 +42,7 @@ $(CUSIM)/cusim/%.o: tests/gpu/cusim/%.cpp $(wildcard tests/gpu/cusim/*.h)
 	@mkdir -p $(@D)
 	$(call say,CXX,$@)$(CXX) $(CUSIM_CXXFLAGS) $(CUSIM_XFLAGS) -c -o $@ $<
 
-$(CUSIM)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/gpu_kern.h $(wildcard tests/gpu/cusim/*.h)
+$(CUSIM)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.cuh) lib/gpu/gpu_kern.h $(wildcard tests/gpu/cusim/*.h)
 	@mkdir -p $(@D)
 	$(call say,CXX,$@)$(CXX) $(CUSIM_CXXFLAGS) $(CUSIM_XFLAGS) -x c++ -DX3K_SIM \
 		-include tests/gpu/cusim/cusim.h -c -o $@ $<
@@ -54,9 +54,9 @@ $(CUSIM)/lib/%.o: lib/%.c
 
 # the emulated backend: like $(BACKEND), with the emulator for the CUDA
 # libraries (which compute with OpenBLAS and LAPACKE)
-$(CUSIM_BACKEND): $(CUSIM_GPU_OBJ) $(CUSIM_CU_OBJ) $(CUSIM_RT_OBJ) lib/gpu.map
+$(CUSIM_BACKEND): $(CUSIM_GPU_OBJ) $(CUSIM_CU_OBJ) $(CUSIM_RT_OBJ) lib/gpu/gpu.map
 	@mkdir -p $(@D)
-	$(call say,LINK,$@)$(CXX) -shared $(LDFLAGS) -Wl,--version-script=lib/gpu.map -Wl,-z,defs \
+	$(call say,LINK,$@)$(CXX) -shared $(LDFLAGS) -Wl,--version-script=lib/gpu/gpu.map -Wl,-z,defs \
 		-o $@ $(CUSIM_GPU_OBJ) $(CUSIM_CU_OBJ) $(CUSIM_RT_OBJ) -llapacke -lopenblas -lm -pthread
 
 # the normal build's programs and GPU unit tests, under another directory
@@ -72,4 +72,4 @@ cusim-clean:
 	rm -rf $(CUSIM)
 
 .PHONY: cusim cusim-clean
--include $(wildcard $(CUSIM)/lib/*.d)
+-include $(wildcard $(CUSIM)/lib/*/*.d)

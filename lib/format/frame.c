@@ -11,7 +11,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 #include "frame.h"
-#include "unicode.h"
+#include "utf8.h"
 
 #define RAW_CAP (1u << 20)
 #define ZSTD_MAGIC 0xFD2FB528u

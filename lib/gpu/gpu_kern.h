@@ -1,5 +1,5 @@
 /* gpu_kern.h: launch functions of the CUDA kernels in kernels/ (*.cu files)
- * (internal to the library: lib/gpu*.c are the only callers; programs use
+ * (internal to the library: lib/gpu/gpu*.c are the only callers; programs use
  * gpu.h). Every pointer is a device pointer; every function only launches
  * (asynchronously, on `stream`, a cudaStream_t or NULL for the default
  * stream) and returns the cudaError_t of the launch as an int (0 = ok).

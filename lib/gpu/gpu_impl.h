@@ -1,4 +1,4 @@
-/* gpu_impl.h: internal to the backend object (lib/gpu*.c, built with
+/* gpu_impl.h: internal to the backend object (lib/gpu/gpu*.c, built with
  * CUDA into lib/libexl3kit-cuda.so): the functions behind the table of
  * device.h (x3_gpu_FOO is the table's FOO, same contract; gpu_entry.c
  * fills the table), and one translation of CUDA runtime and cuBLAS

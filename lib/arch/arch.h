@@ -1,6 +1,6 @@
 /* arch.h: the description of every architecture exl3kit knows, as data.
  *
- * One table per architecture (lib/arch.c) names every module of the
+ * One table per architecture (lib/arch/arch.c) names every module of the
  * checkpoint by its key pattern ("model.layers.{L}.self_attn.q_proj",
  * {L} = the layer), and says of each:
  *   - its kind: a linear (quantized), a vector (a norm: passed through) or
@@ -11,7 +11,7 @@
  *   - its role for the bit allocation and its --hq promotion in bits;
  *   - the config flag that gives it a bias, and when it is present at all
  *     (Qwen3's q/k norms);
- *   - the slot the forward pass (lib/model.c) uses it as.
+ *   - the slot the forward pass (lib/model/model.c) uses it as.
  * Instantiated with a parsed config.json (x3_arch_modules) it is the list
  * of every module of one model in model order: what the conversion
  * encodes (tensor-ls --linears), what pack-write expects, the groups
@@ -130,7 +130,7 @@ enum {
 };
 
 typedef struct x3_arch_desc {
-	int id;                 /* X3_ARCH_* (model.h) */
+	int id;                 /* X3_ARCH_* (config.h) */
 	const char *name;       /* "architectures" entry, e.g. LlamaForCausalLM */
 	const char *model_type; /* "model_type", e.g. llama */
 	const char *family;     /* short name for messages, e.g. Llama */

@@ -1,6 +1,6 @@
 /* config.c: HF config.json -> x3_model_config: the one parser of
  * config.json in the toolkit (the model forward, the description of the
- * modules in lib/arch.c, pack-write, exl3-matmul, tensor-ls --config). */
+ * modules in lib/arch/arch.c, pack-write, exl3-matmul, tensor-ls --config). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "arch.h"
-#include "model.h"
+#include "config.h"
 
 /* Positive integer key. required: absent is an error; else *v untouched. */
 static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t *v)
@@ -198,7 +198,7 @@ static int parse_moe(json_t *cj, x3_model_config *c)
 }
 
 /* The sizes, the tied head and the biases: what the description of the
- * modules needs (lib/arch.c). */
+ * modules needs (lib/arch/arch.c). */
 static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 {
 	int rc;

@@ -10,7 +10,7 @@
 #include "x3.h"
 #include "arch.h"
 #include "codec.h"
-#include "model.h"
+#include "config.h"
 #include "safetensors.h"
 
 int64_t x3_pack_pad128(int64_t n);

@@ -1,12 +1,13 @@
-/* hess-cache.c: the Hessian cache of the quantizer programs (util.h
- * hess_cache_*), apart from util.c so that only had-rotate and
- * trellis-encode link the quantizer (quant.o and with it LAPACKE, OpenBLAS
- * and OpenMP): every other program starts without loading those. */
+/* util-quant.c: helpers of the quantizer programs (util-quant.h), apart
+ * from util.c so that only had-rotate and trellis-encode link the quantizer
+ * (quant.o and with it LAPACKE, OpenBLAS and OpenMP): every other program
+ * starts without loading those. */
 #include <stdio.h>
 #include <stdlib.h>
 #include "frame.h"
 #include "quant.h"
 #include "util.h"
+#include "util-quant.h"
 
 void hess_cache_set(hess_cache *c, x3_tensor *t)
 {
@@ -74,4 +75,22 @@ struct x3_qhess *hess_cache_for(hess_cache *c, const x3_tensor *W, const char *k
 void hess_cache_free(hess_cache *c)
 {
 	hess_cache_set(c, NULL);
+}
+
+void put_frame(struct x3_writer *w, const char *key, const char *role, x3_dtype dt,
+               int rank, const int64_t *shape, void *data, const x3_tensor *meta)
+{
+	char name[1100];
+	snprintf(name, sizeof name, "%s.%s", key, role);
+	x3_tensor *t = x3_tensor_new(name, dt, rank, shape, 0);
+	if (!t)
+		die_x3("frame '%s'", name);
+	t->data = data;
+	t->owns_data = 0;
+	if ((meta && x3_meta_copy(t, meta)) || x3_meta_set(t, "role", role) || x3_meta_set(t, "key", key))
+		die_x3("frame '%s'", name);
+	if (x3_writer_put(w, t))
+		die_x3("writing frame '%s'", name);
+	t->data = NULL;
+	x3_tensor_free(t);
 }

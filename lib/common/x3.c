@@ -9,7 +9,7 @@
 #include <strings.h>
 #include <xxhash.h>
 #include "x3.h"
-#include "unicode.h"
+#include "utf8.h"
 
 /* ---- errors ------------------------------------------------------------ */
 static _Thread_local char errbuf[2048];

@@ -10,64 +10,14 @@
  * every token are kept (rows*cols*hidden floats), one layer's weights are
  * converted to F32 from the mmap'd safetensors when the layer runs and freed
  * after it. Any linear may come from an EXL3 model directory instead (a
- * quantized checkpoint read through lib/exl3.h), either the whole model
+ * quantized checkpoint read through lib/codec/exl3.h), either the whole model
  * (open the EXL3 directory itself) or, for sequential calibration, a range of
  * layers of an otherwise original model (x3_model_opts.overlay_dir). */
 #ifndef X3_MODEL_H
 #define X3_MODEL_H
 
 #include "x3.h"
-
-enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
-       X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE };
-
-struct x3_arch_desc;
-typedef struct x3_model_config {
-	char arch_name[64];     /* "LlamaForCausalLM", ... */
-	int arch;               /* X3_ARCH_* */
-	const struct x3_arch_desc *desc;  /* its modules (arch.h) */
-	int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
-	int64_t vocab, max_pos;
-	double rope_theta, rms_eps;
-	/* rope_scaling: 0 none/default, 1 linear, 2 llama3 */
-	int rope_type;
-	double rope_factor, rope_low_freq, rope_high_freq;
-	int64_t rope_orig_max_pos;
-	int64_t sliding_window;  /* 0: none; else attention window (refused
-	                            when a row is longer) */
-	int tied;                /* lm_head shares model.embed_tokens.weight */
-	int qkv_bias, o_bias, mlp_bias, qk_norm;
-	int64_t bos_id, eos_id;  /* -1 when absent */
-	/* mixture of experts (0 experts: a dense model) */
-	int64_t n_experts;       /* num_local_experts / num_experts */
-	int64_t n_experts_tok;   /* num_experts_per_tok: the top k */
-	int64_t moe_inter;       /* an expert's intermediate size */
-	int64_t shared_inter;    /* shared_expert_intermediate_size (0: none) */
-	int norm_topk;           /* the top-k routing weights renormalized to 1 */
-	int64_t sparse_step;     /* decoder_sparse_step: layer l is sparse when
-	                            (l + 1) % sparse_step == 0 ... */
-	uint64_t mlp_only[16];   /* ... and it is not in mlp_only_layers (bits) */
-	int quantized;           /* config has an exl3 quantization_config */
-	int foreign_quant;       /* ... one of another quant_method */
-} x3_model_config;
-
-/* Parse config.json text (lib/config.c, the toolkit's one parser). The
- * fields of the language model are read from "text_config" when the root
- * has no num_hidden_layers (multimodal wrappers); the architecture from
- * "architectures", else "model_type". Unsupported architectures and
- * options give X3_EUNSUP naming them, malformed JSON or missing keys
- * X3_EFORMAT. X3_CONFIG_LAYOUT reads only what the description of the
- * modules needs (architecture, sizes, tied head, biases; arch.h) and
- * leaves the forward's fields (RoPE, activation, window, token ids) zero
- * and unchecked; X3_CONFIG_FORWARD (x3_config_parse) reads everything. */
-enum { X3_CONFIG_FORWARD, X3_CONFIG_LAYOUT };
-int x3_config_parse_as(const char *json, size_t len, unsigned what, x3_model_config *cfg);
-int x3_config_parse(const char *json, size_t len, x3_model_config *cfg);
-/* The text of DIR/config.json (malloc'd, NUL-terminated; *len may be NULL). */
-int x3_config_text(const char *dir, char **text, size_t *len);
-/* Read DIR/config.json. */
-int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg);
-int x3_config_load(const char *dir, x3_model_config *cfg);
+#include "config.h"
 
 typedef struct x3_model x3_model;
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "arch.h"
-#include "model.h"
+#include "config.h"
 
 #define L_(s) "model.layers.{L}." s
 #define LIN(key, slot, role, in, out, bias, hq, group, alloc) \

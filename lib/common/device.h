@@ -1,6 +1,6 @@
 /* device.h: where the work runs. The --device values of the programs, and
  * the GPU backend: a shared object (lib/libexl3kit-cuda.so, built from
- * the kernels/ and lib/gpu*.c when CUDA is found) that the library loads
+ * the kernels/ and lib/gpu/gpu*.c when CUDA is found) that the library loads
  * with dlopen the first time a program asks for cuda or auto, and then
  * calls through one table of function pointers, struct x3_gpu. Nothing
  * else of the library or the programs links or includes CUDA: a program

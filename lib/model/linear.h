@@ -1,6 +1,6 @@
 /* linear.h: the linear layers the model forward multiplies with: either a
  * dense weight (HF orientation (out, in), F32/F16/BF16 in a safetensors
- * file, converted to F32) or an EXL3-quantized linear (lib/exl3.h) read
+ * file, converted to F32) or an EXL3-quantized linear (lib/codec/exl3.h) read
  * from an EXL3 model directory. Both compute Y = X·Wᵀ (+ bias). */
 #ifndef X3_LINEAR_H
 #define X3_LINEAR_H

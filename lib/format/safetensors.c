@@ -14,7 +14,7 @@
 #include <jansson.h>
 #include "frame.h"
 #include "safetensors.h"
-#include "unicode.h"
+#include "utf8.h"
 
 struct stfile {
 	char *path;
