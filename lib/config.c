@@ -376,6 +376,18 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 		json_t *qm = json_object_get(q, "quant_method");
 		c->quantized = qm && json_is_string(qm) && !strcmp(json_string_value(qm), "exl3");
 		c->foreign_quant = !c->quantized;
+		/* block-scaled FP8 (DeepSeek V3's checkpoints): the safetensors
+		 * reader dequantizes its 128x128 blocks on read */
+		if (qm && json_is_string(qm) && !strcmp(json_string_value(qm), "fp8")) {
+			json_t *bs = json_object_get(q, "weight_block_size");
+			if (bs && !json_is_null(bs) &&
+			    !(json_is_array(bs) && json_array_size(bs) == 2 &&
+			      json_integer_value(json_array_get(bs, 0)) == 128 &&
+			      json_integer_value(json_array_get(bs, 1)) == 128))
+				return x3_err(X3_EUNSUP, "config.json: quantization_config fp8: weight_block_size "
+				              "other than [128, 128] is not supported");
+			c->foreign_quant = 0;
+		}
 	}
 	return X3_OK;
 }

@@ -40,8 +40,8 @@ static int check_tensor(const x3_tensor *t, const char *name, int rank, int64_t 
 	char b[64];
 	if (!t)
 		return x3_err(X3_EFORMAT, "tensor '%s' is missing", name);
-	if (!is_float(t->dtype))
-		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)",
+	if (!is_float(t->dtype) && !t->scale_inv)
+		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16, BF16 or block-scaled F8 expected)",
 		              name, x3_dtype_name(t->dtype));
 	if (t->rank != rank || t->shape[0] != d0 || (rank > 1 && t->shape[1] != d1)) {
 		if (rank == 1)
