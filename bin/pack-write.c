@@ -590,6 +590,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < lay.nprob && i < 200; i++)
 		warnx("%s", lay.prob[i]);
 	nprob = lay.nprob;
+	if (lay.skipped && !quiet)
+		warnx("note: %d tensors of %s's layers from %lld on (multi-token prediction) left out",
+		      lay.skipped, src, (long long)cfg.n_layers);
 	for (int i = 0; i < lay.nent; i++) {
 		const x3_pack_ent *le = &lay.ent[i];
 		struct ent *e = new_ent();

@@ -170,6 +170,15 @@ static void emit_whole(x3_tensor *t)
 static void emit_mapped(const x3_tensor *src)
 {
 	x3_dtype dt = out_dtype(src->dtype);
+	if (src->scale_inv) {
+		/* a block-scaled F8 weight: dequantized (F32 unless --dtype) */
+		x3_tensor *c = x3_tensor_copy(src, dt == src->dtype ? X3_F32 : dt);
+		if (!c)
+			die_x3("tensor '%s'", src->name);
+		emit_whole(c);
+		x3_tensor_free(c);
+		return;
+	}
 	x3_tensor *h = x3_tensor_new(src->name, dt, src->rank, src->shape, 0);
 	if (!h)
 		die_x3("tensor '%s'", src->name);

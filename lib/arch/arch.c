@@ -8,17 +8,17 @@
 #define L_(s) "model.layers.{L}." s
 #define LIN(key, slot, role, in, out, bias, hq, group, alloc) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc }
+	  L_(group), alloc, 0 }
 #define NORM(scope, key, slot, dim, when) \
 	{ key, scope, X3_KIND_VECTOR, slot, X3_ROLE_NORM, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL }
+	  NULL, NULL, 0 }
 
 /* The Llama decoder, shared by Llama 2/3, Mistral, Qwen2/2.5 and Qwen3
  * (they differ in config rules: biases, q/k norms, sliding window). Model
  * order: the order of the rows. */
 static const x3_module_desc llama_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	    "self_attn.input", "qkv"),
@@ -40,21 +40,21 @@ static const x3_module_desc llama_mods[] = {
 	    "mlp.down_proj.input", "d"),
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0 },
 };
 #define N_(a) (int)(sizeof a / sizeof *a)
 
 /* Rows of a module present only in some layers (WHEN) */
 #define LINW(key, slot, role, in, out, bias, hq, group, alloc, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, when, hq, -1, \
-	  L_(group), alloc }
+	  L_(group), alloc, 0 }
 #define MAT(key, slot, role, in, out, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL }
+	  NULL, NULL, 0 }
 /* The attention block and the norms around it, shared by the decoders. */
 #define ATTN_ROWS \
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 }, \
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	    "self_attn.input", "qkv"), \
@@ -71,7 +71,7 @@ static const x3_module_desc llama_mods[] = {
 #define POST_ROWS \
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0 }
 
 /* Mixtral: every layer a block_sparse_moe of num_local_experts experts
  * (w1 gate, w3 up, w2 down), softmax top-k routing renormalized; the
@@ -119,6 +119,63 @@ static const x3_module_desc qwen_moe_mods[] = {
 	POST_ROWS,
 };
 
+/* DeepSeek V3 (and the models of its architecture: Kimi K2, ...):
+ * multi-head latent attention, the first first_k_dense_replace layers a
+ * dense MLP, the others n_routed_experts experts of moe_intermediate_size
+ * plus mlp.shared_experts (n_shared_experts of them, one MLP
+ * moe_intermediate_size * n_shared_experts wide). q_a_proj and
+ * kv_a_proj_with_mqa read the normed hidden state (one Hessian); q_b_proj
+ * reads q_a_layernorm's output, kv_b_proj kv_a_layernorm's (of the first
+ * kv_lora_rank columns of kv_a). The router mlp.gate and its
+ * e_score_correction_bias are kept unquantized. attention_bias gives
+ * q_a, kv_a and o a bias (X3_BIAS_O). --hq as ExLlamaV3's deepseek_v3:
+ * attention +2, dense MLP +1, shared experts +2. */
+#define VECW(key, slot, role, dim, when, bare) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_VECTOR, slot, role, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
+	  NULL, NULL, bare }
+static const x3_module_desc deepseek_v3_mods[] = {
+	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 },
+	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
+	LINW("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_NONE, 2,
+	     "self_attn.input", "qkv", X3_WHEN_NO_Q_LORA),
+	LINW("self_attn.q_a_proj", X3_SLOT_Q_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q_LORA, X3_BIAS_O, 2,
+	     "self_attn.input", "qkv", X3_WHEN_Q_LORA),
+	VECW("self_attn.q_a_layernorm", X3_SLOT_Q_A_NORM, X3_ROLE_NORM, X3_DIM_Q_LORA, X3_WHEN_Q_LORA, 0),
+	LINW("self_attn.q_b_proj", X3_SLOT_Q_B, X3_ROLE_ATTENTION, X3_DIM_Q_LORA, X3_DIM_Q, X3_BIAS_NONE, 2,
+	     "self_attn.q_b_proj.input", "qb", X3_WHEN_Q_LORA),
+	LIN("self_attn.kv_a_proj_with_mqa", X3_SLOT_KV_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV_A,
+	    X3_BIAS_O, 2, "self_attn.input", "qkv"),
+	VECW("self_attn.kv_a_layernorm", X3_SLOT_KV_A_NORM, X3_ROLE_NORM, X3_DIM_KV_LORA, X3_WHEN_ALWAYS, 0),
+	LIN("self_attn.kv_b_proj", X3_SLOT_KV_B, X3_ROLE_ATTENTION, X3_DIM_KV_LORA, X3_DIM_KV_B, X3_BIAS_NONE,
+	    2, "self_attn.kv_b_proj.input", "kvb"),
+	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_V_ALL, X3_DIM_HIDDEN, X3_BIAS_O, 2,
+	    "self_attn.o_proj.input", "o"),
+	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
+	LINW("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 1,
+	     "mlp.input", "gu", X3_WHEN_DENSE),
+	LINW("mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 1,
+	     "mlp.input", "gu", X3_WHEN_DENSE),
+	LINW("mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_NONE, 1,
+	     "mlp.down_proj.input", "d", X3_WHEN_DENSE),
+	MAT("mlp.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, X3_WHEN_SPARSE),
+	VECW("mlp.gate.e_score_correction_bias", X3_SLOT_ROUTER_BIAS, X3_ROLE_ROUTER, X3_DIM_EXPERTS,
+	     X3_WHEN_SPARSE, 1),
+	LINW("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
+	LINW("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
+	LINW("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN,
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.down_proj.input", "d", X3_WHEN_SPARSE),
+	LINW("mlp.shared_experts.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED),
+	LINW("mlp.shared_experts.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED),
+	LINW("mlp.shared_experts.down_proj", X3_SLOT_SHX_DOWN, X3_ROLE_SHARED_EXPERT, X3_DIM_SHARED_INTER,
+	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_experts.down_proj.input", "d", X3_WHEN_SHARED),
+	POST_ROWS,
+};
+
 static const x3_arch_desc archs[] = {
 	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
 	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
@@ -137,6 +194,9 @@ static const x3_arch_desc archs[] = {
 	{ X3_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3-MoE",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER,
 	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts" },
+	{ X3_ARCH_DEEPSEEK_V3, "DeepseekV3ForCausalLM", "deepseek_v3", "DeepSeek-V3",
+	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
+	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts" },
 };
 
 int x3_arch_count(void) { return N_(archs); }
@@ -181,6 +241,11 @@ int64_t x3_arch_dim(const x3_model_config *c, int dim)
 	case X3_DIM_MOE_INTER: return c->moe_inter;
 	case X3_DIM_SHARED_INTER: return c->shared_inter;
 	case X3_DIM_ONE: return 1;
+	case X3_DIM_Q_LORA: return c->q_lora;
+	case X3_DIM_KV_LORA: return c->kv_lora;
+	case X3_DIM_KV_A: return c->kv_lora + c->qk_rope;
+	case X3_DIM_KV_B: return c->n_heads * (c->qk_nope + c->v_dim);
+	case X3_DIM_V_ALL: return c->mla ? c->n_heads * c->v_dim : c->n_heads * c->head_dim;
 	default: return 0;
 	}
 }
@@ -241,11 +306,24 @@ int x3_arch_match(const char *pattern, const char *name, int *layer)
 
 int x3_arch_sparse_layer(const x3_model_config *c, int l)
 {
-	if (c->n_experts <= 0 || l < 0 || l >= c->n_layers)
+	if (c->n_experts <= 0 || l < 0 || l >= c->n_layers || l < c->first_dense)
 		return 0;
 	if (l < 1024 && (c->mlp_only[l / 64] >> (l % 64) & 1))
 		return 0;
 	return c->sparse_step <= 1 || (l + 1) % c->sparse_step == 0;
+}
+
+int x3_arch_skipped(const x3_model_config *c, const char *name)
+{
+	const x3_arch_desc *a = c->desc;
+	if (!a)
+		return 0;
+	for (const char *p = name; (p = strchr(p, '.')); p++) {
+		int l;
+		if (match_n(a->layer_prefix, name, (size_t)(p - name), &l))
+			return l >= c->n_layers;
+	}
+	return 0;
 }
 
 static int present(const x3_model_config *c, const x3_module_desc *d, int layer)
@@ -255,6 +333,8 @@ static int present(const x3_model_config *c, const x3_module_desc *d, int layer)
 	case X3_WHEN_DENSE: return !x3_arch_sparse_layer(c, layer);
 	case X3_WHEN_SPARSE: return x3_arch_sparse_layer(c, layer);
 	case X3_WHEN_SHARED: return x3_arch_sparse_layer(c, layer) && c->shared_inter > 0;
+	case X3_WHEN_Q_LORA: return c->q_lora > 0;
+	case X3_WHEN_NO_Q_LORA: return c->q_lora <= 0;
 	default: return 1;
 	}
 }
@@ -274,7 +354,7 @@ static int instantiate(const x3_model_config *c, const x3_module_desc *d, int la
 	m->expert = expert;
 	if ((rc = expand(d->key, layer, expert, m->key, sizeof m->key)))
 		return rc;
-	snprintf(m->weight, sizeof m->weight, "%s.weight", m->key);
+	snprintf(m->weight, sizeof m->weight, d->bare ? "%s" : "%s.weight", m->key);
 	if (d->group && (rc = expand(d->group, layer, expert, m->group, sizeof m->group)))
 		return rc;
 	m->in = x3_arch_dim(c, d->in);

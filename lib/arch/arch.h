@@ -25,8 +25,12 @@
  * router is a matrix passed through unquantized, as ExLlamaV3 keeps it.
  * Rows present only in the dense or only in the sparse layers of a model
  * (decoder_sparse_step, mlp_only_layers) say so in their "when". Fused
- * q/k/v or gate/up (Phi3) and latent attention (DeepSeek) are one new enum
- * value and one table row each. */
+ * q/k/v or gate/up (Phi3) are one new enum value and one table row each.
+ * DeepSeek V3's latent attention is rows too (q_a_proj, q_a_layernorm,
+ * q_b_proj or q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
+ * o_proj) with the Hessian groups of their inputs; its multi-token
+ * prediction layer (layer num_hidden_layers) is no module: pack-write
+ * leaves it out with a note (x3_arch_skipped). */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -69,6 +73,12 @@ enum {
 	                           intermediate_size; Qwen: moe_intermediate_size) */
 	X3_DIM_SHARED_INTER,    /* shared_expert_intermediate_size */
 	X3_DIM_ONE,             /* 1 (the shared expert's scalar gate) */
+	/* multi-head latent attention (DeepSeek V3) */
+	X3_DIM_Q_LORA,          /* q_lora_rank */
+	X3_DIM_KV_LORA,         /* kv_lora_rank */
+	X3_DIM_KV_A,            /* kv_lora_rank + qk_rope_head_dim */
+	X3_DIM_KV_B,            /* heads * (qk_nope_head_dim + v_head_dim) */
+	X3_DIM_V_ALL,           /* heads * v_head_dim */
 	X3_DIM_COUNT
 };
 
@@ -80,6 +90,8 @@ enum {
 	X3_WHEN_DENSE,          /* in the dense (not mixture-of-experts) layers */
 	X3_WHEN_SPARSE,         /* in the mixture-of-experts layers */
 	X3_WHEN_SHARED,         /* ... that have a shared expert */
+	X3_WHEN_Q_LORA,         /* q_lora_rank is set (DeepSeek's q_a/q_b) */
+	X3_WHEN_NO_Q_LORA,      /* ... is null (a plain q_proj) */
 };
 
 /* What the forward pass uses a module as. */
@@ -91,6 +103,10 @@ enum {
 	X3_SLOT_EXP_GATE, X3_SLOT_EXP_UP, X3_SLOT_EXP_DOWN, /* per expert */
 	X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN, /* the shared expert */
 	X3_SLOT_SHX_SCALE,                                /* (1, hidden): its sigmoid gate */
+	/* multi-head latent attention: q_a, its norm, q_b (or Q); kv_a, its
+	 * norm (over the first kv_lora_rank columns), kv_b */
+	X3_SLOT_Q_A, X3_SLOT_Q_A_NORM, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_A_NORM, X3_SLOT_KV_B,
+	X3_SLOT_ROUTER_BIAS,                              /* (experts): e_score_correction_bias */
 	X3_SLOT_COUNT
 };
 
@@ -109,6 +125,8 @@ typedef struct x3_module_desc {
 	const char *group;      /* Hessian group pattern (linears) */
 	const char *alloc;      /* allocation group suffix (ExLlamaV3's qkv,
 	                           o, gu, d: linears promoted together) */
+	int bare;               /* the tensor is KEY itself, not KEY.weight
+	                           (DeepSeek's mlp.gate.e_score_correction_bias) */
 } x3_module_desc;
 
 /* Config rules of an architecture (x3_arch_desc.flags). */
@@ -127,6 +145,12 @@ enum {
 	X3_AF_MOE_OWN_INTER = 512, /* experts are moe_intermediate_size wide
 	                              (else intermediate_size) */
 	X3_AF_SHARED = 1024,    /* a shared expert (shared_expert_intermediate_size) */
+	X3_AF_MLA = 2048,       /* multi-head latent attention (q_lora_rank,
+	                           kv_lora_rank, nope/rope/v head dims) */
+	X3_AF_GROUPED = 4096,   /* DeepSeek routing: sigmoid scores with
+	                           e_score_correction_bias, n_group/topk_group,
+	                           routed_scaling_factor, n_shared_experts shared
+	                           experts, first_k_dense_replace dense layers */
 };
 
 typedef struct x3_arch_desc {
@@ -183,6 +207,10 @@ int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, 
 int x3_arch_match(const char *pattern, const char *name, int *layer);
 /* Is layer l of the model a mixture-of-experts layer? */
 int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
+/* Is tensor NAME a part of the checkpoint the model leaves out: a layer at
+ * or past num_hidden_layers (DeepSeek V3's multi-token prediction layer,
+ * model.layers.61.* in the real checkpoints)? */
+int x3_arch_skipped(const struct x3_model_config *c, const char *name);
 
 /* The table row of a linear key without a model: the first architecture
  * whose linear pattern matches KEY (bitalloc's measurements carry only the

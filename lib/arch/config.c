@@ -57,6 +57,46 @@ static int get_bool(json_t *o, const char *key, int *v)
 	return X3_OK;
 }
 
+/* 0.1 * m * ln(s) + 1 (1 for s <= 1): YaRN's magnitude correction */
+static double yarn_mscale(double s, double m)
+{
+	return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0;
+}
+
+/* rope_scaling type yarn (as Hugging Face's _compute_yarn_parameters):
+ * factor, beta_fast (32), beta_slow (1), original_max_position_embeddings
+ * (else max_position_embeddings), the cos/sin factor attention_factor, else
+ * mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are
+ * set, else mscale(factor, 1). DeepSeek's softmax scale takes
+ * mscale(factor, mscale_all_dim)^2 (parse_mla). */
+static int parse_yarn(json_t *rs, x3_model_config *c)
+{
+	int rc;
+	double ms = 0, msa = 0, af = 0;
+	c->rope_type = 3;
+	c->rope_beta_fast = 32, c->rope_beta_slow = 1;
+	c->rope_orig_max_pos = c->max_pos;
+	if ((rc = get_num(rs, "beta_fast", &c->rope_beta_fast)) ||
+	    (rc = get_num(rs, "beta_slow", &c->rope_beta_slow)) ||
+	    (rc = get_num(rs, "mscale", &ms)) || (rc = get_num(rs, "mscale_all_dim", &msa)) ||
+	    (rc = get_num(rs, "attention_factor", &af)) ||
+	    (rc = get_int(rs, "original_max_position_embeddings", 0, 1, &c->rope_orig_max_pos)))
+		return rc;
+	if (!(c->rope_beta_fast > 0) || !(c->rope_beta_slow > 0))
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling yarn needs positive beta_fast and beta_slow");
+	if (af > 0)
+		c->rope_attn_factor = af;
+	else if (ms != 0 && msa != 0)
+		c->rope_attn_factor = yarn_mscale(c->rope_factor, ms) / yarn_mscale(c->rope_factor, msa);
+	else
+		c->rope_attn_factor = yarn_mscale(c->rope_factor, 1);
+	if (c->mla && msa != 0) {
+		double m = yarn_mscale(c->rope_factor, msa);
+		c->attn_scale *= m * m;
+	}
+	return X3_OK;
+}
+
 static int parse_rope_scaling(json_t *root, x3_model_config *c)
 {
 	json_t *rs = json_object_get(root, "rope_scaling");
@@ -83,9 +123,11 @@ static int parse_rope_scaling(json_t *root, x3_model_config *c)
 		c->rope_type = 1;
 		return X3_OK;
 	}
+	if (!strcmp(ty, "yarn"))
+		return parse_yarn(rs, c);
 	if (strcmp(ty, "llama3"))
 		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' is not supported "
-		              "(default, linear, llama3 are)", ty);
+		              "(default, linear, llama3, yarn are)", ty);
 	c->rope_type = 2;
 	c->rope_low_freq = 1, c->rope_high_freq = 4, c->rope_orig_max_pos = 8192;
 	if ((rc = get_num(rs, "low_freq_factor", &c->rope_low_freq)) ||
@@ -139,6 +181,80 @@ static int parse_arch(json_t *root, json_t **cp, x3_model_config *c)
 	return X3_OK;
 }
 
+/* A string key that must be VALUE when present. */
+static int want_str(json_t *o, const char *key, const char *value)
+{
+	json_t *j = json_object_get(o, key);
+	if (!j || json_is_null(j))
+		return X3_OK;
+	if (!json_is_string(j))
+		return x3_err(X3_EFORMAT, "config.json: '%s' is not a string", key);
+	if (strcmp(json_string_value(j), value))
+		return x3_err(X3_EUNSUP, "config.json: %s '%s' is not supported (%s is)", key,
+		              json_string_value(j), value);
+	return X3_OK;
+}
+
+/* DeepSeek V3's routing (X3_AF_GROUPED), with Hugging Face's
+ * DeepseekV3Config defaults: n_group 8, topk_group 4, routed_scaling_factor
+ * 2.5, n_shared_experts 1, first_k_dense_replace 3. */
+static int parse_grouped(json_t *cj, x3_model_config *c)
+{
+	int rc;
+	int64_t freq = 1;
+	c->sigmoid_route = 1;
+	c->n_group = 8, c->topk_group = 4, c->n_shared = 1, c->first_dense = 3;
+	c->routed_scale = 2.5;
+	if ((rc = get_int(cj, "n_group", 0, 1, &c->n_group)) ||
+	    (rc = get_int(cj, "topk_group", 0, 1, &c->topk_group)) ||
+	    (rc = get_int(cj, "n_shared_experts", 0, 0, &c->n_shared)) ||
+	    (rc = get_int(cj, "first_k_dense_replace", 0, 0, &c->first_dense)) ||
+	    (rc = get_int(cj, "moe_layer_freq", 0, 1, &freq)) ||
+	    (rc = get_num(cj, "routed_scaling_factor", &c->routed_scale)) ||
+	    (rc = want_str(cj, "scoring_func", "sigmoid")) || (rc = want_str(cj, "topk_method", "noaux_tc")))
+		return rc;
+	if (freq != 1)
+		return x3_err(X3_EUNSUP, "config.json: moe_layer_freq %lld is not supported (1 is)", (long long)freq);
+	if (c->n_experts % c->n_group || c->n_experts / c->n_group < 2)
+		return x3_err(X3_EFORMAT, "config.json: 'n_routed_experts' = %lld is not n_group = %lld groups "
+		              "of at least 2 experts", (long long)c->n_experts, (long long)c->n_group);
+	if (c->topk_group > c->n_group)
+		return x3_err(X3_EFORMAT, "config.json: 'topk_group' = %lld is more than 'n_group' = %lld",
+		              (long long)c->topk_group, (long long)c->n_group);
+	if (c->n_experts_tok > c->topk_group * (c->n_experts / c->n_group))
+		return x3_err(X3_EFORMAT, "config.json: 'num_experts_per_tok' = %lld is more than the experts "
+		              "of 'topk_group' = %lld groups", (long long)c->n_experts_tok, (long long)c->topk_group);
+	if (c->n_shared > 64 || !(c->routed_scale > 0))
+		return x3_err(X3_EFORMAT, "config.json: 'n_shared_experts' or 'routed_scaling_factor' out of range");
+	c->shared_inter = c->n_shared * c->moe_inter;
+	return X3_OK;
+}
+
+/* Multi-head latent attention (X3_AF_MLA): the ranks and the head dims;
+ * head_dim is the query/key head (nope + rope), one key and value head per
+ * query head; the softmax scale (the yarn correction: parse_yarn). */
+static int parse_mla(json_t *cj, x3_model_config *c)
+{
+	int rc;
+	if ((rc = get_int(cj, "q_lora_rank", 0, 1, &c->q_lora)) ||
+	    (rc = get_int(cj, "kv_lora_rank", 1, 1, &c->kv_lora)) ||
+	    (rc = get_int(cj, "qk_nope_head_dim", 1, 0, &c->qk_nope)) ||
+	    (rc = get_int(cj, "qk_rope_head_dim", 1, 1, &c->qk_rope)) ||
+	    (rc = get_int(cj, "v_head_dim", 1, 1, &c->v_dim)))
+		return rc;
+	if (c->q_lora > (1 << 20) || c->kv_lora > (1 << 20) || c->qk_nope > 65536 || c->qk_rope > 65536 ||
+	    c->v_dim > 65536)
+		return x3_err(X3_EFORMAT, "config.json: implausibly large attention dimensions");
+	if (c->qk_rope % 2)
+		return x3_err(X3_EFORMAT, "config.json: qk_rope_head_dim %lld is odd", (long long)c->qk_rope);
+	c->mla = 1;
+	c->head_dim = c->qk_nope + c->qk_rope;
+	c->n_kv_heads = c->n_heads;
+	c->attn_scale = 1.0 / sqrt((double)c->head_dim);
+	c->rope_interleave = 1;
+	return get_bool(cj, "rope_interleave", &c->rope_interleave);
+}
+
 /* The experts of a mixture-of-experts architecture (X3_AF_MOE): their
  * count, the top k, their width, the shared expert and which layers are
  * sparse. Counts that contradict each other are refused naming the key. */
@@ -161,14 +277,18 @@ static int parse_moe(json_t *cj, x3_model_config *c)
 	c->moe_inter = c->intermediate;
 	if ((f & X3_AF_MOE_OWN_INTER) && (rc = get_int(cj, "moe_intermediate_size", 1, 1, &c->moe_inter)))
 		return rc;
-	if ((f & X3_AF_SHARED) &&
+	if ((f & X3_AF_GROUPED) && (rc = parse_grouped(cj, c)))
+		return rc;
+	if ((f & X3_AF_SHARED) && !(f & X3_AF_GROUPED) &&
 	    (rc = get_int(cj, "shared_expert_intermediate_size", 0, 0, &c->shared_inter)))
 		return rc;
 	if (c->moe_inter > (1 << 22) || c->shared_inter > (1 << 22))
 		return x3_err(X3_EFORMAT, "config.json: implausibly large expert dimensions");
 	c->norm_topk = 1;
 	if (!(f & X3_AF_MOE_RENORM)) {
-		c->norm_topk = 0;   /* the Hugging Face default of the Qwen MoE configs */
+		/* the Hugging Face defaults: false in the Qwen MoE configs, true in
+		 * DeepSeek V3's */
+		c->norm_topk = !!(f & X3_AF_GROUPED);
 		if ((rc = get_bool(cj, "norm_topk_prob", &c->norm_topk)))
 			return rc;
 	}
@@ -218,6 +338,8 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 	if (c->hidden > (1 << 20) || c->intermediate > (1 << 22) || c->n_layers > 100000 ||
 	    c->n_heads > 4096 || c->vocab > (1 << 24) || c->head_dim > 65536)
 		return x3_err(X3_EFORMAT, "config.json: implausibly large dimensions");
+	if ((c->desc->flags & X3_AF_MLA) && (rc = parse_mla(cj, c)))
+		return rc;
 	if (!c->head_dim) {
 		if (c->hidden % c->n_heads)
 			return x3_err(X3_EFORMAT, "config.json: hidden_size %lld is not a multiple of "
@@ -254,6 +376,18 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 		json_t *qm = json_object_get(q, "quant_method");
 		c->quantized = qm && json_is_string(qm) && !strcmp(json_string_value(qm), "exl3");
 		c->foreign_quant = !c->quantized;
+		/* block-scaled FP8 (DeepSeek V3's checkpoints): the safetensors
+		 * reader dequantizes its 128x128 blocks on read */
+		if (qm && json_is_string(qm) && !strcmp(json_string_value(qm), "fp8")) {
+			json_t *bs = json_object_get(q, "weight_block_size");
+			if (bs && !json_is_null(bs) &&
+			    !(json_is_array(bs) && json_array_size(bs) == 2 &&
+			      json_integer_value(json_array_get(bs, 0)) == 128 &&
+			      json_integer_value(json_array_get(bs, 1)) == 128))
+				return x3_err(X3_EUNSUP, "config.json: quantization_config fp8: weight_block_size "
+				              "other than [128, 128] is not supported");
+			c->foreign_quant = 0;
+		}
 	}
 	return X3_OK;
 }

@@ -7,7 +7,7 @@
 #include "x3.h"
 
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
-       X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE };
+       X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3 };
 
 struct x3_arch_desc;
 typedef struct x3_model_config {
@@ -17,7 +17,7 @@ typedef struct x3_model_config {
 	int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
 	int64_t vocab, max_pos;
 	double rope_theta, rms_eps;
-	/* rope_scaling: 0 none/default, 1 linear, 2 llama3 */
+	/* rope_scaling: 0 none/default, 1 linear, 2 llama3, 3 yarn */
 	int rope_type;
 	double rope_factor, rope_low_freq, rope_high_freq;
 	int64_t rope_orig_max_pos;
@@ -35,6 +35,25 @@ typedef struct x3_model_config {
 	int64_t sparse_step;     /* decoder_sparse_step: layer l is sparse when
 	                            (l + 1) % sparse_step == 0 ... */
 	uint64_t mlp_only[16];   /* ... and it is not in mlp_only_layers (bits) */
+	/* DeepSeek V3: multi-head latent attention (mla; head_dim is
+	 * qk_nope + qk_rope, one key/value head per query head) ... */
+	int mla;
+	int64_t q_lora, kv_lora;     /* q_lora_rank (0: null, a plain q_proj), kv_lora_rank */
+	int64_t qk_nope, qk_rope, v_dim;   /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim */
+	int rope_interleave;         /* RoPE on pairs (2i, 2i+1) (rope_interleave,
+	                                the default) instead of the halves */
+	double attn_scale;           /* softmax scale: qk_head_dim^-0.5 with the yarn
+	                                mscale_all_dim correction (0: 1/sqrt(head_dim)) */
+	/* ... yarn rope_scaling (rope_type 3): beta_fast/slow, the cos/sin factor */
+	double rope_beta_fast, rope_beta_slow, rope_attn_factor;
+	/* ... and its routing: sigmoid scores, e_score_correction_bias for the
+	 * choice only, the top topk_group of n_group groups (by the sum of
+	 * each group's best two), weights times routed_scaling_factor;
+	 * n_shared_experts shared experts (shared_inter = n_shared *
+	 * moe_inter); layers below first_k_dense_replace dense */
+	int sigmoid_route;
+	int64_t n_group, topk_group, n_shared, first_dense;
+	double routed_scale;
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;

@@ -380,6 +380,10 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		/* the RoPE buffer some writers store is not a weight */
 		if ((own && own->d->kind == X3_KIND_LINEAR) || (nl >= rl && !strcmp(name + nl - rl, "rotary_emb.inv_freq")))
 			continue;
+		if (x3_arch_skipped(p->cfg, name)) {
+			L->skipped++;
+			continue;
+		}
 		int have = 0;
 		for (int k = 0; k < nin && !have; k++)
 			have = !strcmp(in[k]->name, name);

@@ -72,6 +72,9 @@ typedef struct {
 	double sum_k, sum_n;         /* sum numel * K, sum numel (decoder linears) */
 	int cb_count[X3_CB_COUNT];   /* quantized decoder linears per X3_CB_* */
 	int head_bits;               /* of the head stored; 0: none */
+	int skipped;                 /* SRC tensors left out: layers at or past
+	                                num_hidden_layers (x3_arch_skipped:
+	                                DeepSeek's multi-token prediction) */
 } x3_pack_layout;
 
 /* X3_OK with the problems in out->prob; other codes (out of memory) are

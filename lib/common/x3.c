@@ -294,6 +294,18 @@ x3_tensor *x3_tensor_copy(const x3_tensor *t, x3_dtype to)
 {
 	if (to == X3_DTYPE_COUNT)
 		to = t->dtype;
+	if (t->scale_inv && t->data && to != t->dtype) {
+		/* a block-scaled F8 weight: dequantized, then converted */
+		float *f = x3_tensor_f32(t);
+		x3_tensor *c = f ? x3_tensor_new(t->name, to, t->rank, t->shape, 1) : NULL;
+		if (c && (x3_meta_copy(c, t) != X3_OK ||
+		          x3_convert(c->data, to, f, X3_F32, (size_t)x3_tensor_numel(t)) != X3_OK)) {
+			x3_tensor_free(c);
+			c = NULL;
+		}
+		free(f);
+		return c;
+	}
 	x3_tensor *c = x3_tensor_new(t->name, to, t->rank, t->shape, t->data != NULL);
 	if (!c)
 		return NULL;
@@ -302,7 +314,19 @@ x3_tensor *x3_tensor_copy(const x3_tensor *t, x3_dtype to)
 		x3_tensor_free(c);
 		return NULL;
 	}
+	c->scale_inv = to == t->dtype ? t->scale_inv : NULL;
 	return c;
+}
+
+/* Multiply the (r, c) F32 matrix f by t->scale_inv per 128x128 block. */
+static void apply_block_scale(const x3_tensor *t, float *f)
+{
+	const x3_tensor *s = t->scale_inv;
+	int64_t r = t->shape[0], c = t->shape[1], sc = s->shape[1];
+	const float *sv = s->data;
+	for (int64_t i = 0; i < r; i++)
+		for (int64_t j = 0; j < c; j++)
+			f[i * c + j] *= sv[(i / 128) * sc + j / 128];
 }
 
 float *x3_tensor_f32(const x3_tensor *t)
@@ -321,6 +345,8 @@ float *x3_tensor_f32(const x3_tensor *t)
 		free(f);
 		return NULL;
 	}
+	if (t->scale_inv)
+		apply_block_scale(t, f);
 	return f;
 }
 
@@ -351,8 +377,8 @@ int x3_tensor_check_float(const x3_tensor *t, const char *name, int rank, int64_
 	char b[64];
 	if (!t)
 		return x3_err(X3_EFORMAT, "tensor '%s' is missing", name);
-	if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
-		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)",
+	if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16 && !t->scale_inv)
+		return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16, BF16 or block-scaled F8 expected)",
 		              name, x3_dtype_name(t->dtype));
 	if (t->rank != rank || t->shape[0] != d0 || (rank > 1 && t->shape[1] != d1)) {
 		if (rank == 1)

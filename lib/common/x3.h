@@ -80,6 +80,12 @@ typedef struct x3_tensor {
 	int owns_data;       /* free(data) in x3_tensor_free */
 	int nmeta;           /* string metadata, insertion order */
 	struct x3_kv *meta;
+	/* An F8 weight of a block-quantized checkpoint (DeepSeek V3's FP8):
+	 * the F32 (ceil(rows/128), ceil(cols/128)) scales NAME_scale_inv that
+	 * multiply its 128x128 blocks, set by the safetensors reader (valid
+	 * while it is open); x3_tensor_f32 and x3_tensor_copy dequantize with
+	 * them. NULL otherwise. */
+	const struct x3_tensor *scale_inv;
 } x3_tensor;
 
 /* New tensor with zeroed, owned data (data NULL if alloc_data is 0).
@@ -93,14 +99,20 @@ void x3_tensor_free(x3_tensor *t);
 int64_t x3_tensor_numel(const x3_tensor *t);
 /* Bytes needed for dtype x shape; X3_ENOMEM on overflow. */
 int x3_shape_nbytes(x3_dtype t, int rank, const int64_t *shape, size_t *out);
-/* Deep copy, optionally converted to another dtype (X3_DTYPE_COUNT = same). */
+/* Deep copy, optionally converted to another dtype (X3_DTYPE_COUNT = same;
+ * a block-scaled F8 weight is dequantized when converted, and copied with
+ * its scale_inv link when not). */
 x3_tensor *x3_tensor_copy(const x3_tensor *t, x3_dtype to);
-/* Copy of the payload as a freshly malloc'd float array (numel elements). */
+/* Copy of the payload as a freshly malloc'd float array (numel elements);
+ * an F8 weight with scale_inv dequantized: f32(w[i][j]) * scale_inv[i/128][j/128]
+ * (the F8 value is exact in F32; one F32 product, as Hugging Face's
+ * dequantization computes it before its cast to BF16). */
 float *x3_tensor_f32(const x3_tensor *t);
 int x3_tensor_rename(x3_tensor *t, const char *name);
 /* "4096x11008" into buf */
 const char *x3_shape_str(const x3_tensor *t, char *buf, size_t len);
-/* X3_OK if t is present, a float (F32, F16, BF16) of rank 1 with d0 elements
+/* X3_OK if t is present, a float (F32, F16, BF16, or F8 with its block
+ * scales linked: scale_inv) of rank 1 with d0 elements
  * or rank 2 with shape d0 x d1; else X3_EFORMAT naming the tensor, the shape
  * found and what the config says. t NULL: "tensor 'name' is missing". */
 int x3_tensor_check_float(const x3_tensor *t, const char *name, int rank, int64_t d0,

@@ -386,6 +386,36 @@ static int open_dir(x3_st *s, const char *dir)
 	return rc ? rc : build_index(s);
 }
 
+/* Block-quantized F8 weights (DeepSeek V3's FP8 checkpoints): each F8
+ * tensor NAME needs NAME_scale_inv, F32 (ceil(rows/128), ceil(cols/128)),
+ * which x3_tensor_f32 applies (x3.h, scale_inv). */
+static int link_scales(x3_st *s)
+{
+	for (int i = 0; i < s->n; i++) {
+		x3_tensor *t = s->t[i];
+		if (t->dtype != X3_F8_E4M3 && t->dtype != X3_F8_E5M2)
+			continue;
+		char sn[1024];
+		snprintf(sn, sizeof sn, "%s_scale_inv", t->name);
+		const x3_tensor *sc = x3_st_find(s, sn);
+		if (!sc)
+			return x3_err(X3_EFORMAT, "tensor '%s': %s without its block scales '%s'", t->name,
+			              x3_dtype_name(t->dtype), sn);
+		if (t->rank != 2)
+			return x3_err(X3_EFORMAT, "tensor '%s': %s scaled per 128x128 block must be 2-D", t->name,
+			              x3_dtype_name(t->dtype));
+		int64_t br = (t->shape[0] + 127) / 128, bc = (t->shape[1] + 127) / 128;
+		if (sc->dtype != X3_F32 || sc->rank != 2 || sc->shape[0] != br || sc->shape[1] != bc) {
+			char b[64];
+			return x3_err(X3_EFORMAT, "tensor '%s': %s %s, the block scales of '%s' must be F32 %lldx%lld",
+			              sn, x3_dtype_name(sc->dtype), x3_shape_str(sc, b, sizeof b), t->name,
+			              (long long)br, (long long)bc);
+		}
+		t->scale_inv = sc;
+	}
+	return X3_OK;
+}
+
 int x3_st_open(const char *path, x3_st **out)
 {
 	*out = NULL;
@@ -403,6 +433,8 @@ int x3_st_open(const char *path, x3_st **out)
 		if (!rc)
 			rc = build_index(s);
 	}
+	if (!rc)
+		rc = link_scales(s);
 	if (rc) {
 		x3_st_close(s);
 		return rc;

@@ -55,8 +55,10 @@ static x3_st *norm_src(const x3_model *m, int layer, const char *name)
 /* ---- per-layer weights ------------------------------------------------ */
 /* the linears and the norm vectors of a layer, by slot */
 static const int lin_slots[] = { X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V, X3_SLOT_O,
-	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN };
-static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM };
+	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN,
+	X3_SLOT_Q_A, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_B };
+static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM,
+	X3_SLOT_Q_A_NORM, X3_SLOT_KV_A_NORM, X3_SLOT_ROUTER_BIAS };
 #define N_LIN (int)(sizeof lin_slots / sizeof *lin_slots)
 #define N_VEC (int)(sizeof vec_slots / sizeof *vec_slots)
 
@@ -104,6 +106,20 @@ static void layer_free(struct layer_w *w)
 	memset(w, 0, sizeof *w);
 }
 
+/* Does the forward need a linear of slot s in a layer (sparse: a
+ * mixture-of-experts layer)? The others are used when the description has
+ * them (the shared expert). */
+static int lin_needed(const x3_model_config *c, int s, int sparse)
+{
+	int mlp = s == X3_SLOT_GATE || s == X3_SLOT_UP || s == X3_SLOT_DOWN;
+	if (mlp)
+		return !sparse;
+	if (c->mla)
+		return s == X3_SLOT_O || s == X3_SLOT_KV_A || s == X3_SLOT_KV_B ||
+		       (c->q_lora > 0 ? s == X3_SLOT_Q_A || s == X3_SLOT_Q_B : s == X3_SLOT_Q);
+	return s == X3_SLOT_Q || s == X3_SLOT_K || s == X3_SLOT_V || s == X3_SLOT_O;
+}
+
 /* Load (or with check set, only validate) the weights of layer l. */
 static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 {
@@ -114,7 +130,7 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 	for (int i = 0; i < N_LIN; i++) {
 		const x3_module *d = mod(m, l, lin_slots[i]);
 		int s = lin_slots[i];
-		if (s >= X3_SLOT_SHX_GATE || (w->sparse && (s == X3_SLOT_GATE || s == X3_SLOT_UP || s == X3_SLOT_DOWN))) {
+		if (!lin_needed(&m->cfg, s, w->sparse)) {
 			/* the shared expert when there is one; no dense MLP in a sparse layer */
 			if (d && (rc = x3_linear_open(st, d->key, d->in, d->out, d->bias, check, &w->lin[s])))
 				goto fail;
@@ -318,12 +334,37 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t rows, int6
 	}
 }
 
-/* RoPE inverse frequencies (head_dim/2), with rope_scaling applied. */
+/* The dimensions RoPE rotates: the head, or MLA's rope part. */
+static int64_t rope_dim(const x3_model_config *c) { return c->mla ? c->qk_rope : c->head_dim; }
+
+/* YaRN (Hugging Face's _compute_yarn_parameters): the dimension where a
+ * wavelength makes ROT turns in the original context */
+static double yarn_dim(double rot, double dim, double base, double orig)
+{
+	return dim * log(orig / (rot * 2 * M_PI)) / (2 * log(base));
+}
+
+/* RoPE inverse frequencies (rope_dim/2), with rope_scaling applied. */
 static void rope_freqs(const x3_model_config *c, double *f)
 {
-	int64_t half = c->head_dim / 2;
+	int64_t rd = rope_dim(c), half = rd / 2;
+	double lo = 0, hi = 0;
+	if (c->rope_type == 3) {
+		/* the ramp between extrapolated (fast) and interpolated (slow)
+		 * frequencies, its ends truncated to whole dimensions */
+		double orig = (double)c->rope_orig_max_pos;
+		lo = fmax(floor(yarn_dim(c->rope_beta_fast, (double)rd, c->rope_theta, orig)), 0);
+		hi = fmin(ceil(yarn_dim(c->rope_beta_slow, (double)rd, c->rope_theta, orig)), (double)rd - 1);
+		if (lo == hi)
+			hi += 0.001;
+	}
 	for (int64_t i = 0; i < half; i++) {
-		double inv = 1.0 / pow(c->rope_theta, (double)(2 * i) / (double)c->head_dim);
+		double inv = 1.0 / pow(c->rope_theta, (double)(2 * i) / (double)rd);
+		if (c->rope_type == 3) {
+			double ramp = fmin(fmax(((double)i - lo) / (hi - lo), 0), 1);
+			double ex = 1 - ramp;   /* the extrapolation's share */
+			inv = inv / c->rope_factor * (1 - ex) + inv * ex;
+		}
 		if (c->rope_type == 1) {
 			inv /= c->rope_factor;
 		} else if (c->rope_type == 2) {
@@ -344,28 +385,39 @@ static void rope_freqs(const x3_model_config *c, double *f)
 	}
 }
 
-/* Rotate-half RoPE in place on (ntok, nh, hd) vectors; position of token t
- * is t % cols. cs: (cols, hd/2) cos then sin tables. */
-static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t cols,
-                       const float *cosv, const float *sinv)
+/* RoPE in place on the rd dimensions at offset off of (ntok, nh, stride)
+ * vectors; position of token t is t % cols. cosv, sinv: (cols, rd/2).
+ * Rotate-half pairs (i, i + rd/2), or with interleave the pairs (2i, 2i+1)
+ * (DeepSeek's rope_interleave: Hugging Face de-interleaves q and k alike
+ * before its rotate-half, the same scores). */
+static void rope_part(float *x, int64_t ntok, int64_t nh, int64_t stride, int64_t off, int64_t rd,
+                      int interleave, int64_t cols, const float *cosv, const float *sinv)
 {
-	int64_t half = hd / 2;
-	#pragma omp parallel for if(ntok * nh * hd > (1 << 16)) schedule(static)
+	int64_t half = rd / 2, ia = interleave ? 2 : 1, ib = interleave ? 1 : half;
+	#pragma omp parallel for if(ntok * nh * rd > (1 << 16)) schedule(static)
 	for (int64_t t = 0; t < ntok; t++) {
 		const float *cp = cosv + (t % cols) * half, *sp = sinv + (t % cols) * half;
 		for (int64_t h = 0; h < nh; h++) {
-			float *v = x + (t * nh + h) * hd;
+			float *v = x + (t * nh + h) * stride + off;
 			for (int64_t i = 0; i < half; i++) {
-				float a = v[i], b = v[i + half];
-				v[i] = a * cp[i] - b * sp[i];
-				v[i + half] = b * cp[i] + a * sp[i];
+				float a = v[i * ia], b = v[i * ia + ib];
+				v[i * ia] = a * cp[i] - b * sp[i];
+				v[i * ia + ib] = b * cp[i] + a * sp[i];
 			}
 		}
 	}
 }
 
-/* Causal attention of nrows rows of cols tokens. q, out: (ntok, nq, hd);
- * k, v: (ntok, nkv, hd). One task per (row, head). The head's keys are
+/* Rotate-half RoPE in place on (ntok, nh, hd) vectors. */
+static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t cols,
+                       const float *cosv, const float *sinv)
+{
+	rope_part(x, ntok, nh, hd, 0, hd, 0, cols, cosv, sinv);
+}
+
+/* Causal attention of nrows rows of cols tokens. q: (ntok, nq, hd), k:
+ * (ntok, nkv, hd), v: (ntok, nkv, hdv), out: (ntok, nq, hdv); the scores
+ * q·k times scale. One task per (row, head). The head's keys are
  * first transposed to kt (hd, ld) and its values gathered to vh (cols, hd),
  * so that the score and the value loops work on blocks of ATT_B contiguous
  * floats held in registers (fixed-size SIMD loops), whatever head_dim is. */
@@ -389,23 +441,23 @@ typedef float vf8 __attribute__((vector_size(32), aligned(4)));
 #define PV_BLOCK(VT, W) do { \
 		VT acc_ = { 0 }; \
 		for (int64_t j = 0; j < n; j++) \
-			acc_ += s[j] * *(const VT *)(vh + j * hd + e0); \
+			acc_ += s[j] * *(const VT *)(vh + j * hdv + e0); \
 		acc_ *= inv; \
 		memcpy(o + e0, &acc_, (W) * sizeof(float)); \
 	} while (0)
 
 X3_SIMD_CLONES
 static int attention(const float *q, const float *k, const float *v, float *out,
-                     int64_t nrows, int64_t cols, int64_t nq, int64_t nkv, int64_t hd)
+                     int64_t nrows, int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv,
+                     float scale)
 {
 	int64_t grp = nq / nkv, ld = (cols + ATT_B - 1) / ATT_B * ATT_B;
-	float scale = (float)(1.0 / sqrt((double)hd));
 	int fail = 0;
 	#pragma omp parallel if(nrows * nq * cols * cols * hd > (1 << 20))
 	{
 		float *s = malloc((size_t)ld * sizeof *s);
 		float *kt = calloc((size_t)(hd * ld), sizeof *kt);      /* (hd, ld) */
-		float *vh = malloc((size_t)(hd * cols) * sizeof *vh);   /* (cols, hd) */
+		float *vh = malloc((size_t)(hdv * cols) * sizeof *vh);  /* (cols, hdv) */
 		float *qs = malloc((size_t)hd * sizeof *qs);
 		if (!s || !kt || !vh || !qs) {
 			#pragma omp atomic write
@@ -418,11 +470,11 @@ static int attention(const float *q, const float *k, const float *v, float *out,
 					continue;
 				int64_t kh = h / grp;
 				const float *kr = k + (r * cols * nkv + kh) * hd;
-				const float *vr = v + (r * cols * nkv + kh) * hd;
+				const float *vr = v + (r * cols * nkv + kh) * hdv;
 				for (int64_t j = 0; j < cols; j++) {
 					for (int64_t e = 0; e < hd; e++)
 						kt[e * ld + j] = kr[j * nkv * hd + e];
-					memcpy(vh + j * hd, vr + j * nkv * hd, (size_t)hd * sizeof *vh);
+					memcpy(vh + j * hdv, vr + j * nkv * hdv, (size_t)hdv * sizeof *vh);
 				}
 				for (int64_t i = 0; i < cols; i++) {
 					const float *qi = q + ((r * cols + i) * nq + h) * hd;
@@ -447,16 +499,16 @@ static int attention(const float *q, const float *k, const float *v, float *out,
 						sum += s[j];
 					}
 					float inv = 1.0f / sum;
-					float *o = out + ((r * cols + i) * nq + h) * hd;
+					float *o = out + ((r * cols + i) * nq + h) * hdv;
 					int64_t e0 = 0;
-					for (; e0 + 16 <= hd; e0 += 16)
+					for (; e0 + 16 <= hdv; e0 += 16)
 						PV_BLOCK(vf16, 16);
-					for (; e0 + 8 <= hd; e0 += 8)
+					for (; e0 + 8 <= hdv; e0 += 8)
 						PV_BLOCK(vf8, 8);
-					for (; e0 < hd; e0++) {
+					for (; e0 < hdv; e0++) {
 						float acc = 0;
 						for (int64_t j = 0; j < n; j++)
-							acc += s[j] * vh[j * hd + e0];
+							acc += s[j] * vh[j * hdv + e0];
 						o[e0] = acc * inv;
 					}
 				}
@@ -474,6 +526,7 @@ struct fwd {
 	float *xn, *q, *k, *v, *a, *g, *u, *mo;
 	float *cosv, *sinv;
 	int64_t tok0;           /* the chunk's first token in the layer */
+	float *qa, *kva, *ckv, *kvb;   /* MLA: q_a, kv_a, normed latent, kv_b outputs */
 };
 
 static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in);
@@ -559,8 +612,12 @@ static int moe_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
 	const x3_model_config *c = &f->m->cfg;
 	int64_t H = c->hidden, si = c->shared_inter;
 	struct moe_ctx mc = { f, w, l, NULL };
-	struct x3_moe p = { c->n_experts, c->n_experts_tok, H, c->moe_inter, c->norm_topk,
-	                    w->vec[X3_SLOT_ROUTER], moe_apply, &mc, moe_weights };
+	struct x3_moe p = { .n_experts = c->n_experts, .top_k = c->n_experts_tok, .hidden = H,
+	                    .inter = c->moe_inter, .renorm = c->norm_topk, .router = w->vec[X3_SLOT_ROUTER],
+	                    .apply = moe_apply, .ctx = &mc, .weights = moe_weights,
+	                    .sigmoid = c->sigmoid_route,
+	                    .score_bias = w->vec[X3_SLOT_ROUTER_BIAS], .n_group = c->n_group,
+	                    .topk_group = c->topk_group, .scale = c->routed_scale };
 	int rc;
 	if ((rc = moe_all_tokens(f, l, w, nt)) || (rc = x3_moe_forward(&p, f->xn, nt, f->cols, f->mo)))
 		return rc;
@@ -586,6 +643,54 @@ static int moe_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
 	return X3_OK;
 }
 
+/* Multi-head latent attention (DeepSeek V3) of a chunk of nrows rows from
+ * the normed hidden f->xn (nt, hidden) into f->a (nt, heads * v_head_dim):
+ *   q = q_b(norm(q_a(x))) (or q_proj(x)), per head (nope | rope);
+ *   kv_a(x) = (c | k_rope): c (kv_lora) the latent, k_rope one rope key
+ *   shared by all heads; kv_b(norm(c)) per head (k_nope | v);
+ *   k = (k_nope | rope(k_rope)), q's rope part rotated alike; softmax of
+ *   q·k times attn_scale over the causal keys, times v. */
+static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrows)
+{
+	const x3_model_config *c = &f->m->cfg;
+	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, nh = c->n_heads;
+	int64_t np = c->qk_nope, rp = c->qk_rope, vd = c->v_dim, qkd = np + rp, kl = c->kv_lora;
+	int64_t kva = kl + rp, kvb = np + vd;
+	int rc;
+	if ((rc = hook(f, l, c->q_lora > 0 ? X3_SLOT_Q_A : X3_SLOT_Q, f->xn, nt, H)))
+		return rc;
+	if (c->q_lora > 0) {
+		if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q_A], f->xn, nt, cols, f->qa)))
+			return rc;
+		rmsnorm(f->qa, f->qa, w->vec[X3_SLOT_Q_A_NORM], nt, c->q_lora, c->rms_eps);
+		if ((rc = hook(f, l, X3_SLOT_Q_B, f->qa, nt, c->q_lora)) ||
+		    (rc = x3_linear_apply(w->lin[X3_SLOT_Q_B], f->qa, nt, cols, f->q)))
+			return rc;
+	} else if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q))) {
+		return rc;
+	}
+	if ((rc = x3_linear_apply(w->lin[X3_SLOT_KV_A], f->xn, nt, cols, f->kva)))
+		return rc;
+	for (int64_t t = 0; t < nt; t++)
+		memcpy(f->ckv + t * kl, f->kva + t * kva, (size_t)kl * sizeof(float));
+	rmsnorm(f->ckv, f->ckv, w->vec[X3_SLOT_KV_A_NORM], nt, kl, c->rms_eps);
+	if ((rc = hook(f, l, X3_SLOT_KV_B, f->ckv, nt, kl)) ||
+	    (rc = x3_linear_apply(w->lin[X3_SLOT_KV_B], f->ckv, nt, cols, f->kvb)))
+		return rc;
+	/* the rope key (one per token) rotated once, then every head's key */
+	rope_part(f->kva, nt, 1, kva, kl, rp, c->rope_interleave, cols, f->cosv, f->sinv);
+	rope_part(f->q, nt, nh, qkd, np, rp, c->rope_interleave, cols, f->cosv, f->sinv);
+	#pragma omp parallel for if(nt * nh * qkd > (1 << 16)) schedule(static)
+	for (int64_t t = 0; t < nt; t++)
+		for (int64_t h = 0; h < nh; h++) {
+			const float *src = f->kvb + (t * nh + h) * kvb;
+			memcpy(f->k + (t * nh + h) * qkd, src, (size_t)np * sizeof(float));
+			memcpy(f->k + (t * nh + h) * qkd + np, f->kva + t * kva + kl, (size_t)rp * sizeof(float));
+			memcpy(f->v + (t * nh + h) * vd, src + np, (size_t)vd * sizeof(float));
+		}
+	return attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale);
+}
+
 /* One layer on a chunk of nrows rows: x (ntok, hidden) updated in place. */
 static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, int64_t nrows)
 {
@@ -595,21 +700,27 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	int rc;
 
 	rmsnorm(f->xn, x, w->vec[X3_SLOT_IN_NORM], nt, H, c->rms_eps);
-	if ((rc = hook(f, l, X3_SLOT_Q, f->xn, nt, H)))
-		return rc;
-	if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q)) ||
-	    (rc = x3_linear_apply(w->lin[X3_SLOT_K], f->xn, nt, cols, f->k)) ||
-	    (rc = x3_linear_apply(w->lin[X3_SLOT_V], f->xn, nt, cols, f->v)))
-		return rc;
-	if (c->qk_norm) {
-		rmsnorm(f->q, f->q, w->vec[X3_SLOT_Q_NORM], nt * nq, hd, c->rms_eps);
-		rmsnorm(f->k, f->k, w->vec[X3_SLOT_K_NORM], nt * nkv, hd, c->rms_eps);
+	if (c->mla) {
+		if ((rc = mla_chunk(f, l, w, nrows)))
+			return rc;
+	} else {
+		if ((rc = hook(f, l, X3_SLOT_Q, f->xn, nt, H)))
+			return rc;
+		if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q)) ||
+		    (rc = x3_linear_apply(w->lin[X3_SLOT_K], f->xn, nt, cols, f->k)) ||
+		    (rc = x3_linear_apply(w->lin[X3_SLOT_V], f->xn, nt, cols, f->v)))
+			return rc;
+		if (c->qk_norm) {
+			rmsnorm(f->q, f->q, w->vec[X3_SLOT_Q_NORM], nt * nq, hd, c->rms_eps);
+			rmsnorm(f->k, f->k, w->vec[X3_SLOT_K_NORM], nt * nkv, hd, c->rms_eps);
+		}
+		rope_apply(f->q, nt, nq, hd, cols, f->cosv, f->sinv);
+		rope_apply(f->k, nt, nkv, hd, cols, f->cosv, f->sinv);
+		if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd,
+		                    (float)(1.0 / sqrt((double)hd)))))
+			return rc;
 	}
-	rope_apply(f->q, nt, nq, hd, cols, f->cosv, f->sinv);
-	rope_apply(f->k, nt, nkv, hd, cols, f->cosv, f->sinv);
-	if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd)))
-		return rc;
-	if ((rc = hook(f, l, X3_SLOT_O, f->a, nt, nq * hd)))
+	if ((rc = hook(f, l, X3_SLOT_O, f->a, nt, x3_arch_dim(c, X3_DIM_V_ALL))))
 		return rc;
 	/* o_proj output into xn (free now), then the residual */
 	if ((rc = x3_linear_apply(w->lin[X3_SLOT_O], f->a, nt, cols, f->xn)))
@@ -678,15 +789,23 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	if (chunk_rows > rows)
 		chunk_rows = rows;
 	int64_t ct = chunk_rows * cols, qd = c->n_heads * c->head_dim;
-	int64_t kvd = c->n_kv_heads * c->head_dim, half = c->head_dim / 2;
+	int64_t kvd = c->n_kv_heads * c->head_dim, half = rope_dim(c) / 2;
+	int64_t vall = x3_arch_dim(c, X3_DIM_V_ALL);
 	struct fwd f = { .m = m, .o = o, .cols = cols };
 	int rc = X3_OK;
 	float *x = o->hidden ? o->hidden : malloc((size_t)T * H * sizeof *x);
 	f.xn = malloc((size_t)ct * i64max(H, qd) * sizeof(float));
 	f.q = malloc((size_t)ct * qd * sizeof(float));
-	f.a = malloc((size_t)ct * i64max(qd, H) * sizeof(float));   /* also the shared expert's output */
+	f.a = malloc((size_t)ct * i64max(i64max(qd, vall), H) * sizeof(float));   /* also the shared expert's output */
 	f.k = malloc((size_t)ct * kvd * sizeof(float));
-	f.v = malloc((size_t)ct * kvd * sizeof(float));
+	f.v = malloc((size_t)ct * i64max(kvd, vall) * sizeof(float));
+	if (c->mla) {
+		f.qa = malloc((size_t)ct * (c->q_lora > 0 ? c->q_lora : 1) * sizeof(float));
+		f.kva = malloc((size_t)ct * (c->kv_lora + c->qk_rope) * sizeof(float));
+		f.ckv = malloc((size_t)ct * c->kv_lora * sizeof(float));
+		f.kvb = malloc((size_t)ct * x3_arch_dim(c, X3_DIM_KV_B) * sizeof(float));
+	}
+	int mla_fail = c->mla && (!f.qa || !f.kva || !f.ckv || !f.kvb);
 	int64_t gi = i64max(c->intermediate, c->shared_inter);
 	f.g = malloc((size_t)ct * gi * sizeof(float));
 	f.u = malloc((size_t)ct * gi * sizeof(float));
@@ -694,16 +813,19 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	f.cosv = malloc((size_t)cols * half * sizeof(float));
 	f.sinv = malloc((size_t)cols * half * sizeof(float));
 	double *fr = malloc((size_t)half * sizeof *fr);
-	if (!x || !f.xn || !f.q || !f.a || !f.k || !f.v || !f.g || !f.u || !f.mo || !f.cosv || !f.sinv || !fr) {
+	if (!x || !f.xn || !f.q || !f.a || !f.k || !f.v || !f.g || !f.u || !f.mo || !f.cosv || !f.sinv || !fr ||
+	    mla_fail) {
 		rc = x3_err(X3_ENOMEM, "forward: out of memory for %lld tokens", (long long)T);
 		goto out;
 	}
 	rope_freqs(c, fr);
+	/* yarn scales cos and sin by its attention factor */
+	double af = c->rope_type == 3 ? c->rope_attn_factor : 1.0;
 	for (int64_t p = 0; p < cols; p++)
 		for (int64_t i = 0; i < half; i++) {
 			double ang = (double)p * fr[i];
-			f.cosv[p * half + i] = (float)cos(ang);
-			f.sinv[p * half + i] = (float)sin(ang);
+			f.cosv[p * half + i] = (float)(cos(ang) * af);
+			f.sinv[p * half + i] = (float)(sin(ang) * af);
 		}
 
 	/* embedding rows, converted from the mmap'd table (unless resuming) */
@@ -778,5 +900,6 @@ out:
 		free(x);
 	free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u), free(f.mo);
 	free(f.cosv), free(f.sinv), free(fr);
+	free(f.qa), free(f.kva), free(f.ckv), free(f.kvb);
 	return rc;
 }

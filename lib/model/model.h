@@ -4,7 +4,10 @@
  * Architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
  * (q/k/v biases), Qwen3ForCausalLM (per-head q/k RMSNorm). GQA, RoPE in the
  * rotate_half convention with rope_theta and the "default", "linear" and
- * "llama3" rope_scaling types, tied or separate lm_head, SiLU-gated MLP.
+ * "llama3" rope_scaling types, tied or separate lm_head, SiLU-gated MLP;
+ * the mixture-of-experts Mixtral, Qwen2-MoE, Qwen3-MoE (lib/moe.c) and
+ * DeepseekV3ForCausalLM (multi-head latent attention, "yarn" rope_scaling,
+ * grouped sigmoid routing, shared experts).
  *
  * The forward runs layer by layer over all token rows: the hidden states of
  * every token are kept (rows*cols*hidden floats), one layer's weights are

@@ -35,6 +35,65 @@ static void topk(const float *l, int64_t n, int64_t k, int renorm, int32_t *idx,
 	}
 }
 
+/* DeepSeek V3's grouped sigmoid routing of logits l (n) (moe.h): idx, w */
+static void topk_grouped(const struct x3_moe *p, const float *l, int32_t *idx, float *w)
+{
+	int64_t n = p->n_experts, G = p->n_group > 0 ? p->n_group : 1, per = n / G, K = p->top_k;
+	double *s = malloc((size_t)n * sizeof *s), *c = malloc((size_t)n * sizeof *c);
+	double *gs = malloc((size_t)G * sizeof *gs);
+	char *keep = calloc((size_t)G, 1);
+	if (!s || !c || !gs || !keep)
+		abort();   /* a few experts' worth: treated as the allocator's failure */
+	for (int64_t e = 0; e < n; e++) {
+		s[e] = 1.0 / (1.0 + exp(-(double)l[e]));
+		c[e] = s[e] + (p->score_bias ? p->score_bias[e] : 0.0);
+	}
+	for (int64_t g = 0; g < G; g++) {
+		double b1 = -INFINITY, b2 = -INFINITY;
+		for (int64_t e = g * per; e < (g + 1) * per; e++)
+			if (c[e] > b1)
+				b2 = b1, b1 = c[e];
+			else if (c[e] > b2)
+				b2 = c[e];
+		gs[g] = b1 + (per > 1 ? b2 : 0);
+	}
+	for (int64_t j = 0; j < p->topk_group && j < G; j++) {
+		int64_t best = -1;
+		for (int64_t g = 0; g < G; g++)
+			if (!keep[g] && (best < 0 || gs[g] > gs[best]))
+				best = g;
+		keep[best] = 1;
+	}
+	for (int64_t e = 0; e < n; e++)
+		if (!keep[e / per])
+			c[e] = 0.0;
+	double sum = 0;
+	for (int64_t j = 0; j < K; j++) {
+		int64_t best = -1;
+		for (int64_t e = 0; e < n; e++) {
+			int used = 0;
+			for (int64_t i = 0; i < j && !used; i++)
+				used = idx[i] == e;
+			if (!used && (best < 0 || c[e] > c[best]))
+				best = e;
+		}
+		idx[j] = (int32_t)best;
+		sum += s[best];
+	}
+	for (int64_t j = 0; j < K; j++)
+		w[j] = (float)((p->renorm ? s[idx[j]] / (sum + 1e-20) : s[idx[j]]) * p->scale);
+	free(s), free(c), free(gs), free(keep);
+}
+
+/* The routing of one token's logits l (n_experts). */
+static void route_one(const struct x3_moe *p, const float *l, int32_t *idx, float *w)
+{
+	if (p->sigmoid)
+		topk_grouped(p, l, idx, w);
+	else
+		topk(l, p->n_experts, p->top_k, p->renorm, idx, w);
+}
+
 int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, int32_t *idx, float *w)
 {
 	float *l = malloc((size_t)(nt * p->n_experts) * sizeof *l);
@@ -43,8 +102,7 @@ int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg
 	int rc = x3_gemm_xwt(x, nt, seg, p->hidden, p->router, p->n_experts, l);
 	if (!rc)
 		for (int64_t t = 0; t < nt; t++)
-			topk(l + t * p->n_experts, p->n_experts, p->top_k, p->renorm, idx + t * p->top_k,
-			     w + t * p->top_k);
+			route_one(p, l + t * p->n_experts, idx + t * p->top_k, w + t * p->top_k);
 	free(l);
 	return rc;
 }
@@ -112,7 +170,7 @@ void x3_moe_ref(const struct x3_moe *p, const float *const *gate, const float *c
 				s += (double)p->router[e * H + i] * xt[i];
 			l[e] = (float)s;
 		}
-		topk(l, E, K, p->renorm, ki, kw);
+		route_one(p, l, ki, kw);
 		if (idx)
 			memcpy(idx + t * K, ki, (size_t)K * sizeof *ki);
 		if (w)

@@ -1,7 +1,7 @@
 /* moe.h: a mixture-of-experts MLP block on CPU: softmax top-k routing and
  * the experts' SiLU-gated MLPs over the tokens routed to each.
  *
- * Routing (Mixtral, Qwen2-MoE, Qwen3-MoE): logits = x · routerᵀ, p =
+ * Routing (Mixtral, Qwen2-MoE, Qwen3-MoE; DeepSeek V3's below): logits = x · routerᵀ, p =
  * softmax(logits) over all experts, the top k of p (ties: the lower expert
  * first), their weights renormalized to sum 1 when renorm is set (Mixtral
  * always; Qwen: norm_topk_prob). The output of a token is
@@ -31,6 +31,17 @@ struct x3_moe {
 	 * expert e is about to get, before its gate (the Hessian capture's
 	 * weighted mode). Non-zero aborts. */
 	int (*weights)(void *ctx, int64_t e, const float *w, int64_t n);
+	/* DeepSeek V3 routing (sigmoid set; renorm is norm_topk_prob): scores
+	 * s = sigmoid(logits); the choice reads s + score_bias (may be NULL):
+	 * the experts split into n_group groups of consecutive numbers, each
+	 * group scored by the sum of its best two, the experts outside the best
+	 * topk_group groups set to 0 (as Hugging Face's masked_fill), then the
+	 * top k; the weights are their s, renormalized (renorm: divided by
+	 * their sum + 1e-20), times scale. */
+	int sigmoid;
+	const float *score_bias;  /* (n_experts) e_score_correction_bias */
+	int64_t n_group, topk_group;
+	double scale;
 };
 
 /* The top k experts of each of the nt rows of x (nt, hidden): idx and w

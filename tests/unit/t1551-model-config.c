@@ -1,5 +1,6 @@
 /* t1551: config.json parsing: architectures, defaults, rope_scaling,
  * unsupported options (X3_EUNSUP naming them), malformed input. */
+#include <math.h>
 #include "test.h"
 #include "model.h"
 
@@ -45,9 +46,14 @@ int main(void)
 	               ", \"attention_bias\": true, \"mlp_bias\": true}", &c), "llama biases");
 	CHECK(c.qkv_bias && c.o_bias && c.mlp_bias, "attention_bias and mlp_bias");
 
+	CHECK_OK(parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
+	               ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", &c), "yarn rope_scaling");
+	/* Hugging Face's default attention factor: 0.1 ln(factor) + 1 */
+	CHECK(c.rope_type == 3 && c.rope_beta_fast == 32 && c.rope_beta_slow == 1 &&
+	      fabs(c.rope_attn_factor - (0.1 * log(4.0) + 1)) < 1e-12, "yarn values (beta 32/1, attention factor)");
 	int rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
-	               ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", &c);
-	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "yarn"), "yarn -> EUNSUP: %s", x3_errmsg());
+	               ", \"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}}", &c);
+	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "longrope"), "longrope -> EUNSUP: %s", x3_errmsg());
 	rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE ", \"partial_rotary_factor\": 0.5}", &c);
 	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "partial_rotary_factor"), "partial rotary: %s",
 	      x3_errmsg());

@@ -58,7 +58,8 @@ int main(void)
 	float y[NT * H], yr[NT * H], w[NT * E], wr[NT * E];
 	int32_t idx[NT * E], idr[NT * E];
 	for (int renorm = 0; renorm < 2; renorm++) {
-		struct x3_moe p = { E, 2, H, I, renorm, router, apply, NULL, NULL };
+		struct x3_moe p = { .n_experts = E, .top_k = 2, .hidden = H, .inter = I, .renorm = renorm,
+		                    .router = router, .apply = apply };
 		memset(xtx, 0, sizeof xtx), memset(seen, 0, sizeof seen);
 		CHECK_OK(x3_moe_route(&p, x, NT, 0, idx, w), "route");
 		CHECK_OK(x3_moe_forward(&p, x, NT, 0, y), "forward");
@@ -104,7 +105,8 @@ int main(void)
 	for (int e = 1; e < E; e++)
 		memcpy(gw[e], gw[0], sizeof(float) * I * H), memcpy(uw[e], uw[0], sizeof(float) * I * H),
 		memcpy(dw[e], dw[0], sizeof(float) * H * I);
-	struct x3_moe p = { E, E, H, I, 1, router, apply, NULL, NULL };
+	struct x3_moe p = { .n_experts = E, .top_k = E, .hidden = H, .inter = I, .renorm = 1,
+	                    .router = router, .apply = apply };
 	CHECK_OK(x3_moe_forward(&p, x, NT, 0, y), "forward, top k = all");
 	float gd[NT * I], ud[NT * I], yd[NT * H];
 	x3_gemm_xwt(x, NT, 0, H, gw[0], I, gd);
@@ -119,7 +121,8 @@ int main(void)
 	for (int e = 1; e < E; e++)
 		for (int i = 0; i < I * H; i++)
 			gw[e][i] = (float)(0.2 * x3_rng_normal(&g));
-	struct x3_moe p1 = { E, 1, H, I, 1, router, apply, NULL, NULL };
+	struct x3_moe p1 = { .n_experts = E, .top_k = 1, .hidden = H, .inter = I, .renorm = 1,
+	                     .router = router, .apply = apply };
 	CHECK_OK(x3_moe_forward(&p1, x, NT, 0, y), "forward, distinct experts");
 	d = maxdiff(y, yd, NT * H, &sc);
 	CHECK(d > 1e-2 * sc, "distinct experts are not the dense MLP (the check can fail)");

@@ -1,0 +1,512 @@
+/* t1555-deepseek-forward: DeepSeek V3 (DeepseekV3ForCausalLM) written here
+ * (seeded, F32) and run by the model library: its logits match a plain
+ * double-precision reference written in this file from Hugging Face's
+ * modeling_deepseek_v3.py (transformers is not available here, so the
+ * reference is this file's loops):
+ *   - multi-head latent attention as naive attention over the decompressed
+ *     keys and values of every position (kv_b applied per position, every
+ *     head its own key: nope part | the shared rope key), the rope part
+ *     rotated the Hugging Face way (rope_interleave: de-interleaved, then
+ *     rotate-half), yarn inverse frequencies and attention factor, the
+ *     softmax scale with the mscale_all_dim correction;
+ *   - the routing per token by sorting: sigmoid scores, the choice on
+ *     score + e_score_correction_bias, the best topk_group of n_group
+ *     groups (each by the sum of its two best), top k, weights from the
+ *     plain scores (norm_topk_prob), times routed_scaling_factor; the
+ *     shared experts added; the first first_k_dense_replace layers dense.
+ * Variants: q_lora_rank set / null, interleaved / rotate-half RoPE, yarn /
+ * none, attention_bias, norm_topk_prob false. The dimensions are not
+ * multiples of 128 (hidden 40, kv_lora 20, q_lora 28, v 6). Also: the
+ * routing moves the output (a model with the correction bias changed
+ * differs), and bad configs fail naming the key. */
+#include <math.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "test.h"
+#include "model.h"
+#include "safetensors.h"
+
+struct ds {
+	int hidden, inter, layers, heads, vocab;
+	int q_lora, kv_lora, nope, rope, vd;
+	int E, K, moe_inter, n_shared, n_group, topk_group, first_dense;
+	int interleave, yarn, bias, norm_topk;
+	double scale;           /* routed_scaling_factor */
+};
+/* yarn as configured: factor 4, mscale 0.9, mscale_all_dim 0.7, original 64 */
+#define YF 4.0
+#define YMS 0.9
+#define YMSA 0.7
+#define YORIG 64.0
+#define THETA 100.0
+
+struct tens { char name[128]; int r, c; double *v; };
+static struct tens T[512];
+static int nT;
+
+static void add(const char *name, int r, int c, double scale, double mean, x3_rng *g)
+{
+	struct tens *t = &T[nT++];
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->r = r, t->c = c;
+	t->v = malloc(sizeof(double) * (size_t)r * (c ? c : 1));
+	for (int i = 0; i < r * (c ? c : 1); i++)
+		t->v[i] = (double)(float)(mean + scale * x3_rng_normal(g));
+}
+
+static const double *get(const char *fmt, int l)
+{
+	char n[160];
+	snprintf(n, sizeof n, fmt, l);
+	for (int i = 0; i < nT; i++)
+		if (!strcmp(T[i].name, n))
+			return T[i].v;
+	return NULL;
+}
+
+static const double *getx(const char *fmt, int l, int e)
+{
+	char n[160];
+	snprintf(n, sizeof n, fmt, l, e);
+	return get(n, 0);
+}
+
+static void build(const struct ds *s, uint64_t seed)
+{
+	x3_rng g;
+	x3_rng_seed(&g, seed, 0);
+	for (int i = 0; i < nT; i++)
+		free(T[i].v);
+	nT = 0;
+	char n[160];
+	int H = s->hidden, qd = s->heads * (s->nope + s->rope);
+	add("model.embed_tokens.weight", s->vocab, H, 1.0, 0, &g);
+	for (int l = 0; l < s->layers; l++) {
+#define L(x) (snprintf(n, sizeof n, "model.layers.%d." x, l), n)
+		add(L("input_layernorm.weight"), H, 0, 0.1, 1, &g);
+		add(L("post_attention_layernorm.weight"), H, 0, 0.1, 1, &g);
+		if (s->q_lora) {
+			add(L("self_attn.q_a_proj.weight"), s->q_lora, H, 1 / sqrt(H), 0, &g);
+			add(L("self_attn.q_a_layernorm.weight"), s->q_lora, 0, 0.1, 1, &g);
+			add(L("self_attn.q_b_proj.weight"), qd, s->q_lora, 1 / sqrt(s->q_lora), 0, &g);
+			if (s->bias)
+				add(L("self_attn.q_a_proj.bias"), s->q_lora, 0, 0.3, 0, &g);
+		} else {
+			add(L("self_attn.q_proj.weight"), qd, H, 1 / sqrt(H), 0, &g);
+		}
+		add(L("self_attn.kv_a_proj_with_mqa.weight"), s->kv_lora + s->rope, H, 1 / sqrt(H), 0, &g);
+		add(L("self_attn.kv_a_layernorm.weight"), s->kv_lora, 0, 0.1, 1, &g);
+		add(L("self_attn.kv_b_proj.weight"), s->heads * (s->nope + s->vd), s->kv_lora, 1 / sqrt(s->kv_lora), 0, &g);
+		add(L("self_attn.o_proj.weight"), H, s->heads * s->vd, 1 / sqrt(s->heads * s->vd), 0, &g);
+		if (s->bias) {
+			add(L("self_attn.kv_a_proj_with_mqa.bias"), s->kv_lora + s->rope, 0, 0.3, 0, &g);
+			add(L("self_attn.o_proj.bias"), H, 0, 0.3, 0, &g);
+		}
+		if (l < s->first_dense) {
+			add(L("mlp.gate_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
+			add(L("mlp.up_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
+			add(L("mlp.down_proj.weight"), H, s->inter, 1 / sqrt(s->inter), 0, &g);
+			continue;
+		}
+		add(L("mlp.gate.weight"), s->E, H, 1 / sqrt(H), 0, &g);
+		add(L("mlp.gate.e_score_correction_bias"), s->E, 0, 0.2, 0, &g);
+		for (int e = 0; e < s->E; e++) {
+			char m[160];
+#define LE(x) (snprintf(m, sizeof m, "model.layers.%d.mlp.experts.%d." x, l, e), m)
+			add(LE("gate_proj.weight"), s->moe_inter, H, 1 / sqrt(H), 0, &g);
+			add(LE("up_proj.weight"), s->moe_inter, H, 1 / sqrt(H), 0, &g);
+			add(LE("down_proj.weight"), H, s->moe_inter, 1 / sqrt(s->moe_inter), 0, &g);
+#undef LE
+		}
+		int si = s->n_shared * s->moe_inter;
+		add(L("mlp.shared_experts.gate_proj.weight"), si, H, 1 / sqrt(H), 0, &g);
+		add(L("mlp.shared_experts.up_proj.weight"), si, H, 1 / sqrt(H), 0, &g);
+		add(L("mlp.shared_experts.down_proj.weight"), H, si, 1 / sqrt(si), 0, &g);
+#undef L
+	}
+	add("model.norm.weight", H, 0, 0.1, 1, &g);
+	add("lm_head.weight", s->vocab, H, 1 / sqrt(H), 0, &g);
+}
+
+static int write_model(const struct ds *s, const char *dir, const char *extra)
+{
+	mkdir(dir, 0755);
+	x3_stw *w;
+	int rc = x3_stw_create(dir, 0, &w);
+	if (rc)
+		return rc;
+	for (int i = 0; i < nT && !rc; i++) {
+		x3_tensor *t = T[i].c ? x3_tensor_new2(T[i].name, X3_F32, T[i].r, T[i].c)
+		                      : x3_tensor_new1(T[i].name, X3_F32, T[i].r);
+		float *f = (float *)t->data;
+		for (int64_t j = 0; j < x3_tensor_numel(t); j++)
+			f[j] = (float)T[i].v[j];
+		rc = x3_stw_module(w);
+		if (!rc)
+			rc = x3_stw_add(w, t);
+		x3_tensor_free(t);
+	}
+	if (rc) {
+		x3_stw_abort(w);
+		return rc;
+	}
+	if ((rc = x3_stw_commit(w)))
+		return rc;
+	char p[600], js[4096], ql[32];
+	snprintf(ql, sizeof ql, s->q_lora ? "%d" : "null", s->q_lora);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	snprintf(js, sizeof js,
+	         "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", "
+	         "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
+	         "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"vocab_size\": %d, "
+	         "\"rms_norm_eps\": 1e-6, \"rope_theta\": %g, \"max_position_embeddings\": 256, "
+	         "\"q_lora_rank\": %s, \"kv_lora_rank\": %d, \"qk_nope_head_dim\": %d, \"qk_rope_head_dim\": %d, "
+	         "\"v_head_dim\": %d, \"n_routed_experts\": %d, \"num_experts_per_tok\": %d, "
+	         "\"moe_intermediate_size\": %d, \"n_shared_experts\": %d, \"n_group\": %d, \"topk_group\": %d, "
+	         "\"first_k_dense_replace\": %d, \"routed_scaling_factor\": %g, \"norm_topk_prob\": %s, "
+	         "\"scoring_func\": \"sigmoid\", \"topk_method\": \"noaux_tc\", \"rope_interleave\": %s, "
+	         "\"attention_bias\": %s, \"hidden_act\": \"silu\", \"tie_word_embeddings\": false%s%s}",
+	         s->hidden, s->inter, s->layers, s->heads, s->heads, s->vocab, THETA, ql, s->kv_lora, s->nope,
+	         s->rope, s->vd, s->E, s->K, s->moe_inter, s->n_shared, s->n_group, s->topk_group,
+	         s->first_dense, s->scale, s->norm_topk ? "true" : "false", s->interleave ? "true" : "false",
+	         s->bias ? "true" : "false",
+	         s->yarn ? ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, \"mscale\": 0.9, "
+	                   "\"mscale_all_dim\": 0.7, \"original_max_position_embeddings\": 64, "
+	                   "\"beta_fast\": 32, \"beta_slow\": 1}" : "",
+	         extra ? extra : "");
+	return x3_write_file_atomic(p, js, strlen(js));
+}
+
+/* ---- the reference (double, token by token) -------------------------- */
+static void rms(double *y, const double *x, const double *w, int n)
+{
+	double s = 0;
+	for (int i = 0; i < n; i++)
+		s += x[i] * x[i];
+	s = 1 / sqrt(s / n + 1e-6);
+	for (int i = 0; i < n; i++)
+		y[i] = x[i] * s * w[i];
+}
+
+static void mv(double *y, const double *W, const double *b, const double *x, int out, int in)
+{
+	for (int o = 0; o < out; o++) {
+		double a = b ? b[o] : 0;
+		for (int i = 0; i < in; i++)
+			a += W[(size_t)o * in + i] * x[i];
+		y[o] = a;
+	}
+}
+
+static double mscale(double s, double m) { return s <= 1 ? 1 : 0.1 * m * log(s) + 1; }
+
+/* Hugging Face's inverse frequencies (default or yarn) of dim d */
+static double inv_freq(const struct ds *s, int i)
+{
+	int d = s->rope;
+	double base = pow(THETA, 2.0 * i / d);
+	if (!s->yarn)
+		return 1 / base;
+	double lo = floor(d * log(YORIG / (32 * 2 * M_PI)) / (2 * log(THETA)));
+	double hi = ceil(d * log(YORIG / (1 * 2 * M_PI)) / (2 * log(THETA)));
+	lo = lo < 0 ? 0 : lo, hi = hi > d - 1 ? d - 1 : hi;
+	if (lo == hi)
+		hi += 0.001;
+	double ramp = (i - lo) / (hi - lo);
+	ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+	double extra = 1 - ramp;
+	return 1 / (YF * base) * (1 - extra) + 1 / base * extra;
+}
+
+/* RoPE on the rope part v (d) at position pos, as Hugging Face does it: with
+ * interleave first de-interleaved (evens, then odds), then rotate-half with
+ * cos/sin times the attention factor. */
+static void rope(double *v, int pos, const struct ds *s)
+{
+	int d = s->rope, h = d / 2;
+	double tmp[64];
+	for (int i = 0; i < d; i++)
+		tmp[i] = s->interleave ? (i < h ? v[2 * i] : v[2 * (i - h) + 1]) : v[i];
+	double af = s->yarn ? mscale(YF, YMS) / mscale(YF, YMSA) : 1;
+	for (int i = 0; i < h; i++) {
+		double f = inv_freq(s, i), c = cos(pos * f) * af, sn = sin(pos * f) * af;
+		v[i] = tmp[i] * c - tmp[i + h] * sn;
+		v[i + h] = tmp[i + h] * c + tmp[i] * sn;
+	}
+}
+
+static const double *cmp_key;
+static int cmp_desc(const void *a, const void *b)
+{
+	double x = cmp_key[*(const int *)a], y = cmp_key[*(const int *)b];
+	return x > y ? -1 : x < y ? 1 : *(const int *)a - *(const int *)b;
+}
+
+/* the routed experts of one token by sorting: idx (K), w (K) */
+static void route(const struct ds *s, const double *logit, const double *bias, int *idx, double *w)
+{
+	int E = s->E, per = E / s->n_group, ord[256], gord[64];
+	double sc[256], ch[256], gs[64];
+	for (int e = 0; e < E; e++) {
+		sc[e] = 1 / (1 + exp(-logit[e]));
+		ch[e] = sc[e] + bias[e];
+	}
+	for (int g = 0; g < s->n_group; g++) {
+		for (int j = 0; j < per; j++)
+			ord[j] = g * per + j;
+		cmp_key = ch;
+		qsort(ord, (size_t)per, sizeof *ord, cmp_desc);
+		gs[g] = ch[ord[0]] + ch[ord[1]];
+		gord[g] = g;
+	}
+	cmp_key = gs;
+	qsort(gord, (size_t)s->n_group, sizeof *gord, cmp_desc);
+	for (int e = 0; e < E; e++) {
+		int keep = 0;
+		for (int j = 0; j < s->topk_group; j++)
+			keep |= gord[j] == e / per;
+		if (!keep)
+			ch[e] = 0;
+		ord[e] = e;
+	}
+	cmp_key = ch;
+	qsort(ord, (size_t)E, sizeof *ord, cmp_desc);
+	double sum = 0;
+	for (int j = 0; j < s->K; j++)
+		idx[j] = ord[j], sum += sc[ord[j]];
+	for (int j = 0; j < s->K; j++)
+		w[j] = (s->norm_topk ? sc[idx[j]] / (sum + 1e-20) : sc[idx[j]]) * s->scale;
+}
+
+static void mlp(double *y, const double *x, const double *G, const double *U, const double *D, int H, int I)
+{
+	double g[512], u[512];
+	mv(g, G, NULL, x, I, H);
+	mv(u, U, NULL, x, I, H);
+	for (int i = 0; i < I; i++)
+		g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+	mv(y, D, NULL, g, H, I);
+}
+
+static void ref_forward(const struct ds *s, const int32_t *tok, int n, double *logits)
+{
+	int H = s->hidden, nh = s->heads, qkd = s->nope + s->rope, kvb = s->nope + s->vd;
+	double *x = calloc((size_t)n * H, sizeof *x), xn[256], o[256], y[256];
+	double *q = malloc(sizeof(double) * n * nh * qkd), *lat = malloc(sizeof(double) * n * (s->kv_lora + s->rope));
+	double *K = malloc(sizeof(double) * n * nh * qkd), *V = malloc(sizeof(double) * n * nh * s->vd);
+	double *a = malloc(sizeof(double) * nh * s->vd), *sc = malloc(sizeof(double) * n);
+	double qa[256], ckv[256], kv[1024];
+	double sm = 1 / sqrt(qkd) * (s->yarn ? mscale(YF, YMSA) * mscale(YF, YMSA) : 1);
+	const double *E = get("model.embed_tokens.weight", 0);
+	for (int t = 0; t < n; t++)
+		memcpy(x + t * H, E + (size_t)tok[t] * H, sizeof(double) * H);
+	for (int l = 0; l < s->layers; l++) {
+#define W(x) get("model.layers.%d." x, l)
+		for (int t = 0; t < n; t++) {
+			rms(xn, x + t * H, W("input_layernorm.weight"), H);
+			if (s->q_lora) {
+				mv(qa, W("self_attn.q_a_proj.weight"), W("self_attn.q_a_proj.bias"), xn, s->q_lora, H);
+				rms(qa, qa, W("self_attn.q_a_layernorm.weight"), s->q_lora);
+				mv(q + t * nh * qkd, W("self_attn.q_b_proj.weight"), NULL, qa, nh * qkd, s->q_lora);
+			} else {
+				mv(q + t * nh * qkd, W("self_attn.q_proj.weight"), NULL, xn, nh * qkd, H);
+			}
+			double *lt = lat + t * (s->kv_lora + s->rope);
+			mv(lt, W("self_attn.kv_a_proj_with_mqa.weight"), W("self_attn.kv_a_proj_with_mqa.bias"), xn,
+			   s->kv_lora + s->rope, H);
+			rope(lt + s->kv_lora, t, s);
+			for (int h = 0; h < nh; h++)
+				rope(q + (t * nh + h) * qkd + s->nope, t, s);
+			/* decompress this position's keys and values, every head */
+			rms(ckv, lt, W("self_attn.kv_a_layernorm.weight"), s->kv_lora);
+			mv(kv, W("self_attn.kv_b_proj.weight"), NULL, ckv, nh * kvb, s->kv_lora);
+			for (int h = 0; h < nh; h++) {
+				for (int e = 0; e < s->nope; e++)
+					K[(t * nh + h) * qkd + e] = kv[h * kvb + e];
+				for (int e = 0; e < s->rope; e++)
+					K[(t * nh + h) * qkd + s->nope + e] = lt[s->kv_lora + e];
+				for (int e = 0; e < s->vd; e++)
+					V[(t * nh + h) * s->vd + e] = kv[h * kvb + s->nope + e];
+			}
+		}
+		for (int t = 0; t < n; t++) {
+			for (int h = 0; h < nh; h++) {
+				double mx = -1e300, sum = 0;
+				for (int j = 0; j <= t; j++) {
+					double d = 0;
+					for (int e = 0; e < qkd; e++)
+						d += q[(t * nh + h) * qkd + e] * K[(j * nh + h) * qkd + e];
+					sc[j] = d * sm;
+					mx = sc[j] > mx ? sc[j] : mx;
+				}
+				for (int j = 0; j <= t; j++)
+					sum += sc[j] = exp(sc[j] - mx);
+				for (int e = 0; e < s->vd; e++) {
+					double acc = 0;
+					for (int j = 0; j <= t; j++)
+						acc += sc[j] * V[(j * nh + h) * s->vd + e];
+					a[h * s->vd + e] = acc / sum;
+				}
+			}
+			mv(o, W("self_attn.o_proj.weight"), W("self_attn.o_proj.bias"), a, H, nh * s->vd);
+			for (int i = 0; i < H; i++)
+				x[t * H + i] += o[i];
+		}
+		for (int t = 0; t < n; t++) {
+			rms(xn, x + t * H, W("post_attention_layernorm.weight"), H);
+			if (l < s->first_dense) {
+				mlp(o, xn, W("mlp.gate_proj.weight"), W("mlp.up_proj.weight"), W("mlp.down_proj.weight"), H,
+				    s->inter);
+			} else {
+				double lg[256], w[16];
+				int idx[16];
+				mv(lg, W("mlp.gate.weight"), NULL, xn, s->E, H);
+				route(s, lg, W("mlp.gate.e_score_correction_bias"), idx, w);
+				mlp(o, xn, W("mlp.shared_experts.gate_proj.weight"), W("mlp.shared_experts.up_proj.weight"),
+				    W("mlp.shared_experts.down_proj.weight"), H, s->n_shared * s->moe_inter);
+				for (int j = 0; j < s->K; j++) {
+					mlp(y, xn, getx("model.layers.%d.mlp.experts.%d.gate_proj.weight", l, idx[j]),
+					    getx("model.layers.%d.mlp.experts.%d.up_proj.weight", l, idx[j]),
+					    getx("model.layers.%d.mlp.experts.%d.down_proj.weight", l, idx[j]), H, s->moe_inter);
+					for (int i = 0; i < H; i++)
+						o[i] += w[j] * y[i];
+				}
+			}
+			for (int i = 0; i < H; i++)
+				x[t * H + i] += o[i];
+		}
+#undef W
+	}
+	for (int t = 0; t < n; t++) {
+		rms(xn, x + t * H, get("model.norm.weight", 0), H);
+		mv(logits + (size_t)t * s->vocab, get("lm_head.weight", 0), NULL, xn, s->vocab, H);
+	}
+	free(x), free(q), free(lat), free(K), free(V), free(a), free(sc);
+}
+
+/* max |model - reference| / max |reference| over rows x cols tokens; the
+ * model's logits in *lgo (malloc'd) when lgo is set */
+static double compare(const struct ds *s, const char *dir, int rows, int cols, float **lgo)
+{
+	x3_model *m;
+	int rc = x3_model_open(dir, NULL, &m);
+	if (rc) {
+		printf("# open: %s\n", x3_errmsg());
+		return 1e9;
+	}
+	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
+	for (int i = 0; i < rows * cols; i++)
+		tok[i] = (i * 7 + 3) % s->vocab;
+	float *lg = malloc(sizeof(float) * rows * cols * s->vocab);
+	double *ref = malloc(sizeof(double) * cols * s->vocab), err = 0, mag = 0;
+	struct x3_forward_opts o;
+	x3_forward_opts_init(&o, m);
+	o.logits_mode = X3_LOGITS_ALL;
+	o.logits = lg;
+	o.chunk_tokens = cols;
+	if ((rc = x3_model_forward(m, tok, rows, cols, &o))) {
+		printf("# forward: %s\n", x3_errmsg());
+		err = 1e9;
+	}
+	for (int r = 0; r < rows && !rc; r++) {
+		ref_forward(s, tok + r * cols, cols, ref);
+		for (int i = 0; i < cols * s->vocab; i++) {
+			double d = fabs(ref[i] - lg[(size_t)r * cols * s->vocab + i]);
+			err = d > err ? d : err;
+			mag = fabs(ref[i]) > mag ? fabs(ref[i]) : mag;
+		}
+	}
+	free(tok), free(ref);
+	if (lgo)
+		*lgo = lg;
+	else
+		free(lg);
+	x3_model_close(m);
+	return err / (mag > 0 ? mag : 1);
+}
+
+static char tmp[256];
+static const char *path(const char *name)
+{
+	static char p[4][512];
+	static int k;
+	k = (k + 1) % 4;
+	snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
+	return p[k];
+}
+
+static int bad(const struct ds *s, const char *name, const char *extra, const char *want)
+{
+	if (write_model(s, path(name), extra))
+		return 0;
+	x3_model *m;
+	int rc = x3_model_open(path(name), NULL, &m);
+	if (!rc) {
+		x3_model_close(m);
+		return 0;
+	}
+	if (!strstr(x3_errmsg(), want))
+		printf("# %s: got '%s'\n", name, x3_errmsg());
+	return strstr(x3_errmsg(), want) != NULL;
+}
+
+int main(void)
+{
+	snprintf(tmp, sizeof tmp, "%s/t1555.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+	if (!mkdtemp(tmp)) {
+		CHECK(0, "mkdtemp");
+		TEST_DONE();
+	}
+	/* hidden inter layers heads vocab | q_lora kv_lora nope rope v | E K moe_inter
+	 * n_shared n_group topk_group first_dense | interleave yarn bias norm_topk | scale */
+	struct ds a = { 40, 56, 3, 3, 50, 28, 20, 8, 8, 6, 8, 3, 12, 2, 4, 2, 1, 1, 1, 0, 1, 2.5 };
+	build(&a, 1);
+	CHECK_OK(write_model(&a, path("a"), NULL), "write DeepSeek V3: q_lora 28, kv_lora 20, yarn, 8 experts "
+	         "in 4 groups, top 3 of the best 2 groups, 2 shared, layer 0 dense");
+	x3_model *m;
+	CHECK_OK(x3_model_open(path("a"), NULL, &m), "open it");
+	if (m) {
+		const x3_model_config *c = x3_model_cfg(m);
+		double ms = 0.1 * YMSA * log(YF) + 1;
+		CHECK(c->mla && c->head_dim == 16 && c->shared_inter == 24 && c->first_dense == 1 &&
+		      fabs(c->attn_scale - ms * ms / 4) < 1e-12 && c->rope_type == 3,
+		      "config: MLA, head 8 + 8, shared 2 x 12, softmax scale 16^-0.5 mscale(4, 0.7)^2");
+		x3_model_close(m);
+	}
+	float *lga = NULL;
+	double e = compare(&a, path("a"), 2, 13, &lga);
+	CHECK(e < 1e-5, "forward == the reference (naive attention over decompressed k/v, per-token "
+	      "routing) (rel err %.2g)", e);
+
+	/* the correction bias chooses the experts: another one gives other logits */
+	struct ds a2 = a;
+	for (int i = 0; i < nT; i++)
+		if (strstr(T[i].name, "e_score_correction_bias"))
+			for (int j = 0; j < T[i].r; j++)
+				T[i].v[j] = -T[i].v[j] * 8;
+	CHECK_OK(write_model(&a2, path("a2"), NULL), "write it with other correction biases");
+	float *lgb = NULL;
+	e = compare(&a2, path("a2"), 2, 13, &lgb);
+	CHECK(e < 1e-5, "... == the reference (rel err %.2g)", e);
+	double diff = 0;
+	for (int i = 0; lga && lgb && i < 2 * 13 * a.vocab; i++)
+		diff = fmax(diff, fabs((double)lga[i] - lgb[i]));
+	CHECK(diff > 1e-2, "... and the routing moved the logits (max change %.3g)", diff);
+	free(lga), free(lgb);
+
+	struct ds b = { 40, 56, 2, 2, 50, 0, 20, 6, 4, 10, 6, 2, 10, 1, 3, 1, 0, 0, 0, 1, 0, 1.0 };
+	build(&b, 2);
+	CHECK_OK(write_model(&b, path("b"), NULL), "write: q_lora null (q_proj), rotate-half rope, no yarn, "
+	         "attention_bias, norm_topk_prob false, no dense layer, 3 groups of 2, top 2 of 1 group");
+	e = compare(&b, path("b"), 1, 9, NULL);
+	CHECK(e < 1e-5, "forward == the reference (rel err %.2g)", e);
+
+	/* bad configs */
+	build(&a, 1);
+	CHECK(bad(&a, "c1", ", \"n_group\": 3", "n_group = 3"), "8 experts in 3 groups: named");
+	CHECK(bad(&a, "c2", ", \"scoring_func\": \"softmax\"", "scoring_func 'softmax'"), "softmax scoring: named");
+	CHECK(bad(&a, "c3", ", \"topk_group\": 5", "'topk_group' = 5"), "topk_group > n_group: named");
+	CHECK(bad(&a, "c4", ", \"moe_layer_freq\": 2", "moe_layer_freq"), "moe_layer_freq 2: named");
+	TEST_DONE();
+}
