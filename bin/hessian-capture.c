@@ -25,6 +25,7 @@ static const char usage[] =
 	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
 	"                       [--moe-capture routed|weighted|all] [--min-tokens N]\n"
 	"                       [--report FILE]\n"
+	"                       [--chunk-rows R] [--part I | --list-parts]\n"
 	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
@@ -56,10 +57,17 @@ static const char usage[] =
 	"                   blended with the all-token one of the layer's first chunk\n"
 	"                   (default: the hidden size)\n"
 	"  --report FILE    one JSON line per expert: routed tokens, fallback used\n"
+	"  --chunk-rows R   the calibration in chunks of R rows (default: one chunk of\n"
+	"                   all): H is the sum of the chunks' sums in chunk order, the\n"
+	"                   same bits however many processes captured the chunks\n"
+	"  --part I         capture chunk I (0, 1, ...) only and write its partial\n"
+	"                   sums (F64, with the chunk's metadata) for --merge\n"
+	"  --list-parts     print the chunks' numbers (one a line) and exit\n"
 	"  --f64            accumulate in and write F64 (on the CPU, also with --device)\n"
 	"  --device D       cpu (default), cuda or auto: where the linears of the forward\n"
 	"                   and the accumulation run (cuBLAS; equal up to F32 rounding)\n"
-	"  --merge          sum Hessian streams (stdin and/or files) by name\n"
+	"  --merge          sum Hessian streams (stdin and/or files) by name; --part\n"
+	"                   outputs: every chunk once, summed in chunk order\n"
 	"  --activations    accumulate the Hessian of activation frames (rows x k)\n"
 	"  --name NAME      Hessian name for --activations (default: the frame's\n"
 	"                   'group' metadata, else its name)\n"
@@ -105,21 +113,42 @@ static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
 	return h;
 }
 
-/* Write every accumulator (and free them), checking the dropped rows. */
-static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt)
+/* Where a --part output comes from: its chunk of which calibration. The
+ * frames of a part carry these as metadata, and --merge checks them. */
+static const char *const prov_keys[] = { "chunk", "chunks", "chunk_rows", "calib_rows",
+                                         "calib_xxh3", "products" };
+enum { N_PROV = sizeof prov_keys / sizeof *prov_keys };
+struct prov {
+	char val[N_PROV][32];
+};
+
+static int is_prov_key(const char *key)
+{
+	for (int i = 0; i < N_PROV; i++)
+		if (!strcmp(key, prov_keys[i]))
+			return 1;
+	return 0;
+}
+
+/* Write every accumulator (and free them), checking the dropped rows (of
+ * the whole: not in a part, pv non-NULL, whose frames get its metadata). */
+static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt, const struct prov *pv)
 {
 	for (int i = 0; i < s->n; i++) {
 		x3_hess *h = s->h[i];
 		long long d = x3_hess_dropped(h), c = x3_hess_count(h);
-		if (x3_hess_too_many_dropped(h))
+		if (!pv && x3_hess_too_many_dropped(h))
 			die("'%s': %lld of %lld rows dropped for non-finite values (more than 10%%)",
 			    x3_hess_name(h), d, c + d);
-		if (d)
+		if (!pv && d)
 			warnx("'%s': %lld of %lld rows dropped for non-finite values",
 			      x3_hess_name(h), d, c + d);
 		x3_tensor *t = x3_hess_frame(h, dt);
 		if (!t)
 			die_x3("'%s'", x3_hess_name(h));
+		for (int j = 0; pv && j < N_PROV; j++)
+			if (x3_meta_set(t, prov_keys[j], pv->val[j]))
+				die_x3("'%s'", x3_hess_name(h));
 		if (x3_writer_put(w, t))
 			die_x3("writing '%s'", x3_hess_name(h));
 		x3_tensor_free(t);
@@ -148,6 +177,7 @@ struct exg {
 struct cap {
 	struct hset set;
 	x3_writer *w;
+	const struct prov *pv;   /* --part, else NULL */
 	int f64, n_layers;
 	double t0;
 	long long ntok;
@@ -380,11 +410,25 @@ static float *hid_load(const char *path, const struct hid *want, int64_t hidden,
 	return x;
 }
 
+/* a calibration chunk has run through the layer: its sums join the totals */
+static int cap_seg_done(void *ctx, int layer, int64_t seg)
+{
+	struct cap *k = ctx;
+	(void)layer, (void)seg;
+	for (int i = 0; i < k->set.n; i++) {
+		int rc = x3_hess_end_chunk(k->set.h[i]);
+		if (rc)
+			return rc;
+	}
+	return X3_OK;
+}
+
 static int cap_layer_done(void *ctx, int layer, int n)
 {
 	struct cap *k = ctx;
 	cap_experts_done(k, layer);
-	hset_flush(&k->set, k->w, k->f64 ? X3_F64 : X3_F32);
+	/* a part's sums are written exactly (F64) for the merge */
+	hset_flush(&k->set, k->w, k->f64 || k->pv ? X3_F64 : X3_F32, k->pv);
 	double dt = now_seconds() - k->t0;
 	progress("layer %d/%d done, %.0f tokens/s", layer, n,
 	         dt > 0 ? (double)k->ntok * (layer + 1) / dt : 0.0);
@@ -466,8 +510,8 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 static int do_capture(const char *model, const char *quant, char **texts, int ntexts,
                       const char *tokens, long rows, long cols, int la, int lb, int split,
                       int stream, int even_odd, int strict, long chunk, int f64,
-                      const char *hid_in, const char *hid_out, int moe, long min_tokens,
-                      const char *report, x3_writer *w)
+                      long chunk_rows, long part, const char *hid_in, const char *hid_out,
+                      int moe, long min_tokens, const char *report, x3_writer *w)
 {
 	x3_model_config cfg;
 	if (x3_config_load(model, &cfg))
@@ -496,7 +540,37 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);
 
-	struct cap k = { .w = w, .f64 = f64, .n_layers = n, .t0 = now_seconds(), .ntok = (long long)rows * cols,
+	/* the calibration's chunks: fixed by it, whatever runs them */
+	long crow = chunk_rows > 0 && chunk_rows < rows ? chunk_rows : rows;
+	long nchunks = (rows + crow - 1) / crow;
+	if (part == -2) {   /* --list-parts */
+		for (long i = 0; i < nchunks; i++)
+			if (printf("%ld\n", i) < 0)
+				die("stdout: %s", strerror(errno));
+		free(ids);
+		x3_model_close(m);
+		return 0;
+	}
+	struct prov pv;
+	const int32_t *pids = ids;
+	if (part >= 0) {
+		if (part >= nchunks)
+			die("--part %ld: the calibration's %ld rows make %ld chunk%s of %ld rows (0-%ld)",
+			    part, rows, nchunks, nchunks > 1 ? "s" : "", crow, nchunks - 1);
+		snprintf(pv.val[0], sizeof pv.val[0], "%ld", part);
+		snprintf(pv.val[1], sizeof pv.val[1], "%ld", nchunks);
+		snprintf(pv.val[2], sizeof pv.val[2], "%ld", crow);
+		snprintf(pv.val[3], sizeof pv.val[3], "%ld", rows);
+		tokens_hash(ids, (int64_t)rows * cols, pv.val[4]);
+		snprintf(pv.val[5], sizeof pv.val[5], "%s", f64 ? "f64" : "f32");
+		/* the part's rows alone run (their activations do not depend on
+		 * the others: lib/blas.h, x3_forward_opts.seg_rows) */
+		pids = ids + (size_t)part * crow * cols;
+		rows = rows - part * crow < crow ? rows - part * crow : crow;
+	}
+
+	struct cap k = { .w = w, .pv = part >= 0 ? &pv : NULL, .f64 = f64, .n_layers = n,
+	                 .t0 = now_seconds(), .ntok = (long long)rows * cols,
 	                 .moe = moe, .top_k = cfg.n_experts_tok, .min_tokens = min_tokens < 0 ? (long)cfg.hidden : min_tokens };
 	if (k.min_tokens < 1)   /* an expert no token reaches always falls back */
 		k.min_tokens = 1;
@@ -512,10 +586,13 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.hook_last = lb;
 	fo.last_layer = lb;
 	fo.chunk_tokens = chunk;
+	fo.seg_rows = crow;
+	fo.seg_done = cap_seg_done;
+	fo.seg_done_ctx = &k;
 	fo.layer_done = cap_layer_done;
 	fo.layer_done_ctx = &k;
 	struct hid hd = { .out = hid_out, .layer = la, .rows = rows, .cols = cols };
-	tokens_hash(ids, (int64_t)rows * cols, hd.tokens);
+	tokens_hash(pids, (int64_t)rows * cols, hd.tokens);
 	fo.layer_input = hid_save;
 	fo.layer_input_ctx = &hd;
 	if (hid_in)
@@ -524,7 +601,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	/* the all-token Hessians: of every chunk for --moe-capture all, else of
 	 * the first chunk of each layer (the fallback's) */
 	fo.moe_all_tokens = cfg.n_experts <= 0 ? 0 : moe == MOE_ALL ? INT64_MAX : 1;
-	if (x3_model_forward(m, ids, rows, cols, &fo))
+	if (x3_model_forward(m, pids, rows, cols, &fo))
 		die_x3("%s: forward", model);
 	progress_done();
 	if (cfg.n_experts > 0 && !quiet)
@@ -565,50 +642,190 @@ static void merge_expert_meta(x3_hess *h, const x3_tensor *t)
 		die_x3("'%s'", t->name);
 }
 
-static void do_merge(char **files, int nfiles, int f64, x3_writer *w)
+/* One input of --merge and its next frame (NULL at its end). */
+struct min {
+	const char *file;
+	x3_reader *r;
+	x3_tensor *t;
+	long chunk;      /* a part's chunk */
+	int64_t layer;   /* the layer of t */
+};
+
+static void min_next(struct min *f)
+{
+	int rc = x3_reader_next(f->r, &f->t);
+	if (rc == X3_EOF)
+		f->t = NULL;
+	else if (rc)
+		die_x3("%s", f->file);
+}
+
+/* Add frame t (of file) to the accumulator of its name in s: a chunk of
+ * its own, added in double after the ones before it. */
+static void merge_frame(struct hset *s, const char *file, const x3_tensor *t)
+{
+	if (t->rank != 2 || t->shape[0] != t->shape[1])
+		die("%s: frame '%s' is not a square matrix", file, t->name);
+	const char *mem = x3_meta_get(t, "members");
+	x3_hess *h = hset_find(s, t->name);
+	if (!h) {
+		int64_t layer = -1;
+		x3_meta_get_i64(t, "layer", &layer);
+		h = hset_add(s, t->name, t->shape[0], 1, mem, (int)layer);
+		for (int j = 0; j < t->nmeta; j++)
+			if (!x3_hess_meta_is_computed(t->meta[j].key) && !is_prov_key(t->meta[j].key) &&
+			    x3_hess_set_meta(h, t->meta[j].key, t->meta[j].val))
+				die_x3("%s", file);
+	} else if (mem && strcmp(mem, x3_hess_members(h) ? x3_hess_members(h) : "")) {
+		die("%s: frame '%s': members '%s' differ from the first stream's", file, t->name, mem);
+	} else {
+		merge_expert_meta(h, t);
+	}
+	if (x3_hess_add_frame(h, t))
+		die_x3("%s", file);
+}
+
+/* Whole streams: summed by name in the order given. */
+static void merge_streams(struct min *in, int nin, int f64, x3_writer *w)
 {
 	struct hset s = { 0 };
 	x3_dtype out = f64 ? X3_F64 : X3_DTYPE_COUNT;
+	for (int i = 0; i < nin; i++)
+		for (; in[i].t; min_next(&in[i])) {
+			if (x3_meta_get(in[i].t, "chunk"))
+				die("%s: frame '%s' is a chunk's partial sum (--part), not a whole "
+				    "stream like the first input's", in[i].file, in[i].t->name);
+			if (out == X3_DTYPE_COUNT)
+				out = in[i].t->dtype == X3_F64 ? X3_F64 : X3_F32;
+			merge_frame(&s, in[i].file, in[i].t);
+			x3_tensor_free(in[i].t);
+		}
+	hset_flush(&s, w, out == X3_DTYPE_COUNT ? X3_F32 : out, NULL);
+	free(s.h);
+}
+
+static int by_chunk(const void *a, const void *b)
+{
+	const struct min *x = *(struct min *const *)a, *y = *(struct min *const *)b;
+	return (x->chunk > y->chunk) - (x->chunk < y->chunk);
+}
+
+static int64_t frame_layer(const struct min *f)
+{
+	int64_t l = -1;
+	if (x3_meta_get_i64(f->t, "layer", &l) || l < 0)
+		die("%s: frame '%s' has no 'layer' metadata (not a hessian-capture --part output)",
+		    f->file, f->t->name);
+	return l;
+}
+
+/* The partial sums of --part runs: every chunk of one calibration exactly
+ * once, added in chunk order (whatever the order of the files), so the
+ * result is the single capture's bit for bit. Read layer by layer, so
+ * that only one layer's Hessians are held. */
+static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
+{
+	struct min **c = malloc((size_t)nin * sizeof *c);
+	if (!c)
+		die("out of memory");
+	for (int i = 0; i < nin; i++) {
+		struct min *f = &in[i];
+		if (!f->t)
+			die("%s: no frames (an empty chunk output)", f->file);
+		for (int k = 1; k < N_PROV; k++) {
+			const char *v = x3_meta_get(f->t, prov_keys[k]), *v0 = x3_meta_get(in[0].t, prov_keys[k]);
+			if (!v || !v0 || strcmp(v, v0))
+				die("%s: not a chunk of the same capture as %s (metadata '%s' is '%s', not '%s')",
+				    f->file, in[0].file, prov_keys[k], v ? v : "", v0 ? v0 : "");
+		}
+		char *end;
+		const char *v = x3_meta_get(f->t, "chunk");
+		f->chunk = strtol(v, &end, 10);
+		if (*end || end == v || f->chunk < 0)
+			die("%s: frame '%s': bad metadata 'chunk' '%s'", f->file, f->t->name, v);
+		c[i] = f;
+	}
+	long n = strtol(x3_meta_get(in[0].t, "chunks"), NULL, 10);
+	qsort(c, (size_t)nin, sizeof *c, by_chunk);
+	for (int i = 0; i < nin; i++) {
+		if (c[i]->chunk >= n)
+			die("%s: chunk %ld of a calibration of %ld chunks (0-%ld)", c[i]->file, c[i]->chunk,
+			    n, n - 1);
+		if (i && c[i]->chunk == c[i - 1]->chunk)
+			die("chunk %ld of %ld is given twice: %s and %s", c[i]->chunk, n, c[i - 1]->file,
+			    c[i]->file);
+		if (c[i]->chunk != i)
+			die("chunk %d of %ld is missing (%d chunk file%s given)", i, n, nin, nin > 1 ? "s" : "");
+	}
+	if (nin < n)
+		die("chunk %d of %ld is missing (%d chunk file%s given)", nin, n, nin, nin > 1 ? "s" : "");
+	const char *pr = x3_meta_get(in[0].t, "products");
+	x3_dtype out = f64 || !strcmp(pr, "f64") ? X3_F64 : X3_F32;
+	for (int i = 0; i < nin; i++)
+		c[i]->layer = frame_layer(c[i]);
+	struct hset s = { 0 };
+	for (;;) {
+		int64_t l = -1;
+		for (int i = 0; i < nin; i++)
+			if (c[i]->t && (l < 0 || c[i]->layer < l))
+				l = c[i]->layer;
+		if (l < 0)
+			break;
+		for (int i = 0; i < nin; i++) {
+			struct min *f = c[i];
+			while (f->t && f->layer == l) {
+				const char *v = x3_meta_get(f->t, "chunk");
+				if (!v || strtol(v, NULL, 10) != f->chunk)
+					die("%s: frame '%s' is not of chunk %ld like the file's first frame",
+					    f->file, f->t->name, f->chunk);
+				merge_frame(&s, f->file, f->t);
+				x3_tensor_free(f->t);
+				min_next(f);
+				if (f->t) {
+					int64_t nl = frame_layer(f);
+					if (nl < l)
+						die("%s: frame '%s' of layer %lld comes after layer %lld",
+						    f->file, f->t->name, (long long)nl, (long long)l);
+					f->layer = nl;
+				}
+			}
+		}
+		hset_flush(&s, w, out, NULL);
+	}
+	free(s.h);
+	free(c);
+}
+
+static void do_merge(char **files, int nfiles, int f64, x3_writer *w)
+{
 	static char *dash[] = { "-" };
 	if (!nfiles)
 		files = dash, nfiles = 1;
+	struct min *in = calloc((size_t)nfiles, sizeof *in);
+	if (!in)
+		die("out of memory");
+	int parts = -1;
 	for (int i = 0; i < nfiles; i++) {
-		x3_reader *r;
-		if (x3_reader_open(files[i], &r))
+		in[i].file = files[i];
+		if (x3_reader_open(files[i], &in[i].r))
 			die_x3("%s", files[i]);
-		x3_tensor *t;
-		int rc;
-		while ((rc = x3_reader_next(r, &t)) == X3_OK) {
-			if (t->rank != 2 || t->shape[0] != t->shape[1])
-				die("%s: frame '%s' is not a square matrix", files[i], t->name);
-			if (out == X3_DTYPE_COUNT)
-				out = t->dtype == X3_F64 ? X3_F64 : X3_F32;
-			const char *mem = x3_meta_get(t, "members");
-			x3_hess *h = hset_find(&s, t->name);
-			if (!h) {
-				int64_t layer = -1;
-				x3_meta_get_i64(t, "layer", &layer);
-				h = hset_add(&s, t->name, t->shape[0], 1, mem, (int)layer);
-				for (int j = 0; j < t->nmeta; j++)
-					if (!x3_hess_meta_is_computed(t->meta[j].key) &&
-					    x3_hess_set_meta(h, t->meta[j].key, t->meta[j].val))
-						die_x3("%s", files[i]);
-			} else if (mem && strcmp(mem, x3_hess_members(h) ? x3_hess_members(h) : "")) {
-				die("%s: frame '%s': members '%s' differ from the first stream's",
-				    files[i], t->name, mem);
-			} else {
-				merge_expert_meta(h, t);
-			}
-			if (x3_hess_add_frame(h, t))
-				die_x3("%s", files[i]);
-			x3_tensor_free(t);
-		}
-		if (rc != X3_EOF)
-			die_x3("%s", files[i]);
-		x3_reader_close(r);
+		min_next(&in[i]);
+		/* the first input with frames says what they all are */
+		int p = in[i].t && x3_meta_get(in[i].t, "chunk");
+		if (parts < 0 && in[i].t)
+			parts = p;
+		else if (in[i].t && p != parts)
+			die("%s: %s, but the inputs before it are %s", files[i],
+			    p ? "the partial sums of a chunk (--part)" : "a whole stream",
+			    parts ? "chunks" : "whole streams");
 	}
-	hset_flush(&s, w, out == X3_DTYPE_COUNT ? X3_F32 : out);
-	free(s.h);
+	if (parts == 1)
+		merge_chunks(in, nfiles, f64, w);
+	else
+		merge_streams(in, nfiles, f64, w);
+	for (int i = 0; i < nfiles; i++)
+		x3_reader_close(in[i].r);
+	free(in);
 }
 
 static void do_activations(char **files, int nfiles, const char *name, const char *members,
@@ -656,7 +873,7 @@ static void do_activations(char **files, int nfiles, const char *name, const cha
 	}
 	if (!s.n)
 		die("no activation frames in the input");
-	hset_flush(&s, w, f64 ? X3_F64 : X3_F32);
+	hset_flush(&s, w, f64 ? X3_F64 : X3_F32, NULL);
 	free(s.h);
 }
 
@@ -665,7 +882,7 @@ int main(int argc, char **argv)
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
 	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN,
-	       O_HIN, O_HOUT, O_DEV, O_MOE, O_MINTOK, O_REPORT };
+	       O_HIN, O_HOUT, O_DEV, O_MOE, O_MINTOK, O_REPORT, O_CROWS, O_PART, O_LPARTS };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -680,6 +897,8 @@ int main(int argc, char **argv)
 		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
 		{ "moe-capture", required_argument, 0, O_MOE }, { "min-tokens", required_argument, 0, O_MINTOK },
 		{ "report", required_argument, 0, O_REPORT },
+		{ "chunk-rows", required_argument, 0, O_CROWS }, { "part", required_argument, 0, O_PART },
+		{ "list-parts", no_argument, 0, O_LPARTS },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
@@ -688,8 +907,8 @@ int main(int argc, char **argv)
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = -1, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
 	int want_device = X3_DEVICE_CPU, have_device = 0;
-	long rows = 0, cols = 0, chunk = 4096, min_tokens = -1;
-	int moe = MOE_ROUTED, have_moe = 0;
+	long rows = 0, cols = 0, chunk = 4096, min_tokens = -1, chunk_rows = 0, part = -1;
+	int moe = MOE_ROUTED, have_moe = 0, lparts = 0;
 	const char *report = NULL;
 	int c;
 	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
@@ -720,6 +939,9 @@ int main(int argc, char **argv)
 		case O_EVEN: even_odd = 1; break;
 		case O_STRICT: strict = 1; break;
 		case O_CHUNK: chunk = parse_long(usage, "--chunk", optarg, 1, 1L << 30); break;
+		case O_CROWS: chunk_rows = parse_long(usage, "--chunk-rows", optarg, 1, 100000000); break;
+		case O_PART: part = parse_long(usage, "--part", optarg, 0, 100000000); break;
+		case O_LPARTS: lparts = 1; break;
 		case O_HIN: hid_in = optarg; break;
 		case O_HOUT: hid_out = optarg; break;
 		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
@@ -738,7 +960,8 @@ int main(int argc, char **argv)
 	if (merge + act > 1)
 		usage_error(usage, "--merge and --activations exclude each other");
 	if (merge || act) {
-		if (model || tokens || ntexts || quant || have_layers || hid_in || hid_out)
+		if (model || tokens || ntexts || quant || have_layers || hid_in || hid_out ||
+		    chunk_rows || part >= 0 || lparts)
 			usage_error(usage, "--%s takes frames, not a model or text",
 			            merge ? "merge" : "activations");
 		if (merge && (name || members))
@@ -760,6 +983,16 @@ int main(int argc, char **argv)
 		if (quant && la == 0)
 			usage_error(usage, "--quantized needs --layers A-B with A > 0");
 	}
+	if (lparts) {   /* text on stdout, no frames */
+		if (part >= 0 || outfile || hid_out)
+			usage_error(usage, "--list-parts prints the chunks: not with --part, -o or --hidden-out");
+		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
+		           even_odd, strict, chunk, f64, chunk_rows, -2, hid_in, hid_out, moe,
+		           min_tokens, NULL, NULL);
+		if (fflush(stdout) || ferror(stdout))
+			die("stdout: %s", strerror(errno));
+		return 0;
+	}
 	device = device_resolve(want_device);
 	/* -o: a temporary name beside FILE, renamed when complete */
 	int fd = output_open(outfile);
@@ -772,7 +1005,8 @@ int main(int argc, char **argv)
 		do_activations(argv + optind, argc - optind, name, members, f64, w);
 	else
 		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
-		           even_odd, strict, chunk, f64, hid_in, hid_out, moe, min_tokens, report, w);
+		           even_odd, strict, chunk, f64, chunk_rows, part, hid_in, hid_out, moe,
+		           min_tokens, report, w);
 	if (x3_writer_close(w))
 		die_x3("%s", outfile ? outfile : "stdout");
 	output_commit();

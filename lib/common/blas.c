@@ -117,3 +117,40 @@ void x3_gram_acc_f64(const double *x, int64_t rows, int64_t n, double *H)
 {
 	GRAM_BODY(cblas_dgemm, double)
 }
+
+/* The same blocks, each product in F32 (one SGEMM over all the rows, from
+ * zero) and then added to H in double: the F32 sum never runs over more
+ * rows than one call holds. */
+int x3_gram_acc_f32_f64(const float *x, int64_t rows, int64_t n, double *H)
+{
+	if (rows <= 0 || n <= 0)
+		return X3_OK;
+	const int64_t W = X3_GEMM_COLS, nb = (n + W - 1) / W, np = nb * (nb + 1) / 2;
+	int fail = 0;
+	int prev = x3_blas_serial_begin();
+	#pragma omp parallel for schedule(dynamic, 1) if(par_if(np, rows * n * n))
+	for (int64_t p = 0; p < np; p++) {
+		int64_t bi = 0, r = p;
+		while (r >= nb - bi)
+			r -= nb - bi, bi++;
+		int64_t bj = bi + r, i0 = bi * W, j0 = bj * W;
+		int64_t wi = n - i0 < W ? n - i0 : W, wj = n - j0 < W ? n - j0 : W;
+		float *c = malloc((size_t)(wi * wj) * sizeof *c);
+		if (!c) {
+			#pragma omp atomic write
+			fail = 1;
+			continue;
+		}
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)wj, (int)rows, 1.0f,
+		            x + i0, (int)n, x + j0, (int)n, 0.0f, c, (int)wj);
+		for (int64_t i = 0; i < wi; i++)
+			for (int64_t j = 0; j < wj; j++)
+				H[(i0 + i) * n + j0 + j] += c[i * wj + j];
+		free(c);
+	}
+	x3_blas_serial_end(prev);
+	if (fail)
+		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld Gram block", (long long)W,
+		              (long long)W);
+	return X3_OK;
+}

@@ -47,6 +47,11 @@ void x3_gemm_atb(int64_t m, int64_t n, int64_t kk, const float *A, int64_t lda,
  * lower triangle is left partly written and is not meaningful). */
 void x3_gram_acc_f32(const float *x, int64_t rows, int64_t n, float *H);
 void x3_gram_acc_f64(const double *x, int64_t rows, int64_t n, double *H);
+/* The same upper triangle, H (n, n) in double += xᵀx where each block's
+ * product is an F32 sum over the rows of this call (from zero), rounded
+ * once into H: the Hessians' default (hessian.c). Element (i, j) depends on
+ * columns i and j of x alone. Returns X3_OK or X3_ENOMEM. */
+int x3_gram_acc_f32_f64(const float *x, int64_t rows, int64_t n, double *H);
 
 /* Run OpenBLAS on one thread until x3_blas_serial_end(prev); for LAPACK
  * calls whose threaded form blocks differently. Not reentrant across

@@ -6,14 +6,21 @@
 #include "device.h"
 #include "hessian.h"
 
+/* The sum runs over chunks of rows (x3_hess_end_chunk): the open chunk's
+ * rows are summed into part, and a chunk that ends is added to tot, so H =
+ * ((P0 + P1) + P2) + ... in double, in chunk order. A merge of the chunks'
+ * partial frames (x3_hess_add_frame, in chunk order) is the same sum, bit
+ * for bit. */
 struct x3_hess {
 	char *name, *members;
 	int layer, f64;
 	int64_t n, count, dropped;
-	float *hf;      /* (n, n), upper triangle accumulated, or NULL */
-	double *hd;     /* (n, n) in f64 mode */
+	double *part;   /* (n, n) the open chunk's sum, upper triangle, or NULL */
+	int popen;      /* rows in the open chunk (part is meaningful) */
+	double *tot;    /* (n, n) the ended chunks' sum, or NULL: none yet */
 	const x3_gpu *gpu;  /* the backend of g */
-	x3_gpu_hessian *g; /* rows accumulated on the device, or NULL */
+	x3_gpu_hessian *g; /* the open chunk's rows accumulated on the device, or NULL */
+	int gopen;      /* rows on the device in the open chunk */
 	struct x3_kv *extra;
 	int nextra;
 };
@@ -77,14 +84,9 @@ int x3_hess_new(const char *name, int64_t n, int f64, const char *members, int l
 	h->name = strdup(name);
 	h->members = members ? strdup(members) : NULL;
 	h->layer = layer, h->f64 = f64, h->n = n;
-	if (f64)
-		h->hd = calloc((size_t)(n * n), sizeof *h->hd);
-	else
-		h->hf = calloc((size_t)(n * n), sizeof *h->hf);
-	if (!h->name || (members && !h->members) || (!h->hd && !h->hf)) {
+	if (!h->name || (members && !h->members)) {
 		x3_hess_free(h);
-		return x3_err(X3_ENOMEM, "hessian '%s': out of memory for %lldx%lld", name,
-		              (long long)n, (long long)n);
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", name);
 	}
 	*out = h;
 	return X3_OK;
@@ -94,7 +96,7 @@ void x3_hess_free(x3_hess *h)
 {
 	if (!h)
 		return;
-	free(h->name), free(h->members), free(h->hf), free(h->hd);
+	free(h->name), free(h->members), free(h->part), free(h->tot);
 	if (h->g)
 		h->gpu->hessian_free(h->g);
 	for (int i = 0; i < h->nextra; i++)
@@ -113,25 +115,88 @@ int x3_hess_too_many_dropped(const x3_hess *h)
 	return h->dropped * 10 > h->count + h->dropped;
 }
 
-/* Accumulate a block of finite rows. */
+/* The open chunk's sum, zeroed when it is new. */
+static int part_get(x3_hess *h)
+{
+	if (!h->part && !(h->part = calloc((size_t)(h->n * h->n), sizeof *h->part)))
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory for %lldx%lld", h->name,
+		              (long long)h->n, (long long)h->n);
+	return X3_OK;
+}
+
+/* Accumulate a block of finite rows into the open chunk: F32 products of
+ * the block (one SGEMM per block of columns) rounded into the chunk's
+ * double sum, or with f64 the products in double. */
 static int add_block(x3_hess *h, const float *x, int64_t rows)
 {
 	int64_t n = h->n;
 	if (!rows)
 		return X3_OK;
-	if (h->g)
+	if (h->g) {
+		h->gopen = 1;
 		return h->gpu->hessian_add(h->g, x, rows);
-	if (!h->f64) {
-		x3_gram_acc_f32(x, rows, n, h->hf);
-		return X3_OK;
 	}
+	int rc = part_get(h);
+	if (rc)
+		return rc;
+	h->popen = 1;
+	if (!h->f64)
+		return x3_gram_acc_f32_f64(x, rows, n, h->part);
 	double *xd = malloc((size_t)(rows * n) * sizeof *xd);
 	if (!xd)
 		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
 	for (int64_t i = 0; i < rows * n; i++)
 		xd[i] = x[i];
-	x3_gram_acc_f64(xd, rows, n, h->hd);
+	x3_gram_acc_f64(xd, rows, n, h->part);
 	free(xd);
+	return X3_OK;
+}
+
+/* The device's sum of the open chunk (full symmetric, F32) into gh. */
+static int gpu_fetch(const x3_hess *h, float **gh)
+{
+	*gh = malloc((size_t)(h->n * h->n) * sizeof **gh);
+	if (!*gh)
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
+	if (h->gpu->hessian_get(h->g, *gh, NULL)) {
+		free(*gh);
+		*gh = NULL;
+		return x3_errprefix(X3_EIO, "hessian '%s' on cuda", h->name);
+	}
+	return X3_OK;
+}
+
+int x3_hess_end_chunk(x3_hess *h)
+{
+	int64_t nn = h->n * h->n;
+	int rc;
+	if (h->g && h->gopen) {
+		/* the device's rows join the chunk; a new device sum for the next */
+		float *gh;
+		if ((rc = gpu_fetch(h, &gh)) || (rc = part_get(h))) {
+			free(gh);
+			return rc;
+		}
+		for (int64_t i = 0; i < nn; i++)
+			h->part[i] += gh[i];
+		free(gh);
+		h->popen = 1, h->gopen = 0;
+		h->gpu->hessian_free(h->g);
+		h->g = NULL;
+		if ((rc = h->gpu->hessian_create(h->n, &h->g)))
+			return x3_errprefix(rc, "hessian '%s' on cuda", h->name);
+	}
+	if (!h->popen)
+		return X3_OK;
+	if (!h->tot) {   /* the first chunk is the sum so far */
+		h->tot = h->part;
+		h->part = NULL;
+	} else {
+		for (int64_t i = 0; i < nn; i++)
+			h->tot[i] += h->part[i];
+		memset(h->part, 0, (size_t)nn * sizeof *h->part);
+	}
+	h->popen = 0;
 	return X3_OK;
 }
 
@@ -230,22 +295,23 @@ static int add_frame(x3_hess *h, const x3_tensor *t, double w, int64_t rows)
 	if (rc == X3_EFORMAT || drop < 0)
 		return x3_err(X3_EFORMAT, "frame '%s': bad metadata 'dropped'", t->name);
 	int64_t nn = h->n * h->n;
-	/* Frames are symmetric; accumulate every element (upper triangle is
-	 * what the accumulator reads, the lower one is filled on output). */
+	/* the frame is one more chunk: the open one ends first. Frames are
+	 * symmetric; every element is added (the upper triangle is what
+	 * x3_hess_frame reads) */
+	if ((rc = x3_hess_end_chunk(h)))
+		return rc;
+	int first = !h->tot;
+	if (first && !(h->tot = malloc((size_t)nn * sizeof *h->tot)))
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory for %lldx%lld", h->name,
+		              (long long)h->n, (long long)h->n);
 	if (t->dtype == X3_F64) {
 		const double *s = t->data;
-		if (h->f64)
-			for (int64_t i = 0; i < nn; i++) h->hd[i] += w * s[i];
-		else
-			for (int64_t i = 0; i < nn; i++) h->hf[i] += (float)(w * s[i]);
+		for (int64_t i = 0; i < nn; i++)   /* w * s: exact when w is 1 */
+			h->tot[i] = first ? w * s[i] : h->tot[i] + w * s[i];
 	} else {
 		const float *s = t->data;
-		if (h->f64)
-			for (int64_t i = 0; i < nn; i++) h->hd[i] += w * s[i];
-		else if (w == 1.0)
-			for (int64_t i = 0; i < nn; i++) h->hf[i] += s[i];
-		else
-			for (int64_t i = 0; i < nn; i++) h->hf[i] += (float)(w * s[i]);
+		for (int64_t i = 0; i < nn; i++)
+			h->tot[i] = first ? w * (double)s[i] : h->tot[i] + w * (double)s[i];
 	}
 	h->count += rows < 0 ? cnt : rows;
 	h->dropped += rows < 0 ? drop : 0;
@@ -258,26 +324,22 @@ x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
 	x3_tensor *t = x3_tensor_new2(h->name, dtype, n, n);
 	if (!t)
 		return NULL;
-	/* the device's sum (full symmetric; fetching it only symmetrizes the
-	 * device copy, hence the cast), added to frames merged on the host */
+	/* the sum with the open chunk ended (as x3_hess_end_chunk would end
+	 * it: the device's rows join the chunk, which is added to the total) */
 	float *gh = NULL;
-	if (h->g) {
-		gh = malloc((size_t)(n * n) * sizeof *gh);
-		if (!gh || h->gpu->hessian_get(h->g, gh, NULL)) {
-			if (!gh)
-				x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
-			else
-				x3_errprefix(X3_EIO, "hessian '%s' on cuda", h->name);
-			free(gh);
-			x3_tensor_free(t);
-			return NULL;
-		}
+	if (h->g && h->gopen && gpu_fetch(h, &gh)) {
+		x3_tensor_free(t);
+		return NULL;
 	}
 	for (int64_t i = 0; i < n; i++)
 		for (int64_t j = 0; j < n; j++) {
 			/* upper triangle (i <= j) is the accumulated one */
 			int64_t s = i <= j ? i * n + j : j * n + i;
-			double v = h->f64 ? h->hd[s] : (double)(gh ? h->hf[s] + gh[s] : h->hf[s]);
+			int open = h->popen || gh;
+			double p = h->popen ? h->part[s] : 0;
+			if (gh)
+				p += gh[s];
+			double v = h->tot ? (open ? h->tot[s] + p : h->tot[s]) : p;
 			if (dtype == X3_F64)
 				((double *)t->data)[i * n + j] = v;
 			else

@@ -760,6 +760,24 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 
 static int64_t i64max(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* Rows of the chunk that starts at row r0: chunk_rows, cut at the end of
+ * r0's segment of seg rows (x3_forward_opts.seg_rows). */
+static int64_t chunk_len(int64_t r0, int64_t chunk_rows, int64_t seg, int64_t rows)
+{
+	int64_t end = (r0 / seg + 1) * seg;
+	if (end > rows)
+		end = rows;
+	return end - r0 < chunk_rows ? end - r0 : chunk_rows;
+}
+
+/* seg_done when the chunk that ended at row e closed a segment */
+static int seg_after(const struct x3_forward_opts *o, int l, int64_t e, int64_t seg, int64_t rows)
+{
+	if (!o->seg_done || (e % seg && e != rows))
+		return X3_OK;
+	return o->seg_done(o->seg_done_ctx, l, (e - 1) / seg);
+}
+
 int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t cols,
                      const struct x3_forward_opts *o)
 {
@@ -786,8 +804,9 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	int64_t chunk_rows = (o->chunk_tokens > 0 ? o->chunk_tokens : 4096) / cols;
 	if (chunk_rows < 1)
 		chunk_rows = 1;
-	if (chunk_rows > rows)
-		chunk_rows = rows;
+	int64_t seg = o->seg_rows > 0 && o->seg_rows < rows ? o->seg_rows : rows;
+	if (chunk_rows > seg)
+		chunk_rows = seg;
 	int64_t ct = chunk_rows * cols, qd = c->n_heads * c->head_dim;
 	int64_t kvd = c->n_kv_heads * c->head_dim, half = rope_dim(c) / 2;
 	int64_t vall = x3_arch_dim(c, X3_DIM_V_ALL);
@@ -849,10 +868,11 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 				x3_errprefix(rc, "layer %d", l);
 				goto out;
 			}
-		for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
-			int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
+		for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
+			nr = chunk_len(r0, chunk_rows, seg, rows);
 			f.tok0 = r0 * cols;
-			rc = layer_chunk(&f, l, &w, x + r0 * cols * H, nr);
+			if (!(rc = layer_chunk(&f, l, &w, x + r0 * cols * H, nr)))
+				rc = seg_after(o, l, r0 + nr, seg, rows);
 		}
 		layer_free(&w);
 		if (rc)
@@ -877,8 +897,9 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		x3_linear_free(head);
 		goto out;
 	}
-	for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk_rows) {
-		int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows, nt = nr * cols;
+	for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
+		nr = chunk_len(r0, chunk_rows, seg, rows);
+		int64_t nt = nr * cols;
 		float *xr = x + r0 * cols * H;
 		rmsnorm(f.xn, xr, norm, nt, H, c->rms_eps);
 		if ((rc = hook(&f, n, X3_SLOT_HEAD, f.xn, nt, H)))
@@ -890,6 +911,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 				memmove(f.xn + r * H, f.xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
 			rc = x3_linear_apply(head, f.xn, nr, 0, o->logits + r0 * c->vocab);
 		}
+		if (!rc)
+			rc = seg_after(o, n, r0 + nr, seg, rows);
 	}
 	free(norm);
 	x3_linear_free(head);

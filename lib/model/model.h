@@ -78,6 +78,16 @@ struct x3_forward_opts {
 	/* ALL: (rows*cols, vocab); LAST: (rows, vocab); caller-allocated */
 	float *logits;
 	int64_t chunk_tokens;   /* tokens per chunk within a layer; 0: 4096 */
+	/* The rows in segments of seg_rows (0: one segment of all rows; the
+	 * calibration chunks of hessian-capture): a chunk of chunk_tokens never
+	 * spans two segments, and each segment's chunks start at its first row,
+	 * so the batches a segment's rows run in (the MoE experts' batches
+	 * among them) do not depend on the rows around it. seg_done (may be
+	 * NULL) is called when a layer (n_layers: the head) has run over
+	 * segment seg (0, 1, ...); a non-zero return aborts the forward. */
+	int64_t seg_rows;
+	int (*seg_done)(void *ctx, int layer, int64_t seg);
+	void *seg_done_ctx;
 	/* Called after each layer has run over all rows (layer n_layers: the
 	 * head); may be NULL. A non-zero return aborts the forward. */
 	int (*layer_done)(void *ctx, int layer, int n_layers);

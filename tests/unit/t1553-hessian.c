@@ -85,6 +85,47 @@ int main(void)
 	CHECK(err < 1e-9, "DSYRK accumulation == plain sum (err %.2g)", err);
 	x3_tensor_free(t);
 	x3_hess_free(h);
+
+	/* chunks: rows summed in 3 chunks (F32 products, two calls in each
+	 * one) == the 3 chunks' partial frames added in chunk order, bit for
+	 * bit; == a plain double sum to F32 rounding of the products */
+	x3_hess *w, *p[3], *m;
+	static const int lo[4] = { 0, 120, 250, R };
+	CHECK_OK(x3_hess_new("z", N, 0, NULL, -1, &w), "new (F32 products)");
+	for (int c = 0; c < 3; c++) {
+		CHECK_OK(x3_hess_new("z", N, 0, NULL, -1, &p[c]), "part %d", c);
+		int64_t mid = (lo[c] + lo[c + 1]) / 2;   /* each chunk in two calls */
+		x3_hess_add_rows(w, z + lo[c] * N, mid - lo[c], N);
+		x3_hess_add_rows(p[c], z + lo[c] * N, mid - lo[c], N);
+		x3_hess_add_rows(w, z + mid * N, lo[c + 1] - mid, N);
+		x3_hess_add_rows(p[c], z + mid * N, lo[c + 1] - mid, N);
+		CHECK_OK(x3_hess_end_chunk(w), "end chunk %d", c);
+	}
+	CHECK_OK(x3_hess_new("z", N, 1, NULL, -1, &m), "merge accumulator");
+	x3_tensor *tw = x3_hess_frame(w, X3_F64);
+	for (int c = 0; c < 3; c++) {
+		x3_tensor *tp = x3_hess_frame(p[c], X3_F64);
+		CHECK_OK(x3_hess_add_frame(m, tp), "add part %d", c);
+		x3_tensor_free(tp);
+		x3_hess_free(p[c]);
+	}
+	x3_tensor *tm = x3_hess_frame(m, X3_F64);
+	CHECK(!memcmp(tw->data, tm->data, sizeof(double) * N * N) && x3_hess_count(m) == R &&
+	      x3_hess_count(w) == R, "3 chunks summed == their partial frames merged, bit for bit");
+	err = 0;
+	for (int i = 0; i < N; i++)
+		for (int j = 0; j < N; j++) {
+			double s = 0;
+			for (int r = 0; r < R; r++)
+				s += (double)z[r * N + i] * z[r * N + j];
+			err = fmax(err, fabs(s - ((double *)tw->data)[i * N + j]) / R);
+		}
+	CHECK(err < 1e-5, "chunked F32 products == plain sum to F32 rounding (err %.2g)", err);
+	CHECK_OK(x3_hess_end_chunk(w), "ending an empty chunk");
+	x3_tensor *te = x3_hess_frame(w, X3_F64);
+	CHECK(!memcmp(te->data, tw->data, sizeof(double) * N * N), "... changes nothing");
+	x3_tensor_free(te), x3_tensor_free(tw), x3_tensor_free(tm);
+	x3_hess_free(w), x3_hess_free(m);
 	free(z);
 	TEST_DONE();
 }

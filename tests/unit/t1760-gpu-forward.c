@@ -116,6 +116,19 @@ static void hessian_case(x3_rng *r)
 		CHECK(e2 < 1e-5, "merged = 2 H (rel %.2e)", e2);
 		free(h2);
 		x3_tensor_free(t2);
+		/* in two chunks: the device's sum of each joins the host's total */
+		x3_hess *hk;
+		CHECK_OK(x3_hess_new("h", N, 0, "a.weight", 3, &hk), "third accumulator");
+		CHECK_OK(x3_hess_set_device(hk, X3_DEVICE_CUDA), "on cuda");
+		CHECK_OK(x3_hess_add_rows(hk, x, 100, N), "chunk 0: rows 0..99");
+		CHECK_OK(x3_hess_end_chunk(hk), "end chunk 0 (the device sum fetched, a new one)");
+		CHECK_OK(x3_hess_add_rows(hk, x + 100 * N, ROWS - 100, N), "chunk 1: rows 100..");
+		x3_tensor *t3 = x3_hess_frame(hk, X3_F32);
+		double e3 = t3 ? rel_maxdiff(t3->data, tc->data, N * N) : 1;
+		CHECK(e3 < 1e-5 && !strcmp(x3_meta_get(t3, "count"), "299"),
+		      "two chunks on cuda = H on cpu up to F32 rounding (rel %.2e), count 299", e3);
+		x3_tensor_free(t3);
+		x3_hess_free(hk);
 	}
 	x3_tensor_free(tc), x3_tensor_free(tg);
 	x3_hess_free(hc), x3_hess_free(hg);

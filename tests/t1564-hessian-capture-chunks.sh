@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# hessian-capture --chunk-rows / --part / --merge (issue 12 §4, issue 15 §1):
+# the calibration is cut into fixed chunks of rows; one process sums them in
+# chunk order, or one process per chunk writes its partial sums (F64) and
+# --merge adds them in chunk order, whatever the order of the files: the
+# same Hessian frames byte for byte, on any thread count, dense or MoE, from
+# the embedding or from saved hidden states. A missing, repeated or foreign
+# chunk is an error naming it.
+. "$(dirname "$0")/lib.sh"
+. "$ROOT/tests/synth-model.sh"
+cd "$TMP"
+
+synth_model m 32 48 2 4 2 64 1 || notok "synthetic model"
+synth_tokens ta 4 16 64 1
+synth_tokens tb 3 16 64 2
+cat ta tb >tok          # 7 rows of 16: chunks of 3 rows are 3, 3, 1
+# forward chunks of 2 rows (32 tokens): a calibration chunk of 3 rows runs
+# as two, and a chunk sum is not just one product
+hc() { hessian-capture -q --model m --chunk 32 "$@"; }
+
+check "--list-parts: chunks 0 1 2" test "$(hc --tokens tok --chunk-rows 3 --list-parts | tr '\n' ' ')" = "0 1 2 "
+hc --tokens tok --chunk-rows 3 >whole
+for i in 0 1 2; do hc --tokens tok --chunk-rows 3 --part $i -o p$i; done
+check "a part is F64 with its chunk's metadata" \
+	test "$(tensor-ls p1 | head -1 | jq -r '[.dtype, .meta.chunk, .meta.chunks, .meta.chunk_rows, .meta.calib_rows, .meta.count] | join(" ")')" = "F64 1 3 3 7 48"
+check "3 parts merged == one process, byte for byte" \
+	bash -c 'hessian-capture -q --merge p0 p1 p2 | cmp - whole'
+check "... the files in shuffled order" bash -c 'hessian-capture -q --merge p2 p0 p1 | cmp - whole'
+check "... one of them on stdin" bash -c 'hessian-capture -q --merge p1 - p2 <p0 | cmp - whole'
+check "a part on 1 and on 2 BLAS/OpenMP threads: the same bytes" bash -c \
+	'OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --part 1 | cmp - p1 &&
+	 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --part 1 | cmp - p1'
+
+# products in double: F64 out, equally exact
+hc --tokens tok --chunk-rows 3 --f64 >w64
+for i in 0 1 2; do hc --tokens tok --chunk-rows 3 --part $i --f64 >q$i; done
+check "--f64: 3 parts merged == one process (F64 frames)" \
+	bash -c 'hessian-capture -q --merge q1 q2 q0 | cmp - w64 && test "$(tensor-ls w64 | jq -r .dtype | sort -u)" = F64'
+# two separately captured halves are two chunks: a whole-stream merge of
+# them is the capture of both with --chunk-rows 4
+hc --tokens ta --f64 >ha; hc --tokens tb --f64 >hb
+check "halves captured apart, merged (F64) == the whole in chunks of 4 rows" \
+	bash -c 'hessian-capture -q --merge ha hb | cmp - <(hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 4 --f64)'
+
+# from saved hidden states: a part carries its own rows
+for i in 0 1 2; do hc --tokens tok --chunk-rows 3 --part $i --layers 1-1 --hidden-out hid$i >/dev/null; done
+check "a part's hidden states hold its rows (3x16x32)" \
+	test "$(tensor-ls hid0 | jq -c .shape)" = "[3,16,32]"
+check "layer 2 (head) from each part's hidden states, merged == one process" bash -c \
+	'for i in 0 1 2; do hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --part $i --layers 2 --hidden-in hid$i >r$i || exit 1; done
+	 hessian-capture -q --merge r2 r1 r0 | cmp - <(hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --layers 2)'
+check_fail "another part's hidden states" 1 "other tokens" hc --tokens tok --chunk-rows 3 --part 1 --layers 2 --hidden-in hid0
+
+# mixture of experts: an expert's rows are batched per forward chunk, which
+# never spans two calibration chunks
+"$ROOT/examples/make-tiny-llama" --arch qwen3-moe moe 1 >/dev/null
+synth_tokens mt 5 32 256 3
+hessian-capture -q --model moe --tokens mt --chunk-rows 2 --chunk 32 >mw
+for i in 0 1 2; do hessian-capture -q --model moe --tokens mt --chunk-rows 2 --chunk 32 --part $i >mp$i; done
+check "MoE: 3 parts merged == one process, experts included" \
+	bash -c 'hessian-capture -q --merge mp1 mp2 mp0 | cmp - mw && tensor-ls mw | jq -r .name | grep -q experts'
+
+# provenance
+check_fail "a chunk missing" 1 "chunk 1 of 3 is missing" hessian-capture --merge p0 p2
+check_fail "the last chunk missing" 1 "chunk 2 of 3 is missing" hessian-capture --merge p1 p0
+check_fail "a chunk twice" 1 "chunk 0 of 3 is given twice: p0 and p0" hessian-capture --merge p0 p1 p0 p2
+hc --tokens ta --chunk-rows 3 --part 1 >other
+check_fail "a chunk of another calibration" 1 "other: not a chunk of the same capture as p0" \
+	hessian-capture --merge p0 other p2
+check_fail "parts captured with and without --f64" 1 "products" hessian-capture --merge p0 q1 p2
+check_fail "a part among whole streams" 1 "p0: the partial sums of a chunk" hessian-capture --merge whole p0
+check_fail "a whole stream among parts" 1 "whole: a whole stream" hessian-capture --merge p0 whole
+check_fail "--part past the chunks" 1 "7 rows make 3 chunks of 3 rows \(0-2\)" hc --tokens tok --chunk-rows 3 --part 3
+check_fail "--part with --merge" 2 "takes frames" hessian-capture --merge --part 0 p0
+check_fail "--chunk-rows 0" 2 "chunk-rows" hc --tokens tok --chunk-rows 0
+check_fail "--list-parts with --part" 2 "list-parts" hc --tokens tok --list-parts --part 0
+done_testing
