@@ -2,7 +2,7 @@
 #   make            build every program and lib/libexl3kit.a
 #   make test       unit and command-line tests (ends with "N passed, N failed")
 #   make bench      benchmarks (table + JSON in bench.json)
-#   make fuzz       longer fuzz run of the frame, safetensors and config parsers
+#   make fuzz       fuzz every parser (tests/fuzz; FUZZ_TIME seconds per target)
 #   make deps       install the Debian packages the build and tests need
 #   make install PREFIX=... DESTDIR=...
 #   make cusim      the CUDA path on the CPU emulator (tests/gpu/cusim/cusim.mk)
@@ -58,8 +58,8 @@ test: all
 bench: all
 	@tests/bench/run
 
-FUZZ_TIME ?= 600
-fuzz: $(LIB)
+FUZZ_TIME ?= 300
+fuzz:
 	@tests/fuzz/run $(FUZZ_TIME)
 
 deps:
@@ -79,5 +79,6 @@ clean:
 
 .PHONY: all test bench fuzz deps install clean
 include tests/gpu/cusim/cusim.mk
+include tests/fuzz/fuzz.mk
 .SECONDARY:
 -include $(wildcard lib/*.d bin/*.d tests/unit/*.d tests/bench/*.d)

@@ -132,9 +132,9 @@ static void put_file(const char *name, const void *buf, size_t n)
 {
 	int fd = openat(tmpdir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0)
-		die("%s: %s", name, strerror(errno));
+		die("%s/%s: %s", tmpdir, name, strerror(errno));
 	if (full_write(fd, buf, n) || fsync(fd) || close(fd))
-		die("writing %s: %s", name, strerror(errno));
+		die("writing %s/%s: %s", tmpdir, name, strerror(errno));
 }
 
 static char *slurp(const char *path, size_t *len)
@@ -505,33 +505,20 @@ int main(int argc, char **argv)
 		die_x3("%s", src);
 
 	/* plan */
-	json_t *plan = NULL, *plan_t = NULL;
+	x3_pack_plan plan = {.K = NULL, .head_bits = 0, .bits = NAN};
 	if (plan_path) {
-		json_error_t je;
 		/* slurp: a missing file or a directory says so, not "line -1" */
 		char *pt = slurp(plan_path, NULL);
-		if (!(plan = json_loads(pt, 0, &je)))
-			die("%s: line %d: %s", plan_path, je.line, je.text);
+		if (x3_pack_plan_parse(pt, plan_path, lin, nlin, &plan))
+			die("%s (in %s)", x3_errmsg(), src);
 		free(pt);
-		plan_t = json_object_get(plan, "tensors");
-		if (!json_is_object(plan_t))
-			die("%s: no \"tensors\" object (not a bitalloc plan)", plan_path);
 		/* the plan's head_bits, except for a tied model whose plan has
 		 * no lm_head entry (then no head is stored) */
-		json_t *hb = json_object_get(plan, "head_bits");
-		if (!head_opt && json_is_integer(hb) && (!arch.tied || json_object_get(plan_t, "lm_head")))
-			head_opt = (long)json_integer_value(hb);
-		const char *k;
-		json_t *v;
-		json_object_foreach(plan_t, k, v) {
-			int found = 0;
-			for (int j = 0; j < nlin && !found; j++)
-				found = !strcmp(lin[j].key, k);
-			if (!found)
-				die("%s: tensor '%s' is not a linear of the architecture in %s", plan_path, k, src);
-			if (!json_is_integer(v))
-				die("%s: tensor '%s': K is not an integer", plan_path, k);
-		}
+		int has_head = 0;
+		for (int j = 0; j < nlin; j++)
+			has_head |= lin[j].layer < 0 && plan.K[j];
+		if (!head_opt && plan.head_bits && (!arch.tied || has_head))
+			head_opt = plan.head_bits;
 	}
 
 	/* temporary directory beside OUT */
@@ -682,10 +669,8 @@ int main(int argc, char **argv)
 			if (mcb && strcmp(mcb, cb_name(cb)))
 				problem("linear '%s': the trellis metadata says codebook %s, the stream has %s",
 				        L->key, mcb, cb == X3_CB_3INST ? "no marker (3inst)" : cb_name(cb));
-			json_t *pk = plan_t ? json_object_get(plan_t, L->key) : NULL;
-			if (pk && json_integer_value(pk) != K)
-				problem("linear '%s': K=%d in the stream, the plan says %lld", L->key, K,
-				        (long long)json_integer_value(pk));
+			if (plan.K && plan.K[j] && plan.K[j] != K)
+				problem("linear '%s': K=%d in the stream, the plan says %d", L->key, K, plan.K[j]);
 			if (is_head) {
 				head_bits = K;
 			} else {
@@ -880,11 +865,8 @@ int main(int argc, char **argv)
 		if (fabs(bits_opt - bits) > 0.005)
 			warnx("warning: --bits %g, but the trellis widths give %.4f", bits_opt, bits);
 		bits = bits_opt;
-	} else if (plan) {
-		json_t *pb = json_object_get(plan, "bits");
-		if (json_is_number(pb) && fabs(json_number_value(pb) - bits) > 0.005)
-			warnx("warning: the plan says %.4f bits, the trellis widths give %.4f",
-			      json_number_value(pb), bits);
+	} else if (!isnan(plan.bits) && fabs(plan.bits - bits) > 0.005) {
+		warnx("warning: the plan says %.4f bits, the trellis widths give %.4f", plan.bits, bits);
 	}
 	if (!codebook) {
 		int best = X3_CB_MUL1;
@@ -1001,9 +983,15 @@ int main(int argc, char **argv)
 	}
 	close(tmpdir_fd);
 	tmpdir_fd = -1;
+	/* the rename is durable only once the directory is synced: a failure
+	 * is an error (OUT is complete, but may not survive a crash) */
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {
-		fsync(dfd);
+		if (fsync(dfd) && errno != EINVAL) {
+			int e = errno;
+			cleanup();
+			die("fsync %s: %s (%s is written, but may not survive a crash)", dir, strerror(e), out);
+		}
 		close(dfd);
 	}
 	cleanup();
@@ -1018,7 +1006,7 @@ int main(int argc, char **argv)
 		x3_tensor_free(in[i]);
 	}
 	free(in); free(inoff); free(part); free(used); free(lin); free(cfg_text);
-	json_decref(plan);
+	x3_pack_plan_free(&plan);
 	x3_st_close(sst);
 	return 0;
 }

@@ -45,6 +45,20 @@ int x3_pack_check_exl3(const char *key, int64_t in, int64_t out,
                        const x3_tensor *svh, const x3_tensor *mcg,
                        const x3_tensor *mul1, int *K, int *cb);
 
+/* A bitalloc plan as pack-write reads it: {"tensors": {KEY: K, ...},
+ * "head_bits": H, "bits": B, ...}. Every KEY must be one of lin[0..nlin)
+ * and every K an integer 1..8; head_bits (optional) 1..8 or 16; bits
+ * (optional) a number. Other members are ignored. */
+typedef struct {
+	int *K;          /* (nlin): the plan's K of lin[i], 0 where absent */
+	int head_bits;   /* 0: absent */
+	double bits;     /* NAN: absent */
+} x3_pack_plan;
+/* Parse text (label names it in messages); X3_EFORMAT names the member. */
+int x3_pack_plan_parse(const char *text, const char *label, const x3_pack_linear *lin,
+                       int nlin, x3_pack_plan *p);
+void x3_pack_plan_free(x3_pack_plan *p);
+
 /* Model order: embedding, layers in order, final norm, head, others.
  * *module: index of the top-level module (shards break only between
  * modules); *rank: order inside it. Compare (module, rank, name). */
