@@ -209,7 +209,7 @@ static void copy_files(const char *src)
 			die("%s: %s", p, strerror(errno));
 		int out = openat(tmpdir_fd, n, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 		if (out < 0)
-			die("%s: %s", n, strerror(errno));
+			die("%s/%s: %s", tmpdir, n, strerror(errno));
 		char buf[1 << 16];
 		for (;;) {
 			ssize_t k = read(in, buf, sizeof buf);
@@ -220,10 +220,10 @@ static void copy_files(const char *src)
 			if (k == 0)
 				break;
 			if (full_write(out, buf, (size_t)k))
-				die("writing %s: %s", n, strerror(errno));
+				die("writing %s/%s: %s", tmpdir, n, strerror(errno));
 		}
 		if (fsync(out) || close(out))
-			die("writing %s: %s", n, strerror(errno));
+			die("writing %s/%s: %s", tmpdir, n, strerror(errno));
 		close(in);
 	}
 	closedir(d);
