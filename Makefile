@@ -2,6 +2,7 @@
 #   make            build every program and lib/libexl3kit.a
 #   make test       unit and command-line tests (ends with "N passed, N failed")
 #   make bench      benchmarks (table + JSON in bench.json)
+#   make check-asan the tests on an ASan+UBSan build in build-asan (ASAN_TESTS=patterns)
 #   make fuzz       fuzz every parser (tests/fuzz; FUZZ_TIME seconds per target)
 #   make deps       install the Debian packages the build and tests need
 #   make install PREFIX=... DESTDIR=...
@@ -58,6 +59,10 @@ test: all
 bench: all
 	@tests/bench/run
 
+ASAN_TESTS ?=
+check-asan:
+	@tests/check-asan $(ASAN_TESTS)
+
 FUZZ_TIME ?= 300
 fuzz:
 	@tests/fuzz/run $(FUZZ_TIME)
@@ -75,9 +80,9 @@ install: all
 clean:
 	rm -f lib/*.o lib/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(PROGS) \
 	  tests/unit/*.o tests/unit/*.d $(UNIT) tests/bench/*.o tests/bench/*.d $(BENCH)
-	rm -rf tests/fuzz/build
+	rm -rf tests/fuzz/build build-asan
 
-.PHONY: all test bench fuzz deps install clean
+.PHONY: all test check-asan bench fuzz deps install clean
 include tests/gpu/cusim/cusim.mk
 include tests/fuzz/fuzz.mk
 .SECONDARY:
