@@ -2,7 +2,8 @@
 #   make            build every program and lib/libexl3kit.a
 #   make test       unit and command-line tests (ends with "N passed, N failed")
 #   make bench      benchmarks (table + JSON in bench.json)
-#   make fuzz       longer fuzz run of the frame, safetensors and config parsers
+#   make check-asan the tests on an ASan+UBSan build in build-asan (ASAN_TESTS=patterns)
+#   make fuzz       fuzz every parser (tests/fuzz; FUZZ_TIME seconds per target)
 #   make deps       install the Debian packages the build and tests need
 #   make install PREFIX=... DESTDIR=...
 #   make cusim      the CUDA path on the CPU emulator (tests/gpu/cusim/cusim.mk)
@@ -106,8 +107,12 @@ test: all
 bench: all
 	@tests/bench/run
 
-FUZZ_TIME ?= 600
-fuzz: $(LIB)
+ASAN_TESTS ?=
+check-asan:
+	@tests/check-asan $(ASAN_TESTS)
+
+FUZZ_TIME ?= 300
+fuzz:
 	@tests/fuzz/run $(FUZZ_TIME)
 
 deps:
@@ -124,9 +129,10 @@ install: all
 clean:
 	rm -f lib/*/*.o lib/*/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(BACKEND) lib/.libexecdir $(PROGS) \
 	  tests/unit/*.o tests/unit/*.d $(UNIT) tests/bench/*.o tests/bench/*.d $(BENCH)
-	rm -rf tests/fuzz/build
+	rm -rf tests/fuzz/build build-asan
 
-.PHONY: all test bench fuzz deps install clean FORCE
+.PHONY: all test check-asan bench fuzz deps install clean FORCE
 include tests/gpu/cusim/cusim.mk
+include tests/fuzz/fuzz.mk
 .SECONDARY:
 -include $(wildcard lib/*/*.d bin/*.d tests/unit/*.d tests/bench/*.d)

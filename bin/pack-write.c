@@ -132,9 +132,9 @@ static void put_file(const char *name, const void *buf, size_t n)
 {
 	int fd = openat(tmpdir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0)
-		die("%s: %s", name, strerror(errno));
+		die("%s/%s: %s", tmpdir, name, strerror(errno));
 	if (full_write(fd, buf, n) || fsync(fd) || close(fd))
-		die("writing %s: %s", name, strerror(errno));
+		die("writing %s/%s: %s", tmpdir, name, strerror(errno));
 }
 
 static char *slurp(const char *path, size_t *len)
@@ -191,7 +191,7 @@ static void copy_files(const char *src)
 			die("%s: %s", p, strerror(errno));
 		int out = openat(tmpdir_fd, n, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 		if (out < 0)
-			die("%s: %s", n, strerror(errno));
+			die("%s/%s: %s", tmpdir, n, strerror(errno));
 		char buf[1 << 16];
 		for (;;) {
 			ssize_t k = read(in, buf, sizeof buf);
@@ -202,10 +202,10 @@ static void copy_files(const char *src)
 			if (k == 0)
 				break;
 			if (full_write(out, buf, (size_t)k))
-				die("writing %s: %s", n, strerror(errno));
+				die("writing %s/%s: %s", tmpdir, n, strerror(errno));
 		}
 		if (fsync(out) || close(out))
-			die("writing %s: %s", n, strerror(errno));
+			die("writing %s/%s: %s", tmpdir, n, strerror(errno));
 		close(in);
 	}
 	closedir(d);
@@ -353,13 +353,6 @@ static void loader_warnings(const char *cfg_text, const char *path, const x3_mod
 		      odd > 1 ? "them" : "it");
 }
 
-/* the plan's K of a linear, -1 if it has none (x3_pack_in.plan_k) */
-static long plan_k(void *ctx, const char *key)
-{
-	json_t *pk = ctx ? json_object_get(ctx, key) : NULL;
-	return pk ? (long)json_integer_value(pk) : -1;
-}
-
 static const char *cb_name(int cb)
 {
 	return cb == X3_CB_MUL1 ? "mul1" : cb == X3_CB_MCG ? "mcg" : "3inst";
@@ -466,31 +459,17 @@ int main(int argc, char **argv)
 		die_x3("%s", src);
 
 	/* plan */
-	json_t *plan = NULL, *plan_t = NULL;
+	x3_pack_plan plan = {.K = NULL, .head_bits = 0, .bits = NAN};
 	if (plan_path) {
-		json_error_t je;
 		/* slurp: a missing file or a directory says so, not "line -1" */
 		char *pt = slurp(plan_path, NULL);
-		if (!(plan = json_loads(pt, 0, &je)))
-			die("%s: line %d: %s", plan_path, je.line, je.text);
+		if (x3_pack_plan_parse(pt, plan_path, mods, nmods, &plan))
+			die("%s (in %s)", x3_errmsg(), src);
 		free(pt);
-		plan_t = json_object_get(plan, "tensors");
-		if (!json_is_object(plan_t))
-			die("%s: no \"tensors\" object (not a bitalloc plan)", plan_path);
 		/* the plan's head_bits, except for a tied model whose plan has
 		 * no lm_head entry (then no head is stored) */
-		json_t *hb = json_object_get(plan, "head_bits");
-		if (!head_opt && json_is_integer(hb) && (!headm || !headm->tied || json_object_get(plan_t, headm->key)))
-			head_opt = (long)json_integer_value(hb);
-		const char *k;
-		json_t *v;
-		json_object_foreach(plan_t, k, v) {
-			const x3_module *pm = x3_modules_find(mods, nmods, k);
-			if (!pm || pm->d->kind != X3_KIND_LINEAR)
-				die("%s: tensor '%s' is not a linear of the architecture in %s", plan_path, k, src);
-			if (!json_is_integer(v))
-				die("%s: tensor '%s': K is not an integer", plan_path, k);
-		}
+		if (!head_opt && plan.head_bits && (!headm || !headm->tied || plan.K[headm - mods]))
+			head_opt = plan.head_bits;
 	}
 
 	/* temporary directory beside OUT */
@@ -582,7 +561,7 @@ int main(int argc, char **argv)
 	x3_pack_in pin = {
 		.cfg = &cfg, .mods = mods, .nmods = nmods, .in = in, .nin = nin, .src = sst,
 		.src_name = src, .passthrough = passthrough, .head_bits = (int)head_opt,
-		.plan_k = plan_k, .plan_ctx = plan_t,
+		.plan = plan_path ? &plan : NULL,
 	};
 	x3_pack_layout lay;
 	if (x3_pack_classify(&pin, &lay))
@@ -651,11 +630,8 @@ int main(int argc, char **argv)
 		if (fabs(bits_opt - bits) > 0.005)
 			warnx("warning: --bits %g, but the trellis widths give %.4f", bits_opt, bits);
 		bits = bits_opt;
-	} else if (plan) {
-		json_t *pb = json_object_get(plan, "bits");
-		if (json_is_number(pb) && fabs(json_number_value(pb) - bits) > 0.005)
-			warnx("warning: the plan says %.4f bits, the trellis widths give %.4f",
-			      json_number_value(pb), bits);
+	} else if (!isnan(plan.bits) && fabs(plan.bits - bits) > 0.005) {
+		warnx("warning: the plan says %.4f bits, the trellis widths give %.4f", plan.bits, bits);
 	}
 	if (!codebook) {
 		int best = X3_CB_MUL1;
@@ -772,9 +748,15 @@ int main(int argc, char **argv)
 	}
 	close(tmpdir_fd);
 	tmpdir_fd = -1;
+	/* the rename is durable only once the directory is synced: a failure
+	 * is an error (OUT is complete, but may not survive a crash) */
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {
-		fsync(dfd);
+		if (fsync(dfd) && errno != EINVAL) {
+			int e = errno;
+			cleanup();
+			die("fsync %s: %s (%s is written, but may not survive a crash)", dir, strerror(e), out);
+		}
 		close(dfd);
 	}
 	cleanup();
@@ -793,7 +775,7 @@ int main(int argc, char **argv)
 		free(fb_key[i]);
 	free(fb_key); free(fb_why);
 	x3_pack_layout_free(&lay);
-	json_decref(plan);
+	x3_pack_plan_free(&plan);
 	x3_st_close(sst);
 	return 0;
 }

@@ -96,6 +96,7 @@ static void add_metas(x3_tensor *t)
 /* sinks */
 static x3_writer *fw;
 static x3_stw *sw;
+static const char *sw_path;   /* -o FILE.safetensors or DIR, for messages */
 
 /* --split DIR: each tensor to its own frame file DIR/NAME.frames, written
  * atomically (one pass over the source instead of one per tensor) */
@@ -159,7 +160,7 @@ static void emit_whole(x3_tensor *t)
 	if (sw) {
 		module_of(t->name);
 		if (x3_stw_add(sw, t))
-			die_x3("writing '%s'", t->name);
+			die_x3("%s: writing '%s'", sw_path, t->name);
 	} else if (x3_writer_put(fw, t)) {
 		die_x3("writing frame '%s'", t->name);
 	}
@@ -374,6 +375,7 @@ int main(int argc, char **argv)
 	if (outp && (out_dir || (ol > 12 && !strcmp(outp + ol - 12, ".safetensors")))) {
 		if (zlevel)
 			usage_error(usage, "--zstd applies to frame output, not safetensors");
+		sw_path = outp;
 		if (x3_stw_create(outp, out_dir ? (uint64_t)shard_mb << 20 : 0, &sw))
 			die("%s", x3_errmsg());
 		atexit(abort_sw);   /* a failed run leaves no spool file behind */

@@ -90,6 +90,12 @@ fails "stream K differs from the plan" "K=3 in the stream, the plan says [^3]" \
 jq '.tensors["model.layers.9.mlp.up_proj"] = 3' plan.json >plan9.json
 fails "plan for another architecture" "'model.layers.9.mlp.up_proj' is not a linear of the architecture" \
 	pack-write -q --model src --passthrough --plan plan9.json <q.frames
+jq '.tensors["model.layers.0.mlp.up_proj"] = 9' plan.json >plank9.json
+fails "plan with K outside 1..8" "tensor 'model.layers.0.mlp.up_proj': K=9 is not 1..8" \
+	pack-write -q --model src --passthrough --plan plank9.json <q.frames
+jq '.head_bits = 12' plan.json >planh.json
+fails "plan with head_bits 12" '"head_bits" is not an integer 1..8 or 16' \
+	pack-write -q --model src --passthrough --plan planh.json <q.frames
 fails "--plan a missing file" "^pack-write: nosuch.json: No such file or directory" \
 	pack-write -q --model src --passthrough --plan nosuch.json <q.frames
 mkdir plandir

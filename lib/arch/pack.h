@@ -29,6 +29,20 @@ int x3_pack_check_exl3(const char *key, int64_t in, int64_t out,
 /* Model order of a tensor name: x3_arch_order (arch.h). */
 void x3_pack_order(const x3_model_config *c, const char *name, long *module, long *rank);
 
+/* A bitalloc plan as pack-write reads it: {"tensors": {KEY: K, ...},
+ * "head_bits": H, "bits": B, ...}. Every KEY must be a linear of mods[0..nmods)
+ * and every K an integer 1..8; head_bits (optional) 1..8 or 16; bits
+ * (optional) a number. Other members are ignored. */
+typedef struct {
+	int *K;          /* (nmods): the plan's K of mods[i], 0 where absent */
+	int head_bits;   /* 0: absent */
+	double bits;     /* NAN: absent */
+} x3_pack_plan;
+/* Parse text (label names it in messages); X3_EFORMAT names the member. */
+int x3_pack_plan_parse(const char *text, const char *label, const x3_module *mods,
+                       int nmods, x3_pack_plan *p);
+void x3_pack_plan_free(x3_pack_plan *p);
+
 /* ---- classification and the completeness check ----------------------
  * Which tensors the output directory holds and where each one's bytes
  * come from, from the description of the source model's modules (arch.h),
@@ -59,9 +73,7 @@ typedef struct {
 	const char *src_name;        /* its name in messages */
 	int passthrough;
 	int head_bits;               /* 0 (from the stream), 1..8 or 16 */
-	/* the plan's K of a linear, or -1 when it has none (may be NULL) */
-	long (*plan_k)(void *ctx, const char *key);
-	void *plan_ctx;
+	const x3_pack_plan *plan;    /* every K must match it (may be NULL) */
 } x3_pack_in;
 
 typedef struct {

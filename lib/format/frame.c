@@ -566,7 +566,9 @@ static int write_all(x3_writer *w, const void *p, size_t n)
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0) {
-			w->err = x3_err(X3_EIO, "write error: %s", strerror(errno));
+			/* the writer has no name; standard output is the common case */
+			w->err = w->fd == 1 ? x3_err(X3_EIO, "writing standard output: %s", strerror(errno))
+			                    : x3_err(X3_EIO, "write error: %s", strerror(errno));
 			return w->err;
 		}
 		c += k;

@@ -540,12 +540,17 @@ static void dir_of(const char *path, char *dir, size_t n)
 		snprintf(dir, n, ".");
 }
 
-static int fsync_dir(const char *dir)
+/* After the rename of path into dir: the file is complete, but the rename
+ * is durable only once the directory is synced; a failure says both. */
+static int fsync_dir(const char *dir, const char *path)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return x3_err(X3_EIO, "%s: %s", dir, strerror(errno));
-	int rc = fsync(fd) != 0 && errno != EINVAL ? x3_err(X3_EIO, "fsync %s: %s", dir, strerror(errno)) : X3_OK;
+	int rc = fsync(fd) != 0 && errno != EINVAL
+		? x3_err(X3_EIO, "fsync %s: %s (%s is written, but may not survive a crash)", dir,
+		         strerror(errno), path)
+		: X3_OK;
 	close(fd);
 	return rc;
 }
@@ -580,7 +585,7 @@ int x3_write_file_atomic(const char *path, const void *buf, size_t n)
 		return rc;
 	}
 	dir_of(path, dir, sizeof dir);
-	return fsync_dir(dir);
+	return fsync_dir(dir, path);
 }
 
 int x3_stw_create(const char *path, uint64_t shard_bytes, x3_stw **out)
@@ -949,7 +954,7 @@ int x3_stw_commit(x3_stw *w)
 			dir_of(w->path, dir, sizeof dir);
 		else
 			snprintf(dir, sizeof dir, "%s", w->path);
-		rc = fsync_dir(dir);
+		rc = fsync_dir(dir, w->path);
 	}
 out:
 	free(finals);

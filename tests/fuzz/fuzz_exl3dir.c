@@ -1,0 +1,101 @@
+/* libFuzzer target: an EXL3 model directory as exl3-matmul and model-eval
+ * read it. The input is config.json, a NUL byte, then model.safetensors;
+ * both are written into a directory. Every EXL3 linear found there is
+ * built (x3_exl3_from_st), dequantized, and multiplied by the fast path
+ * and the reference, which must agree; then the directory is opened as a
+ * model (x3_model_open) and, when small, run forward over two tokens.
+ * Every input must give results or an error, never a crash. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "exl3.h"
+#include "model.h"
+#include "safetensors.h"
+
+static char dir[64], cfgp[96], stp[96];
+
+static int put(const char *path, const uint8_t *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return -1;
+	size_t w = fwrite(p, 1, n, f);
+	return fclose(f) || w != n ? -1 : 0;
+}
+
+static void linears(x3_st *st)
+{
+	for (int i = 0; i < x3_st_count(st); i++) {
+		char key[512];
+		const x3_tensor *t = x3_st_get(st, i);
+		if (!x3_exl3_is_part(t->name, key, sizeof key) || strcmp(t->name + strlen(key), ".trellis"))
+			continue;
+		x3_exl3 *e;
+		if (x3_exl3_from_st(st, key, &e))
+			continue;
+		int64_t in = x3_exl3_in(e), out = x3_exl3_out(e);
+		if (in * out <= (1 << 20)) {
+			float *w = malloc((size_t)(in * out) * sizeof *w);
+			float *x = malloc((size_t)in * sizeof *x);
+			float *y = malloc((size_t)out * sizeof *y), *yr = malloc((size_t)out * sizeof *yr);
+			if (w && x && y && yr) {
+				(void)x3_exl3_dequant(e, w);
+				for (int64_t j = 0; j < in; j++)
+					x[j] = (float)((j * 37 % 11) - 5) / 8;
+				if (!x3_exl3_matmul(e, x, 1, in, y, 1) && !x3_exl3_matmul_ref(e, x, 1, in, yr)) {
+					double mx = 0;
+					for (int64_t j = 0; j < out; j++)
+						mx = fmax(mx, fabs(yr[j]));
+					for (int64_t j = 0; j < out && isfinite(mx) && mx < 1e30; j++)
+						if (!(fabs(y[j] - yr[j]) <= 1e-3 * mx + 1e-6))
+							abort();   /* fast path and reference disagree */
+				}
+			}
+			free(w); free(x); free(y); free(yr);
+		}
+		x3_exl3_free(e);
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (!dir[0]) {
+		snprintf(dir, sizeof dir, "/tmp/x3fuzz-dir-%d", (int)getpid());
+		snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+		snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
+		char cmd[128];
+		snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+		if (system(cmd))
+			abort();
+	}
+	const uint8_t *nul = memchr(data, 0, size);
+	if (!nul)
+		return 0;
+	if (put(cfgp, data, (size_t)(nul - data)) || put(stp, nul + 1, size - (size_t)(nul - data) - 1))
+		return 0;
+	x3_st *st;
+	if (x3_st_open(dir, &st) == X3_OK) {
+		linears(st);
+		x3_st_close(st);
+	}
+	x3_model *m;
+	if (x3_model_open(dir, NULL, &m) == X3_OK) {
+		const x3_model_config *c = x3_model_cfg(m);
+		if (c->hidden <= 512 && c->intermediate <= 2048 && c->vocab <= 4096 && c->n_layers <= 4) {
+			int32_t tok[2] = {0, (int32_t)(c->vocab > 1 ? 1 : 0)};
+			float *lg = malloc((size_t)c->vocab * sizeof *lg);
+			struct x3_forward_opts fo;
+			x3_forward_opts_init(&fo, m);
+			fo.logits_mode = X3_LOGITS_LAST;
+			fo.logits = lg;
+			if (lg)
+				(void)x3_model_forward(m, tok, 1, 2, &fo);
+			free(lg);
+		}
+		x3_model_close(m);
+	}
+	return 0;
+}
