@@ -76,8 +76,15 @@ convert m qh --bits 3.5 --work w "${cal[@]}" -j 2 -q --sensitivity hot.jsonl
 hot=$(jq -r --arg t $t '.tensors[$t]' w/plan.json)
 convert m qk --bits 3.5 --work w "${cal[@]}" -j 2 -q --sensitivity cold.jsonl
 cold=$(jq -r --arg t $t '.tensors[$t]' w/plan.json)
-check "$t very sensitive gets K=4 (measured plan: $base, now $hot)" test "$hot" -eq 4
-check "$t insensitive gets K=3 (now $cold)" test "$cold" -eq 3
+# (with --sensitivity the measured widths are floor(B)-1..ceil(B)+1: 2..5)
+check "$t very sensitive gets the widest measured K=5 (measured plan: $base, now $hot)" test "$hot" -eq 5
+check "$t insensitive gets the narrowest measured K=2 (now $cold)" test "$cold" -eq 2
+check "the measured widths are 2..5" jqe '.histogram | keys - ["2", "3", "4", "5"] == []' w/plan.json
+
+# measured again at another K in the same work directory: the new file
+convert m q4m --bits 4 --work w "${cal[@]}" -j 2 -q --sensitivity measure
+check "a measurement at K=4 after one at K=3 is the one allocated by" \
+	jqe -s '.[0].sensitivity.K == 4' w/sensitivity.jsonl
 
 # a mixture of experts, grouped by layer and role
 "$ROOT/examples/make-tiny-llama" --arch qwen3-moe --experts 4 --top-k 2 --moe-inter 48 M 1 64 96 >/dev/null

@@ -8,8 +8,9 @@
 # nearest at floor(rate) bits (no seeds: deterministic) and "every tensor at
 # floor(rate)" (convert --bits floor(rate), the same seeds). Beside the
 # defaults, the same conversion with --sensitivity measure (bitalloc weighs
-# each linear by its measured KL per unit of proxy error; BENCH_SENS=0 leaves
-# it out), with the mean cost of its measurement. A change to the
+# each linear by its measured KL per unit of proxy error, over its default
+# widths floor-1..ceil+1; BENCH_SENS=0 leaves it out), with the cost of its
+# measurement. A change to the
 # quantizer or the allocation is better only where its mean beats the
 # current defaults' by more than the spread. One work directory per seed, so
 # each tensor is encoded once per (seed, K) for all rates. Prints a table
@@ -18,7 +19,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT=$root PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/x3quality.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$TMP"' EXIT  # BENCH_KEEP=1: keep it
+# BENCH_KEEP=1: keep the work directory; BENCH_DIR=DIR: work in DIR and keep
+# it (a rerun reuses its encodes)
+if [ -n "${BENCH_DIR:-}" ]; then TMP=$(cd "$BENCH_DIR" && pwd)
+else TMP=$(mktemp -d "${TMPDIR:-/tmp}/x3quality.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$TMP"' EXIT; fi
 . "$root/tests/lib-convert.sh"
 cd "$TMP"
 shared=${X3_SHARED:-$root/../shared}
