@@ -18,10 +18,11 @@
 #include "tokenizer.h"
 
 static const char usage[] =
-	"usage: model-eval --model DIR [--quantized DIR] (--text FILE... | --tokens FRAMES)\n"
+	"usage: model-eval --model DIR [--quantized DIR [--patch DIR]] (--text FILE... | --tokens FRAMES)\n"
 	"                  [--rows R] [--cols C] [--split MODE] [--batch B] [--strict]\n"
 	"                  [--save-base FILE] [--table] [--device cpu|cuda|auto] [-q]\n"
-	"       model-eval --base FILE --quantized DIR [--table] [--device cpu|cuda|auto] [-q]\n"
+	"       model-eval --base FILE --quantized DIR [--patch DIR] [--table]\n"
+	"                  [--device cpu|cuda|auto] [-q]\n"
 	"       model-eval --model DIR --generate N [--prompt TEXT] [--ids]\n"
 	"                  [--device cpu|cuda|auto]\n"
 	"  --model DIR      the (original) Hugging Face model directory\n"
@@ -29,6 +30,9 @@ static const char usage[] =
 	"  --quantized DIR  a second model to compare with the first (an EXL3 directory\n"
 	"                   or another HF model): KL(model || quantized) with its median,\n"
 	"                   p90, p99, p99.9, max; ln(PPL(Q)/PPL(base)); delta-p; same top p\n"
+	"  --patch DIR      EXL3 linears (a directory or .safetensors) that replace those\n"
+	"                   of --quantized one by one: e.g. the original with one group\n"
+	"                   of linears quantized\n"
 	"  --save-base FILE save --model's logits and the tokens (zstd frames) for --base\n"
 	"  --base FILE      the original's logits from --save-base instead of --model\n"
 	"                   and the text: one forward of the original for any number of packs\n"
@@ -50,6 +54,7 @@ static const char usage[] =
 	"  -h               this help\n";
 
 static int device = X3_DEVICE_CPU;   /* resolved --device */
+static const char *patch;            /* --patch */
 
 static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
                          int split, long *rows, long *cols, long dflt_cols, int strict)
@@ -177,7 +182,9 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
                      long cols, long batch, const char *save, int table)
 {
 	x3_model *q = NULL;
-	if (qdir && x3_model_open(qdir, NULL, &q))
+	struct x3_model_opts mo = {0};
+	mo.patch_dir = patch;
+	if (qdir && x3_model_open(qdir, &mo, &q))
 		die("%s", x3_errmsg());
 	int64_t V = B->V;
 	const char *bname = B->dir;
@@ -293,6 +300,8 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 			json_object_set_new(o, "base", json_string(B->file));
 		if (q)
 			json_object_set_new(o, "quantized", json_string(qdir));
+		if (q && patch)
+			json_object_set_new(o, "patch", json_string(patch));
 		json_object_set_new(o, "rows", json_integer(rows));
 		json_object_set_new(o, "cols", json_integer(cols));
 		json_object_set_new(o, "positions", json_integer(npos));
@@ -434,7 +443,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_QUANT, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_SPLIT, O_BATCH,
-	       O_STRICT, O_GEN, O_PROMPT, O_IDS, O_DEV, O_SAVE, O_BASE, O_TABLE };
+	       O_STRICT, O_GEN, O_PROMPT, O_IDS, O_DEV, O_SAVE, O_BASE, O_TABLE, O_PATCH };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "quantized", required_argument, 0, O_QUANT },
 		{ "text", required_argument, 0, O_TEXT }, { "tokens", required_argument, 0, O_TOKENS },
@@ -444,7 +453,7 @@ int main(int argc, char **argv)
 		{ "prompt", required_argument, 0, O_PROMPT }, { "ids", no_argument, 0, O_IDS },
 		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
 		{ "save-base", required_argument, 0, O_SAVE }, { "base", required_argument, 0, O_BASE },
-		{ "table", no_argument, 0, O_TABLE },
+		{ "table", no_argument, 0, O_TABLE }, { "patch", required_argument, 0, O_PATCH },
 		{ 0, 0, 0, 0 },
 	};
 	const char *model = NULL, *qdir = NULL, *tokens = NULL, *prompt = NULL, *save = NULL, *basef = NULL;
@@ -478,15 +487,18 @@ int main(int argc, char **argv)
 		case O_SAVE: save = optarg; break;
 		case O_BASE: basef = optarg; break;
 		case O_TABLE: table = 1; break;
+		case O_PATCH: patch = optarg; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
 	for (int i = optind; i < argc; i++)
 		texts[ntexts++] = argv[i];
+	if (patch && !qdir)
+		usage_error(usage, "--patch needs --quantized DIR (the model it patches)");
 	if (basef) {
 		if (model || ntexts || tokens || gen >= 0 || save || set_rc || split != X3_SPLIT_WHOLE || strict)
 			usage_error(usage, "--base FILE replaces --model and the text: it takes only "
-			            "--quantized, --table, --device and -q");
+			            "--quantized, --patch, --table, --device and -q");
 		if (!qdir)
 			usage_error(usage, "--base needs --quantized DIR");
 		device = device_resolve(want_device);

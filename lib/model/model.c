@@ -19,6 +19,7 @@ struct x3_model {
 	x3_st *st;              /* the model */
 	x3_st *ov;              /* overlay (layers ov_first..ov_last) or NULL */
 	int ov_first, ov_last;
+	x3_st *patch;           /* linears replaced one by one (patch_dir) or NULL */
 	const x3_tensor *embed; /* borrowed (vocab, hidden) */
 	x3_module *mods;        /* every module, model order (arch.h) */
 	int nmods;
@@ -42,6 +43,17 @@ static x3_st *layer_src(const x3_model *m, int layer)
 	if (m->ov && layer >= m->ov_first && layer <= m->ov_last)
 		return m->ov;
 	return m->st;
+}
+
+/* Source of the linear KEY of layer l: the patch when it holds the
+ * linear's trellis, else the layer's source. */
+static x3_st *lin_src(const x3_model *m, int layer, const char *key)
+{
+	char k[X3_KEY_MAX + 16];
+	snprintf(k, sizeof k, "%s.trellis", key);
+	if (m->patch && x3_st_find(m->patch, k))
+		return m->patch;
+	return layer_src(m, layer);
 }
 
 /* Source of a norm vector of a layer: the overlay when it has it (an EXL3
@@ -123,7 +135,6 @@ static int lin_needed(const x3_model_config *c, int s, int sparse)
 /* Load (or with check set, only validate) the weights of layer l. */
 static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 {
-	x3_st *st = layer_src(m, l);
 	int rc;
 	memset(w, 0, sizeof *w);
 	w->sparse = x3_arch_sparse_layer(&m->cfg, l);
@@ -132,7 +143,7 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 		int s = lin_slots[i];
 		if (!lin_needed(&m->cfg, s, w->sparse)) {
 			/* the shared expert when there is one; no dense MLP in a sparse layer */
-			if (d && (rc = x3_linear_open(st, d->key, d->in, d->out, d->bias, check, &w->lin[s])))
+			if (d && (rc = x3_linear_open(lin_src(m, l, d->key), d->key, d->in, d->out, d->bias, check, &w->lin[s])))
 				goto fail;
 			continue;
 		}
@@ -141,7 +152,8 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			            lin_slots[i]);
 			goto fail;
 		}
-		if ((rc = x3_linear_open(st, d->key, d->in, d->out, d->bias, check, &w->lin[d->d->slot])))
+		if ((rc = x3_linear_open(lin_src(m, l, d->key), d->key, d->in, d->out, d->bias, check,
+		                         &w->lin[d->d->slot])))
 			goto fail;
 	}
 	for (int i = 0; i < N_VEC; i++) {
@@ -184,7 +196,8 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			continue;
 		int j = d->d->slot - X3_SLOT_EXP_GATE;
 		w->exm[d->expert * 3 + j] = d;
-		if ((rc = x3_linear_open(st, d->key, d->in, d->out, d->bias, check, &w->ex[d->expert * 3 + j])))
+		if ((rc = x3_linear_open(lin_src(m, l, d->key), d->key, d->in, d->out, d->bias, check,
+		                         &w->ex[d->expert * 3 + j])))
 			goto fail;
 	}
 	return X3_OK;
@@ -201,6 +214,8 @@ static int head_open(const x3_model *m, int check, x3_linear **out)
 	char own[X3_KEY_MAX + 16], tr[X3_KEY_MAX + 16];
 	snprintf(own, sizeof own, "%s.weight", h->key);
 	snprintf(tr, sizeof tr, "%s.trellis", h->key);
+	if (m->patch && x3_st_find(m->patch, tr))
+		return x3_linear_open(m->patch, h->key, h->in, h->out, h->bias, check, out);
 	if (h->tied && !x3_st_find(m->st, own) && !x3_st_find(m->st, tr)) {
 		/* the weight of the module it is tied to, as that module's key */
 		char key[X3_KEY_MAX + 8];
@@ -227,9 +242,27 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		m->ov_first = opts->overlay_first;
 		m->ov_last = opts->overlay_last;
 	}
+	if (opts && opts->patch_dir && (rc = x3_st_open(opts->patch_dir, &m->patch)))
+		goto fail;
 	const x3_model_config *c = &m->cfg;
 	if ((rc = x3_arch_modules(c, &m->mods, &m->nmods)))
 		goto fail;
+	/* every trellis of the patch must replace a linear of the model: a
+	 * misspelt key would otherwise leave the original in place unseen */
+	for (int i = 0; m->patch && i < x3_st_count(m->patch); i++) {
+		const char *n = x3_st_get(m->patch, i)->name;
+		size_t ln = strlen(n);
+		if (ln < 8 || strcmp(n + ln - 8, ".trellis"))
+			continue;
+		char key[X3_KEY_MAX];
+		snprintf(key, sizeof key, "%.*s", (int)(ln - 8), n);
+		const x3_module *d = x3_modules_find(m->mods, m->nmods, key);
+		if (!d || d->d->kind != X3_KIND_LINEAR) {
+			rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is no linear of %s (%s)", opts->patch_dir, n,
+			            dir, c->arch_name);
+			goto fail;
+		}
+	}
 	if (!(m->slot = malloc((size_t)(c->n_layers + 1) * X3_SLOT_COUNT * sizeof *m->slot))) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
 		goto fail;
@@ -303,6 +336,8 @@ void x3_model_close(x3_model *m)
 		x3_st_close(m->st);
 	if (m->ov)
 		x3_st_close(m->ov);
+	if (m->patch)
+		x3_st_close(m->patch);
 	free(m->mods);
 	free(m->slot);
 	free(m);

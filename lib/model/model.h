@@ -15,7 +15,8 @@
  * after it. Any linear may come from an EXL3 model directory instead (a
  * quantized checkpoint read through lib/codec/exl3.h), either the whole model
  * (open the EXL3 directory itself) or, for sequential calibration, a range of
- * layers of an otherwise original model (x3_model_opts.overlay_dir). */
+ * layers of an otherwise original model (x3_model_opts.overlay_dir), or
+ * linear by linear (x3_model_opts.patch_dir). */
 #ifndef X3_MODEL_H
 #define X3_MODEL_H
 
@@ -30,6 +31,12 @@ struct x3_model_opts {
 	 * (inclusive); the embedding, final norm and head stay original. */
 	const char *overlay_dir;
 	int overlay_first, overlay_last;
+	/* Optional directory (or .safetensors file) of EXL3 linears: every
+	 * linear it holds (KEY.trellis ...) is taken from it, one by one,
+	 * instead of from the model or the overlay; everything else stays.
+	 * A trellis that is no linear of the model is an error. (A model with
+	 * one tensor or group quantized: convert --sensitivity.) */
+	const char *patch_dir;
 };
 
 /* Open a HF model directory (config.json + safetensors, sharded or not,

@@ -6,7 +6,11 @@
 # KL, top-1 agreement and perplexity as mean ± sample standard deviation over
 # the seeds, and the achieved bits. Baselines in the same run: round-to-
 # nearest at floor(rate) bits (no seeds: deterministic) and "every tensor at
-# floor(rate)" (convert --bits floor(rate), the same seeds). A change to the
+# floor(rate)" (convert --bits floor(rate), the same seeds). Beside the
+# defaults, the same conversion with --sensitivity measure (bitalloc weighs
+# each linear by its measured KL per unit of proxy error, over its default
+# widths floor-1..ceil+1; BENCH_SENS=0 leaves it out), with the cost of its
+# measurement. A change to the
 # quantizer or the allocation is better only where its mean beats the
 # current defaults' by more than the spread. One work directory per seed, so
 # each tensor is encoded once per (seed, K) for all rates. Prints a table
@@ -15,7 +19,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT=$root PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/x3quality.XXXXXX"); trap 'rm -rf "$TMP"' EXIT
+# BENCH_KEEP=1: keep the work directory; BENCH_DIR=DIR: work in DIR and keep
+# it (a rerun reuses its encodes)
+if [ -n "${BENCH_DIR:-}" ]; then TMP=$(cd "$BENCH_DIR" && pwd)
+else TMP=$(mktemp -d "${TMPDIR:-/tmp}/x3quality.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$TMP"' EXIT; fi
 . "$root/tests/lib-convert.sh"
 cd "$TMP"
 shared=${X3_SHARED:-$root/../shared}
@@ -53,11 +60,17 @@ row() { # row RATE METHOD STATS_JSON
 }
 for b in $rates; do
 	fl=$(awk -v b="$b" 'BEGIN { print int(b) }')
-	reps=() freps=()
+	reps=() freps=() sreps=()
 	for s in $seeds; do
 		convert "$M" q$b.s$s --bits "$b" --seed "$s" --work w$s "${cal[@]}" -j 2 -q
 		validate q$b.s$s --model "$M" "${ev[@]}" -q >v$b.s$s.json
 		reps+=(v$b.s$s.json)
+		if [ "${BENCH_SENS:-1}" = 1 ]; then
+			convert "$M" qs$b.s$s --bits "$b" --seed "$s" --work w$s "${cal[@]}" -j 2 -q --sensitivity measure
+			validate qs$b.s$s --model "$M" "${ev[@]}" -q >vs$b.s$s.json
+			sreps+=(vs$b.s$s.json)
+			head -n 1 w$s/sens/measured.k$fl.jsonl | jq -c --arg r "$b" --arg s "$s" '.sensitivity | {bench: "quality-sensitivity-cost", rate: ($r | tonumber), seed: ($s | tonumber), K, forwards, rows, cols, seconds, kl_all, kl_sum}'
+		fi
 		if [ "$fl" != "$b" ]; then
 			[ -f vf$fl.s$s.json ] || {
 				convert "$M" f$fl.s$s --bits "$fl" --seed "$s" --work w$s "${cal[@]}" -j 2 -q
@@ -67,6 +80,7 @@ for b in $rates; do
 		fi
 	done
 	stats "${reps[@]}" >st.json && row "$b" "exl3kit (defaults)" st.json
+	if [ ${#sreps[@]} -gt 0 ]; then stats "${sreps[@]}" >st.json && row "$b" "--sensitivity measure" st.json; fi
 	if [ ${#freps[@]} -gt 0 ]; then stats "${freps[@]}" >st.json && row "$b" "all at floor = $fl" st.json; fi
 	[ -f r$fl.json ] || { rtn_model "$M" rtn$fl "$fl" && model-eval -q --model "$M" --quantized rtn$fl "${ev[@]}" >r$fl.json; }
 	stats r$fl.json >st.json && row "$b" "RTN at $fl" st.json
