@@ -423,6 +423,10 @@ int main(int argc, char **argv)
 		};
 		if (x3_pack_sizer_open(model, &so, &sx.sz))
 			die("%s", x3_errmsg());
+		/* roles and --hq from the model's own table */
+		int nm;
+		const x3_module *mods = x3_pack_sizer_modules(sx.sz, &nm);
+		x3_ba_set_modules(ba, mods, nm);
 	}
 	if (predict) {
 		/* every decoder linear, every K allowed: the --set fixes apply */

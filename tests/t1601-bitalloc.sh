@@ -137,4 +137,14 @@ bitalloc -q --bits 3.5 --hq -o mh.json moe.jsonl
 check "MoE: --hq floors attention at 3+2 and the shared expert at 3+1, not the experts" \
 	test "$(jq -c '[.tensors["model.layers.0.self_attn.q_proj"], .tensors["model.layers.0.self_attn.o_proj"], .tensors["model.layers.0.mlp.shared_expert.up_proj"] >= 4, ([.tensors | to_entries[] | select(.key | test("experts\\.")) | .value] | min < 4)]' mh.json)" = '[5,5,true,true]'
 
+# a key's --hq comes from its own architecture's table when --model names
+# the model: DeepSeek V3's dense MLP (+1) has Llama's key pattern (+0)
+"$ROOT/examples/make-tiny-llama" --arch deepseek_v3 dsk 2 64 128 >/dev/null
+tensor-ls --linears dsk | jq -c 'select(.role != "head") | . as $m | range(2; 7) as $k |
+	{tensor: $m.key, K: $k, proxy_err: (1 / pow(4; $k)), numel: ($m.shape[0] * $m.shape[1])}' >dsk.jsonl
+bitalloc -q --bits 3.5 --hq -o dsk1.json dsk.jsonl
+bitalloc -q --bits 3.5 --hq --model dsk -o dsk2.json dsk.jsonl
+check "DeepSeek V3 --hq with --model: the dense MLP floored at 3+1 (without: Llama's table, 3)" \
+	test "$(jq -c '[.tensors["model.layers.0.mlp.gate_proj"], .tensors["model.layers.0.mlp.down_proj"]]' dsk1.json dsk2.json | paste -sd' ')" = '[3,3] [4,4]'
+
 done_testing

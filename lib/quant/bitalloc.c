@@ -38,15 +38,27 @@ void x3_ba_free(x3_ba *ba)
 
 /* The role of a key, from the architecture tables (arch.h): the
  * measurements name only the module. */
-static int role_of(const char *key)
+static const x3_module_desc *classify(const x3_ba *ba, const char *key, int *layer)
+{
+	const x3_module *m = ba->mods ? x3_modules_find(ba->mods, ba->nmods, key) : NULL;
+	if (m) {
+		*layer = m->layer;
+		return m->d;
+	}
+	return x3_arch_classify(key, layer);
+}
+
+void x3_ba_set_modules(x3_ba *ba, const x3_module *m, int n) { ba->mods = m, ba->nmods = n; }
+
+static int role_of(const x3_ba *ba, const char *key)
 {
 	int layer;
-	const x3_module_desc *d = x3_arch_classify(key, &layer);
+	const x3_module_desc *d = classify(ba, key, &layer);
 	return d ? d->role : X3_ROLE_OTHER;
 }
 
-static int is_head(const char *key) { return role_of(key) == X3_ROLE_HEAD; }
-static int is_embedding(const char *key) { return role_of(key) == X3_ROLE_EMBEDDING; }
+static int is_head(const x3_ba *ba, const char *key) { return role_of(ba, key) == X3_ROLE_HEAD; }
+static int is_embedding(const x3_ba *ba, const char *key) { return role_of(ba, key) == X3_ROLE_EMBEDDING; }
 
 static x3_ba_tensor *find(x3_ba *ba, const char *name)
 {
@@ -86,10 +98,10 @@ int x3_ba_add(x3_ba *ba, const char *name, int K, double err, int64_t numel)
 		              tensor, K, err);
 	if (numel <= 0)
 		return x3_err(X3_EFORMAT, "tensor '%s': numel %lld is not positive", tensor, (long long)numel);
-	if (is_embedding(tensor))
+	if (is_embedding(ba, tensor))
 		return x3_err(X3_EFORMAT, "tensor '%s': embeddings are never quantized", tensor);
 	x3_ba_tensor *t;
-	if (is_head(tensor)) {
+	if (is_head(ba, tensor)) {
 		t = &ba->head;
 		if (!ba->has_head) {
 			init_tensor(t);
@@ -227,7 +239,7 @@ static int importance_line(x3_ba *ba, json_t *o, const char *label, long lineno)
 	size_t len = strlen(key);
 	if (len > 7 && !strcmp(key + len - 7, ".weight"))
 		key[len - 7] = 0;
-	x3_ba_tensor *t = is_head(key) && ba->has_head ? &ba->head : find(ba, key);
+	x3_ba_tensor *t = is_head(ba, key) && ba->has_head ? &ba->head : find(ba, key);
 	if (!t)
 		return x3_err(X3_EFORMAT, "%s:%ld: tensor '%s': importance given for a tensor without "
 		              "measurements", label, lineno, name);
@@ -293,10 +305,10 @@ int x3_ba_set_fixed(x3_ba *ba, const char *regex, int K, int *nmatch)
 	return rc;
 }
 
-int x3_ba_hq_bits(const char *key)
+int x3_ba_hq_bits(const x3_ba *ba, const char *key)
 {
 	int layer;
-	const x3_module_desc *d = x3_arch_classify(key, &layer);
+	const x3_module_desc *d = classify(ba, key, &layer);
 	return d ? d->hq : 0;
 }
 
@@ -305,7 +317,7 @@ void x3_ba_apply_hq(x3_ba *ba, double bits)
 	int base = (int)floor(bits);
 	for (int i = 0; i < ba->n; i++) {
 		x3_ba_tensor *t = &ba->t[i];
-		int h = x3_ba_hq_bits(t->name);
+		int h = x3_ba_hq_bits(ba, t->name);
 		if (t->fixed || !h)
 			continue;
 		int fl = base + h < X3_BA_KMAX ? base + h : X3_BA_KMAX;
@@ -645,9 +657,9 @@ static int layer_of(const char *key)
  * MLP and shared experts 1, others 0, plus the --hq bits. A key no table
  * knows is a group of its own at priority 0 (its layer: the first ".N."
  * in it). */
-static char *group_of(const char *key, int *prio, int *layer)
+static char *group_of(const x3_ba *ba, const char *key, int *prio, int *layer)
 {
-	const x3_module_desc *d = x3_arch_classify(key, layer);
+	const x3_module_desc *d = classify(ba, key, layer);
 	*prio = 0;
 	if (!d) {
 		*layer = layer_of(key);
@@ -699,7 +711,7 @@ static int solve_exl3(x3_ba *ba, double bits, int hq)
 			continue;
 		}
 		int prio, layer;
-		char *key = group_of(t->name, &prio, &layer);
+		char *key = group_of(ba, t->name, &prio, &layer);
 		if (!key) {
 			rc = x3_err(X3_ENOMEM, "out of memory");
 			break;
@@ -757,7 +769,7 @@ static int solve_exl3(x3_ba *ba, double bits, int hq)
 				continue;
 			t->K = g[gi[i]].K;
 			if (hq) {
-				int h = x3_ba_hq_bits(t->name);
+				int h = x3_ba_hq_bits(ba, t->name);
 				int fl = base + h < X3_BA_KMAX ? base + h : X3_BA_KMAX;
 				if (t->K < fl)
 					t->K = fl;
@@ -904,7 +916,7 @@ void x3_ba_role_bits(const x3_ba *ba, int nroles, int *linears, int64_t *numel, 
 		const x3_ba_tensor *t = i < ba->n ? &ba->t[i] : ba->has_head ? &ba->head : NULL;
 		if (!t)
 			break;
-		int r = role_of(t->name);
+		int r = role_of(ba, t->name);
 		if (r < 0 || r >= nroles)
 			continue;
 		linears[r]++;

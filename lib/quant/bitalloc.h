@@ -54,6 +54,11 @@ typedef struct x3_ba {
 	int size_mode;
 	uint64_t size_target, size_bytes;   /* asked for, predicted for the plan */
 	uint64_t size_min, size_max;        /* every tensor at its lowest, highest K */
+	/* the model's modules (x3_ba_set_modules), or NULL: a key's role and
+	 * --hq come from its own architecture's table, not the first table
+	 * whose pattern matches (DeepSeek's dense MLP keys look like Llama's) */
+	const struct x3_module *mods;
+	int nmods;
 } x3_ba;
 
 enum { X3_BA_AUTO = 0, X3_BA_DP = 1, X3_BA_LAGRANGE = 2, X3_BA_EXL3 = 3 };
@@ -78,9 +83,12 @@ void x3_ba_reset_limits(x3_ba *ba);
  * (unanchored search). Zero matches, or a K that was not measured for a
  * matched tensor, is an error. *nmatch gets the count. */
 int x3_ba_set_fixed(x3_ba *ba, const char *regex, int K, int *nmatch);
-/* select_hq_bits of a key: 2 for attention, 1 for shared experts, else 0
- * (exl3(5) §11.2, §11.4; applied to every architecture). */
-int x3_ba_hq_bits(const char *key);
+/* Classify keys by these modules of the model (x3_arch_modules; kept, not
+ * copied): set before x3_ba_add. */
+void x3_ba_set_modules(x3_ba *ba, const struct x3_module *m, int n);
+/* The --hq bits of a key, from its architecture's table (e.g. 2 for
+ * attention, 1 for shared experts; exl3(5) §11.2, §11.4). */
+int x3_ba_hq_bits(const x3_ba *ba, const char *key);
 /* --hq: floor every non-fixed tensor at min(floor(bits) + hq_bits, 8). */
 void x3_ba_apply_hq(x3_ba *ba, double bits);
 
