@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hessian-capture --chunk-rows / --part / --merge (issue 12 §4, issue 15 §1):
+# hessian-capture --chunk-rows / --part / --merge (issue 12 part 4, issue 15 part 1):
 # the calibration is cut into fixed chunks of rows; one process sums them in
 # chunk order, or one process per chunk writes its partial sums (F64) and
 # --merge adds them in chunk order, whatever the order of the files: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A conversion over job slots (issue 12 §4, issue 15 §1): -j 1 with no
+# A conversion over job slots (issue 12 part 4, issue 15 part 1): -j 1 with no
 # fan-out and the encodes run through GNU parallel on two job slots
 # (--gpus 0,1 with --device cpu) give byte-identical directories and
 # Hessians, in both modes, with the calibration summed in chunks of

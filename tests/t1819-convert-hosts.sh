@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# convert --hosts for real (issue 12 §4): an OpenSSH server on 127.0.0.1,
+# convert --hosts for real (issue 12 part 4): an OpenSSH server on 127.0.0.1,
 # started here on a free port with throw-away host and user keys (nothing
 # is installed; without sshd, from openssh-server, the test skips saying
 # why), named twice in the host list, so that GNU parallel runs the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pipelines/convert --size BYTES and -n (issue 13 §2): the whole output of a
+# pipelines/convert --size BYTES and -n (issue 13 part 2): the whole output of a
 # --size conversion lands at most BYTES and within 1% under it; a size below
 # the smallest plan or above the largest is a usage error naming it; the dry
 # run writes nothing, its predicted size is the real one, its counts are the
