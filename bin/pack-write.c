@@ -112,28 +112,13 @@ static void on_signal(int sig)
 	raise(sig);
 }
 
-static int full_write(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n) {
-		ssize_t k = write(fd, c, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -1;
-		c += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 /* Write a file inside the temporary directory (fsynced). */
 static void put_file(const char *name, const void *buf, size_t n)
 {
 	int fd = openat(tmpdir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0)
 		die("%s/%s: %s", tmpdir, name, strerror(errno));
-	if (full_write(fd, buf, n) || fsync(fd) || close(fd))
+	if (x3_write_full(fd, buf, n) || fsync(fd) || close(fd))
 		die("writing %s/%s: %s", tmpdir, name, strerror(errno));
 }
 
@@ -201,7 +186,7 @@ static void copy_files(const char *src)
 				die("%s: read error: %s", p, strerror(errno));
 			if (k == 0)
 				break;
-			if (full_write(out, buf, (size_t)k))
+			if (x3_write_full(out, buf, (size_t)k))
 				die("writing %s/%s: %s", tmpdir, n, strerror(errno));
 		}
 		if (fsync(out) || close(out))
@@ -358,6 +343,331 @@ static const char *cb_name(int cb)
 	return cb == X3_CB_MUL1 ? "mul1" : cb == X3_CB_MCG ? "mcg" : "3inst";
 }
 
+/* ---- the steps of main ------------------------------------------------- */
+
+/* OUT split into its directory and base name */
+struct outname {
+	char out[4096], dir[4096], base[1024];
+	int exists;
+};
+
+static void out_name(const char *arg, int force, struct outname *o)
+{
+	snprintf(o->out, sizeof o->out, "%s", arg);
+	for (size_t l = strlen(o->out); l > 1 && o->out[l - 1] == '/'; l--)
+		o->out[l - 1] = 0;
+	const char *sl = strrchr(o->out, '/');
+	if (sl) {
+		snprintf(o->dir, sizeof o->dir, "%.*s", sl == o->out ? 1 : (int)(sl - o->out), o->out);
+		snprintf(o->base, sizeof o->base, "%s", sl + 1);
+	} else {
+		snprintf(o->dir, sizeof o->dir, ".");
+		snprintf(o->base, sizeof o->base, "%s", o->out);
+	}
+	if (!*o->base || !strcmp(o->base, ".") || !strcmp(o->base, ".."))
+		usage_error(usage, "OUT '%s' is not a usable directory name", o->out);
+	struct stat st;
+	o->exists = lstat(o->out, &st) == 0;
+	if (o->exists && !force)
+		die("%s: exists (use --force to replace it)", o->out);
+}
+
+/* The temporary directory beside OUT, removed on any failure or signal,
+ * with a pid file that marks it as ours while we run. */
+static void open_tmpdir(const struct outname *o)
+{
+	remove_stale(o->dir, o->base);
+	if (snprintf(tmpdir, sizeof tmpdir, "%s/%s.tmp-XXXXXX", o->dir, o->base) >= (int)sizeof tmpdir)
+		die("%s: path too long", o->out);
+	if (!mkdtemp(tmpdir)) {
+		int e = errno;
+		tmpdir[0] = 0;
+		die("%s: cannot create a temporary directory: %s", o->dir, strerror(e));
+	}
+	atexit(cleanup);
+	{
+		/* mkdtemp makes 0700; the finished directory gets 0777 & ~umask */
+		mode_t um = umask(022);
+		umask(um);
+		chmod(tmpdir, 0777 & ~um);
+	}
+	if ((tmpdir_fd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+		die("%s: %s", tmpdir, strerror(errno));
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESETHAND;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	char pid[32];
+	int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+	put_file(".pack-write.pid", pid, (size_t)n);
+}
+
+/* the stream's tensors: headers, and their payloads at spool_map + inoff */
+static x3_tensor **in;
+static uint64_t *inoff, spool_len;
+static int nin, spool_fd = -1;
+
+/* 1. Spool the stream: frames come in any order, so their payloads wait in
+ * the temporary directory (written once) until the layout is known. */
+static void read_stream(void)
+{
+	spool_fd = openat(tmpdir_fd, ".pack-spool", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (spool_fd < 0)
+		die("%s/.pack-spool: %s", tmpdir, strerror(errno));
+	x3_reader *rd;
+	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &rd))
+		die_x3("stdin");
+	int capin = 0, rc;
+	size_t bufsz = 1 << 20;
+	unsigned char *buf = malloc(bufsz);
+	if (!buf)
+		die("out of memory");
+	x3_tensor *t;
+	while ((rc = x3_reader_next_header(rd, &t)) == X3_OK) {
+		for (int i = 0; i < nin; i++)
+			if (!strcmp(in[i]->name, t->name))
+				die("stdin: frame %ld: tensor '%s' appears twice", x3_reader_index(rd), t->name);
+		if (nin == capin) {
+			capin = capin ? 2 * capin : 256;
+			in = realloc(in, (size_t)capin * sizeof *in);
+			inoff = realloc(inoff, (size_t)capin * sizeof *inoff);
+			if (!in || !inoff)
+				die("out of memory");
+		}
+		in[nin] = t;
+		inoff[nin++] = spool_len;
+		for (size_t left = t->nbytes; left;) {
+			size_t k = left < bufsz ? left : bufsz;
+			if (x3_reader_data(rd, buf, k))
+				die("%s", x3_errmsg());   /* names stdin, frame and tensor */
+			if (x3_write_full(spool_fd, buf, k))
+				die("spooling tensor '%s' to %s: %s", t->name, tmpdir, strerror(errno));
+			left -= k;
+		}
+		spool_len += t->nbytes;
+		progress("%d frames read", nin);
+	}
+	if (rc != X3_EOF)
+		die("%s", x3_errmsg());
+	x3_reader_close(rd);
+	free(buf);
+	progress_done();
+	if (spool_len) {
+		spool_map = mmap(NULL, spool_len, PROT_READ, MAP_SHARED, spool_fd, 0);
+		if (spool_map == MAP_FAILED)
+			die("mmap of the spool: %s", strerror(errno));
+	}
+	/* payloads of the marker scalars, for their check */
+	for (int i = 0; i < nin; i++)
+		if (in[i]->nbytes <= 8 && in[i]->nbytes)
+			in[i]->data = spool_map + inoff[i];
+}
+
+/* 2.-4. Classify the stream's tensors, check the linears, add the
+ * pass-through tensors (x3_pack_classify, the model description's job):
+ * the entries of the output, or every problem listed and exit 1. */
+static void classify(const x3_pack_in *pin, const char *out, x3_pack_layout *lay)
+{
+	if (x3_pack_classify(pin, lay))
+		die_x3("%s", out);
+	for (int i = 0; i < lay->nprob && i < 200; i++)
+		warnx("%s", lay->prob[i]);
+	nprob = lay->nprob;
+	if (lay->skipped && !quiet)
+		warnx("note: %d tensors of %s's layers from %lld on (multi-token prediction) left out",
+		      lay->skipped, pin->src_name, (long long)pin->cfg->n_layers);
+	for (int i = 0; i < lay->nent; i++) {
+		const x3_pack_ent *le = &lay->ent[i];
+		struct ent *e = new_ent();
+		e->t = le->t;
+		e->src = le->src;
+		if (le->in >= 0) {
+			e->in = in[le->in];
+			e->off = inoff[le->in];
+		}
+		lay->ent[i].t = NULL;   /* now ents[]'s */
+	}
+	if (!quiet) {
+		for (int i = 0; i < lay->nfallback; i++)
+			warnx("warning: linear '%s' was quantized without error feedback (fallback): %s",
+			      lay->fallback_key[i], lay->fallback_why[i]);
+		/* what the loaders would trip over, but EXL3 allows: warnings */
+		for (int i = 0; i < nent; i++)
+			if (!exllamav3_dtype(ents[i].t->dtype))
+				warnx("warning: tensor '%s': dtype %s, which ExLlamaV3 cannot read (F32, F16, "
+				      "BF16, I32, I16)", ents[i].t->name, x3_dtype_name(ents[i].t->dtype));
+	}
+}
+
+/* 5. The config's values: bits, head bits, codebook; a mismatch with the
+ * options or the plan is a problem (then nothing is written). */
+struct values {
+	double bits;
+	int head_bits;
+	const char *codebook;
+};
+
+static void config_values(const x3_pack_layout *lay, long head_opt, double bits_opt,
+                          const x3_pack_plan *plan, const char *plan_path, const char *codebook,
+                          struct values *v)
+{
+	v->head_bits = lay->head_bits;
+	if (head_opt && v->head_bits && head_opt != v->head_bits)
+		problem("head: %d bits in the stream, but %s says %ld", v->head_bits,
+		        plan_path ? "the plan/--head-bits" : "--head-bits", head_opt);
+	if (!v->head_bits)
+		v->head_bits = head_opt ? (int)head_opt : 16;   /* tied, no head stored */
+	if (nprob)
+		die("%d problem%s; nothing written", nprob, nprob > 1 ? "s" : "");
+	v->bits = lay->sum_n > 0 ? lay->sum_k / lay->sum_n : 0;
+	if (!isnan(bits_opt)) {
+		if (fabs(bits_opt - v->bits) > 0.005)
+			warnx("warning: --bits %g, but the trellis widths give %.4f", bits_opt, v->bits);
+		v->bits = bits_opt;
+	} else if (!isnan(plan->bits) && fabs(plan->bits - v->bits) > 0.005) {
+		warnx("warning: the plan says %.4f bits, the trellis widths give %.4f", plan->bits, v->bits);
+	}
+	if (!codebook) {
+		int best = X3_CB_MUL1;
+		for (int k = 0; k < X3_CB_COUNT; k++)
+			if (lay->cb_count[k] > lay->cb_count[best])
+				best = k;
+		codebook = cb_name(best);
+	}
+	v->codebook = codebook;
+	int mixed = 0;
+	for (int k = 0; k < X3_CB_COUNT; k++)
+		mixed += lay->cb_count[k] > 0;
+	if (mixed > 1 && !quiet)
+		warnx("note: the linears use %d different codebooks (legal); config says '%s'", mixed, codebook);
+}
+
+/* the payload of ents[i], for x3_stw_commit_direct; the spool space of
+ * the tensor before it is given back (its bytes are in the shard now) */
+static int ent_payload(void *ctx, int i, const void **p, void **owned)
+{
+	(void)ctx;
+#ifdef FALLOC_FL_PUNCH_HOLE
+	const struct ent *d = i > 0 ? &ents[i - 1] : NULL;
+	if (d && d->in && d->in->nbytes > (1 << 20)) {
+		int later = 0;   /* unless a later tensor copies it too (a tied head) */
+		for (int j = i; j < nent && !later; j++)
+			later = ents[j].in == d->in;
+		if (!later)
+			fallocate(spool_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)d->off,
+			          (off_t)d->in->nbytes);
+	}
+#endif
+	int own;
+	*p = materialize(&ents[i], &own);
+	*owned = own ? (void *)*p : NULL;
+	return X3_OK;
+}
+
+/* 6. The tensors in model order, written straight into the shards: every
+ * header is known now, so each payload byte is written once. */
+static void write_tensors(const x3_model_config *cfg, double shard_mb, const char *out)
+{
+	for (int i = 0; i < nent; i++)
+		x3_pack_order(cfg, ents[i].t->name, &ents[i].module, &ents[i].rank);
+	qsort(ents, (size_t)nent, sizeof *ents, ent_cmp);
+	x3_stw *w;
+	uint64_t shard_bytes = (uint64_t)(shard_mb * 1024 * 1024);
+	if (shard_mb > 0 && shard_bytes == 0)
+		shard_bytes = 1;
+	if (x3_stw_create(tmpdir, shard_bytes, &w))
+		die_x3("%s", out);
+	long module = -1;
+	for (int i = 0; i < nent; i++) {
+		if (ents[i].module != module) {
+			x3_stw_module(w);
+			module = ents[i].module;
+		}
+		if (x3_stw_declare(w, ents[i].t)) {
+			x3_stw_abort(w);
+			die("%s: %s", out, x3_errmsg());
+		}
+	}
+	if (x3_stw_commit_direct(w, ent_payload, NULL))
+		die("%s: %s", out, x3_errmsg());
+	if (spool_map)
+		munmap(spool_map, spool_len);
+	spool_map = NULL;
+	close(spool_fd);
+	unlinkat(tmpdir_fd, ".pack-spool", 0);
+}
+
+/* 7. config.json, quantization_config.json, quantize_config.json and the
+ * other files of SRC */
+static void write_configs(const x3_pack_qcfg *q, const char *cfg_text, const char *path,
+                          const char *src)
+{
+	char *txt;
+	if (x3_pack_config_json(cfg_text, q, &txt))
+		die("%s: %s", path, x3_errmsg());
+	put_file("config.json", txt, strlen(txt));
+	free(txt);
+	x3_tensor **hdr = malloc((size_t)(nent ? nent : 1) * sizeof *hdr);
+	if (!hdr)
+		die("out of memory");
+	for (int i = 0; i < nent; i++)
+		hdr[i] = ents[i].t;
+	if (x3_pack_qconfig_json(q, hdr, nent, &txt))
+		die_x3("quantization_config.json");
+	put_file("quantization_config.json", txt, strlen(txt));
+	free(txt);
+	if (x3_pack_gptqmodel_json(q, hdr, nent, &txt))
+		die_x3("quantize_config.json");
+	put_file("quantize_config.json", txt, strlen(txt));
+	free(txt);
+	free(hdr);
+	copy_files(src);
+	unlinkat(tmpdir_fd, ".pack-write.pid", 0);
+	if (fsync(tmpdir_fd))
+		die("fsync %s: %s", tmpdir, strerror(errno));
+}
+
+/* 8. Into place: exchange with an existing OUT, or a no-replace rename;
+ * then the directory's fsync makes the rename durable. */
+static void install(const struct outname *o)
+{
+	const char *out = o->out;
+	if (o->exists) {
+		if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, out, RENAME_EXCHANGE) != 0) {
+			/* filesystem without exchange: move the old one aside first */
+			char old[4200];
+			snprintf(old, sizeof old, "%s.old-%ld", out, (long)getpid());
+			if (rename(out, old) != 0)
+				die("%s: cannot move the old directory aside: %s", out, strerror(errno));
+			if (rename(tmpdir, out) != 0) {
+				int e = errno;
+				rename(old, out);
+				die("%s: rename: %s", out, strerror(e));
+			}
+			snprintf(tmpdir, sizeof tmpdir, "%s", old);
+		}
+		/* tmpdir now names the old OUT; cleanup() removes it */
+	} else {
+		if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, out, RENAME_NOREPLACE) != 0) {
+			if (errno != EINVAL && errno != ENOSYS)
+				die("%s: rename: %s", out, strerror(errno));
+			if (rename(tmpdir, out) != 0)
+				die("%s: rename: %s", out, strerror(errno));
+		}
+		tmpdir[0] = 0;
+	}
+	close(tmpdir_fd);
+	tmpdir_fd = -1;
+	/* a failure is an error: OUT is complete, but may not survive a crash */
+	int rc = x3_fsync_dir(o->dir, out);
+	cleanup();
+	if (rc)
+		die("%s", x3_errmsg());
+}
+
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
@@ -418,28 +728,10 @@ int main(int argc, char **argv)
 		usage_error(usage, optind == argc ? "missing OUT" : "more than one OUT");
 	if (isatty(STDIN_FILENO))
 		usage_error(usage, "expects the frames of a conversion on stdin");
+	struct outname o;
+	out_name(argv[optind], force, &o);
 
-	/* OUT, its directory and base name */
-	char out[4096], dir[4096], base[1024];
-	snprintf(out, sizeof out, "%s", argv[optind]);
-	for (size_t l = strlen(out); l > 1 && out[l - 1] == '/'; l--)
-		out[l - 1] = 0;
-	const char *sl = strrchr(out, '/');
-	if (sl) {
-		snprintf(dir, sizeof dir, "%.*s", sl == out ? 1 : (int)(sl - out), out);
-		snprintf(base, sizeof base, "%s", sl + 1);
-	} else {
-		snprintf(dir, sizeof dir, ".");
-		snprintf(base, sizeof base, "%s", out);
-	}
-	if (!*base || !strcmp(base, ".") || !strcmp(base, ".."))
-		usage_error(usage, "OUT '%s' is not a usable directory name", out);
-	struct stat st;
-	int out_exists = lstat(out, &st) == 0;
-	if (out_exists && !force)
-		die("%s: exists (use --force to replace it)", out);
-
-	/* source model */
+	/* source model: its config, the description of its modules, its tensors */
 	char path[8192];
 	snprintf(path, sizeof path, "%s/config.json", src);
 	char *cfg_text = slurp(path, NULL);
@@ -450,15 +742,12 @@ int main(int argc, char **argv)
 	int nmods;
 	if (x3_arch_modules(&cfg, &mods, &nmods))
 		die_x3("%s", path);
-	const x3_module *headm = NULL;
-	for (int j = 0; j < nmods; j++)
-		if (mods[j].d->role == X3_ROLE_HEAD)
-			headm = &mods[j];
 	x3_st *sst;
 	if (x3_st_open(src, &sst))
 		die_x3("%s", src);
 
-	/* plan */
+	/* the plan, and head_bits from it, except for a tied model whose plan
+	 * has no entry for the head (then no head is stored) */
 	x3_pack_plan plan = {.K = NULL, .head_bits = 0, .bits = NAN};
 	if (plan_path) {
 		/* slurp: a missing file or a directory says so, not "line -1" */
@@ -466,303 +755,40 @@ int main(int argc, char **argv)
 		if (x3_pack_plan_parse(pt, plan_path, mods, nmods, &plan))
 			die("%s (in %s)", x3_errmsg(), src);
 		free(pt);
-		/* the plan's head_bits, except for a tied model whose plan has
-		 * no lm_head entry (then no head is stored) */
+		const x3_module *headm = NULL;
+		for (int j = 0; j < nmods; j++)
+			if (mods[j].d->role == X3_ROLE_HEAD)
+				headm = &mods[j];
 		if (!head_opt && plan.head_bits && (!headm || !headm->tied || plan.K[headm - mods]))
 			head_opt = plan.head_bits;
 	}
 
-	/* temporary directory beside OUT */
-	remove_stale(dir, base);
-	if (snprintf(tmpdir, sizeof tmpdir, "%s/%s.tmp-XXXXXX", dir, base) >= (int)sizeof tmpdir)
-		die("%s: path too long", out);
-	if (!mkdtemp(tmpdir)) {
-		int e = errno;
-		tmpdir[0] = 0;
-		die("%s: cannot create a temporary directory: %s", dir, strerror(e));
-	}
-	atexit(cleanup);
-	{
-		/* mkdtemp makes 0700; the finished directory gets 0777 & ~umask */
-		mode_t um = umask(022);
-		umask(um);
-		chmod(tmpdir, 0777 & ~um);
-	}
-	if ((tmpdir_fd = open(tmpdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		die("%s: %s", tmpdir, strerror(errno));
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sa.sa_flags = SA_RESETHAND;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	{
-		char pid[32];
-		int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-		put_file(".pack-write.pid", pid, (size_t)n);
-	}
-
-	/* 1. spool the stream */
-	int spool = openat(tmpdir_fd, ".pack-spool", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (spool < 0)
-		die("%s/.pack-spool: %s", tmpdir, strerror(errno));
-	x3_reader *rd;
-	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &rd))
-		die_x3("stdin");
-	x3_tensor **in = NULL;
-	uint64_t *inoff = NULL, spool_len = 0;
-	int nin = 0, capin = 0, rc;
-	size_t bufsz = 1 << 20;
-	unsigned char *buf = malloc(bufsz);
-	if (!buf)
-		die("out of memory");
-	x3_tensor *t;
-	while ((rc = x3_reader_next_header(rd, &t)) == X3_OK) {
-		for (int i = 0; i < nin; i++)
-			if (!strcmp(in[i]->name, t->name))
-				die("stdin: frame %ld: tensor '%s' appears twice", x3_reader_index(rd), t->name);
-		if (nin == capin) {
-			capin = capin ? 2 * capin : 256;
-			in = realloc(in, (size_t)capin * sizeof *in);
-			inoff = realloc(inoff, (size_t)capin * sizeof *inoff);
-			if (!in || !inoff)
-				die("out of memory");
-		}
-		in[nin] = t;
-		inoff[nin++] = spool_len;
-		for (size_t left = t->nbytes; left;) {
-			size_t k = left < bufsz ? left : bufsz;
-			if (x3_reader_data(rd, buf, k))
-				die("%s", x3_errmsg());   /* names stdin, frame and tensor */
-			if (full_write(spool, buf, k))
-				die("spooling tensor '%s' to %s: %s", t->name, tmpdir, strerror(errno));
-			left -= k;
-		}
-		spool_len += t->nbytes;
-		progress("%d frames read", nin);
-	}
-	if (rc != X3_EOF)
-		die("%s", x3_errmsg());
-	x3_reader_close(rd);
-	free(buf);
-	progress_done();
-	if (spool_len) {
-		spool_map = mmap(NULL, spool_len, PROT_READ, MAP_SHARED, spool, 0);
-		if (spool_map == MAP_FAILED)
-			die("mmap of the spool: %s", strerror(errno));
-	}
-
-	/* 2. classify the stream's tensors, 3. the linears, 4. the pass-through
-	 * tensors: the description's job (x3_pack_classify) */
-	for (int i = 0; i < nin; i++)   /* payloads of the marker scalars, for their check */
-		if (in[i]->nbytes <= 8 && in[i]->nbytes)
-			in[i]->data = spool_map + inoff[i];
+	open_tmpdir(&o);
+	read_stream();
 	x3_pack_in pin = {
 		.cfg = &cfg, .mods = mods, .nmods = nmods, .in = in, .nin = nin, .src = sst,
 		.src_name = src, .passthrough = passthrough, .head_bits = (int)head_opt,
 		.plan = plan_path ? &plan : NULL,
 	};
 	x3_pack_layout lay;
-	if (x3_pack_classify(&pin, &lay))
-		die_x3("%s", out);
-	for (int i = 0; i < lay.nprob && i < 200; i++)
-		warnx("%s", lay.prob[i]);
-	nprob = lay.nprob;
-	if (lay.skipped && !quiet)
-		warnx("note: %d tensors of %s's layers from %lld on (multi-token prediction) left out",
-		      lay.skipped, src, (long long)cfg.n_layers);
-	for (int i = 0; i < lay.nent; i++) {
-		const x3_pack_ent *le = &lay.ent[i];
-		struct ent *e = new_ent();
-		e->t = le->t;
-		e->src = le->src;
-		if (le->in >= 0) {
-			e->in = in[le->in];
-			e->off = inoff[le->in];
-		}
-		lay.ent[i].t = NULL;   /* now ents[]'s */
-	}
-	double sum_k = lay.sum_k, sum_n = lay.sum_n;
-	int head_bits = lay.head_bits, *cb_count = lay.cb_count;
-	/* linears quantized without error feedback (a trellis frame says
-	 * fallback=1): recorded in quantization_config.json, for validate */
-	char **fb_key = calloc((size_t)lay.nent + 1, sizeof *fb_key);
-	const char **fb_why = calloc((size_t)lay.nent + 1, sizeof *fb_why);
-	int nfb = 0;
-	if (!fb_key || !fb_why)
-		die("out of memory");
-	for (int i = 0; i < lay.nent; i++) {
-		const x3_tensor *t = lay.ent[i].in >= 0 ? in[lay.ent[i].in] : NULL;
-		size_t l = t ? strlen(t->name) : 0;
-		int64_t fb;
-		if (!t || l < 8 || strcmp(t->name + l - 8, ".trellis") ||
-		    x3_meta_get_i64(t, "fallback", &fb) != X3_OK || !fb)
-			continue;
-		if (!(fb_key[nfb] = strndup(t->name, l - 8)))
-			die("out of memory");
-		const char *why = x3_meta_get(t, "fallback_reason");
-		fb_why[nfb] = why ? why : "no usable Hessian";
-		if (!quiet)
-			warnx("warning: linear '%s' was quantized without error feedback (fallback): %s",
-			      fb_key[nfb], fb_why[nfb]);
-		nfb++;
-	}
-
-	/* what the loaders would trip over, but EXL3 allows: warnings */
-	for (int i = 0; i < nent && !quiet; i++)
-		if (!exllamav3_dtype(ents[i].t->dtype))
-			warnx("warning: tensor '%s': dtype %s, which ExLlamaV3 cannot read (F32, F16, BF16, "
-			      "I32, I16)", ents[i].t->name, x3_dtype_name(ents[i].t->dtype));
-
-	/* 5. config values */
-	if (head_opt && head_bits && head_opt != head_bits)
-		problem("head: %d bits in the stream, but %s says %ld", head_bits,
-		        plan_path ? "the plan/--head-bits" : "--head-bits", head_opt);
-	if (!head_bits)
-		head_bits = head_opt ? (int)head_opt : 16;   /* tied, no head stored */
-	if (nprob)
-		die("%d problem%s; nothing written", nprob, nprob > 1 ? "s" : "");
+	classify(&pin, o.out, &lay);
+	struct values v;
+	config_values(&lay, head_opt, bits_opt, &plan, plan_path, codebook, &v);
 	if (!quiet)   /* only for a pack that will be written */
 		loader_warnings(cfg_text, path, mods, nmods);
-	double bits = sum_n > 0 ? sum_k / sum_n : 0;
-	if (!isnan(bits_opt)) {
-		if (fabs(bits_opt - bits) > 0.005)
-			warnx("warning: --bits %g, but the trellis widths give %.4f", bits_opt, bits);
-		bits = bits_opt;
-	} else if (!isnan(plan.bits) && fabs(plan.bits - bits) > 0.005) {
-		warnx("warning: the plan says %.4f bits, the trellis widths give %.4f", plan.bits, bits);
-	}
-	if (!codebook) {
-		int best = X3_CB_MUL1;
-		for (int k = 0; k < X3_CB_COUNT; k++)
-			if (cb_count[k] > cb_count[best])
-				best = k;
-		codebook = cb_name(best);
-	}
-	int mixed = 0;
-	for (int k = 0; k < X3_CB_COUNT; k++)
-		mixed += cb_count[k] > 0;
-	if (mixed > 1 && !quiet)
-		warnx("note: the linears use %d different codebooks (legal); config says '%s'", mixed, codebook);
-
-	/* 6. write the tensors in model order */
-	for (int i = 0; i < nent; i++)
-		x3_pack_order(&cfg, ents[i].t->name, &ents[i].module, &ents[i].rank);
-	qsort(ents, (size_t)nent, sizeof *ents, ent_cmp);
-	x3_stw *w;
-	uint64_t shard_bytes = (uint64_t)(shard_mb * 1024 * 1024);
-	if (shard_mb > 0 && shard_bytes == 0)
-		shard_bytes = 1;
-	if (x3_stw_create(tmpdir, shard_bytes, &w))
-		die_x3("%s", out);
-	long module = -1;
-	for (int i = 0; i < nent; i++) {
-		struct ent *e = &ents[i];
-		if (e->module != module) {
-			x3_stw_module(w);
-			module = e->module;
-		}
-		int owned;
-		e->t->data = materialize(e, &owned);
-		rc = x3_stw_add(w, e->t);
-		if (owned)
-			free(e->t->data);
-		e->t->data = NULL;
-		if (rc) {
-			x3_stw_abort(w);
-			die("%s: %s", out, x3_errmsg());
-		}
-#ifdef FALLOC_FL_PUNCH_HOLE
-		if (e->in && e->in->nbytes > (1 << 20)) {   /* copied: give the spool space back */
-			int later = 0;   /* unless a later tensor copies it too (a tied head) */
-			for (int j = i + 1; j < nent && !later; j++)
-				later = ents[j].in == e->in;
-			if (!later)
-				fallocate(spool, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)e->off,
-				          (off_t)e->in->nbytes);
-		}
-#endif
-	}
-	if (spool_map)
-		munmap(spool_map, spool_len);
-	close(spool);
-	unlinkat(tmpdir_fd, ".pack-spool", 0);
-	if (x3_stw_commit(w))
-		die("%s: %s", out, x3_errmsg());
-
-	/* 7. config.json, quantization_config.json, other files */
+	write_tensors(&cfg, shard_mb, o.out);
 	x3_pack_qcfg q = {
-		.bits = bits, .head_bits = head_bits, .cal_rows = (int)cal_rows, .cal_cols = (int)cal_cols,
-		.out_scales = out_scales, .codebook = codebook, .version = "1.4.1",
-		.nfallback = nfb, .fallback_key = (const char *const *)fb_key, .fallback_why = fb_why,
+		.bits = v.bits, .head_bits = v.head_bits, .cal_rows = (int)cal_rows,
+		.cal_cols = (int)cal_cols, .out_scales = out_scales, .codebook = v.codebook,
+		.version = "1.4.1", .nfallback = lay.nfallback,
+		.fallback_key = (const char *const *)lay.fallback_key,
+		.fallback_why = (const char *const *)lay.fallback_why,
 	};
-	char *txt;
-	if (x3_pack_config_json(cfg_text, &q, &txt))
-		die("%s: %s", path, x3_errmsg());
-	put_file("config.json", txt, strlen(txt));
-	free(txt);
-	x3_tensor **hdr = malloc((size_t)(nent ? nent : 1) * sizeof *hdr);
-	if (!hdr)
-		die("out of memory");
-	for (int i = 0; i < nent; i++)
-		hdr[i] = ents[i].t;
-	if (x3_pack_qconfig_json(&q, hdr, nent, &txt))
-		die_x3("quantization_config.json");
-	put_file("quantization_config.json", txt, strlen(txt));
-	free(txt);
-	if (x3_pack_gptqmodel_json(&q, hdr, nent, &txt))
-		die_x3("quantize_config.json");
-	put_file("quantize_config.json", txt, strlen(txt));
-	free(txt);
-	free(hdr);
-	copy_files(src);
-	unlinkat(tmpdir_fd, ".pack-write.pid", 0);
-	if (fsync(tmpdir_fd))
-		die("fsync %s: %s", tmpdir, strerror(errno));
-
-	/* 8. into place: exchange with an existing OUT, or a no-replace rename */
-	if (out_exists) {
-		if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, out, RENAME_EXCHANGE) != 0) {
-			/* filesystem without exchange: move the old one aside first */
-			char old[4200];
-			snprintf(old, sizeof old, "%s.old-%ld", out, (long)getpid());
-			if (rename(out, old) != 0)
-				die("%s: cannot move the old directory aside: %s", out, strerror(errno));
-			if (rename(tmpdir, out) != 0) {
-				int e = errno;
-				rename(old, out);
-				die("%s: rename: %s", out, strerror(e));
-			}
-			snprintf(tmpdir, sizeof tmpdir, "%s", old);
-		}
-		/* tmpdir now names the old OUT; cleanup() removes it */
-	} else {
-		if (renameat2(AT_FDCWD, tmpdir, AT_FDCWD, out, RENAME_NOREPLACE) != 0) {
-			if (errno != EINVAL && errno != ENOSYS)
-				die("%s: rename: %s", out, strerror(errno));
-			if (rename(tmpdir, out) != 0)
-				die("%s: rename: %s", out, strerror(errno));
-		}
-		tmpdir[0] = 0;
-	}
-	close(tmpdir_fd);
-	tmpdir_fd = -1;
-	/* the rename is durable only once the directory is synced: a failure
-	 * is an error (OUT is complete, but may not survive a crash) */
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		if (fsync(dfd) && errno != EINVAL) {
-			int e = errno;
-			cleanup();
-			die("fsync %s: %s (%s is written, but may not survive a crash)", dir, strerror(e), out);
-		}
-		close(dfd);
-	}
-	cleanup();
+	write_configs(&q, cfg_text, path, src);
+	install(&o);
 	if (!quiet)
 		fprintf(stderr, "%s: wrote %s: %d tensors, %.4f bits (head %d), codebook %s\n",
-		        progname, out, nent, bits, head_bits, codebook);
+		        progname, o.out, nent, v.bits, v.head_bits, v.codebook);
 	for (int i = 0; i < nent; i++)
 		x3_tensor_free(ents[i].t);
 	free(ents);
@@ -771,9 +797,6 @@ int main(int argc, char **argv)
 		x3_tensor_free(in[i]);
 	}
 	free(in); free(inoff); free(mods); free(cfg_text);
-	for (int i = 0; i < nfb; i++)
-		free(fb_key[i]);
-	free(fb_key); free(fb_why);
 	x3_pack_layout_free(&lay);
 	x3_pack_plan_free(&plan);
 	x3_st_close(sst);

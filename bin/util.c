@@ -165,34 +165,25 @@ static struct outfile *outfiles;
 static void outfiles_cleanup(void)
 {
 	for (struct outfile *o = outfiles; o; o = o->next)
-		if (o->tmp[0])
-			unlink(o->tmp);
+		x3_afile_abort(&o->f);
 }
 
 int outfile_open(struct outfile *o, const char *path)
 {
 	static int registered;
-	if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof o->tmp)
-		die("%s: path too long", path);
-	if ((o->fd = mkstemp(o->tmp)) < 0) {
-		o->tmp[0] = 0;
-		die("%s: %s", path, strerror(errno));
-	}
-	o->path = path;
+	if (x3_afile_open(&o->f, path))
+		die("%s", x3_errmsg());
 	if (!registered++)
 		atexit(outfiles_cleanup);
 	o->next = outfiles;
 	outfiles = o;
-	return o->fd;
+	return o->f.fd;
 }
 
 void outfile_commit(struct outfile *o)
 {
-	mode_t um = umask(022);
-	umask(um);
-	if (fchmod(o->fd, 0666 & ~um) || fsync(o->fd) || close(o->fd) || rename(o->tmp, o->path))
-		die("%s: %s", o->path, strerror(errno));
-	o->tmp[0] = 0;
+	if (x3_afile_commit(&o->f))
+		die("%s", x3_errmsg());
 	for (struct outfile **p = &outfiles; *p; p = &(*p)->next)
 		if (*p == o) {
 			*p = o->next;

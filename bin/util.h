@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "x3.h"
+#include "io.h"
 
 extern const char *progname;
 /* Set progname from argv[0]; leaves SIGPIPE at its default. */
@@ -49,9 +50,7 @@ void output_commit(void);
 /* A further output file, same contract (output_open's FILE is one): open
  * under a temporary name, removed at exit unless committed. */
 struct outfile {
-	char tmp[4096];
-	const char *path;
-	int fd;
+	x3_afile f;              /* the library's atomic file (io.h) */
 	struct outfile *next;
 };
 int outfile_open(struct outfile *o, const char *path);

@@ -169,6 +169,10 @@ void x3_pack_layout_free(x3_pack_layout *l)
 		free(l->prob[i]);
 	free(l->ent);
 	free(l->prob);
+	for (int i = 0; i < l->nfallback; i++)
+		free(l->fallback_key[i]);
+	free(l->fallback_key);
+	free(l->fallback_why);
 	memset(l, 0, sizeof *l);
 }
 
@@ -394,6 +398,25 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			continue;
 		}
 		TRY(add_ent(L, name, passthrough_dtype(s->dtype), s->rank, s->shape, -1, s));
+	}
+
+	/* 4. linears quantized without error feedback (a trellis frame says
+	 * fallback=1): recorded in quantization_config.json, for validate */
+	L->fallback_key = calloc((size_t)L->nent + 1, sizeof *L->fallback_key);
+	L->fallback_why = calloc((size_t)L->nent + 1, sizeof *L->fallback_why);
+	if (!L->fallback_key || !L->fallback_why)
+		TRY(x3_err(X3_ENOMEM, "out of memory"));
+	for (int i = 0; i < L->nent; i++) {
+		const x3_tensor *t = L->ent[i].in >= 0 ? in[L->ent[i].in] : NULL;
+		size_t l = t ? strlen(t->name) : 0;
+		int64_t fb;
+		if (!t || l < 8 || strcmp(t->name + l - 8, ".trellis") ||
+		    x3_meta_get_i64(t, "fallback", &fb) != X3_OK || !fb)
+			continue;
+		if (!(L->fallback_key[L->nfallback] = strndup(t->name, l - 8)))
+			TRY(x3_err(X3_ENOMEM, "out of memory"));
+		const char *why = x3_meta_get(t, "fallback_reason");
+		L->fallback_why[L->nfallback++] = why ? why : "no usable Hessian";
 	}
 out:
 	free(lin);

@@ -87,6 +87,12 @@ typedef struct {
 	int skipped;                 /* SRC tensors left out: layers at or past
 	                                num_hidden_layers (x3_arch_skipped:
 	                                DeepSeek's multi-token prediction) */
+	/* linears quantized without error feedback (their trellis frame says
+	 * fallback=1), with the reason (the frame's, or the stream's payload
+	 * lifetime: why points into its metadata) */
+	int nfallback;
+	char **fallback_key;
+	const char **fallback_why;
 } x3_pack_layout;
 
 /* X3_OK with the problems in out->prob; other codes (out of memory) are

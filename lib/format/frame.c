@@ -11,6 +11,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 #include "frame.h"
+#include "io.h"
 #include "utf8.h"
 
 #define RAW_CAP (1u << 20)
@@ -560,19 +561,11 @@ struct x3_writer {
 
 static int write_all(x3_writer *w, const void *p, size_t n)
 {
-	const unsigned char *c = p;
-	while (n) {
-		ssize_t k = write(w->fd, c, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0) {
-			/* the writer has no name; standard output is the common case */
-			w->err = w->fd == 1 ? x3_err(X3_EIO, "writing standard output: %s", strerror(errno))
-			                    : x3_err(X3_EIO, "write error: %s", strerror(errno));
-			return w->err;
-		}
-		c += k;
-		n -= (size_t)k;
+	if (x3_write_full(w->fd, p, n)) {
+		/* the writer has no name; standard output is the common case */
+		w->err = w->fd == 1 ? x3_err(X3_EIO, "writing standard output: %s", strerror(errno))
+		                    : x3_err(X3_EIO, "write error: %s", strerror(errno));
+		return w->err;
 	}
 	return X3_OK;
 }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <jansson.h>
 #include "frame.h"
+#include "io.h"
 #include "safetensors.h"
 #include "utf8.h"
 
@@ -505,8 +506,9 @@ struct x3_stw {
 	char *path;          /* file or directory */
 	int single;          /* write exactly one file at path */
 	uint64_t shard_bytes;
-	char spool_path[PATH_MAX];
-	int spool_fd;
+	char spool_dir[PATH_MAX], spool_path[PATH_MAX];
+	int spool_fd;        /* -1 until the first x3_stw_add */
+	int direct;          /* tensors declared, payloads given at commit */
 	uint64_t spool_len;
 	struct went *e;
 	int n, cap;
@@ -517,75 +519,7 @@ struct x3_stw {
 
 static int full_write(int fd, const void *p, size_t n, const char *what)
 {
-	const unsigned char *c = p;
-	while (n) {
-		ssize_t k = write(fd, c, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return x3_err(X3_EIO, "writing %s: %s", what, strerror(errno));
-		c += k;
-		n -= (size_t)k;
-	}
-	return X3_OK;
-}
-
-static void dir_of(const char *path, char *dir, size_t n)
-{
-	snprintf(dir, n, "%s", path);
-	char *sl = strrchr(dir, '/');
-	if (sl)
-		*(sl == dir ? sl + 1 : sl) = 0;
-	else
-		snprintf(dir, n, ".");
-}
-
-/* After the rename of path into dir: the file is complete, but the rename
- * is durable only once the directory is synced; a failure says both. */
-static int fsync_dir(const char *dir, const char *path)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return x3_err(X3_EIO, "%s: %s", dir, strerror(errno));
-	int rc = fsync(fd) != 0 && errno != EINVAL
-		? x3_err(X3_EIO, "fsync %s: %s (%s is written, but may not survive a crash)", dir,
-		         strerror(errno), path)
-		: X3_OK;
-	close(fd);
-	return rc;
-}
-
-/* mkstemp makes 0600 files; give finished outputs the usual 0666 & ~umask */
-static void chmod_default(const char *p)
-{
-	mode_t um = umask(022);
-	umask(um);
-	chmod(p, 0666 & ~um);
-}
-
-int x3_write_file_atomic(const char *path, const void *buf, size_t n)
-{
-	char tmp[PATH_MAX], dir[PATH_MAX];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp)
-		return x3_err(X3_EINVAL, "%s: path too long", path);
-	int fd = mkstemp(tmp);
-	if (fd < 0)
-		return x3_err(X3_EIO, "%s: cannot create a temporary file: %s", path, strerror(errno));
-	int rc = full_write(fd, buf, n, path);
-	if (!rc && fsync(fd) != 0)
-		rc = x3_err(X3_EIO, "fsync %s: %s", path, strerror(errno));
-	if (close(fd) != 0 && !rc)
-		rc = x3_err(X3_EIO, "close %s: %s", path, strerror(errno));
-	if (!rc)
-		chmod_default(tmp);
-	if (!rc && rename(tmp, path) != 0)
-		rc = x3_err(X3_EIO, "rename to %s: %s", path, strerror(errno));
-	if (rc) {
-		unlink(tmp);
-		return rc;
-	}
-	dir_of(path, dir, sizeof dir);
-	return fsync_dir(dir, path);
+	return x3_write_full(fd, p, n) ? x3_err(X3_EIO, "writing %s: %s", what, strerror(errno)) : X3_OK;
 }
 
 int x3_stw_create(const char *path, uint64_t shard_bytes, x3_stw **out)
@@ -602,7 +536,7 @@ int x3_stw_create(const char *path, uint64_t shard_bytes, x3_stw **out)
 	w->shard_bytes = shard_bytes;
 	char dir[PATH_MAX];
 	if (w->single)
-		dir_of(path, dir, sizeof dir);
+		x3_dir_of(path, dir, sizeof dir);
 	else
 		snprintf(dir, sizeof dir, "%s", path);
 	struct stat st;
@@ -613,15 +547,8 @@ int x3_stw_create(const char *path, uint64_t shard_bytes, x3_stw **out)
 		free(w);
 		return rc;
 	}
-	snprintf(w->spool_path, sizeof w->spool_path, "%s/.x3spool-XXXXXX", dir);
-	w->spool_fd = mkstemp(w->spool_path);
-	if (w->spool_fd < 0) {
-		int rc = x3_err(X3_EIO, "%s: cannot create a spool file: %s", dir, strerror(errno));
-		json_decref(w->meta);
-		free(w->path);
-		free(w);
-		return rc;
-	}
+	snprintf(w->spool_dir, sizeof w->spool_dir, "%s", dir);
+	w->spool_fd = -1;
 	*out = w;
 	return X3_OK;
 }
@@ -645,10 +572,9 @@ int x3_stw_meta(x3_stw *w, const char *key, const char *val)
 	return X3_OK;
 }
 
-int x3_stw_add(x3_stw *w, const x3_tensor *t)
+/* The entry of t (header only) */
+static int add_entry(x3_stw *w, const x3_tensor *t, uint64_t spool_off)
 {
-	if (!t->data && t->nbytes && !w->sizer)
-		return x3_err(X3_EINVAL, "tensor '%s' has no data", t->name);
 	int rc = x3_tensor_check_utf8(t, 0);   /* jansson would drop it from the header */
 	if (rc)
 		return rc;
@@ -665,9 +591,6 @@ int x3_stw_add(x3_stw *w, const x3_tensor *t)
 		w->e = ne;
 		w->cap = cap;
 	}
-	rc = w->sizer ? X3_OK : full_write(w->spool_fd, t->data, t->nbytes, w->spool_path);
-	if (rc)
-		return x3_errprefix(rc, "tensor '%s'", t->name);
 	struct went *e = &w->e[w->n];
 	memset(e, 0, sizeof *e);
 	if (!(e->name = strdup(t->name)))
@@ -676,11 +599,42 @@ int x3_stw_add(x3_stw *w, const x3_tensor *t)
 	e->rank = t->rank;
 	memcpy(e->shape, t->shape, sizeof e->shape);
 	e->nbytes = t->nbytes;
-	e->spool_off = w->spool_len;
+	e->spool_off = spool_off;
 	e->module = w->module;
-	w->spool_len += t->nbytes;
 	w->n++;
 	return X3_OK;
+}
+
+int x3_stw_add(x3_stw *w, const x3_tensor *t)
+{
+	if (w->direct)
+		return x3_err(X3_EINVAL, "tensor '%s': x3_stw_add after x3_stw_declare", t->name);
+	if (w->sizer)   /* sizes only: no payload, no spool */
+		return add_entry(w, t, 0);
+	if (!t->data && t->nbytes)
+		return x3_err(X3_EINVAL, "tensor '%s' has no data", t->name);
+	if (w->spool_fd < 0) {
+		snprintf(w->spool_path, sizeof w->spool_path, "%s/.x3spool-XXXXXX", w->spool_dir);
+		if ((w->spool_fd = mkstemp(w->spool_path)) < 0)
+			return x3_err(X3_EIO, "%s: cannot create a spool file: %s", w->spool_dir, strerror(errno));
+	}
+	int rc = add_entry(w, t, w->spool_len);
+	if (rc)
+		return rc;
+	if ((rc = full_write(w->spool_fd, t->data, t->nbytes, w->spool_path))) {
+		free(w->e[--w->n].name);
+		return x3_errprefix(rc, "tensor '%s'", t->name);
+	}
+	w->spool_len += t->nbytes;
+	return X3_OK;
+}
+
+int x3_stw_declare(x3_stw *w, const x3_tensor *t)
+{
+	if (w->spool_fd >= 0)
+		return x3_err(X3_EINVAL, "tensor '%s': x3_stw_declare after x3_stw_add", t->name);
+	w->direct = 1;
+	return add_entry(w, t, 0);
 }
 
 static void stw_free(x3_stw *w)
@@ -729,31 +683,47 @@ static char *shard_header(const x3_stw *w, int a, int b)
 	return hs;
 }
 
-/* Write tensors [a, b) as one safetensors file at tmp path. */
-static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, size_t tmplen)
+/* The payloads at commit: the spool's, or the caller's (direct). */
+typedef struct {
+	x3_stw_payload fn;
+	void *ctx;
+} payload_src;
+
+/* Write tensors [a, b) as one safetensors file, under f's temporary name. */
+static int write_shard(x3_stw *w, int a, int b, x3_afile *f, const payload_src *ps)
 {
+	char final[PATH_MAX];
+	snprintf(final, sizeof final, "%s", f->path);
 	char *hs = shard_header(w, a, b);
 	if (!hs)
 		return x3_err(X3_ENOMEM, "%s: cannot build the header: out of memory", final);
 	size_t hn = strlen(hs), pad = (8 - hn % 8) % 8;
-	snprintf(tmp, tmplen, "%s.tmp-XXXXXX", final);
-	int fd = mkstemp(tmp);
-	if (fd < 0) {
+	int rc = x3_afile_open(f, final);
+	if (rc) {
 		free(hs);
-		return x3_err(X3_EIO, "%s: cannot create: %s", final, strerror(errno));
+		return rc;
 	}
 	unsigned char lb[8];
 	for (int i = 0; i < 8; i++)
 		lb[i] = (unsigned char)((hn + pad) >> (8 * i));
-	int rc = full_write(fd, lb, 8, final);
-	if (!rc) rc = full_write(fd, hs, hn, final);
-	if (!rc) rc = full_write(fd, "        ", pad, final);
+	rc = full_write(f->fd, lb, 8, final);
+	if (!rc) rc = full_write(f->fd, hs, hn, final);
+	if (!rc) rc = full_write(f->fd, "        ", pad, final);
 	free(hs);
 	static const size_t CH = 1 << 20;
-	unsigned char *buf = rc ? NULL : malloc(CH);
-	if (!rc && !buf)
+	unsigned char *buf = rc || ps ? NULL : malloc(CH);
+	if (!rc && !ps && !buf)
 		rc = x3_err(X3_ENOMEM, "out of memory");
 	for (int i = a; i < b && !rc; i++) {
+		if (ps) {   /* direct: the caller's bytes, written once */
+			const void *p = NULL;
+			void *owned = NULL;
+			if ((rc = ps->fn(ps->ctx, i, &p, &owned)))
+				break;
+			rc = w->e[i].nbytes ? full_write(f->fd, p, w->e[i].nbytes, final) : X3_OK;
+			free(owned);
+			continue;
+		}
 		uint64_t left = w->e[i].nbytes, so = w->e[i].spool_off;
 		while (left && !rc) {
 			size_t k = left < CH ? (size_t)left : CH;
@@ -764,20 +734,16 @@ static int write_shard(x3_stw *w, int a, int b, const char *final, char *tmp, si
 				rc = x3_err(X3_EIO, "reading spool %s: %s", w->spool_path, got < 0 ? strerror(errno) : "short read");
 				break;
 			}
-			rc = full_write(fd, buf, (size_t)got, final);
+			rc = full_write(f->fd, buf, (size_t)got, final);
 			left -= (uint64_t)got;
 			so += (uint64_t)got;
 		}
 	}
 	free(buf);
-	if (!rc && fsync(fd) != 0)
-		rc = x3_err(X3_EIO, "fsync %s: %s", final, strerror(errno));
-	if (close(fd) != 0 && !rc)
-		rc = x3_err(X3_EIO, "close %s: %s", final, strerror(errno));
+	if (!rc)
+		rc = x3_afile_close(f);
 	if (rc)
-		unlink(tmp);
-	else
-		chmod_default(tmp);
+		x3_afile_abort(f);
 	return rc;
 }
 
@@ -889,7 +855,7 @@ int x3_stw_size(x3_stw *w, uint64_t *bytes, int *nshards)
 	return rc;
 }
 
-int x3_stw_commit(x3_stw *w)
+static int commit(x3_stw *w, const payload_src *ps)
 {
 	int rc = X3_OK, nsh = 0;
 	int *start = calloc(w->n + 2, sizeof *start);   /* shard s = [start[s], start[s+1]) */
@@ -903,9 +869,8 @@ int x3_stw_commit(x3_stw *w)
 		return x3_err(X3_EINVAL, "a sizing writer writes nothing (x3_stw_size)");
 	}
 	nsh = assign_shards(w, start);
-	char (*finals)[PATH_MAX] = calloc(nsh, PATH_MAX);
-	char (*tmps)[PATH_MAX] = calloc(nsh, PATH_MAX);
-	if (!finals || !tmps) {
+	x3_afile *sh = calloc(nsh, sizeof *sh);
+	if (!sh) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -913,17 +878,18 @@ int x3_stw_commit(x3_stw *w)
 		char base[64];
 		shard_name(w, s, nsh, base, sizeof base);
 		if (w->single)
-			snprintf(finals[s], PATH_MAX, "%s", w->path);
+			snprintf(sh[s].path, PATH_MAX, "%s", w->path);
 		else
-			snprintf(finals[s], PATH_MAX, "%s/%s", w->path, base);
+			snprintf(sh[s].path, PATH_MAX, "%s/%s", w->path, base);
+		sh[s].fd = -1;
 	}
 	int done = 0;
 	for (; done < nsh && !rc; done++)
-		if ((rc = write_shard(w, start[done], start[done + 1], finals[done], tmps[done], PATH_MAX)))
+		if ((rc = write_shard(w, start[done], start[done + 1], &sh[done], ps)))
 			break;
 	if (rc) {
 		for (int s = 0; s < done; s++)
-			unlink(tmps[s]);
+			x3_afile_abort(&sh[s]);
 		goto out;
 	}
 	if (nsh > 1) {
@@ -932,34 +898,44 @@ int x3_stw_commit(x3_stw *w)
 		snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", w->path);
 		/* shards first, index last: a reader never sees an index without its shards */
 		for (int s = 0; s < nsh && !rc; s++)
-			if (rename(tmps[s], finals[s]) != 0)
-				rc = x3_err(X3_EIO, "rename to %s: %s", finals[s], strerror(errno));
+			rc = x3_afile_rename(&sh[s]);
 		if (!rc)
 			rc = txt ? x3_write_file_atomic(ip, txt, strlen(txt)) : x3_err(X3_ENOMEM, "out of memory");
 		free(txt);
 		if (rc)
 			for (int s = 0; s < nsh; s++) {
-				unlink(tmps[s]);
-				unlink(finals[s]);
+				x3_afile_abort(&sh[s]);
+				unlink(sh[s].path);
 			}
-	} else {
-		if (rename(tmps[0], finals[0]) != 0) {
-			rc = x3_err(X3_EIO, "rename to %s: %s", finals[0], strerror(errno));
-			unlink(tmps[0]);
-		}
+	} else if ((rc = x3_afile_rename(&sh[0]))) {
+		x3_afile_abort(&sh[0]);
 	}
 	if (!rc) {
 		char dir[PATH_MAX];
 		if (w->single)
-			dir_of(w->path, dir, sizeof dir);
+			x3_dir_of(w->path, dir, sizeof dir);
 		else
 			snprintf(dir, sizeof dir, "%s", w->path);
-		rc = fsync_dir(dir, w->path);
+		rc = x3_fsync_dir(dir, w->path);
 	}
 out:
-	free(finals);
-	free(tmps);
+	free(sh);
 	free(start);
 	stw_free(w);
 	return rc;
+}
+
+int x3_stw_commit(x3_stw *w)
+{
+	if (w->direct) {
+		stw_free(w);
+		return x3_err(X3_EINVAL, "x3_stw_commit of declared tensors: use x3_stw_commit_direct");
+	}
+	return commit(w, NULL);
+}
+
+int x3_stw_commit_direct(x3_stw *w, x3_stw_payload fn, void *ctx)
+{
+	payload_src ps = {fn, ctx};
+	return commit(w, &ps);
 }

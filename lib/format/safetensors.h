@@ -55,7 +55,18 @@ void x3_stw_abort(x3_stw *w);
 int x3_stw_create_sizer(uint64_t shard_bytes, int single, x3_stw **out);
 int x3_stw_size(x3_stw *w, uint64_t *bytes, int *nshards);
 
-/* Atomic whole-file write helpers (tmp name in the same dir, fsync, rename). */
-int x3_write_file_atomic(const char *path, const void *buf, size_t n);
+/* Direct writing, for a caller that knows every header before the first
+ * payload byte: declare each tensor (header only, in order; no
+ * x3_stw_add on the same writer), then x3_stw_commit_direct writes the
+ * shards with each payload written once, straight into its shard: for
+ * declared tensor i it asks fn(ctx, i, &p, &owned) for its nbytes bytes at
+ * p (owned, if set, is freed after the write). Names, renames and
+ * failures as x3_stw_commit. Frees w. */
+int x3_stw_declare(x3_stw *w, const x3_tensor *t);
+typedef int (*x3_stw_payload)(void *ctx, int i, const void **p, void **owned);
+int x3_stw_commit_direct(x3_stw *w, x3_stw_payload fn, void *ctx);
+
+/* x3_write_file_atomic: io.h */
+#include "io.h"
 
 #endif
