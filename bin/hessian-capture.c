@@ -564,7 +564,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		tokens_hash(ids, (int64_t)rows * cols, pv.val[4]);
 		snprintf(pv.val[5], sizeof pv.val[5], "%s", f64 ? "f64" : "f32");
 		/* the part's rows alone run (their activations do not depend on
-		 * the others: lib/blas.h, x3_forward_opts.seg_rows) */
+		 * the others: lib/common/blas.h, x3_forward_opts.seg_rows) */
 		pids = ids + (size_t)part * crow * cols;
 		rows = rows - part * crow < crow ? rows - part * crow : crow;
 	}
