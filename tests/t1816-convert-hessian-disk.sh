@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
 tiny_model m 3
-opts=(--bits 2 --rows 4 --cols 128 -q -j 2)
+opts=(--bits 2 --rows 4 --cols 128 -q -j 2 --drop-hessians)
 mkdir shim
 cat >shim/tensor-cat <<SH
 #!/usr/bin/env bash
