@@ -51,19 +51,19 @@ check "convert --sensitivity FILE at 4 bpw" test -f q4/config.json
 check "the reused file's importances are what bitalloc read" \
 	test "$(jq -c 'select(.tensor) | {tensor, importance}' saved.jsonl | sort)" = "$(sort w/importance.jsonl)"
 cp -r m mcopy
-convert mcopy qc --bits 3.5 --work wc "${cal[@]}" -j 2 -q -n --sensitivity saved.jsonl >/dev/null
+convert mcopy qc --bits 3.5 --work wc "${cal[@]}" -j 2 -q --makefile --sensitivity saved.jsonl >/dev/null
 check "a copy of the model (same fingerprint) accepts the file" test -f wc/sens/given.jsonl
 
 # refused
 tiny_model other 2
 check_fail "a file measured on another model is refused" 1 "not on .*refused" \
-	convert other qo --bits 3.5 --work wo "${cal[@]}" -q -n --sensitivity saved.jsonl
+	convert other qo --bits 3.5 --work wo "${cal[@]}" -q --makefile --sensitivity saved.jsonl
 head -n -1 saved.jsonl >short.jsonl
 check_fail "a file missing a linear is refused" 1 "not the decoder linears" \
-	convert m qs --bits 3.5 --work ws "${cal[@]}" -q -n --sensitivity short.jsonl
+	convert m qs --bits 3.5 --work ws "${cal[@]}" -q --makefile --sensitivity short.jsonl
 tail -n +2 saved.jsonl >nohead.jsonl
 check_fail "a file without the header is refused" 1 "not a sensitivity file" \
-	convert m qs --bits 3.5 --work ws "${cal[@]}" -q -n --sensitivity nohead.jsonl
+	convert m qs --bits 3.5 --work ws "${cal[@]}" -q --makefile --sensitivity nohead.jsonl
 check_fail "--sensitivity-by must be tensor, group or layer" 2 "sensitivity-by" \
 	convert m qs --bits 3.5 --sensitivity measure --sensitivity-by head
 
