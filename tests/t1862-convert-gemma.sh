@@ -68,6 +68,10 @@ for m in G2 MM; do
 			done | paste - - >$q.vis
 			check "$b bpw: the 23 vision tower and projector tensors byte for byte (BF16 kept)" \
 				awk '$1 != $3 || $2 != $4 { bad++ } END { exit bad > 0 || NR != 23 }' $q.vis
+			check "$b bpw: preprocessor_config.json copied (ExLlamaV3's Gemma3Config reads it)" \
+				cmp -s MM/preprocessor_config.json $q/preprocessor_config.json
+			check "$b bpw: config.json keeps text_config and vision_config, adds quantization_config" \
+				jqe '.text_config.num_hidden_layers == 3 and .vision_config.hidden_size == 32 and .quantization_config.quant_method == "exl3"' $q/config.json
 		fi
 		validate $q --model $m "${ev[@]}" -q >$q.v.json
 		check "$m $b bpw: validate ok" jqe '.ok' $q.v.json
