@@ -176,27 +176,92 @@ static const x3_module_desc deepseek_v3_mods[] = {
 	POST_ROWS,
 };
 
+/* Gemma 2 / Gemma 3 under the key prefix P ("model." or, for
+ * Gemma3ForConditionalGeneration, "language_model.model."), head key HEAD.
+ * The Llama rows plus Gemma's norms: post_attention_layernorm on the
+ * attention's output (ATTN_OUT_NORM), pre_feedforward_layernorm before
+ * the MLP (POST_NORM: the MLP's Hessian group reads its output),
+ * post_feedforward_layernorm on the MLP's output (MLP_OUT_NORM); q/k
+ * norms in Gemma3 (X3_AF_QK_NORM). Every norm is passed through
+ * unquantized, as ExLlamaV3's gemma2/gemma3 keep them. */
+#define GL_(P, s) P "layers.{L}." s
+#define GLIN(P, key, slot, role, in, out, bias, hq, group, alloc) \
+	{ GL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
+	  GL_(P, group), alloc, 0 }
+#define GEMMA_ROWS(P, HEAD) \
+	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 }, \
+	NORM(X3_SCOPE_LAYER, GL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
+	GLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
+	     "self_attn.input", "qkv"), \
+	GLIN(P, "self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2, \
+	     "self_attn.input", "qkv"), \
+	GLIN(P, "self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2, \
+	     "self_attn.input", "qkv"), \
+	NORM(X3_SCOPE_LAYER, GL_(P, "self_attn.q_norm"), X3_SLOT_Q_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM), \
+	NORM(X3_SCOPE_LAYER, GL_(P, "self_attn.k_norm"), X3_SLOT_K_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM), \
+	GLIN(P, "self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 2, \
+	     "self_attn.o_proj.input", "o"), \
+	NORM(X3_SCOPE_LAYER, GL_(P, "post_attention_layernorm"), X3_SLOT_ATTN_OUT_NORM, X3_DIM_HIDDEN, \
+	     X3_WHEN_ALWAYS), \
+	NORM(X3_SCOPE_LAYER, GL_(P, "pre_feedforward_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, \
+	     X3_WHEN_ALWAYS), \
+	GLIN(P, "mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 0, \
+	     "mlp.input", "gu"), \
+	GLIN(P, "mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 0, \
+	     "mlp.input", "gu"), \
+	GLIN(P, "mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_NONE, 0, \
+	     "mlp.down_proj.input", "d"), \
+	NORM(X3_SCOPE_LAYER, GL_(P, "post_feedforward_layernorm"), X3_SLOT_MLP_OUT_NORM, X3_DIM_HIDDEN, \
+	     X3_WHEN_ALWAYS), \
+	NORM(X3_SCOPE_POST, P "norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
+	{ HEAD, X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0 }
+static const x3_module_desc gemma_mods[] = { GEMMA_ROWS("model.", "lm_head") };
+static const x3_module_desc gemma3_mm_mods[] = { GEMMA_ROWS("language_model.model.", "language_model.lm_head") };
+/* Hugging Face's Gemma2Config / Gemma3TextConfig defaults: real Gemma3
+ * configs leave most of text_config out (gemma-3-4b-it's has 6 keys) */
+#define GEMMA_DEFAULTS \
+	"\"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_attention_heads\": 8, " \
+	"\"num_key_value_heads\": 4, \"head_dim\": 256, \"hidden_activation\": \"gelu_pytorch_tanh\", " \
+	"\"rms_norm_eps\": 1e-6, \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096, " \
+	"\"tie_word_embeddings\": true"
+static const char gemma2_defaults[] = "{" GEMMA_DEFAULTS ", \"vocab_size\": 256000, "
+	"\"max_position_embeddings\": 8192, \"rope_theta\": 10000.0, \"final_logit_softcapping\": 30.0, "
+	"\"attn_logit_softcapping\": 50.0}";
+static const char gemma3_defaults[] = "{" GEMMA_DEFAULTS ", \"vocab_size\": 262208, "
+	"\"max_position_embeddings\": 131072, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, "
+	"\"sliding_window_pattern\": 6}";
+
 static const x3_arch_desc archs[] = {
 	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
-	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
 	{ X3_ARCH_MISTRAL, "MistralForCausalLM", "mistral", "Mistral", X3_AF_SLIDING,
-	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
 	{ X3_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "Qwen2", X3_AF_QKV_BIAS | X3_AF_USE_SLIDING,
-	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
 	{ X3_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "Qwen3",
-	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods), NULL },
+	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
 	{ X3_ARCH_MIXTRAL, "MixtralForCausalLM", "mixtral", "Mixtral",
 	  X3_AF_SLIDING | X3_AF_MOE | X3_AF_MOE_RENORM, "model.layers.{L}", mixtral_mods, N_(mixtral_mods),
-	  "num_local_experts" },
+	  "num_local_experts", NULL },
 	{ X3_ARCH_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe", "Qwen2-MoE",
 	  X3_AF_QKV_BIAS | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
-	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts" },
+	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL },
 	{ X3_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3-MoE",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER,
-	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts" },
+	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL },
 	{ X3_ARCH_DEEPSEEK_V3, "DeepseekV3ForCausalLM", "deepseek_v3", "DeepSeek-V3",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
-	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts" },
+	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", NULL },
+	{ X3_ARCH_GEMMA2, "Gemma2ForCausalLM", "gemma2", "Gemma2", X3_AF_ATTN_BIAS | X3_AF_GEMMA,
+	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma2_defaults },
+	{ X3_ARCH_GEMMA3, "Gemma3ForCausalLM", "gemma3_text", "Gemma3",
+	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
+	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma3_defaults },
+	{ X3_ARCH_GEMMA3_MM, "Gemma3ForConditionalGeneration", "gemma3", "Gemma3 multimodal",
+	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
+	  "language_model.model.layers.{L}", gemma3_mm_mods, N_(gemma3_mm_mods), NULL, gemma3_defaults },
 };
 
 int x3_arch_count(void) { return N_(archs); }

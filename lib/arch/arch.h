@@ -30,7 +30,11 @@
  * q_b_proj or q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
  * o_proj) with the Hessian groups of their inputs; its multi-token
  * prediction layer (layer num_hidden_layers) is no module: pack-write
- * leaves it out with a note (x3_arch_skipped). */
+ * leaves it out with a note (x3_arch_skipped). Gemma 2/3 are the Llama
+ * rows plus pre/post feed-forward norms and the norm of the attention's
+ * output (ATTN_OUT_NORM, MLP_OUT_NORM); Gemma3ForConditionalGeneration
+ * the same rows under language_model.model. (its vision tower and
+ * projector are no modules: pack-write passes them through). */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -107,6 +111,9 @@ enum {
 	 * norm (over the first kv_lora_rank columns), kv_b */
 	X3_SLOT_Q_A, X3_SLOT_Q_A_NORM, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_A_NORM, X3_SLOT_KV_B,
 	X3_SLOT_ROUTER_BIAS,                              /* (experts): e_score_correction_bias */
+	/* Gemma's norms of the attention's and the MLP's outputs (before the
+	 * residual adds them); its pre_feedforward_layernorm is POST_NORM */
+	X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM,
 	X3_SLOT_COUNT
 };
 
@@ -151,6 +158,13 @@ enum {
 	                           e_score_correction_bias, n_group/topk_group,
 	                           routed_scaling_factor, n_shared_experts shared
 	                           experts, first_k_dense_replace dense layers */
+	X3_AF_GEMMA = 1 << 16,  /* Gemma 2/3: (1 + w) norms, norms after the
+	                           attention and the MLP, embedding scale,
+	                           GELU (tanh), query_pre_attn_scalar,
+	                           soft-capping, sliding/global layers
+	                           (config.h's gemma fields) */
+	X3_AF_GEMMA3 = 1 << 17, /* ... Gemma3's: q/k norms, layer_types or
+	                           sliding_window_pattern, rope_local_base_freq */
 };
 
 typedef struct x3_arch_desc {
@@ -163,6 +177,9 @@ typedef struct x3_arch_desc {
 	const x3_module_desc *mods;
 	int nmods;
 	const char *experts_key;   /* config key of the expert count (X3_AF_MOE) */
+	const char *defaults;      /* JSON object: Hugging Face's config defaults
+	                              for the keys its real configs leave out
+	                              (Gemma3's text_config), or NULL */
 } x3_arch_desc;
 
 int x3_arch_count(void);

@@ -392,6 +392,68 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 	return X3_OK;
 }
 
+/* Gemma 2/3 (X3_AF_GEMMA; the defaults are the architecture's, filled in
+ * by with_defaults): the activation, the softmax scale, the soft-caps and
+ * which layers slide. Gemma2 alternates (layer l slides when l is even),
+ * Gemma3 follows layer_types, else sliding_window_pattern (layer l global
+ * when (l + 1) % pattern == 0), and its sliding layers take RoPE base
+ * rope_local_base_freq without rope_scaling (Hugging Face's
+ * Gemma3RotaryEmbedding for local layers). */
+static int parse_gemma(json_t *cj, x3_model_config *c)
+{
+	int rc;
+	json_t *act = json_object_get(cj, "hidden_activation");
+	if (!act || json_is_null(act))
+		act = json_object_get(cj, "hidden_act");
+	if (act && !json_is_null(act) && !json_is_string(act))
+		return x3_err(X3_EFORMAT, "config.json: 'hidden_activation' is not a string");
+	if (act && !json_is_null(act) && strcmp(json_string_value(act), "gelu_pytorch_tanh"))
+		return x3_err(X3_EUNSUP, "config.json: hidden_activation '%s' is not supported (gelu_pytorch_tanh is)",
+		              json_string_value(act));
+	c->gemma = 1;
+	c->act_gelu_tanh = 1;
+	double qs = 0;
+	if ((rc = get_num(cj, "query_pre_attn_scalar", &qs)) ||
+	    (rc = get_num(cj, "attn_logit_softcapping", &c->attn_softcap)) ||
+	    (rc = get_num(cj, "final_logit_softcapping", &c->final_softcap)) ||
+	    (rc = get_int(cj, "sliding_window", 1, 1, &c->sliding_window)))
+		return rc;
+	if (!(qs > 0))
+		return x3_err(X3_EFORMAT, "config.json: 'query_pre_attn_scalar' must be positive");
+	if (c->attn_softcap < 0 || c->final_softcap < 0)
+		return x3_err(X3_EFORMAT, "config.json: a negative logit soft-cap");
+	c->attn_scale = 1.0 / sqrt(qs);
+	c->swa_masked = 1;
+	if (c->n_layers > 1024)
+		return x3_err(X3_EUNSUP, "config.json: %lld layers: only 1024 are supported", (long long)c->n_layers);
+	json_t *lt = json_object_get(cj, "layer_types");
+	if (lt && !json_is_null(lt)) {
+		if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->n_layers)
+			return x3_err(X3_EFORMAT, "config.json: 'layer_types' is not a list of num_hidden_layers = %lld "
+			              "entries", (long long)c->n_layers);
+		for (size_t i = 0; i < json_array_size(lt); i++) {
+			const char *t = json_string_value(json_array_get(lt, i));
+			if (t && !strcmp(t, "sliding_attention"))
+				c->swa_layers[i / 64] |= 1ull << (i % 64);
+			else if (!t || strcmp(t, "full_attention"))
+				return x3_err(X3_EUNSUP, "config.json: 'layer_types' entry %zu: '%s' is not "
+				              "sliding_attention or full_attention", i, t ? t : "(not a string)");
+		}
+	} else {
+		int64_t pat = 2;
+		if ((c->desc->flags & X3_AF_GEMMA3) && (rc = get_int(cj, "sliding_window_pattern", 0, 1, &pat)))
+			return rc;
+		for (int64_t l = 0; l < c->n_layers; l++)
+			if ((l + 1) % pat)
+				c->swa_layers[l / 64] |= 1ull << (l % 64);
+	}
+	if ((c->desc->flags & X3_AF_GEMMA3) && (rc = get_num(cj, "rope_local_base_freq", &c->rope_local_theta)))
+		return rc;
+	if (c->rope_local_theta < 0)
+		return x3_err(X3_EFORMAT, "config.json: 'rope_local_base_freq' out of range");
+	return X3_OK;
+}
+
 /* What only the forward pass needs: RoPE, activation, attention window,
  * token ids; options it cannot run are refused here. */
 static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
@@ -412,6 +474,11 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	if (prf != 1.0)
 		return x3_err(X3_EUNSUP, "config.json: partial_rotary_factor %g is not supported", prf);
 
+	if (c->desc->flags & X3_AF_GEMMA) {
+		if ((rc = parse_gemma(cj, c)))
+			return rc;
+		goto ids;
+	}
 	json_t *act = json_object_get(cj, "hidden_act");
 	if (act && !json_is_null(act)) {
 		if (!json_is_string(act))
@@ -444,6 +511,7 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 				              json_string_value(lt));
 		}
 
+ids:
 	c->bos_id = c->eos_id = -1;
 	json_t *b = json_object_get(cj, "bos_token_id");
 	if (!b && cj != root)
@@ -467,16 +535,48 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	return X3_OK;
 }
 
+/* The architecture's defaults (x3_arch_desc.defaults: Hugging Face's, for
+ * the keys real configs leave out) under the text model's keys: *cj
+ * becomes a filled copy (*filled, the caller's reference). A
+ * tie_word_embeddings of the root counts as given. */
+static int with_defaults(json_t *root, json_t **cj, x3_model_config *c, json_t **filled)
+{
+	*filled = NULL;
+	if (!c->desc->defaults)
+		return X3_OK;
+	json_error_t je;
+	json_t *d = json_loads(c->desc->defaults, 0, &je);
+	json_t *f = json_deep_copy(*cj);
+	if (!d || !f) {
+		json_decref(d), json_decref(f);
+		return x3_err(X3_ENOMEM, "config.json: cannot apply the %s defaults", c->desc->family);
+	}
+	json_t *rt = json_object_get(root, "tie_word_embeddings");
+	if (*cj != root && rt && !json_object_get(f, "tie_word_embeddings"))
+		json_object_set(f, "tie_word_embeddings", rt);
+	json_object_update_missing(f, d);
+	json_decref(d);
+	*cj = *filled = f;
+	return X3_OK;
+}
+
 static int parse_root(json_t *root, unsigned what, x3_model_config *c)
 {
 	int rc;
 	memset(c, 0, sizeof *c);
 	if (!json_is_object(root))
 		return x3_err(X3_EFORMAT, "config.json: not a JSON object");
-	json_t *cj = root;
-	if ((rc = parse_arch(root, &cj, c)) || (rc = parse_layout(root, cj, c)))
+	json_t *cj = root, *filled = NULL;
+	if ((rc = parse_arch(root, &cj, c)))
 		return rc;
-	return what == X3_CONFIG_LAYOUT ? X3_OK : parse_forward(root, cj, c);
+	int at_root = cj == root;
+	if ((rc = with_defaults(root, &cj, c, &filled)))
+		return rc;
+	json_t *r = at_root ? cj : root;   /* the filled copy is the root too */
+	if (!(rc = parse_layout(r, cj, c)) && what != X3_CONFIG_LAYOUT)
+		rc = parse_forward(r, cj, c);
+	json_decref(filled);
+	return rc;
 }
 
 int x3_config_parse_as(const char *text, size_t len, unsigned what, x3_model_config *cfg)

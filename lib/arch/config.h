@@ -7,7 +7,8 @@
 #include "x3.h"
 
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
-       X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3 };
+       X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
+       X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM };
 
 struct x3_arch_desc;
 typedef struct x3_model_config {
@@ -43,7 +44,8 @@ typedef struct x3_model_config {
 	int rope_interleave;         /* RoPE on pairs (2i, 2i+1) (rope_interleave,
 	                                the default) instead of the halves */
 	double attn_scale;           /* softmax scale: qk_head_dim^-0.5 with the yarn
-	                                mscale_all_dim correction (0: 1/sqrt(head_dim)) */
+	                                mscale_all_dim correction; Gemma's
+	                                query_pre_attn_scalar^-0.5 (0: 1/sqrt(head_dim)) */
 	/* ... yarn rope_scaling (rope_type 3): beta_fast/slow, the cos/sin factor */
 	double rope_beta_fast, rope_beta_slow, rope_attn_factor;
 	/* ... and its routing: sigmoid scores, e_score_correction_bias for the
@@ -54,6 +56,19 @@ typedef struct x3_model_config {
 	int sigmoid_route;
 	int64_t n_group, topk_group, n_shared, first_dense;
 	double routed_scale;
+	/* Gemma 2/3 (gemma): (1 + w) RMSNorms, the embedding times
+	 * sqrt(hidden_size) (rounded to the embedding's dtype), the GELU (tanh)
+	 * MLP; softmax scale query_pre_attn_scalar^-0.5 (attn_scale); scores
+	 * soft-capped cap * tanh(s / cap) (attn_softcap, 0: none) and the
+	 * logits alike (final_softcap); the layers of swa_layers (bit l) attend
+	 * to the last sliding_window keys only (the forward masks them, where
+	 * other families refuse longer rows), with RoPE base rope_local_theta
+	 * and no rope_scaling when that is set (Gemma3's local layers) */
+	int gemma;
+	int act_gelu_tanh;       /* hidden_activation gelu_pytorch_tanh (else SiLU) */
+	double attn_softcap, final_softcap, rope_local_theta;
+	uint64_t swa_layers[16];
+	int swa_masked;          /* the window is masked per layer (swa_layers) */
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;

@@ -70,7 +70,7 @@ static const int lin_slots[] = { X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V, X3_SLOT_O,
 	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN,
 	X3_SLOT_Q_A, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_B };
 static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM,
-	X3_SLOT_Q_A_NORM, X3_SLOT_KV_A_NORM, X3_SLOT_ROUTER_BIAS };
+	X3_SLOT_Q_A_NORM, X3_SLOT_KV_A_NORM, X3_SLOT_ROUTER_BIAS, X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM };
 #define N_LIN (int)(sizeof lin_slots / sizeof *lin_slots)
 #define N_VEC (int)(sizeof vec_slots / sizeof *vec_slots)
 
@@ -82,6 +82,14 @@ struct layer_w {
 	x3_linear **ex;                 /* (nex, 3): gate, up, down */
 	const x3_module **exm;          /* their modules */
 };
+
+/* Gemma's RMSNorm scales by 1 + w (in F32, as Hugging Face's
+ * Gemma2RMSNorm/Gemma3RMSNorm): the stored w becomes 1 + w on load. */
+static void gemma_norm(float *w, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		w[i] += 1.0f;
+}
 
 /* A 1-D vector tensor of length n as F32 (check only when out == NULL). */
 static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
@@ -161,6 +169,8 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 		if (d && (rc = load_vec(norm_src(m, l, d->weight), d->weight, d->out,
 		                        check ? NULL : &w->vec[d->d->slot])))
 			goto fail;
+		if (d && !check && m->cfg.gemma && d->d->role == X3_ROLE_NORM)
+			gemma_norm(w->vec[d->d->slot], d->out);
 	}
 	if (!w->sparse)
 		return X3_OK;
@@ -452,7 +462,9 @@ static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t c
 
 /* Causal attention of nrows rows of cols tokens. q: (ntok, nq, hd), k:
  * (ntok, nkv, hd), v: (ntok, nkv, hdv), out: (ntok, nq, hdv); the scores
- * q·k times scale. One task per (row, head). The head's keys are
+ * q·k times scale, soft-capped to cap * tanh(s / cap) when softcap > 0
+ * (Gemma2); with window > 0 query i sees keys i - window < j <= i only
+ * (Hugging Face's sliding_window_overlay). One task per (row, head). The head's keys are
  * first transposed to kt (hd, ld) and its values gathered to vh (cols, hd),
  * so that the score and the value loops work on blocks of ATT_B contiguous
  * floats held in registers (fixed-size SIMD loops), whatever head_dim is. */
@@ -475,7 +487,7 @@ typedef float vf8 __attribute__((vector_size(32), aligned(4)));
 /* o[e0..e0+W) = inv · Σ_j s[j] vh[j][e0..e0+W) over the n keys */
 #define PV_BLOCK(VT, W) do { \
 		VT acc_ = { 0 }; \
-		for (int64_t j = 0; j < n; j++) \
+		for (int64_t j = lo; j < n; j++) \
 			acc_ += s[j] * *(const VT *)(vh + j * hdv + e0); \
 		acc_ *= inv; \
 		memcpy(o + e0, &acc_, (W) * sizeof(float)); \
@@ -484,7 +496,7 @@ typedef float vf8 __attribute__((vector_size(32), aligned(4)));
 X3_SIMD_CLONES
 static int attention(const float *q, const float *k, const float *v, float *out,
                      int64_t nrows, int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv,
-                     float scale)
+                     float scale, int64_t window, float softcap)
 {
 	int64_t grp = nq / nkv, ld = (cols + ATT_B - 1) / ATT_B * ATT_B;
 	int fail = 0;
@@ -513,23 +525,28 @@ static int attention(const float *q, const float *k, const float *v, float *out,
 				}
 				for (int64_t i = 0; i < cols; i++) {
 					const float *qi = q + ((r * cols + i) * nq + h) * hd;
-					int64_t n = i + 1;   /* keys 0..i */
+					int64_t n = i + 1;   /* keys lo..i */
+					int64_t lo = window > 0 && i >= window ? i - window + 1 : 0;
 					for (int64_t e = 0; e < hd; e++)
 						qs[e] = qi[e] * scale;
 					/* scores of blocks of ATT_B keys (the last block reads
-					 * later keys or zero padding, never stored past n) */
-					for (int64_t j0 = 0; j0 < n; j0 += ATT_B) {
+					 * later keys or zero padding, never stored past n; the
+					 * first starts at a block boundary at or below lo) */
+					for (int64_t j0 = lo / ATT_B * ATT_B; j0 < n; j0 += ATT_B) {
 						vf16 acc = { 0 };
 						for (int64_t e = 0; e < hd; e++)
 							acc += qs[e] * *(const vf16 *)(kt + e * ld + j0);
 						int64_t m = n - j0 < ATT_B ? n - j0 : ATT_B;
 						memcpy(s + j0, &acc, (size_t)m * sizeof *s);
 					}
+					if (softcap > 0)
+						for (int64_t j = lo; j < n; j++)
+							s[j] = softcap * tanhf(s[j] / softcap);
 					float mx = -INFINITY;
-					for (int64_t j = 0; j < n; j++)
+					for (int64_t j = lo; j < n; j++)
 						mx = s[j] > mx ? s[j] : mx;
 					float sum = 0;
-					for (int64_t j = 0; j < n; j++) {
+					for (int64_t j = lo; j < n; j++) {
 						s[j] = expf(s[j] - mx);
 						sum += s[j];
 					}
@@ -542,7 +559,7 @@ static int attention(const float *q, const float *k, const float *v, float *out,
 						PV_BLOCK(vf8, 8);
 					for (; e0 < hdv; e0++) {
 						float acc = 0;
-						for (int64_t j = 0; j < n; j++)
+						for (int64_t j = lo; j < n; j++)
 							acc += s[j] * vh[j * hdv + e0];
 						o[e0] = acc * inv;
 					}
@@ -560,6 +577,7 @@ struct fwd {
 	int64_t cols;
 	float *xn, *q, *k, *v, *a, *g, *u, *mo;
 	float *cosv, *sinv;
+	float *cosl, *sinl;     /* the sliding layers' RoPE (rope_local_theta) or NULL */
 	int64_t tok0;           /* the chunk's first token in the layer */
 	float *qa, *kva, *ckv, *kvb;   /* MLA: q_a, kv_a, normed latent, kv_b outputs */
 };
@@ -723,7 +741,7 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 			memcpy(f->k + (t * nh + h) * qkd + np, f->kva + t * kva + kl, (size_t)rp * sizeof(float));
 			memcpy(f->v + (t * nh + h) * vd, src + np, (size_t)vd * sizeof(float));
 		}
-	return attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale);
+	return attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale, 0, 0);
 }
 
 /* One layer on a chunk of nrows rows: x (ntok, hidden) updated in place. */
@@ -749,10 +767,14 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 			rmsnorm(f->q, f->q, w->vec[X3_SLOT_Q_NORM], nt * nq, hd, c->rms_eps);
 			rmsnorm(f->k, f->k, w->vec[X3_SLOT_K_NORM], nt * nkv, hd, c->rms_eps);
 		}
-		rope_apply(f->q, nt, nq, hd, cols, f->cosv, f->sinv);
-		rope_apply(f->k, nt, nkv, hd, cols, f->cosv, f->sinv);
-		if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd,
-		                    (float)(1.0 / sqrt((double)hd)))))
+		/* Gemma: a sliding layer's window and RoPE */
+		int swa = c->swa_masked && l < 1024 && (c->swa_layers[l / 64] >> (l % 64) & 1);
+		const float *cs = swa && f->cosl ? f->cosl : f->cosv, *sn = swa && f->cosl ? f->sinl : f->sinv;
+		rope_apply(f->q, nt, nq, hd, cols, cs, sn);
+		rope_apply(f->k, nt, nkv, hd, cols, cs, sn);
+		double sc = c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd);
+		if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd, (float)sc,
+		                    swa ? c->sliding_window : 0, (float)c->attn_softcap)))
 			return rc;
 	}
 	if ((rc = hook(f, l, X3_SLOT_O, f->a, nt, x3_arch_dim(c, X3_DIM_V_ALL))))
@@ -760,6 +782,8 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	/* o_proj output into xn (free now), then the residual */
 	if ((rc = x3_linear_apply(w->lin[X3_SLOT_O], f->a, nt, cols, f->xn)))
 		return rc;
+	if (w->vec[X3_SLOT_ATTN_OUT_NORM])   /* Gemma's post_attention_layernorm */
+		rmsnorm(f->xn, f->xn, w->vec[X3_SLOT_ATTN_OUT_NORM], nt, H, c->rms_eps);
 	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
 		x[i] += f->xn[i];
@@ -778,15 +802,27 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	if ((rc = x3_linear_apply(w->lin[X3_SLOT_GATE], f->xn, nt, cols, f->g)) ||
 	    (rc = x3_linear_apply(w->lin[X3_SLOT_UP], f->xn, nt, cols, f->u)))
 		return rc;
-	#pragma omp parallel for if(nt * inter > (1 << 16)) schedule(static)
-	for (int64_t i = 0; i < nt * inter; i++) {
-		float gv = f->g[i];
-		f->g[i] = gv / (1.0f + expf(-gv)) * f->u[i];
+	if (c->act_gelu_tanh) {
+		/* gelu_pytorch_tanh: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+		#pragma omp parallel for if(nt * inter > (1 << 16)) schedule(static)
+		for (int64_t i = 0; i < nt * inter; i++) {
+			float gv = f->g[i];
+			f->g[i] = 0.5f * gv * (1.0f + tanhf(0.7978845608028654f * (gv + 0.044715f * gv * gv * gv))) *
+			          f->u[i];
+		}
+	} else {
+		#pragma omp parallel for if(nt * inter > (1 << 16)) schedule(static)
+		for (int64_t i = 0; i < nt * inter; i++) {
+			float gv = f->g[i];
+			f->g[i] = gv / (1.0f + expf(-gv)) * f->u[i];
+		}
 	}
 	if ((rc = hook(f, l, X3_SLOT_DOWN, f->g, nt, inter)))
 		return rc;
 	if ((rc = x3_linear_apply(w->lin[X3_SLOT_DOWN], f->g, nt, cols, f->xn)))
 		return rc;
+	if (w->vec[X3_SLOT_MLP_OUT_NORM])    /* Gemma's post_feedforward_layernorm */
+		rmsnorm(f->xn, f->xn, w->vec[X3_SLOT_MLP_OUT_NORM], nt, H, c->rms_eps);
 	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
 		x[i] += f->xn[i];
@@ -822,7 +858,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
 		return x3_err(X3_EINVAL, "forward: bad batch %lldx%lld", (long long)rows, (long long)cols);
 	T = rows * cols;
-	if (c->sliding_window && cols > c->sliding_window)
+	if (c->sliding_window && !c->swa_masked && cols > c->sliding_window)
 		return x3_err(X3_EUNSUP, "forward: rows of %lld tokens exceed the sliding window "
 		              "(%lld), which is not supported", (long long)cols, (long long)c->sliding_window);
 	if (o->logits_mode != X3_LOGITS_NONE && (!o->logits || o->last_layer < n))
@@ -881,12 +917,42 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			f.cosv[p * half + i] = (float)(cos(ang) * af);
 			f.sinv[p * half + i] = (float)(sin(ang) * af);
 		}
+	if (c->rope_local_theta > 0) {
+		/* Gemma3's sliding layers: base rope_local_base_freq, no scaling */
+		x3_model_config lc = *c;
+		lc.rope_theta = c->rope_local_theta;
+		lc.rope_type = 0;
+		f.cosl = malloc((size_t)cols * half * sizeof(float));
+		f.sinl = malloc((size_t)cols * half * sizeof(float));
+		if (!f.cosl || !f.sinl) {
+			rc = x3_err(X3_ENOMEM, "forward: out of memory for %lld tokens", (long long)T);
+			goto out;
+		}
+		rope_freqs(&lc, fr);
+		for (int64_t p = 0; p < cols; p++)
+			for (int64_t i = 0; i < half; i++) {
+				f.cosl[p * half + i] = (float)cos((double)p * fr[i]);
+				f.sinl[p * half + i] = (float)sin((double)p * fr[i]);
+			}
+	}
 
 	/* embedding rows, converted from the mmap'd table (unless resuming) */
 	size_t es = x3_dtype_size(m->embed->dtype);
 	for (int64_t t = 0; t < T && !o->hidden; t++)
 		x3_convert(x + t * H, X3_F32, (const char *)m->embed->data + (size_t)tokens[t] * H * es,
 		           m->embed->dtype, (size_t)H);
+	if (c->gemma && !o->hidden) {
+		/* Gemma: times sqrt(hidden_size) rounded to the embedding's dtype
+		 * (Hugging Face's normalizer is a tensor of the model's dtype:
+		 * sqrt(2304) = 48 exactly, sqrt(2560) = 50.596... -> 50.5 in BF16) */
+		float nf = (float)sqrt((double)H), nr;
+		char tmp[8];
+		x3_convert(tmp, m->embed->dtype, &nf, X3_F32, 1);
+		x3_convert(&nr, X3_F32, tmp, m->embed->dtype, 1);
+		#pragma omp parallel for if(T * H > (1 << 16)) schedule(static)
+		for (int64_t i = 0; i < T * H; i++)
+			x[i] *= nr;
+	}
 
 	int last = o->last_layer < n ? o->last_layer : n - 1;
 	for (int l = first; l <= last; l++) {
@@ -932,6 +998,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		x3_linear_free(head);
 		goto out;
 	}
+	if (c->gemma)
+		gemma_norm(norm, fn->out);
 	for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
 		nr = chunk_len(r0, chunk_rows, seg, rows);
 		int64_t nt = nr * cols;
@@ -939,12 +1007,23 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		rmsnorm(f.xn, xr, norm, nt, H, c->rms_eps);
 		if ((rc = hook(&f, n, X3_SLOT_HEAD, f.xn, nt, H)))
 			break;
+		float *lg = NULL;
+		int64_t nlg = 0;
 		if (o->logits_mode == X3_LOGITS_ALL) {
-			rc = x3_linear_apply(head, f.xn, nt, cols, o->logits + r0 * cols * c->vocab);
+			lg = o->logits + r0 * cols * c->vocab, nlg = nt * c->vocab;
+			rc = x3_linear_apply(head, f.xn, nt, cols, lg);
 		} else if (o->logits_mode == X3_LOGITS_LAST) {
 			for (int64_t r = 0; r < nr; r++)
 				memmove(f.xn + r * H, f.xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
-			rc = x3_linear_apply(head, f.xn, nr, 0, o->logits + r0 * c->vocab);
+			lg = o->logits + r0 * c->vocab, nlg = nr * c->vocab;
+			rc = x3_linear_apply(head, f.xn, nr, 0, lg);
+		}
+		if (!rc && lg && c->final_softcap > 0) {
+			/* Gemma2's final_logit_softcapping: cap * tanh(logit / cap) */
+			float cap = (float)c->final_softcap;
+			#pragma omp parallel for if(nlg > (1 << 16)) schedule(static)
+			for (int64_t i = 0; i < nlg; i++)
+				lg[i] = cap * tanhf(lg[i] / cap);
 		}
 		if (!rc)
 			rc = seg_after(o, n, r0 + nr, seg, rows);
@@ -957,7 +1036,7 @@ out:
 	if (x != o->hidden)
 		free(x);
 	free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u), free(f.mo);
-	free(f.cosv), free(f.sinv), free(fr);
+	free(f.cosv), free(f.sinv), free(f.cosl), free(f.sinl), free(fr);
 	free(f.qa), free(f.kva), free(f.ckv), free(f.kvb);
 	return rc;
 }

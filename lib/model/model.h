@@ -7,7 +7,12 @@
  * "llama3" rope_scaling types, tied or separate lm_head, SiLU-gated MLP;
  * the mixture-of-experts Mixtral, Qwen2-MoE, Qwen3-MoE (lib/moe.c) and
  * DeepseekV3ForCausalLM (multi-head latent attention, "yarn" rope_scaling,
- * grouped sigmoid routing, shared experts).
+ * grouped sigmoid routing, shared experts); Gemma2ForCausalLM,
+ * Gemma3ForCausalLM and Gemma3ForConditionalGeneration's language model
+ * ((1 + w) RMSNorms, norms after the attention and the MLP, the embedding
+ * scaled by sqrt(hidden) in its dtype, query_pre_attn_scalar, attention and
+ * final soft-capping, sliding-window layers masked per layer with Gemma3's
+ * local RoPE base, GELU (tanh) MLP).
  *
  * The forward runs layer by layer over all token rows: the hidden states of
  * every token are kept (rows*cols*hidden floats), one layer's weights are
