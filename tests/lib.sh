@@ -25,4 +25,26 @@ check_fail() {
 	else notok "$what"; echo "#   exit $rc (want $want), stderr:"; sed 's/^/#   /' "$TMP/cf.err" | head -5; fi
 }
 have_shared() { [ -f "$SHARED/models/stories260K/model.safetensors" ]; }
-done_testing() { [ "$T_FAIL" -eq 0 ]; exit $?; }
+# info_sweep: exl3-info reads back, without a warning, every EXL3 directory
+# the test left under $TMP (a config.json whose quantization_config says
+# exl3, beside model.safetensors or its index). A test that leaves broken
+# directories on purpose names them in NO_INFO (shell globs of paths under
+# $TMP, space-separated).
+NO_INFO=
+info_sweep() {
+	command -v exl3-info >/dev/null 2>&1 || return 0
+	local c d g n=0 bad=0
+	while IFS= read -r c; do
+		d=${c%/config.json}
+		[ -e "$d/model.safetensors" ] || [ -e "$d/model.safetensors.index.json" ] || continue
+		jq -e '.quantization_config.quant_method == "exl3"' "$c" >/dev/null 2>&1 || continue
+		for g in $NO_INFO; do [[ ${d#"$TMP"/} == $g ]] && continue 2; done
+		n=$((n + 1))
+		if ! exl3-info --json "$d" >"$TMP/.info.json" 2>"$TMP/.info.err" || [ -s "$TMP/.info.err" ] ||
+		   ! jq -e '.summary.linears > 0' "$TMP/.info.json" >/dev/null 2>&1; then
+			bad=$((bad + 1)); echo "# exl3-info ${d#"$TMP"/}:"; sed 's/^/#   /' "$TMP/.info.err" | head -5
+		fi
+	done < <(find "$TMP" -name config.json 2>/dev/null | sort)
+	[ "$n" -eq 0 ] || check "exl3-info reads every EXL3 directory the test wrote ($n)" test "$bad" -eq 0
+}
+done_testing() { info_sweep; [ "$T_FAIL" -eq 0 ]; exit $?; }

@@ -17,6 +17,8 @@ for page in "$ROOT"/man/*.[15]; do
 		[ -e "$s" ] || continue
 		found=1
 		d=$(mktemp -d "$TMP/ex.XXXXXX")
+		# exl3-validate(1) shows a broken pack being rejected: not one for info_sweep
+		[ "$name" != exl3-validate.1 ] || NO_INFO="$NO_INFO ${d#"$TMP"/}"
 		if (cd "$d" && timeout 120 bash -e -o pipefail "$s" >"$d/.out" 2>&1); then
 			ok "$name: example $(basename "$s" .sh | sed 's/.*\.//')"
 		else

@@ -67,6 +67,7 @@ check_fail "--hidden-in of another row shape" 1 "hid0: hidden states are not 2x3
 check_fail "--hidden-in of a frame that is not hidden states" 1 "h0: not a --hidden-out frame" \
 	hessian-capture --model m --tokens tok --layers 1 --hidden-in h0
 check_fail "--hidden-out with --merge" 2 "takes frames" hessian-capture --merge --hidden-out x h0
+NO_INFO=qbad   # too small for its config on purpose
 cp -r q qbad && jq '.intermediate_size = 200 | .quantization_config = {quant_method: "exl3"}' m/config.json > qbad/config.json
 check_fail "EXL3 linear too small for the config" 1 "mlp.gate_proj.trellis': padded size 128x128 does not hold 32x200" model-eval --model qbad --generate 1 --ids
 done_testing

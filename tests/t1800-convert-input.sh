@@ -51,6 +51,7 @@ check_fail "OUT exists and is not ours" 1 "taken exists" convert m taken --bits 
 
 # validate on malformed directories
 check_fail "validate: not a directory" 1 "nosuch: not a directory" validate nosuch
+NO_INFO=bad   # no EXL3 linears, on purpose
 mkdir bad
 cp m/config.json bad/
 check_fail "validate: no quantization_config" 1 "bad/config.json: no quantization_config" validate bad
