@@ -18,7 +18,8 @@
 
 static const char usage[] =
 	"usage: had-rotate [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                  [--sign-draws N -K K [--codebook CB] [--sign-strips S]]\n"
+	"                  [--sign-draws N -K K [--codebook CB] [--sign-strips S]\n"
+	"                  [--sign-metric proxy|output]]\n"
 	"                  [--device cpu|cuda|auto] [-t THREADS] [-q] [--zstd[=LEVEL]]\n"
 	"                  < frames > frames\n";
 
@@ -36,6 +37,8 @@ static const char help[] =
 	"  --codebook CB     the codebook of the estimate: mul1 (default), mcg, 3inst\n"
 	"  --sign-strips S   16-column output strips the estimate encodes (default a\n"
 	"                    quarter of them, at least 8; 0: all)\n"
+	"  --sign-metric M   proxy (default): the proxy error; output: the error\n"
+	"                    weighed through the input scales (the output's)\n"
 	"  --device D        cpu (default), cuda or auto: where the Hadamard rotations\n"
 	"                    and the block LDL run (equal to the CPU up to F32 rounding,\n"
 	"                    so the trellis encoded from it may differ in some words)\n"
@@ -47,6 +50,7 @@ static const char help[] =
 static uint64_t seed;
 static int draws = 1, est_K, est_cb = X3_CB_MUL1;
 static int64_t est_strips = -1;
+static int est_metric = X3_EST_PROXY;
 static int policy = X3_OUT_SCALES_ALWAYS;
 static x3_writer *out;
 static int zlevel;
@@ -77,7 +81,7 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 		if (!(errs = malloc((size_t)draws * sizeof *errs)))
 			die("out of memory");
 		int64_t ns = est_strips >= 0 ? est_strips : x3_estimate_strips(n);
-		if (x3_sign_search(hc.raw, W, key, seed, draws, policy, est_K, est_cb, 0, ns, &own, &q,
+		if (x3_sign_search(hc.raw, W, key, seed, draws, policy, est_K, est_cb, 0, ns, est_metric, &own, &q,
 		                   &best, errs))
 			die_x3("weight '%s'", W->name);
 		h = own;
@@ -120,6 +124,7 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 		e |= x3_meta_setf(m, "sign_draws", "%d", draws);
 		e |= x3_meta_setf(m, "sign_k", "%d", est_K);
 		e |= x3_meta_set(m, "sign_est", buf);
+		e |= x3_meta_set(m, "sign_metric", est_metric == X3_EST_OUTPUT ? "output" : "proxy");
 	}
 	e |= x3_meta_setf(m, "count", "%.17g", h->count);
 	e |= x3_meta_setf(m, "damp_retries", "%d", h->retries);
@@ -158,12 +163,13 @@ int main(int argc, char **argv)
 		{ "sign-draws", required_argument, 0, 'S' },
 		{ "sign-strips", required_argument, 0, 'P' },
 		{ "codebook", required_argument, 0, 'c' },
+		{ "sign-metric", required_argument, 0, 'M' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hfile = NULL;
 	int c, want_device = X3_DEVICE_CPU;
-	int have_cb = 0;
+	int have_cb = 0, have_metric = 0;
 	while ((c = getopt_long(argc, argv, "K:t:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'S':
@@ -171,6 +177,15 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			est_strips = parse_long(usage, "--sign-strips", optarg, 0, INT64_MAX / 16);
+			break;
+		case 'M':
+			if (!strcmp(optarg, "proxy"))
+				est_metric = X3_EST_PROXY;
+			else if (!strcmp(optarg, "output"))
+				est_metric = X3_EST_OUTPUT;
+			else
+				usage_error(usage, "--sign-metric: '%s' is not proxy or output", optarg);
+			have_metric = 1;
 			break;
 		case 'K':
 			est_K = (int)parse_long(usage, "-K", optarg, 1, 8);
@@ -213,8 +228,8 @@ int main(int argc, char **argv)
 		usage_error(usage, "unexpected argument '%s'", argv[optind]);
 	if (draws > 1 && !est_K)
 		usage_error(usage, "--sign-draws %d needs -K K, the bit width of the estimate", draws);
-	if (draws == 1 && (est_K || have_cb || est_strips >= 0))
-		usage_error(usage, "-K, --codebook and --sign-strips go with --sign-draws N (N > 1)");
+	if (draws == 1 && (est_K || have_cb || have_metric || est_strips >= 0))
+		usage_error(usage, "-K, --codebook, --sign-strips and --sign-metric go with --sign-draws N (N > 1)");
 	refuse_tty_stdout();
 	if (x3_quant_set_device(device_resolve(want_device)))
 		die("--device cuda: %s", x3_errmsg());

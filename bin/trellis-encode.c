@@ -234,8 +234,8 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 	if (p->has_seed)
 		e |= x3_meta_setf(m, "seed", "%llu", (unsigned long long)p->seed);
 	/* had-rotate --sign-draws: the chosen draw, kept with the tensor */
-	static const char *sign_keys[] = { "sign_draw", "sign_draws", "sign_k", "sign_est" };
-	for (int i = 0; p->meta && i < 4; i++) {
+	static const char *sign_keys[] = { "sign_draw", "sign_draws", "sign_k", "sign_est", "sign_metric" };
+	for (int i = 0; p->meta && i < 5; i++) {
 		const char *v = x3_meta_get(p->meta, sign_keys[i]);
 		if (v)
 			e |= x3_meta_set(m, sign_keys[i], v);

@@ -155,7 +155,7 @@ static int draw_prepare(const x3_tensor *Ht, const x3_tensor *Wt, const char *ke
 
 int x3_sign_search(const x3_tensor *Ht, const x3_tensor *Wt, const char *key, uint64_t seed,
                    int draws, int policy, int K, int cb, int threads, int64_t strips,
-                   x3_qhess **h, x3_qweight **w, int *best, double *errs)
+                   int metric, x3_qhess **h, x3_qweight **w, int *best, double *errs)
 {
 	*h = NULL, *w = NULL, *best = 0;
 	if (draws < 1)
@@ -167,7 +167,7 @@ int x3_sign_search(const x3_tensor *Ht, const x3_tensor *Wt, const char *key, ui
 		int rc = draw_prepare(Ht, Wt, key, seed, d, policy, &hd, &wd);
 		double e = 0;
 		if (!rc && draws > 1)
-			rc = x3_quantize_estimate(wd, hd, K, cb, threads, strips, &e);
+			rc = x3_quantize_estimate_m(wd, hd, K, cb, threads, strips, metric, &e);
 		if (rc) {
 			x3_qhess_free(hd), x3_qweight_free(wd);
 			x3_qhess_free(*h), x3_qweight_free(*w);

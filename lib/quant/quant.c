@@ -1228,8 +1228,35 @@ int64_t x3_estimate_strips(int64_t n)
 	return s < tn ? s : tn;
 }
 
+/* The output metric M = R H R, R = Hb diag(|su|) Hb, of a rotated H (k x k):
+ * H is Hb diag(sigma_u) H0 diag(sigma_u) Hb, so M is the Hessian of the
+ * reconstruction's input side diag(su) Hb (exl3(5) section 1.2), the true
+ * output error's metric up to the output scales. */
+static float *output_metric(const float *H, const float *su, int64_t k)
+{
+	float *M = xmalloc((size_t)(k * k), sizeof(float));
+	if (!M)
+		return NULL;
+	memcpy(M, H, (size_t)(k * k) * sizeof(float));
+	x3_had128_rows(M, k, k);
+	x3_had128_cols(M, k, k);
+	#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < k; j++)
+			M[i * k + j] *= fabsf(su[i]) * fabsf(su[j]);
+	x3_had128_rows(M, k, k);
+	x3_had128_cols(M, k, k);
+	return M;
+}
+
 int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
                          int threads, int64_t strips, double *err)
+{
+	return x3_quantize_estimate_m(w, h, K, cb, threads, strips, X3_EST_PROXY, err);
+}
+
+int x3_quantize_estimate_m(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                           int threads, int64_t strips, int metric, double *err)
 {
 	*err = -1;
 	if (K < 1 || K > 8)
@@ -1270,8 +1297,11 @@ int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 				Ws[i * ns + 16 * s + j] = w->W[i * n + c0 + j] * gf;
 	}
 	rc = x3_ldlq(Ws, k, ns, h->fallback ? NULL : h->L, K, cb, threads, st, Q);
+	float *M = NULL;
+	if (!rc && metric == X3_EST_OUTPUT && !h->fallback && !(M = output_metric(h->H, w->su, k)))
+		rc = x3_err(X3_ENOMEM, "out of memory for the output metric");
 	if (!rc)
-		rc = x3_proxy_error(Ws, Q, h->fallback ? NULL : h->H, k, ns, err);
-	free(Ws), free(Q), free(st);
+		rc = x3_proxy_error(Ws, Q, h->fallback ? NULL : M ? M : h->H, k, ns, err);
+	free(Ws), free(Q), free(st), free(M);
 	return rc;
 }

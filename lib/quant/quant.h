@@ -174,6 +174,14 @@ void x3_qresult_free(x3_qresult *r);
  * 0 for an all-zero source. */
 int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
                          int threads, int64_t strips, double *err);
+/* The same with a metric: X3_EST_PROXY (the proxy error, as above) or
+ * X3_EST_OUTPUT: the error weighed by M = R H R, R = Hb diag(|su|) Hb
+ * (the Hessian seen through the input scales, so tr(E^T M E) is the
+ * output error of the reconstruction up to the output scales) over the
+ * same with W; the proxy error in fallback. */
+enum { X3_EST_PROXY = 0, X3_EST_OUTPUT = 1 };
+int x3_quantize_estimate_m(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                           int threads, int64_t strips, int metric, double *err);
 /* Default strips of the estimate: a quarter of the n/16, at least
  * X3_EST_MIN_STRIPS (all of them when fewer). */
 #define X3_EST_MIN_STRIPS 8
@@ -215,14 +223,14 @@ int x3_qweight_from_frame_draw(const x3_tensor *Wt, const char *key, const x3_qh
  * finalize the Hessian Ht (NULL: none, the identity with input signs from
  * (seed, key + "/su")) and regularize the weight Wt with draw d's signs,
  * and estimate the proxy error at K (x3_quantize_estimate with strips);
- * keep the draw with the lowest estimate (the lowest d on a tie). Returns
+ * metric X3_EST_*; keep the draw with the lowest estimate (the lowest d on a tie). Returns
  * the winner's Hessian and weight (the caller frees both), its index in
  * *best and, when errs is not NULL, every draw's estimate (draws values).
  * draws = 1 gives exactly x3_qhess_from_frame and x3_qweight_from_frame
  * without estimating. */
 int x3_sign_search(const x3_tensor *Ht, const x3_tensor *Wt, const char *key, uint64_t seed,
                    int draws, int policy, int K, int cb, int threads, int64_t strips,
-                   x3_qhess **h, x3_qweight **w, int *best, double *errs);
+                   int metric, x3_qhess **h, x3_qweight **w, int *best, double *errs);
 /* Pad a bias frame (n0 values, any float dtype) to n floats; X3_ENUM on
  * non-finite values. */
 int x3_bias_from_frame(const x3_tensor *Bt, int64_t n0, int64_t n, float **out);

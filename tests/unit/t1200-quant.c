@@ -430,7 +430,7 @@ static void test_sign_search(void)
 	double errs[4] = { -1, -1, -1, -1 };
 	CHECK_OK(x3_qhess_from_frame(Ht, k0, 3, &h0) || x3_qweight_from_frame(Wt, "blk.w", h0, 3,
 	         X3_OUT_SCALES_ALWAYS, &w0), "plain finalize and regularize");
-	CHECK_OK(x3_sign_search(Ht, Wt, "blk.w", 3, 1, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0,
+	CHECK_OK(x3_sign_search(Ht, Wt, "blk.w", 3, 1, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
 	         &h1, &w1, &best, errs), "sign search with one draw");
 	CHECK(best == 0 && errs[0] == 0 && !memcmp(h0->L, h1->L, 128 * 128 * 4) &&
 	      !memcmp(w0->W, w1->W, 128 * 256 * 4) && !memcmp(w0->su, w1->su, 128 * 4),
@@ -452,7 +452,7 @@ static void test_sign_search(void)
 	x3_qresult_free(r);
 
 	/* four draws: the winner has the lowest estimate, and it is its proxy error */
-	CHECK_OK(x3_sign_search(Ht, Wt, "blk.w", 3, 4, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0,
+	CHECK_OK(x3_sign_search(Ht, Wt, "blk.w", 3, 4, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
 	         &h1, &w1, &best, errs), "sign search with four draws");
 	int low = 1, distinct = 0;
 	for (int d = 0; d < 4; d++) {
@@ -469,15 +469,15 @@ static void test_sign_search(void)
 	x3_qhess_free(h1), x3_qweight_free(w1);
 
 	/* no Hessian: identity with signs from key/su of the draw */
-	CHECK_OK(x3_sign_search(NULL, Wt, "blk.w", 3, 3, X3_OUT_SCALES_ALWAYS, 2, X3_CB_MUL1, 0, 0,
+	CHECK_OK(x3_sign_search(NULL, Wt, "blk.w", 3, 3, X3_OUT_SCALES_ALWAYS, 2, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
 	         &h1, &w1, &best, errs), "sign search without a Hessian");
 	x3_quant_signs_draw(3, best, "blk.w/su", 128, a);
 	CHECK(h1->fallback && !memcmp(a, h1->sign, 128 * 4), "no Hessian: fallback, signs of draw %d", best);
 	x3_qhess_free(h1), x3_qweight_free(w1);
-	CHECK(x3_sign_search(Ht, Wt, "blk.w", 3, 0, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0,
+	CHECK(x3_sign_search(Ht, Wt, "blk.w", 3, 0, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
 	      &h1, &w1, &best, errs) == X3_EINVAL, "zero draws refused");
 	x3_tensor *Wb = x3_tensor_new2("blk.v.weight", X3_F32, 8, 50);
-	CHECK(x3_sign_search(Ht, Wb, "blk.v", 3, 2, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0,
+	CHECK(x3_sign_search(Ht, Wb, "blk.v", 3, 2, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
 	      &h1, &w1, &best, errs) == X3_EINVAL && strstr(x3_errmsg(), "sign draw 0") &&
 	      strstr(x3_errmsg(), "blk.input"), "a Hessian of the wrong size names the draw and the Hessian (%s)",
 	      x3_errmsg());
@@ -485,6 +485,47 @@ static void test_sign_search(void)
 	x3_qhess_free(h0), x3_qweight_free(w0);
 	x3_tensor_free(Ht), x3_tensor_free(Wt);
 	free(X), free(G), free(W);
+}
+
+/* the output metric: with sv = +-1 (out_scales never, no padded outputs)
+ * it is the relative output error of the reconstruction exactly */
+static void test_output_metric(void)
+{
+	int64_t k = 128, n = 128, rows = 500;
+	float *X = corr_acts(rows, k, 3.0), *G = gram(X, rows, k), s[128], sv[128];
+	float *W = randn(n * k, 0.05);
+	for (int64_t i = 0; i < k * n; i += 7)
+		W[i] *= 4.0f;   /* uneven rows: |su| matters */
+	x3_quant_signs(9, "h", k, s);
+	x3_quant_signs(9, "w/sv", n, sv);
+	x3_qhess *h;
+	x3_qweight *w;
+	CHECK_OK(x3_qhess_finalize(G, k, k, rows, s, &h) ||
+	         x3_regularize(W, n, k, h, sv, X3_OUT_SCALES_NEVER, &w), "finalize, regularize 128x128");
+	x3_qresult *r;
+	double eo, ep;
+	CHECK_OK(x3_quantize(w, h, 2, X3_CB_MUL1, 0, X3_QKEEP_Q, &r) ||
+	         x3_quantize_estimate_m(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_OUTPUT, &eo) ||
+	         x3_quantize_estimate_m(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &ep), "quantize, both estimates");
+	/* direct: dW = W_hf^T - reconstruct, tr(dW^T H0 dW) / tr(W^T H0 W), H0 damped */
+	float *R = malloc((size_t)(k * n) * sizeof(float)), *Wt = malloc((size_t)(k * n) * sizeof(float));
+	float *H0 = malloc((size_t)(k * k) * sizeof(float));
+	double dm = 0;
+	for (int64_t i = 0; i < k; i++)
+		dm += G[i * k + i] / rows / k;
+	for (int64_t i = 0; i < k * k; i++)
+		H0[i] = G[i] / rows + (i % (k + 1) == 0 ? (float)(X3_SIGMA_REG * dm) : 0.0f);
+	CHECK_OK(x3_reconstruct(r->Q, r->suh, r->svh, k, n, R), "reconstruct");
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			Wt[i * n + j] = W[j * k + i];
+	double direct;
+	CHECK_OK(x3_proxy_error(Wt, R, H0, k, n, &direct), "direct output error");
+	CHECK(fabs(eo / direct - 1) < 0.01, "output metric %.6g = the reconstruction's output error %.6g", eo, direct);
+	CHECK(eo == ep || fabs(ep / direct - 1) > fabs(eo / direct - 1),
+	      "the proxy error %.6g is further from it", ep);
+	x3_qresult_free(r), x3_qhess_free(h), x3_qweight_free(w);
+	free(X), free(G), free(W), free(R), free(Wt), free(H0);
 }
 
 int main(void)
@@ -498,5 +539,6 @@ int main(void)
 	test_qframe();
 	test_quantize();
 	test_sign_search();
+	test_output_metric();
 	TEST_DONE();
 }
