@@ -36,7 +36,7 @@ static const char help[] =
 	"  -K K              the bit width of the estimate, 1..8\n"
 	"  --codebook CB     the codebook of the estimate: mul1 (default), mcg, 3inst\n"
 	"  --sign-strips S   16-column output strips the estimate encodes (default a\n"
-	"                    quarter of them, at least 8; 0: all)\n"
+	"                    eighth of them, at least 8; 0: all)\n"
 	"  --sign-metric M   proxy (default): the proxy error; output: the error\n"
 	"                    weighed through the input scales (the output's)\n"
 	"  --device D        cpu (default), cuda or auto: where the Hadamard rotations\n"

@@ -160,14 +160,14 @@ int x3_sign_search(const x3_tensor *Ht, const x3_tensor *Wt, const char *key, ui
 	*h = NULL, *w = NULL, *best = 0;
 	if (draws < 1)
 		return x3_err(X3_EINVAL, "sign draws %d is not positive", draws);
-	double beste = INFINITY;
+	double beste = INFINITY, g = 0;
 	for (int d = 0; d < draws; d++) {
 		x3_qhess *hd;
 		x3_qweight *wd;
 		int rc = draw_prepare(Ht, Wt, key, seed, d, policy, &hd, &wd);
 		double e = 0;
 		if (!rc && draws > 1)
-			rc = x3_quantize_estimate_m(wd, hd, K, cb, threads, strips, metric, &e);
+			rc = x3_quantize_estimate(wd, hd, K, cb, threads, strips, metric, &g, &e);
 		if (rc) {
 			x3_qhess_free(hd), x3_qweight_free(wd);
 			x3_qhess_free(*h), x3_qweight_free(*w);

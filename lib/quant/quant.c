@@ -1222,7 +1222,7 @@ int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
 
 int64_t x3_estimate_strips(int64_t n)
 {
-	int64_t tn = n / 16, s = tn / 4;
+	int64_t tn = n / 16, s = tn / 8;
 	if (s < X3_EST_MIN_STRIPS)
 		s = X3_EST_MIN_STRIPS;
 	return s < tn ? s : tn;
@@ -1250,13 +1250,7 @@ static float *output_metric(const float *H, const float *su, int64_t k)
 }
 
 int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
-                         int threads, int64_t strips, double *err)
-{
-	return x3_quantize_estimate_m(w, h, K, cb, threads, strips, X3_EST_PROXY, err);
-}
-
-int x3_quantize_estimate_m(const x3_qweight *w, const x3_qhess *h, int K, int cb,
-                           int threads, int64_t strips, int metric, double *err)
+                         int threads, int64_t strips, int metric, double *g, double *err)
 {
 	*err = -1;
 	if (K < 1 || K > 8)
@@ -1273,9 +1267,8 @@ int x3_quantize_estimate_m(const x3_qweight *w, const x3_qhess *h, int K, int cb
 	}
 	if (strips <= 0 || strips > tn)
 		strips = tn;
-	double g;
-	int rc = x3_scale_search(w->W, k, n, K, cb, threads, &g);
-	if (rc)
+	int rc;
+	if (!(*g > 0) && (rc = x3_scale_search(w->W, k, n, K, cb, threads, g)))
 		return rc;
 	/* the strips: 16 output columns each, evenly spaced; LDLQ feeds the
 	 * error back along the input only, so a strip quantizes as it would in
@@ -1289,7 +1282,7 @@ int x3_quantize_estimate_m(const x3_qweight *w, const x3_qhess *h, int K, int cb
 		return x3_err(X3_ENOMEM, "out of memory for the estimate of a %lldx%lld weight",
 		              (long long)k, (long long)n);
 	}
-	float gf = (float)g;
+	float gf = (float)*g;
 	for (int64_t s = 0; s < strips; s++) {
 		int64_t c0 = 16 * ((2 * s + 1) * tn / (2 * strips));
 		for (int64_t i = 0; i < k; i++)

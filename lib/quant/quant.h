@@ -166,23 +166,21 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 void x3_qresult_free(x3_qresult *r);
 
 /* ---- sign search (issue 14 part 1) ----------------------------------- */
-/* The proxy error of x3_quantize, estimated cheaply: the same scale search,
- * then LDLQ and the proxy error of strips 16-column strips of W only,
- * evenly spaced over the n/16 (LDLQ feeds the error back along the input,
- * so a strip of output columns quantizes as in the whole matrix); strips
- * <= 0 or >= n/16: all of them (then equal to x3_quantize's proxy_err).
- * 0 for an all-zero source. */
-int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
-                         int threads, int64_t strips, double *err);
-/* The same with a metric: X3_EST_PROXY (the proxy error, as above) or
- * X3_EST_OUTPUT: the error weighed by M = R H R, R = Hb diag(|su|) Hb
- * (the Hessian seen through the input scales, so tr(E^T M E) is the
- * output error of the reconstruction up to the output scales) over the
- * same with W; the proxy error in fallback. */
+/* The error of x3_quantize, estimated cheaply: LDLQ of `strips` 16-column
+ * strips of W only, evenly spaced over the n/16 (LDLQ feeds the error back
+ * along the input, so a strip of output columns quantizes as in the whole
+ * matrix; strips <= 0 or >= n/16: all of them), at the global scale *g if
+ * *g > 0, else at x3_quantize's (scale search), written to *g. metric:
+ * X3_EST_PROXY, the proxy error over those columns (with all strips and the
+ * searched scale, x3_quantize's proxy_err exactly), or X3_EST_OUTPUT, the
+ * error weighed by M = R H R, R = Hb diag(|su|) Hb: the Hessian seen through
+ * the input scales, so that tr(E^T M E) / tr(W^T M W) is the relative output
+ * error of the reconstruction (exl3(5) section 1.2) up to the output scales;
+ * the proxy error in fallback. 0 for an all-zero source. */
 enum { X3_EST_PROXY = 0, X3_EST_OUTPUT = 1 };
-int x3_quantize_estimate_m(const x3_qweight *w, const x3_qhess *h, int K, int cb,
-                           int threads, int64_t strips, int metric, double *err);
-/* Default strips of the estimate: a quarter of the n/16, at least
+int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                         int threads, int64_t strips, int metric, double *g, double *err);
+/* Default strips of the estimate: an eighth of the n/16, at least
  * X3_EST_MIN_STRIPS (all of them when fewer). */
 #define X3_EST_MIN_STRIPS 8
 int64_t x3_estimate_strips(int64_t n);
@@ -222,8 +220,10 @@ int x3_qweight_from_frame_draw(const x3_tensor *Wt, const char *key, const x3_qh
 /* The sign search (issue 14 part 1): for each draw d = 0 .. draws-1,
  * finalize the Hessian Ht (NULL: none, the identity with input signs from
  * (seed, key + "/su")) and regularize the weight Wt with draw d's signs,
- * and estimate the proxy error at K (x3_quantize_estimate with strips);
- * metric X3_EST_*; keep the draw with the lowest estimate (the lowest d on a tie). Returns
+ * and estimate its error at K (x3_quantize_estimate with strips and
+ * metric, at the global scale that draw 0's scale search finds: the scale
+ * hardly depends on the signs, and the final encode searches its own);
+ * keep the draw with the lowest estimate (the lowest d on a tie). Returns
  * the winner's Hessian and weight (the caller frees both), its index in
  * *best and, when errs is not NULL, every draw's estimate (draws values).
  * draws = 1 gives exactly x3_qhess_from_frame and x3_qweight_from_frame

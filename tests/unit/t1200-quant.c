@@ -439,16 +439,19 @@ static void test_sign_search(void)
 
 	/* the estimate over every strip is x3_quantize's proxy error */
 	x3_qresult *r;
-	double e_all, e_part;
+	double e_all, e_part, g_all = 0, g_part = 0;
 	CHECK_OK(x3_quantize(w0, h0, 3, X3_CB_MUL1, 0, 0, &r), "quantize draw 0 at K=3");
-	CHECK_OK(x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 0, &e_all) ||
-	         x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 4, &e_part), "estimates over 16 and 4 strips");
-	CHECK(e_all == r->proxy_err, "estimate over all strips = the proxy error (%.9g, %.9g)", e_all,
-	      r->proxy_err);
+	CHECK_OK(x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g_all, &e_all) ||
+	         x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 4, X3_EST_PROXY, &g_part, &e_part), "estimates over 16 and 4 strips");
+	CHECK(e_all == r->proxy_err && g_all == r->g && g_part == r->g,
+	      "estimate over all strips = the proxy error (%.9g, %.9g), at its scale", e_all, r->proxy_err);
+	double g_fix = 0.7, e_fix;
+	CHECK_OK(x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g_fix, &e_fix), "estimate at g = 0.7");
+	CHECK(g_fix == 0.7 && e_fix != e_all, "a given scale is used, not searched (%.6g vs %.6g)", e_fix, e_all);
 	CHECK(e_part > 0.5 * e_all && e_part < 2 * e_all, "estimate over 4 of 16 strips %.5g near %.5g",
 	      e_part, e_all);
-	CHECK(x3_estimate_strips(256) == 8 && x3_estimate_strips(4096) == 64 && x3_estimate_strips(128) == 8,
-	      "default strips: a quarter, at least 8, at most all");
+	CHECK(x3_estimate_strips(256) == 8 && x3_estimate_strips(4096) == 32 && x3_estimate_strips(128) == 8,
+	      "default strips: an eighth, at least 8, at most all");
 	x3_qresult_free(r);
 
 	/* four draws: the winner has the lowest estimate, and it is its proxy error */
@@ -463,8 +466,11 @@ static void test_sign_search(void)
 	      best, errs[0], errs[1], errs[2], errs[3]);
 	CHECK_OK(x3_quantize(w1, h1, 3, X3_CB_MUL1, 0, 0, &r), "quantize the winner");
 	x3_quant_signs_draw(3, best, "blk.input", 128, a);
-	CHECK(r->proxy_err == errs[best] && !memcmp(a, h1->sign, 128 * 4),
-	      "the winner: its own signs, its proxy error %.5g", r->proxy_err);
+	double e_best, g_b = g_all;
+	CHECK_OK(x3_quantize_estimate(w1, h1, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g_b, &e_best), "estimate the winner");
+	CHECK(e_best == errs[best] && !memcmp(a, h1->sign, 128 * 4) && fabs(r->proxy_err / e_best - 1) < 0.05,
+	      "the winner: its own signs, its estimate at draw 0's scale %.5g near its proxy error %.5g", e_best,
+	      r->proxy_err);
 	x3_qresult_free(r);
 	x3_qhess_free(h1), x3_qweight_free(w1);
 
@@ -503,10 +509,10 @@ static void test_output_metric(void)
 	CHECK_OK(x3_qhess_finalize(G, k, k, rows, s, &h) ||
 	         x3_regularize(W, n, k, h, sv, X3_OUT_SCALES_NEVER, &w), "finalize, regularize 128x128");
 	x3_qresult *r;
-	double eo, ep;
+	double eo, ep, g1 = 0, g2 = 0;
 	CHECK_OK(x3_quantize(w, h, 2, X3_CB_MUL1, 0, X3_QKEEP_Q, &r) ||
-	         x3_quantize_estimate_m(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_OUTPUT, &eo) ||
-	         x3_quantize_estimate_m(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &ep), "quantize, both estimates");
+	         x3_quantize_estimate(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_OUTPUT, &g1, &eo) ||
+	         x3_quantize_estimate(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g2, &ep), "quantize, both estimates");
 	/* direct: dW = W_hf^T - reconstruct, tr(dW^T H0 dW) / tr(W^T H0 W), H0 damped */
 	float *R = malloc((size_t)(k * n) * sizeof(float)), *Wt = malloc((size_t)(k * n) * sizeof(float));
 	float *H0 = malloc((size_t)(k * k) * sizeof(float));
