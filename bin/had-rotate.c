@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "codec.h"
 #include "frame.h"
 #include "device.h"
 #include "quant.h"
@@ -17,6 +18,8 @@
 
 static const char usage[] =
 	"usage: had-rotate [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
+	"                  [--sign-draws N -K K [--codebook CB] [--sign-strips S]\n"
+	"                  [--sign-metric proxy|output]]\n"
 	"                  [--device cpu|cuda|auto] [-t THREADS] [-q] [--zstd[=LEVEL]]\n"
 	"                  < frames > frames\n";
 
@@ -27,6 +30,15 @@ static const char help[] =
 	"  --hessian FILE    Hessian frame (F32/F64, in x in, metadata count);\n"
 	"                    default: Hessian frames on standard input\n"
 	"  --out-scales P    output-channel scales: always (default), never, auto\n"
+	"  --sign-draws N    sign search: try N draws of the random signs per weight\n"
+	"                    (draw 0 is the plain --seed one) and keep the one with the\n"
+	"                    lowest proxy error estimated at -K K (default 1: no search)\n"
+	"  -K K              the bit width of the estimate, 1..8\n"
+	"  --codebook CB     the codebook of the estimate: mul1 (default), mcg, 3inst\n"
+	"  --sign-strips S   16-column output strips the estimate encodes (default a\n"
+	"                    eighth of them, at least 8; 0: all)\n"
+	"  --sign-metric M   proxy (default): the proxy error; output: the error\n"
+	"                    weighed through the input scales (the output's)\n"
 	"  --device D        cpu (default), cuda or auto: where the Hadamard rotations\n"
 	"                    and the block LDL run (equal to the CPU up to F32 rounding,\n"
 	"                    so the trellis encoded from it may differ in some words)\n"
@@ -36,6 +48,9 @@ static const char help[] =
 	"  -h                this help\n";
 
 static uint64_t seed;
+static int draws = 1, est_K, est_cb = X3_CB_MUL1;
+static int64_t est_strips = -1;
+static int est_metric = X3_EST_PROXY;
 static int policy = X3_OUT_SCALES_ALWAYS;
 static x3_writer *out;
 static int zlevel;
@@ -53,11 +68,30 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 		    x3_shape_str(W, shp, sizeof shp));
 	int64_t n0 = W->shape[0], k0 = W->shape[1];
 	int64_t k = x3_pad128(k0), n = x3_pad128(n0);
-	x3_qhess *own;
-	x3_qhess *h = hess_cache_for(&hc, W, key, seed, &own);
+	x3_qhess *own, *h;
 	x3_qweight *q;
-	if (x3_qweight_from_frame(W, key, h, seed, policy, &q))
-		die_x3("weight '%s'", W->name);
+	int best = 0;
+	double *errs = NULL;
+	if (draws == 1) {
+		h = hess_cache_for(&hc, W, key, seed, &own);
+		if (x3_qweight_from_frame(W, key, h, seed, policy, &q))
+			die_x3("weight '%s'", W->name);
+	} else {
+		/* the sign search: every draw finalizes the Hessian anew */
+		if (!(errs = malloc((size_t)draws * sizeof *errs)))
+			die("out of memory");
+		int64_t ns = est_strips >= 0 ? est_strips : x3_estimate_strips(n);
+		if (x3_sign_search(hc.raw, W, key, seed, draws, policy, est_K, est_cb, 0, ns, est_metric, &own, &q,
+		                   &best, errs))
+			die_x3("weight '%s'", W->name);
+		h = own;
+		if (h->fallback && !quiet && hc.raw)
+			warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
+			      hc.raw->name, h->why, key);
+		else if (h->retries && !quiet && hc.raw)
+			warnx("warning: hessian '%s': not positive definite, needed %d extra damping rounds",
+			      hc.raw->name, h->retries);
+	}
 	float *bias = NULL;
 	if (B && x3_bias_from_frame(B, n0, n, &bias))
 		die_x3("bias '%s'", B->name);
@@ -80,6 +114,18 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 	if (h->fallback)
 		e |= x3_meta_set(m, "fallback_reason", h->why);
 	e |= x3_meta_set(m, "hessian", hc.raw ? hc.raw->name : "");
+	if (draws > 1) {
+		/* the chosen draw and every draw's estimate (at sign_k) */
+		char buf[64 * 24] = "";
+		size_t o = 0;
+		for (int d = 0; d < draws && o + 32 < sizeof buf; d++)
+			o += snprintf(buf + o, sizeof buf - o, "%s%.6g", d ? "," : "", errs[d]);
+		e |= x3_meta_setf(m, "sign_draw", "%d", best);
+		e |= x3_meta_setf(m, "sign_draws", "%d", draws);
+		e |= x3_meta_setf(m, "sign_k", "%d", est_K);
+		e |= x3_meta_set(m, "sign_est", buf);
+		e |= x3_meta_set(m, "sign_metric", est_metric == X3_EST_OUTPUT ? "output" : "proxy");
+	}
 	e |= x3_meta_setf(m, "count", "%.17g", h->count);
 	e |= x3_meta_setf(m, "damp_retries", "%d", h->retries);
 	e |= x3_meta_setf(m, "has_bias", "%d", bias != NULL);
@@ -101,6 +147,7 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 	free(bias);
 	x3_qweight_free(q);
 	x3_qhess_free(own);
+	free(errs);
 }
 
 
@@ -113,13 +160,41 @@ int main(int argc, char **argv)
 		{ "out-scales", required_argument, 0, 'o' },
 		{ "zstd", optional_argument, 0, 'z' },
 		{ "device", required_argument, 0, 'D' },
+		{ "sign-draws", required_argument, 0, 'S' },
+		{ "sign-strips", required_argument, 0, 'P' },
+		{ "codebook", required_argument, 0, 'c' },
+		{ "sign-metric", required_argument, 0, 'M' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hfile = NULL;
 	int c, want_device = X3_DEVICE_CPU;
-	while ((c = getopt_long(argc, argv, "t:qh", lo, NULL)) != -1) {
+	int have_cb = 0, have_metric = 0;
+	while ((c = getopt_long(argc, argv, "K:t:qh", lo, NULL)) != -1) {
 		switch (c) {
+		case 'S':
+			draws = (int)parse_long(usage, "--sign-draws", optarg, 1, 64);
+			break;
+		case 'P':
+			est_strips = parse_long(usage, "--sign-strips", optarg, 0, INT64_MAX / 16);
+			break;
+		case 'M':
+			if (!strcmp(optarg, "proxy"))
+				est_metric = X3_EST_PROXY;
+			else if (!strcmp(optarg, "output"))
+				est_metric = X3_EST_OUTPUT;
+			else
+				usage_error(usage, "--sign-metric: '%s' is not proxy or output", optarg);
+			have_metric = 1;
+			break;
+		case 'K':
+			est_K = (int)parse_long(usage, "-K", optarg, 1, 8);
+			break;
+		case 'c':
+			if (x3_codebook_parse(optarg, &est_cb))
+				usage_error(usage, "--codebook: '%s' is not mul1, mcg or 3inst", optarg);
+			have_cb = 1;
+			break;
 		case 's':
 			seed = (uint64_t)parse_long(usage, "--seed", optarg, 0, INT64_MAX);
 			break;
@@ -151,6 +226,10 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		usage_error(usage, "unexpected argument '%s'", argv[optind]);
+	if (draws > 1 && !est_K)
+		usage_error(usage, "--sign-draws %d needs -K K, the bit width of the estimate", draws);
+	if (draws == 1 && (est_K || have_cb || have_metric || est_strips >= 0))
+		usage_error(usage, "-K, --codebook, --sign-strips and --sign-metric go with --sign-draws N (N > 1)");
 	refuse_tty_stdout();
 	if (x3_quant_set_device(device_resolve(want_device)))
 		die("--device cuda: %s", x3_errmsg());

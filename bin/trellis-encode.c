@@ -233,6 +233,13 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 	e |= x3_meta_setf(m, "out_scales_applied", "%d", w->out_scales);
 	if (p->has_seed)
 		e |= x3_meta_setf(m, "seed", "%llu", (unsigned long long)p->seed);
+	/* had-rotate --sign-draws: the chosen draw, kept with the tensor */
+	static const char *sign_keys[] = { "sign_draw", "sign_draws", "sign_k", "sign_est", "sign_metric" };
+	for (int i = 0; p->meta && i < 5; i++) {
+		const char *v = x3_meta_get(p->meta, sign_keys[i]);
+		if (v)
+			e |= x3_meta_set(m, sign_keys[i], v);
+	}
 	if (e)
 		die_x3("metadata");
 	int64_t st[3] = { k / 16, n / 16, 16 * r->K }, sk[1] = { k }, sn[1] = { n };

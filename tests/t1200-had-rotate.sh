@@ -155,6 +155,29 @@ check_fail "garbage input" 1 "had-rotate: stdin: frame 0: bad magic" sh -c 'echo
 check_fail "missing hessian file" 1 "had-rotate: nope.fr" sh -c 'had-rotate --hessian nope.fr < w.fr > /dev/null'
 check_fail "frames of trellis-encode's input are refused" 1 "role 'w_reg' is not an input of had-rotate" \
 	sh -c 'had-rotate < r.fr > /dev/null'
+# sign search (--sign-draws)
+check "--sign-draws 1 -> no search, the plain output" sh -c \
+	'had-rotate --hessian h.fr --sign-draws 1 < w.fr | tensor-cat - -o sd1.safetensors && cmp -s sd1.safetensors b.safetensors'
+check "--sign-draws 4 -K 2" sh -c 'had-rotate --hessian h.fr --sign-draws 4 -K 2 < w.fr > sd4.fr'
+tensor-ls sd4.fr > sd4.json
+check "sign search metadata: the draw, the count, K, four estimates, the metric" \
+	jqe 'select(.name=="m.w_reg") | .meta | (.sign_draw | tonumber) < 4 and .sign_draws == "4" and .sign_k == "2"
+		and (.sign_est | split(",") | length) == 4 and .sign_metric == "proxy" and .seed == "0"' sd4.json
+check "the chosen draw has the lowest estimate" \
+	jqe 'select(.name=="m.w_reg") | .meta | (.sign_est | split(",") | map(tonumber)) as $e | $e[.sign_draw | tonumber] == ($e | min)' sd4.json
+check "sign search twice: byte-identical" sh -c \
+	'had-rotate --hessian h.fr --sign-draws 4 -K 2 < w.fr | cmp -s - sd4.fr'
+trellis-encode -K 2 < sd4.fr | tensor-ls - > sd4t.json
+check "sign search: trellis-encode keeps the draw in the trellis frame" \
+	test "$(jq -r 'select(.meta.role == "trellis") | .meta | [.sign_draw, .sign_draws, .sign_k, .sign_metric] | join(",")' sd4t.json)" \
+	= "$(jq -r 'select(.name == "m.w_reg") | .meta | [.sign_draw, .sign_draws, .sign_k, .sign_metric] | join(",")' sd4.json)"
+had-rotate --hessian h.fr --sign-draws 3 -K 3 --sign-metric output --sign-strips 0 < w.fr | tensor-ls - > sdo.json
+check "--sign-metric output is recorded" jqe 'select(.name=="m.w_reg") | .meta.sign_metric == "output"' sdo.json
+check "sign search without a Hessian" sh -c 'had-rotate -q --sign-draws 2 -K 2 < w.fr > /dev/null'
+check_fail "--sign-draws without -K" 2 "sign-draws 4 needs -K K" had-rotate --sign-draws 4
+check_fail "-K without --sign-draws" 2 "go with --sign-draws N" had-rotate -K 3
+check_fail "bad --sign-draws" 2 "sign-draws: '0'" had-rotate --sign-draws 0 -K 2
+check_fail "bad --sign-metric" 2 "sign-metric: 'best'" had-rotate --sign-draws 2 -K 2 --sign-metric best
 check_fail "bad --out-scales" 2 "out-scales: 'sometimes'" had-rotate --out-scales sometimes
 check_fail "bad --seed" 2 "seed: 'x'" had-rotate --seed x
 check_fail "unknown option" 2 "usage: had-rotate" had-rotate --bogus

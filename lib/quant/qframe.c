@@ -44,6 +44,12 @@ const char *x3_qframe_key(const x3_tensor *t, char *buf, size_t len)
 
 int x3_qhess_from_frame(const x3_tensor *Ht, int64_t k0, uint64_t seed, x3_qhess **out)
 {
+	return x3_qhess_from_frame_draw(Ht, k0, seed, 0, out);
+}
+
+int x3_qhess_from_frame_draw(const x3_tensor *Ht, int64_t k0, uint64_t seed, int draw,
+                             x3_qhess **out)
+{
 	*out = NULL;
 	if (Ht->rank != 2 || Ht->shape[0] != Ht->shape[1]) {
 		char b[64];
@@ -68,7 +74,7 @@ int x3_qhess_from_frame(const x3_tensor *Ht, int64_t k0, uint64_t seed, x3_qhess
 		free(H), free(sign);
 		return x3_err(X3_ENOMEM, "out of memory reading the hessian");
 	}
-	x3_quant_signs(seed, Ht->name, k, sign);
+	x3_quant_signs_draw(seed, draw, Ht->name, k, sign);
 	rc = x3_qhess_finalize(H, kh, k, count, sign, out);
 	free(H), free(sign);
 	return rc;
@@ -76,6 +82,12 @@ int x3_qhess_from_frame(const x3_tensor *Ht, int64_t k0, uint64_t seed, x3_qhess
 
 int x3_qweight_from_frame(const x3_tensor *Wt, const char *key, const x3_qhess *h,
                           uint64_t seed, int policy, x3_qweight **out)
+{
+	return x3_qweight_from_frame_draw(Wt, key, h, seed, 0, policy, out);
+}
+
+int x3_qweight_from_frame_draw(const x3_tensor *Wt, const char *key, const x3_qhess *h,
+                               uint64_t seed, int draw, int policy, x3_qweight **out)
 {
 	*out = NULL;
 	char b[64];
@@ -96,10 +108,82 @@ int x3_qweight_from_frame(const x3_tensor *Wt, const char *key, const x3_qhess *
 		return x3_err(X3_ENOMEM, "out of memory reading the weight");
 	}
 	sprintf(nm, "%s/sv", key);
-	x3_quant_signs(seed, nm, n, sv);
+	x3_quant_signs_draw(seed, draw, nm, n, sv);
 	int rc = x3_regularize(W, n0, k0, h, sv, policy, out);
 	free(W), free(nm), free(sv);
 	return rc;
+}
+
+/* One draw: its finalized Hessian and regularized weight. */
+static int draw_prepare(const x3_tensor *Ht, const x3_tensor *Wt, const char *key, uint64_t seed,
+                        int draw, int policy, x3_qhess **h, x3_qweight **w)
+{
+	*h = NULL, *w = NULL;
+	int64_t k0 = Wt->rank == 2 ? Wt->shape[1] : 0;
+	if (k0 <= 0) {
+		char b[64];
+		return x3_err(X3_EFORMAT, "weight shape %s is not a non-empty matrix (out x in)",
+		              x3_shape_str(Wt, b, sizeof b));
+	}
+	int rc;
+	if (Ht) {
+		rc = x3_qhess_from_frame_draw(Ht, k0, seed, draw, h);
+		if (rc)
+			return x3_errprefix(rc, "hessian '%s'", Ht->name);
+	} else {
+		int64_t k = x3_pad128(k0);
+		float *s = malloc((size_t)k * sizeof(float));
+		char *nm = malloc(strlen(key) + 4);
+		if (!s || !nm) {
+			free(s), free(nm);
+			return x3_err(X3_ENOMEM, "out of memory");
+		}
+		sprintf(nm, "%s/su", key);
+		x3_quant_signs_draw(seed, draw, nm, k, s);
+		rc = x3_qhess_none(k, s, h);
+		free(s), free(nm);
+		if (rc)
+			return rc;
+	}
+	rc = x3_qweight_from_frame_draw(Wt, key, *h, seed, draw, policy, w);
+	if (rc) {
+		x3_qhess_free(*h);
+		*h = NULL;
+	}
+	return rc;
+}
+
+int x3_sign_search(const x3_tensor *Ht, const x3_tensor *Wt, const char *key, uint64_t seed,
+                   int draws, int policy, int K, int cb, int threads, int64_t strips,
+                   int metric, x3_qhess **h, x3_qweight **w, int *best, double *errs)
+{
+	*h = NULL, *w = NULL, *best = 0;
+	if (draws < 1)
+		return x3_err(X3_EINVAL, "sign draws %d is not positive", draws);
+	double beste = INFINITY, g = 0;
+	for (int d = 0; d < draws; d++) {
+		x3_qhess *hd;
+		x3_qweight *wd;
+		int rc = draw_prepare(Ht, Wt, key, seed, d, policy, &hd, &wd);
+		double e = 0;
+		if (!rc && draws > 1)
+			rc = x3_quantize_estimate(wd, hd, K, cb, threads, strips, metric, &g, &e);
+		if (rc) {
+			x3_qhess_free(hd), x3_qweight_free(wd);
+			x3_qhess_free(*h), x3_qweight_free(*w);
+			*h = NULL, *w = NULL;
+			return x3_errprefix(rc, "sign draw %d", d);
+		}
+		if (errs)
+			errs[d] = e;
+		if (d == 0 || e < beste) {
+			x3_qhess_free(*h), x3_qweight_free(*w);
+			*h = hd, *w = wd, *best = d, beste = e;
+		} else {
+			x3_qhess_free(hd), x3_qweight_free(wd);
+		}
+	}
+	return X3_OK;
 }
 
 int x3_bias_from_frame(const x3_tensor *Bt, int64_t n0, int64_t n, float **out)

@@ -2,6 +2,7 @@
  * Dense algebra goes through BLAS/LAPACK; the tile quantizer is the
  * Viterbi encoder of codec.h. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -72,6 +73,17 @@ void x3_quant_signs(uint64_t seed, const char *name, int64_t n, float *sign)
 			bits = x3_rng_u64(&r);
 		sign[i] = (bits >> (i & 63)) & 1 ? -1.0f : 1.0f;
 	}
+}
+
+void x3_quant_signs_draw(uint64_t seed, int draw, const char *name, int64_t n, float *sign)
+{
+	if (draw <= 0) {
+		x3_quant_signs(seed, name, n, sign);
+		return;
+	}
+	char nm[1200];
+	snprintf(nm, sizeof nm, "%s#%d", name ? name : "", draw);
+	x3_quant_signs(seed, nm, n, sign);
 }
 
 /* ---- Hessian ----------------------------------------------------------- */
@@ -1204,4 +1216,85 @@ int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
 			W[i * n + j] *= a * x3_f16_to_f32(svh[j]);
 	}
 	return X3_OK;
+}
+
+/* ---- cheap estimate (the sign search, issue 14 part 1) -------------------- */
+
+int64_t x3_estimate_strips(int64_t n)
+{
+	int64_t tn = n / 16, s = tn / 8;
+	if (s < X3_EST_MIN_STRIPS)
+		s = X3_EST_MIN_STRIPS;
+	return s < tn ? s : tn;
+}
+
+/* The output metric M = R H R, R = Hb diag(|su|) Hb, of a rotated H (k x k):
+ * H is Hb diag(sigma_u) H0 diag(sigma_u) Hb, so M is the Hessian of the
+ * reconstruction's input side diag(su) Hb (exl3(5) section 1.2), the true
+ * output error's metric up to the output scales. */
+static float *output_metric(const float *H, const float *su, int64_t k)
+{
+	float *M = xmalloc((size_t)(k * k), sizeof(float));
+	if (!M)
+		return NULL;
+	memcpy(M, H, (size_t)(k * k) * sizeof(float));
+	x3_had128_rows(M, k, k);
+	x3_had128_cols(M, k, k);
+	#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < k; j++)
+			M[i * k + j] *= fabsf(su[i]) * fabsf(su[j]);
+	x3_had128_rows(M, k, k);
+	x3_had128_cols(M, k, k);
+	return M;
+}
+
+int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                         int threads, int64_t strips, int metric, double *g, double *err)
+{
+	*err = -1;
+	if (K < 1 || K > 8)
+		return x3_err(X3_EINVAL, "K=%d is outside 1..8", K);
+	if (cb < 0 || cb >= X3_CB_COUNT)
+		return x3_err(X3_EINVAL, "bad codebook id %d", cb);
+	int64_t k = w->k, n = w->n, tn = n / 16;
+	if (h->k != k)
+		return x3_err(X3_EINVAL, "hessian is %lldx%lld but the weight has %lld (padded) inputs",
+		              (long long)h->k, (long long)h->k, (long long)k);
+	if (w->zeros) {
+		*err = 0;
+		return X3_OK;
+	}
+	if (strips <= 0 || strips > tn)
+		strips = tn;
+	int rc;
+	if (!(*g > 0) && (rc = x3_scale_search(w->W, k, n, K, cb, threads, g)))
+		return rc;
+	/* the strips: 16 output columns each, evenly spaced; LDLQ feeds the
+	 * error back along the input only, so a strip quantizes as it would in
+	 * the whole matrix */
+	int64_t ns = 16 * strips;
+	float *Ws = xmalloc((size_t)(k * ns), sizeof(float));
+	float *Q = xmalloc((size_t)(k * ns), sizeof(float));
+	uint16_t *st = xmalloc((size_t)(k * ns), sizeof(uint16_t));
+	if (!Ws || !Q || !st) {
+		free(Ws), free(Q), free(st);
+		return x3_err(X3_ENOMEM, "out of memory for the estimate of a %lldx%lld weight",
+		              (long long)k, (long long)n);
+	}
+	float gf = (float)*g;
+	for (int64_t s = 0; s < strips; s++) {
+		int64_t c0 = 16 * ((2 * s + 1) * tn / (2 * strips));
+		for (int64_t i = 0; i < k; i++)
+			for (int j = 0; j < 16; j++)
+				Ws[i * ns + 16 * s + j] = w->W[i * n + c0 + j] * gf;
+	}
+	rc = x3_ldlq(Ws, k, ns, h->fallback ? NULL : h->L, K, cb, threads, st, Q);
+	float *M = NULL;
+	if (!rc && metric == X3_EST_OUTPUT && !h->fallback && !(M = output_metric(h->H, w->su, k)))
+		rc = x3_err(X3_ENOMEM, "out of memory for the output metric");
+	if (!rc)
+		rc = x3_proxy_error(Ws, Q, h->fallback ? NULL : M ? M : h->H, k, ns, err);
+	free(Ws), free(Q), free(st), free(M);
+	return rc;
 }

@@ -35,6 +35,10 @@ const char *x3_out_scales_name(int policy);
  * Hessian derive their input signs from the Hessian's name, so they agree. */
 void x3_quant_signs(uint64_t seed, const char *name, int64_t n, float *sign);
 
+/* The signs of sign draw `draw` (the sign search, issue 14 part 1): draw 0
+ * is x3_quant_signs(seed, name), draw d > 0 the stream of "name#d". */
+void x3_quant_signs_draw(uint64_t seed, int draw, const char *name, int64_t n, float *sign);
+
 /* ---- Hessian (exl3(5) §9.1) ------------------------------------------ */
 typedef struct x3_qhess {
 	int64_t k;         /* padded size */
@@ -161,6 +165,26 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
                 int threads, int keep, x3_qresult **out);
 void x3_qresult_free(x3_qresult *r);
 
+/* ---- sign search (issue 14 part 1) ----------------------------------- */
+/* The error of x3_quantize, estimated cheaply: LDLQ of `strips` 16-column
+ * strips of W only, evenly spaced over the n/16 (LDLQ feeds the error back
+ * along the input, so a strip of output columns quantizes as in the whole
+ * matrix; strips <= 0 or >= n/16: all of them), at the global scale *g if
+ * *g > 0, else at x3_quantize's (scale search), written to *g. metric:
+ * X3_EST_PROXY, the proxy error over those columns (with all strips and the
+ * searched scale, x3_quantize's proxy_err exactly), or X3_EST_OUTPUT, the
+ * error weighed by M = R H R, R = Hb diag(|su|) Hb: the Hessian seen through
+ * the input scales, so that tr(E^T M E) / tr(W^T M W) is the relative output
+ * error of the reconstruction (exl3(5) section 1.2) up to the output scales;
+ * the proxy error in fallback. 0 for an all-zero source. */
+enum { X3_EST_PROXY = 0, X3_EST_OUTPUT = 1 };
+int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                         int threads, int64_t strips, int metric, double *g, double *err);
+/* Default strips of the estimate: an eighth of the n/16, at least
+ * X3_EST_MIN_STRIPS (all of them when fewer). */
+#define X3_EST_MIN_STRIPS 8
+int64_t x3_estimate_strips(int64_t n);
+
 /* Dense reconstruction W = diag(suh) Hb_k W~ Hb_n diag(svh) (exl3(5) §1.2), in the
  * EXL3 orientation (k x n), from decoded W~ (k x n). */
 int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
@@ -187,6 +211,26 @@ int x3_qhess_from_frame(const x3_tensor *Ht, int64_t k0, uint64_t seed,
 int x3_qweight_from_frame(const x3_tensor *Wt, const char *key,
                           const x3_qhess *h, uint64_t seed, int policy,
                           x3_qweight **out);
+/* The same with the signs of sign draw `draw` (x3_quant_signs_draw);
+ * draw 0 is the two above. */
+int x3_qhess_from_frame_draw(const x3_tensor *Ht, int64_t k0, uint64_t seed, int draw,
+                             x3_qhess **out);
+int x3_qweight_from_frame_draw(const x3_tensor *Wt, const char *key, const x3_qhess *h,
+                               uint64_t seed, int draw, int policy, x3_qweight **out);
+/* The sign search (issue 14 part 1): for each draw d = 0 .. draws-1,
+ * finalize the Hessian Ht (NULL: none, the identity with input signs from
+ * (seed, key + "/su")) and regularize the weight Wt with draw d's signs,
+ * and estimate its error at K (x3_quantize_estimate with strips and
+ * metric, at the global scale that draw 0's scale search finds: the scale
+ * hardly depends on the signs, and the final encode searches its own);
+ * keep the draw with the lowest estimate (the lowest d on a tie). Returns
+ * the winner's Hessian and weight (the caller frees both), its index in
+ * *best and, when errs is not NULL, every draw's estimate (draws values).
+ * draws = 1 gives exactly x3_qhess_from_frame and x3_qweight_from_frame
+ * without estimating. */
+int x3_sign_search(const x3_tensor *Ht, const x3_tensor *Wt, const char *key, uint64_t seed,
+                   int draws, int policy, int K, int cb, int threads, int64_t strips,
+                   int metric, x3_qhess **h, x3_qweight **w, int *best, double *errs);
 /* Pad a bias frame (n0 values, any float dtype) to n floats; X3_ENUM on
  * non-finite values. */
 int x3_bias_from_frame(const x3_tensor *Bt, int64_t n0, int64_t n, float **out);

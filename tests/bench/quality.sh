@@ -10,7 +10,9 @@
 # defaults, the same conversion with --sensitivity measure (bitalloc weighs
 # each linear by its measured KL per unit of proxy error, over its default
 # widths floor-1..ceil+1; BENCH_SENS=0 leaves it out), with the cost of its
-# measurement. A change to the
+# measurement. BENCH_SIGN=1 adds the sign search (convert --sign-draws
+# BENCH_SIGN_DRAWS, default 8, --sign-metric output; own work directory per
+# seed, ws$s), alone and with --sensitivity measure. A change to the
 # quantizer or the allocation is better only where its mean beats the
 # current defaults' by more than the spread. One work directory per seed, so
 # each tensor is encoded once per (seed, K) for all rates. Prints a table
@@ -60,7 +62,7 @@ row() { # row RATE METHOD STATS_JSON
 }
 for b in $rates; do
 	fl=$(awk -v b="$b" 'BEGIN { print int(b) }')
-	reps=() freps=() sreps=()
+	reps=() freps=() sreps=() greps=() gsreps=()
 	for s in $seeds; do
 		convert "$M" q$b.s$s --bits "$b" --seed "$s" --work w$s "${cal[@]}" -j 2 -q
 		validate q$b.s$s --model "$M" "${ev[@]}" -q >v$b.s$s.json
@@ -70,6 +72,15 @@ for b in $rates; do
 			validate qs$b.s$s --model "$M" "${ev[@]}" -q >vs$b.s$s.json
 			sreps+=(vs$b.s$s.json)
 			head -n 1 w$s/sens/measured.k$fl.jsonl | jq -c --arg r "$b" --arg s "$s" '.sensitivity | {bench: "quality-sensitivity-cost", rate: ($r | tonumber), seed: ($s | tonumber), K, forwards, rows, cols, seconds, kl_all, kl_sum}'
+		fi
+		if [ "${BENCH_SIGN:-0}" = 1 ]; then
+			sg=(--sign-draws "${BENCH_SIGN_DRAWS:-8}" --sign-metric output)
+			convert "$M" qg$b.s$s --bits "$b" --seed "$s" --work ws$s "${cal[@]}" -j 2 -q "${sg[@]}"
+			validate qg$b.s$s --model "$M" "${ev[@]}" -q >vg$b.s$s.json
+			greps+=(vg$b.s$s.json)
+			convert "$M" qgs$b.s$s --bits "$b" --seed "$s" --work ws$s "${cal[@]}" -j 2 -q "${sg[@]}" --sensitivity measure
+			validate qgs$b.s$s --model "$M" "${ev[@]}" -q >vgs$b.s$s.json
+			gsreps+=(vgs$b.s$s.json)
 		fi
 		if [ "$fl" != "$b" ]; then
 			[ -f vf$fl.s$s.json ] || {
@@ -81,6 +92,8 @@ for b in $rates; do
 	done
 	stats "${reps[@]}" >st.json && row "$b" "exl3kit (defaults)" st.json
 	if [ ${#sreps[@]} -gt 0 ]; then stats "${sreps[@]}" >st.json && row "$b" "--sensitivity measure" st.json; fi
+	if [ ${#greps[@]} -gt 0 ]; then stats "${greps[@]}" >st.json && row "$b" "--sign-draws ${BENCH_SIGN_DRAWS:-8}" st.json; fi
+	if [ ${#gsreps[@]} -gt 0 ]; then stats "${gsreps[@]}" >st.json && row "$b" "sign search + sens." st.json; fi
 	if [ ${#freps[@]} -gt 0 ]; then stats "${freps[@]}" >st.json && row "$b" "all at floor = $fl" st.json; fi
 	[ -f r$fl.json ] || { rtn_model "$M" rtn$fl "$fl" && model-eval -q --model "$M" --quantized rtn$fl "${ev[@]}" >r$fl.json; }
 	stats r$fl.json >st.json && row "$b" "RTN at $fl" st.json

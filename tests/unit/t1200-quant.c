@@ -403,6 +403,137 @@ static void test_qframe(void)
 	x3_tensor_free(bb);
 }
 
+/* the sign search (issue 14 part 1): draws, the strip estimate, the winner */
+static void test_sign_search(void)
+{
+	float a[200], b[200], c[200];
+	x3_quant_signs(3, "blk.input", 200, a);
+	x3_quant_signs_draw(3, 0, "blk.input", 200, b);
+	CHECK(!memcmp(a, b, sizeof a), "sign draw 0 is the plain (seed, name) signs");
+	x3_quant_signs_draw(3, 2, "blk.input", 200, b);
+	x3_quant_signs(3, "blk.input#2", 200, c);
+	CHECK(memcmp(a, b, sizeof a) && !memcmp(b, c, sizeof b), "sign draw 2: the stream of \"name#2\"");
+
+	int64_t k0 = 100, n0 = 200, rows = 600;
+	float *X = corr_acts(rows, k0, 3.0), *G = gram(X, rows, k0);
+	x3_tensor *Ht = x3_tensor_new2("blk.input", X3_F32, k0, k0);
+	x3_tensor *Wt = x3_tensor_new2("blk.w.weight", X3_F32, n0, k0);
+	memcpy(Ht->data, G, (size_t)(k0 * k0) * sizeof(float));
+	x3_meta_setf(Ht, "count", "%lld", (long long)rows);
+	float *W = randn(n0 * k0, 0.05);
+	memcpy(Wt->data, W, (size_t)(n0 * k0) * sizeof(float));
+
+	/* draws = 1: exactly the plain frame glue, no estimate */
+	x3_qhess *h0, *h1;
+	x3_qweight *w0, *w1;
+	int best = -1;
+	double errs[4] = { -1, -1, -1, -1 };
+	CHECK_OK(x3_qhess_from_frame(Ht, k0, 3, &h0) || x3_qweight_from_frame(Wt, "blk.w", h0, 3,
+	         X3_OUT_SCALES_ALWAYS, &w0), "plain finalize and regularize");
+	CHECK_OK(x3_sign_search(Ht, Wt, "blk.w", 3, 1, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
+	         &h1, &w1, &best, errs), "sign search with one draw");
+	CHECK(best == 0 && errs[0] == 0 && !memcmp(h0->L, h1->L, 128 * 128 * 4) &&
+	      !memcmp(w0->W, w1->W, 128 * 256 * 4) && !memcmp(w0->su, w1->su, 128 * 4),
+	      "one draw: the plain Hessian and weight, bit for bit");
+	x3_qhess_free(h1), x3_qweight_free(w1);
+
+	/* the estimate over every strip is x3_quantize's proxy error */
+	x3_qresult *r;
+	double e_all, e_part, g_all = 0, g_part = 0;
+	CHECK_OK(x3_quantize(w0, h0, 3, X3_CB_MUL1, 0, 0, &r), "quantize draw 0 at K=3");
+	CHECK_OK(x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g_all, &e_all) ||
+	         x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 4, X3_EST_PROXY, &g_part, &e_part), "estimates over 16 and 4 strips");
+	CHECK(e_all == r->proxy_err && g_all == r->g && g_part == r->g,
+	      "estimate over all strips = the proxy error (%.9g, %.9g), at its scale", e_all, r->proxy_err);
+	double g_fix = 0.7, e_fix;
+	CHECK_OK(x3_quantize_estimate(w0, h0, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g_fix, &e_fix), "estimate at g = 0.7");
+	CHECK(g_fix == 0.7 && e_fix != e_all, "a given scale is used, not searched (%.6g vs %.6g)", e_fix, e_all);
+	CHECK(e_part > 0.5 * e_all && e_part < 2 * e_all, "estimate over 4 of 16 strips %.5g near %.5g",
+	      e_part, e_all);
+	CHECK(x3_estimate_strips(256) == 8 && x3_estimate_strips(4096) == 32 && x3_estimate_strips(128) == 8,
+	      "default strips: an eighth, at least 8, at most all");
+	x3_qresult_free(r);
+
+	/* four draws: the winner has the lowest estimate, and it is its proxy error */
+	CHECK_OK(x3_sign_search(Ht, Wt, "blk.w", 3, 4, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
+	         &h1, &w1, &best, errs), "sign search with four draws");
+	int low = 1, distinct = 0;
+	for (int d = 0; d < 4; d++) {
+		low &= errs[best] <= errs[d];
+		distinct += errs[d] != errs[0];
+	}
+	CHECK(low && errs[0] == e_all && distinct >= 2, "four draws: draw %d has the lowest (%.5g %.5g %.5g %.5g)",
+	      best, errs[0], errs[1], errs[2], errs[3]);
+	CHECK_OK(x3_quantize(w1, h1, 3, X3_CB_MUL1, 0, 0, &r), "quantize the winner");
+	x3_quant_signs_draw(3, best, "blk.input", 128, a);
+	double e_best, g_b = g_all;
+	CHECK_OK(x3_quantize_estimate(w1, h1, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g_b, &e_best), "estimate the winner");
+	CHECK(e_best == errs[best] && !memcmp(a, h1->sign, 128 * 4) && fabs(r->proxy_err / e_best - 1) < 0.05,
+	      "the winner: its own signs, its estimate at draw 0's scale %.5g near its proxy error %.5g", e_best,
+	      r->proxy_err);
+	x3_qresult_free(r);
+	x3_qhess_free(h1), x3_qweight_free(w1);
+
+	/* no Hessian: identity with signs from key/su of the draw */
+	CHECK_OK(x3_sign_search(NULL, Wt, "blk.w", 3, 3, X3_OUT_SCALES_ALWAYS, 2, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
+	         &h1, &w1, &best, errs), "sign search without a Hessian");
+	x3_quant_signs_draw(3, best, "blk.w/su", 128, a);
+	CHECK(h1->fallback && !memcmp(a, h1->sign, 128 * 4), "no Hessian: fallback, signs of draw %d", best);
+	x3_qhess_free(h1), x3_qweight_free(w1);
+	CHECK(x3_sign_search(Ht, Wt, "blk.w", 3, 0, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
+	      &h1, &w1, &best, errs) == X3_EINVAL, "zero draws refused");
+	x3_tensor *Wb = x3_tensor_new2("blk.v.weight", X3_F32, 8, 50);
+	CHECK(x3_sign_search(Ht, Wb, "blk.v", 3, 2, X3_OUT_SCALES_ALWAYS, 3, X3_CB_MUL1, 0, 0, X3_EST_PROXY,
+	      &h1, &w1, &best, errs) == X3_EINVAL && strstr(x3_errmsg(), "sign draw 0") &&
+	      strstr(x3_errmsg(), "blk.input"), "a Hessian of the wrong size names the draw and the Hessian (%s)",
+	      x3_errmsg());
+	x3_tensor_free(Wb);
+	x3_qhess_free(h0), x3_qweight_free(w0);
+	x3_tensor_free(Ht), x3_tensor_free(Wt);
+	free(X), free(G), free(W);
+}
+
+/* the output metric: with sv = +-1 (out_scales never, no padded outputs)
+ * it is the relative output error of the reconstruction exactly */
+static void test_output_metric(void)
+{
+	int64_t k = 128, n = 128, rows = 500;
+	float *X = corr_acts(rows, k, 3.0), *G = gram(X, rows, k), s[128], sv[128];
+	float *W = randn(n * k, 0.05);
+	for (int64_t i = 0; i < k * n; i += 7)
+		W[i] *= 4.0f;   /* uneven rows: |su| matters */
+	x3_quant_signs(9, "h", k, s);
+	x3_quant_signs(9, "w/sv", n, sv);
+	x3_qhess *h;
+	x3_qweight *w;
+	CHECK_OK(x3_qhess_finalize(G, k, k, rows, s, &h) ||
+	         x3_regularize(W, n, k, h, sv, X3_OUT_SCALES_NEVER, &w), "finalize, regularize 128x128");
+	x3_qresult *r;
+	double eo, ep, g1 = 0, g2 = 0;
+	CHECK_OK(x3_quantize(w, h, 2, X3_CB_MUL1, 0, X3_QKEEP_Q, &r) ||
+	         x3_quantize_estimate(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_OUTPUT, &g1, &eo) ||
+	         x3_quantize_estimate(w, h, 2, X3_CB_MUL1, 0, 0, X3_EST_PROXY, &g2, &ep), "quantize, both estimates");
+	/* direct: dW = W_hf^T - reconstruct, tr(dW^T H0 dW) / tr(W^T H0 W), H0 damped */
+	float *R = malloc((size_t)(k * n) * sizeof(float)), *Wt = malloc((size_t)(k * n) * sizeof(float));
+	float *H0 = malloc((size_t)(k * k) * sizeof(float));
+	double dm = 0;
+	for (int64_t i = 0; i < k; i++)
+		dm += G[i * k + i] / rows / k;
+	for (int64_t i = 0; i < k * k; i++)
+		H0[i] = G[i] / rows + (i % (k + 1) == 0 ? (float)(X3_SIGMA_REG * dm) : 0.0f);
+	CHECK_OK(x3_reconstruct(r->Q, r->suh, r->svh, k, n, R), "reconstruct");
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			Wt[i * n + j] = W[j * k + i];
+	double direct;
+	CHECK_OK(x3_proxy_error(Wt, R, H0, k, n, &direct), "direct output error");
+	CHECK(fabs(eo / direct - 1) < 0.01, "output metric %.6g = the reconstruction's output error %.6g", eo, direct);
+	CHECK(eo == ep || fabs(ep / direct - 1) > fabs(eo / direct - 1),
+	      "the proxy error %.6g is further from it", ep);
+	x3_qresult_free(r), x3_qhess_free(h), x3_qweight_free(w);
+	free(X), free(G), free(W), free(R), free(Wt), free(H0);
+}
+
 int main(void)
 {
 	x3_rng_seed(&rng, 1200, 0);
@@ -413,5 +544,7 @@ int main(void)
 	test_auto();
 	test_qframe();
 	test_quantize();
+	test_sign_search();
+	test_output_metric();
 	TEST_DONE();
 }
