@@ -116,9 +116,9 @@ static int parse_rope_scaling(json_t *root, x3_model_config *c)
 	/* Phi-3's long-context RoPE (per-frequency long_factor/short_factor,
 	 * named su before longrope): refused by name rather than run wrong */
 	if (!strcmp(ty, "longrope") || !strcmp(ty, "su"))
-		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' (long_factor/short_factor "
-		              "long-context RoPE) is not supported (default, linear, llama3, yarn are; the "
-		              "short-context models have rope_scaling null)", ty);
+		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' is not supported (the "
+		              "long_factor/short_factor long-context RoPE; default, linear, llama3, yarn are, "
+		              "and the short-context models have rope_scaling null)", ty);
 	int rc;
 	c->rope_factor = 0;
 	if ((rc = get_num(rs, "factor", &c->rope_factor)))
