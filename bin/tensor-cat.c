@@ -16,7 +16,8 @@
 
 static const char usage[] =
 	"usage: tensor-cat [-o FILE | --split DIR] [--dtype T] [--zstd[=LEVEL]] [--regex]\n"
-	"                  [--meta KEY=VAL]... [--shard-size MB] [-q] SOURCE [PATTERN...]\n";
+	"                  [--meta KEY=VAL]... [--rows A:B] [--shard-size MB] [-q]\n"
+	"                  SOURCE [PATTERN...]\n";
 
 static const char help[] =
 	"Select tensors (shell globs, or --regex) from a frame stream, safetensors file\n"
@@ -29,6 +30,9 @@ static const char help[] =
 	"  --zstd[=LEVEL]   compress the output (level 1..22, default 3)\n"
 	"  --regex          patterns are POSIX extended regexes, unanchored\n"
 	"  --meta KEY=VAL   add metadata to every frame (repeatable; UTF-8)\n"
+	"  --rows A:B       only rows A..B-1 (the first dimension) of every tensor\n"
+	"                   (a linear fused with others in one tensor); metadata\n"
+	"                   rows=A:B says so\n"
 	"  --shard-size MB  shard size of directory output\n"
 	"  -q               quiet\n"
 	"  -h               this help\n";
@@ -40,6 +44,7 @@ static int *hits;
 static x3_dtype to_dtype = X3_DTYPE_COUNT;
 static char **metas;
 static int nmetas;
+static long long row_a = -1, row_b;   /* --rows A:B (row_a < 0: all rows) */
 
 static int selected(const char *name)
 {
@@ -91,6 +96,38 @@ static void add_metas(x3_tensor *t)
 			die_x3("metadata");
 		*eq = '=';
 	}
+}
+
+/* --rows: rows [row_a, row_b) of t's first dimension, a new tensor in
+ * dtype dt (a block-scaled F8 weight dequantized first), metadata rows=A:B */
+static x3_tensor *slice_rows(const x3_tensor *t, x3_dtype dt)
+{
+	if (t->rank < 1 || row_b > t->shape[0])
+		die("tensor '%s': --rows %lld:%lld past its %lld rows", t->name, row_a, row_b,
+		    t->rank < 1 ? 0LL : (long long)t->shape[0]);
+	x3_tensor *full = NULL;
+	if (t->scale_inv) {
+		if (!(full = x3_tensor_copy(t, X3_F32)))
+			die_x3("tensor '%s'", t->name);
+		t = full;
+	}
+	int64_t sh[8];
+	for (int d = 0; d < t->rank; d++)
+		sh[d] = t->shape[d];
+	size_t rowel = (size_t)(x3_tensor_numel(t) / (t->shape[0] ? t->shape[0] : 1));
+	sh[0] = row_b - row_a;
+	x3_tensor *c = x3_tensor_new(t->name, dt, t->rank, sh, 1);
+	if (!c || x3_meta_copy(c, t))
+		die_x3("tensor '%s'", t->name);
+	size_t es = x3_dtype_size(t->dtype);
+	convert(c->data, dt, (const char *)t->data + (size_t)row_a * rowel * es, t->dtype,
+	        (size_t)(row_b - row_a) * rowel, t->name);
+	char v[64];
+	snprintf(v, sizeof v, "%lld:%lld", row_a, row_b);
+	if (x3_meta_set(c, "rows", v))
+		die_x3("metadata");
+	x3_tensor_free(full);
+	return c;
 }
 
 /* sinks */
@@ -171,6 +208,12 @@ static void emit_whole(x3_tensor *t)
 static void emit_mapped(const x3_tensor *src)
 {
 	x3_dtype dt = out_dtype(src->dtype);
+	if (row_a >= 0) {
+		x3_tensor *c = slice_rows(src, src->scale_inv && dt == src->dtype ? X3_F32 : dt);
+		emit_whole(c);
+		x3_tensor_free(c);
+		return;
+	}
 	if (src->scale_inv) {
 		/* a block-scaled F8 weight: dequantized (F32 unless --dtype) */
 		x3_tensor *c = x3_tensor_copy(src, dt == src->dtype ? X3_F32 : dt);
@@ -247,7 +290,7 @@ static void from_frames(const char *path)
 		if (split_dir)
 			split_open(t->name);
 		x3_dtype dt = out_dtype(t->dtype);
-		if (!sw && dt == t->dtype) {
+		if (!sw && dt == t->dtype && row_a < 0) {
 			/* pass-through: re-declare the input's checksum and stream the
 			 * payload in chunks (bounded memory). The reader verifies the
 			 * checksum when the payload ends; so does the next reader. */
@@ -270,7 +313,11 @@ static void from_frames(const char *path)
 		}
 		if (x3_reader_load(r, t))
 			die("%s", x3_errmsg());
-		if (dt != t->dtype) {
+		if (row_a >= 0) {
+			x3_tensor *c = slice_rows(t, dt);
+			x3_tensor_free(t);
+			t = c;
+		} else if (dt != t->dtype) {
 			x3_tensor *c = x3_tensor_new(t->name, dt, t->rank, t->shape, 1);
 			if (!c)
 				die_x3("tensor '%s'", t->name);
@@ -311,12 +358,12 @@ int main(int argc, char **argv)
 	const char *outp = NULL;
 	int zlevel = 0;
 	long shard_mb = 0;
-	enum { O_DTYPE = 256, O_ZSTD, O_REGEX, O_META, O_SHARD, O_SPLIT };
+	enum { O_DTYPE = 256, O_ZSTD, O_REGEX, O_META, O_SHARD, O_SPLIT, O_ROWS };
 	static const struct option lo[] = {
 		{"output", required_argument, 0, 'o'}, {"dtype", required_argument, 0, O_DTYPE},
 		{"zstd", optional_argument, 0, O_ZSTD}, {"regex", no_argument, 0, O_REGEX},
 		{"meta", required_argument, 0, O_META}, {"shard-size", required_argument, 0, O_SHARD},
-		{"split", required_argument, 0, O_SPLIT},
+		{"split", required_argument, 0, O_SPLIT}, {"rows", required_argument, 0, O_ROWS},
 		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	metas = calloc(argc, sizeof *metas);
@@ -338,6 +385,16 @@ int main(int argc, char **argv)
 			break;
 		case O_SHARD: shard_mb = parse_long(usage, "--shard-size", optarg, 1, 1L << 30); break;
 		case O_SPLIT: split_dir = optarg; break;
+		case O_ROWS: {
+			char *e1, *e2 = "";
+			errno = 0;
+			row_a = strtoll(optarg, &e1, 10);
+			row_b = *e1 == ':' ? strtoll(e1 + 1, &e2, 10) : 0;
+			if (errno || optarg[0] < '0' || optarg[0] > '9' || *e1 != ':' || e1[1] < '0' || e1[1] > '9' ||
+			    *e2 || row_a < 0 || row_b <= row_a)
+				usage_error(usage, "--rows: '%s' is not A:B with 0 <= A < B", optarg);
+			break;
+		}
 		default: fputs(usage, stderr); return 2;
 		}
 	}

@@ -138,7 +138,8 @@ static void help(void)
 	       "  --stats      add stats: count, min, max, mean, rms, nan, inf\n"
 	       "  --linears    the linears of MODEL from its architecture's description:\n"
 	       "               key, weight, shape, padded, group, layer, role, hq, bias,\n"
-	       "               tied, one line each in model order\n"
+	       "               tied, one line each in model order; rows [first, end)\n"
+	       "               when the weight is rows of a fused tensor (Phi3)\n"
 	       "  --modules    every module of MODEL (linears, norms, embedding), with\n"
 	       "               kind and quantized\n"
 	       "  --config     MODEL's config.json as the toolkit reads it, one line\n"
@@ -173,12 +174,17 @@ static void check_module(const char *dir, x3_st *st, const x3_module *m)
 {
 	char key[X3_KEY_MAX + 8];
 	int vec = m->d->kind == X3_KIND_VECTOR;
-	/* a vector, or a linear or an embedding table: a dense (out, in) weight */
-	if (x3_tensor_check_float(x3_st_find(st, m->weight), m->weight, vec ? 1 : 2, m->out, m->in))
+	/* a vector, or a linear or an embedding table: a dense (out, in)
+	 * weight; a row slice: the fused source (src_rows, in) */
+	if (x3_tensor_check_float(x3_st_find(st, m->weight), m->weight, vec ? 1 : 2, m->src_rows, m->in)) {
+		if (m->sliced)
+			die("%s: %s (a fused tensor: linear '%s' is its rows %lld..%lld)", dir, x3_errmsg(), m->key,
+			    (long long)m->row0, (long long)(m->row0 + m->out));
 		die("%s: %s", dir, x3_errmsg());
+	}
 	if (!vec && m->bias && !m->tied) {
 		snprintf(key, sizeof key, "%.*s.bias", (int)(strlen(m->weight) - 7), m->weight);
-		if (x3_tensor_check_float(x3_st_find(st, key), key, 1, m->out, 0))
+		if (x3_tensor_check_float(x3_st_find(st, key), key, 1, m->src_rows, 0))
 			die("%s: %s", dir, x3_errmsg());
 	}
 }
@@ -231,6 +237,13 @@ static void describe(const char *dir, int what)
 		json_t *o = json_object(), *sh = json_array();
 		json_object_set_new(o, "key", json_string(d->key));
 		json_object_set_new(o, "weight", json_string(d->weight));
+		if (d->sliced) {
+			/* the weight is these rows of WEIGHT (a fused checkpoint) */
+			json_t *r = json_array();
+			json_array_append_new(r, json_integer(d->row0));
+			json_array_append_new(r, json_integer(d->row0 + d->out));
+			json_object_set_new(o, "rows", r);
+		}
 		if (what == 'm') {
 			json_object_set_new(o, "kind", json_string(kind_name(d->d->kind)));
 			json_object_set_new(o, "quantized", json_boolean(lin));

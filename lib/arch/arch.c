@@ -8,17 +8,17 @@
 #define L_(s) "model.layers.{L}." s
 #define LIN(key, slot, role, in, out, bias, hq, group, alloc) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc, 0 }
+	  L_(group), alloc, 0, NULL }
 #define NORM(scope, key, slot, dim, when) \
 	{ key, scope, X3_KIND_VECTOR, slot, X3_ROLE_NORM, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0 }
+	  NULL, NULL, 0, NULL }
 
 /* The Llama decoder, shared by Llama 2/3, Mistral, Qwen2/2.5 and Qwen3
  * (they differ in config rules: biases, q/k norms, sliding window). Model
  * order: the order of the rows. */
 static const x3_module_desc llama_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	    "self_attn.input", "qkv"),
@@ -40,21 +40,21 @@ static const x3_module_desc llama_mods[] = {
 	    "mlp.down_proj.input", "d"),
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0 },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL },
 };
 #define N_(a) (int)(sizeof a / sizeof *a)
 
 /* Rows of a module present only in some layers (WHEN) */
 #define LINW(key, slot, role, in, out, bias, hq, group, alloc, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, when, hq, -1, \
-	  L_(group), alloc, 0 }
+	  L_(group), alloc, 0, NULL }
 #define MAT(key, slot, role, in, out, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0 }
+	  NULL, NULL, 0, NULL }
 /* The attention block and the norms around it, shared by the decoders. */
 #define ATTN_ROWS \
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL }, \
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	    "self_attn.input", "qkv"), \
@@ -71,7 +71,7 @@ static const x3_module_desc llama_mods[] = {
 #define POST_ROWS \
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0 }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL }
 
 /* Mixtral: every layer a block_sparse_moe of num_local_experts experts
  * (w1 gate, w3 up, w2 down), softmax top-k routing renormalized; the
@@ -132,10 +132,10 @@ static const x3_module_desc qwen_moe_mods[] = {
  * attention +2, dense MLP +1, shared experts +2. */
 #define VECW(key, slot, role, dim, when, bare) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_VECTOR, slot, role, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, bare }
+	  NULL, NULL, bare, NULL }
 static const x3_module_desc deepseek_v3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINW("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_NONE, 2,
 	     "self_attn.input", "qkv", X3_WHEN_NO_Q_LORA),
@@ -187,10 +187,10 @@ static const x3_module_desc deepseek_v3_mods[] = {
 #define GL_(P, s) P "layers.{L}." s
 #define GLIN(P, key, slot, role, in, out, bias, hq, group, alloc) \
 	{ GL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  GL_(P, group), alloc, 0 }
+	  GL_(P, group), alloc, 0, NULL }
 #define GEMMA_ROWS(P, HEAD) \
 	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0 }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL }, \
 	NORM(X3_SCOPE_LAYER, GL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	GLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	     "self_attn.input", "qkv"), \
@@ -216,7 +216,7 @@ static const x3_module_desc deepseek_v3_mods[] = {
 	     X3_WHEN_ALWAYS), \
 	NORM(X3_SCOPE_POST, P "norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ HEAD, X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0 }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0, NULL }
 static const x3_module_desc gemma_mods[] = { GEMMA_ROWS("model.", "lm_head") };
 static const x3_module_desc gemma3_mm_mods[] = { GEMMA_ROWS("language_model.model.", "language_model.lm_head") };
 /* Hugging Face's Gemma2Config / Gemma3TextConfig defaults: real Gemma3
@@ -232,6 +232,47 @@ static const char gemma2_defaults[] = "{" GEMMA_DEFAULTS ", \"vocab_size\": 2560
 static const char gemma3_defaults[] = "{" GEMMA_DEFAULTS ", \"vocab_size\": 262208, "
 	"\"max_position_embeddings\": 131072, \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, "
 	"\"sliding_window_pattern\": 6}";
+
+/* Phi3: the Llama decoder with fused checkpoint tensors. ExLlamaV3 reads
+ * self_attn.qkv_proj as q_proj, k_proj, v_proj (rows 0..Q, Q..Q+KV,
+ * Q+KV..Q+2KV) and mlp.gate_up_proj as gate_proj, up_proj (rows 0..I,
+ * I..2I), and stores and loads the EXL3 linears under those split keys:
+ * the rows below are those linears, each a row slice of its fused tensor. */
+static const x3_row_slice phi3_q = { L_("self_attn.qkv_proj"), { X3_DIM_NONE, X3_DIM_NONE },
+	{ X3_DIM_Q, X3_DIM_KV, X3_DIM_KV } };
+static const x3_row_slice phi3_k = { L_("self_attn.qkv_proj"), { X3_DIM_Q, X3_DIM_NONE },
+	{ X3_DIM_Q, X3_DIM_KV, X3_DIM_KV } };
+static const x3_row_slice phi3_v = { L_("self_attn.qkv_proj"), { X3_DIM_Q, X3_DIM_KV },
+	{ X3_DIM_Q, X3_DIM_KV, X3_DIM_KV } };
+static const x3_row_slice phi3_gate = { L_("mlp.gate_up_proj"), { X3_DIM_NONE, X3_DIM_NONE },
+	{ X3_DIM_INTER, X3_DIM_INTER, X3_DIM_NONE } };
+static const x3_row_slice phi3_up = { L_("mlp.gate_up_proj"), { X3_DIM_INTER, X3_DIM_NONE },
+	{ X3_DIM_INTER, X3_DIM_INTER, X3_DIM_NONE } };
+/* a linear sliced from a fused source tensor */
+#define LINS(key, slot, role, in, out, bias, hq, group, alloc, slice) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
+	  L_(group), alloc, 0, &slice }
+static const x3_module_desc phi3_mods[] = {
+	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL },
+	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
+	LINS("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
+	     "self_attn.input", "qkv", phi3_q),
+	LINS("self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	     "self_attn.input", "qkv", phi3_k),
+	LINS("self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	     "self_attn.input", "qkv", phi3_v),
+	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 2,
+	    "self_attn.o_proj.input", "o"),
+	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
+	LINS("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_MLP, 0,
+	     "mlp.input", "gu", phi3_gate),
+	LINS("mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_MLP, 0,
+	     "mlp.input", "gu", phi3_up),
+	LIN("mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_MLP, 0,
+	    "mlp.down_proj.input", "d"),
+	POST_ROWS,
+};
 
 static const x3_arch_desc archs[] = {
 	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
@@ -262,6 +303,8 @@ static const x3_arch_desc archs[] = {
 	{ X3_ARCH_GEMMA3_MM, "Gemma3ForConditionalGeneration", "gemma3", "Gemma3 multimodal",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
 	  "language_model.model.layers.{L}", gemma3_mm_mods, N_(gemma3_mm_mods), NULL, gemma3_defaults },
+	{ X3_ARCH_PHI3, "Phi3ForCausalLM", "phi3", "Phi3", X3_AF_SLIDING,
+	  "model.layers.{L}", phi3_mods, N_(phi3_mods), NULL, NULL },
 };
 
 int x3_arch_count(void) { return N_(archs); }
@@ -420,11 +463,29 @@ static int instantiate(const x3_model_config *c, const x3_module_desc *d, int la
 	if ((rc = expand(d->key, layer, expert, m->key, sizeof m->key)))
 		return rc;
 	snprintf(m->weight, sizeof m->weight, d->bare ? "%s" : "%s.weight", m->key);
+	snprintf(m->src, sizeof m->src, "%s", m->key);
 	if (d->group && (rc = expand(d->group, layer, expert, m->group, sizeof m->group)))
 		return rc;
 	m->in = x3_arch_dim(c, d->in);
 	m->out = x3_arch_dim(c, d->out);
 	m->bias = has_bias(c, d->bias);
+	m->src_rows = m->out;
+	if (d->slice) {
+		const x3_row_slice *s = d->slice;
+		if ((rc = expand(s->src, layer, expert, m->src, sizeof m->src)))
+			return rc;
+		snprintf(m->weight, sizeof m->weight, "%s.weight", m->src);
+		m->sliced = 1;
+		m->src_rows = 0;
+		for (int i = 0; i < 2; i++)
+			m->row0 += x3_arch_dim(c, s->first[i]);
+		for (int i = 0; i < 3; i++)
+			m->src_rows += x3_arch_dim(c, s->rows[i]);
+		if (m->row0 + m->out > m->src_rows)
+			return x3_err(X3_EINVAL, "module '%s': rows %lld..%lld past the %lld rows of '%s'", m->key,
+			              (long long)m->row0, (long long)(m->row0 + m->out), (long long)m->src_rows,
+			              m->weight);
+	}
 	return X3_OK;
 }
 
@@ -507,6 +568,16 @@ const x3_module *x3_modules_owner(const x3_module *m, int n, const char *name)
 		return NULL;
 	for (int i = 0; i < n; i++)
 		if (strlen(m[i].key) == (size_t)(dot - name) && !strncmp(m[i].key, name, (size_t)(dot - name)))
+			return &m[i];
+	return NULL;
+}
+
+const x3_module *x3_modules_slice_of(const x3_module *m, int n, const char *name)
+{
+	size_t sl;
+	for (int i = 0; i < n; i++)
+		if (m[i].sliced && !strncmp(name, m[i].src, sl = strlen(m[i].src)) &&
+		    (!strcmp(name + sl, ".weight") || !strcmp(name + sl, ".bias")))
 			return &m[i];
 	return NULL;
 }

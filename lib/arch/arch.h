@@ -24,8 +24,13 @@
  * reading their own Hessian groups (the tokens routed to that expert); the
  * router is a matrix passed through unquantized, as ExLlamaV3 keeps it.
  * Rows present only in the dense or only in the sparse layers of a model
- * (decoder_sparse_step, mlp_only_layers) say so in their "when". Fused
- * q/k/v or gate/up (Phi3) are one new enum value and one table row each.
+ * (decoder_sparse_step, mlp_only_layers) say so in their "when".
+ * Checkpoints that fuse linears (Phi3's self_attn.qkv_proj holds q, k and
+ * v one below the other, mlp.gate_up_proj gate and up) are described by
+ * the linears ExLlamaV3 loads and the EXL3 directory holds (q_proj,
+ * k_proj, v_proj; gate_proj, up_proj), each a row slice of the fused
+ * source tensor (x3_row_slice): every program reads the slice where it
+ * would read KEY.weight, and the fused tensor itself is no module.
  * DeepSeek V3's latent attention is rows too (q_a_proj, q_a_layernorm,
  * q_b_proj or q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
  * o_proj) with the Hessian groups of their inputs; its multi-token
@@ -117,6 +122,17 @@ enum {
 	X3_SLOT_COUNT
 };
 
+/* A linear whose weight in the source checkpoint is rows [first, first +
+ * out) of another tensor, SRC.weight (rows, in) (and its bias, rows of
+ * SRC.bias). first and rows are sums of config dimensions (X3_DIM_*,
+ * X3_DIM_NONE adds 0): Phi3's v_proj is rows Q + KV .. Q + 2 KV of
+ * qkv_proj, which has Q + 2 KV rows. */
+typedef struct x3_row_slice {
+	const char *src;        /* pattern of the source module's key */
+	unsigned char first[2]; /* X3_DIM_*: the first row is their sum */
+	unsigned char rows[3];  /* X3_DIM_*: the source's rows are their sum */
+} x3_row_slice;
+
 typedef struct x3_module_desc {
 	const char *key;        /* pattern; {L}: the layer number */
 	unsigned char scope;    /* X3_SCOPE_* */
@@ -134,6 +150,8 @@ typedef struct x3_module_desc {
 	                           o, gu, d: linears promoted together) */
 	int bare;               /* the tensor is KEY itself, not KEY.weight
 	                           (DeepSeek's mlp.gate.e_score_correction_bias) */
+	const x3_row_slice *slice; /* a linear read as rows of a fused source
+	                              tensor (NULL: KEY.weight itself) */
 } x3_module_desc;
 
 /* Config rules of an architecture (x3_arch_desc.flags). */
@@ -195,7 +213,13 @@ typedef struct x3_module {
 	const x3_module_desc *d;
 	char key[X3_KEY_MAX];        /* model.layers.3.self_attn.q_proj */
 	char weight[X3_KEY_MAX + 8]; /* the tensor holding its weight: KEY.weight,
-	                                or the embedding's for a tied head */
+	                                the embedding's for a tied head, the
+	                                fused source's for a row slice */
+	char src[X3_KEY_MAX];        /* the module whose tensors hold it: KEY, or
+	                                the fused source (a row slice) */
+	int sliced;                  /* weight rows [row0, row0 + out) of the
+	                                src_rows rows of WEIGHT (a row slice) */
+	int64_t row0, src_rows;      /* 0 and out unless sliced */
 	char group[X3_KEY_MAX + 16]; /* Hessian group ("" unless a linear) */
 	int layer;                   /* 0..n_layers-1; -1 before the layers,
 	                                n_layers after them (the head) */
@@ -215,6 +239,10 @@ int x3_arch_modules(const struct x3_model_config *c, x3_module **out, int *n);
 const x3_module *x3_modules_find(const x3_module *m, int n, const char *key);
 /* The module that holds the tensor NAME (KEY.<anything>), or NULL. */
 const x3_module *x3_modules_owner(const x3_module *m, int n, const char *name);
+/* The first row-slice module that reads tensor NAME of the source (its
+ * src's .weight or .bias), or NULL: the fused tensors are consumed by the
+ * linears sliced from them, never passed through. */
+const x3_module *x3_modules_slice_of(const x3_module *m, int n, const char *name);
 /* The comma list of the weights ("KEY.weight") that read Hessian group
  * GROUP, in model order, into buf. */
 int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len);

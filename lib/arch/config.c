@@ -113,6 +113,12 @@ static int parse_rope_scaling(json_t *root, x3_model_config *c)
 	const char *ty = json_string_value(t);
 	if (!strcmp(ty, "default"))
 		return X3_OK;
+	/* Phi-3's long-context RoPE (per-frequency long_factor/short_factor,
+	 * named su before longrope): refused by name rather than run wrong */
+	if (!strcmp(ty, "longrope") || !strcmp(ty, "su"))
+		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' is not supported (the "
+		              "long_factor/short_factor long-context RoPE; default, linear, llama3, yarn are, "
+		              "and the short-context models have rope_scaling null)", ty);
 	int rc;
 	c->rope_factor = 0;
 	if ((rc = get_num(rs, "factor", &c->rope_factor)))
@@ -471,8 +477,21 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	double prf = 1.0;
 	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
 		return rc;
-	if (prf != 1.0)
-		return x3_err(X3_EUNSUP, "config.json: partial_rotary_factor %g is not supported", prf);
+	/* RoPE on the first head_dim * partial_rotary_factor dimensions of
+	 * each head (Hugging Face truncates to an integer), the rest passed
+	 * unrotated (Phi-3.5/Phi-4-mini: 0.75) */
+	c->rot_dim = c->head_dim;
+	if (prf != 1.0) {
+		if (c->mla)
+			return x3_err(X3_EUNSUP, "config.json: partial_rotary_factor %g with latent attention "
+			              "is not supported", prf);
+		int64_t rd = (int64_t)((double)c->head_dim * prf);
+		if (!(prf > 0 && prf <= 1) || rd < 2 || rd % 2)
+			return x3_err(X3_EFORMAT, "config.json: partial_rotary_factor %g gives %lld rotated "
+			              "dimensions of head_dim %lld (a positive even count expected)", prf,
+			              (long long)rd, (long long)c->head_dim);
+		c->rot_dim = rd;
+	}
 
 	if (c->desc->flags & X3_AF_GEMMA) {
 		if ((rc = parse_gemma(cj, c)))

@@ -8,7 +8,7 @@
 
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
        X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
-       X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM };
+       X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3 };
 
 struct x3_arch_desc;
 typedef struct x3_model_config {
@@ -22,6 +22,8 @@ typedef struct x3_model_config {
 	int rope_type;
 	double rope_factor, rope_low_freq, rope_high_freq;
 	int64_t rope_orig_max_pos;
+	int64_t rot_dim;         /* the dimensions of a head RoPE rotates (the
+	                            first ones): head_dim * partial_rotary_factor */
 	int64_t sliding_window;  /* 0: none; else attention window (refused
 	                            when a row is longer) */
 	int tied;                /* lm_head shares model.embed_tokens.weight */

@@ -230,6 +230,12 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		snprintf(bname, sizeof bname, "%s.bias", M->key);
 		snprintf(wn, sizeof wn, "%s.weight", M->key);
 		const x3_tensor *sbias = x3_st_find(p->src, bname);
+		if (M->sliced) {
+			/* a row slice: SRC's bias is the fused source's */
+			char sb[X3_KEY_MAX + 8];
+			snprintf(sb, sizeof sb, "%s.bias", M->src);
+			sbias = x3_st_find(p->src, sb);
+		}
 		int64_t bias_len = 0, shp[2] = {M->out, M->in};
 		if (has_q && P[P_WEIGHT]) {
 			TRY(problem(L, "linear '%s': both quantized tensors and an unquantized .weight", M->key));
@@ -343,7 +349,10 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			else
 				TRY(add_ent(L, b->name, X3_F16, 1, &bias_len, stream_index(p, b), NULL));
 		} else if (sbias) {
-			if (!p->passthrough)
+			if (M->sliced)
+				TRY(problem(L, "missing tensor '%s' (rows %lld..%lld of '%s' in %s: give it on stdin)",
+				            bname, (long long)M->row0, (long long)(M->row0 + M->out), sbias->name, src));
+			else if (!p->passthrough)
 				TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)",
 				            bname, src));
 			else if (sbias->rank != 1 || sbias->shape[0] != M->out || !is_float(sbias->dtype))
@@ -382,7 +391,9 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		const x3_module *own = x3_modules_owner(p->mods, p->nmods, name);
 		size_t nl = strlen(name), rl = strlen("rotary_emb.inv_freq");
 		/* the RoPE buffer some writers store is not a weight */
-		if ((own && own->d->kind == X3_KIND_LINEAR) || (nl >= rl && !strcmp(name + nl - rl, "rotary_emb.inv_freq")))
+		/* ... nor a fused tensor whose rows are linears (x3_row_slice) */
+		if ((own && own->d->kind == X3_KIND_LINEAR) || x3_modules_slice_of(p->mods, p->nmods, name) ||
+		    (nl >= rl && !strcmp(name + nl - rl, "rotary_emb.inv_freq")))
 			continue;
 		if (x3_arch_skipped(p->cfg, name)) {
 			L->skipped++;

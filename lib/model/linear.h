@@ -16,6 +16,13 @@ typedef struct x3_linear x3_linear;
  * *out untouched (out may be NULL). Errors name the tensor. */
 int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out,
                    int bias, int check_only, x3_linear **lin);
+/* As x3_linear_open, for a linear that a fused checkpoint stores as rows
+ * [row0, row0 + out) of SRC.weight (src_rows, in) (and of SRC.bias with
+ * bias; arch.h x3_row_slice): those rows, unless st holds KEY's own EXL3
+ * tensors or KEY.weight (a converted or a split checkpoint), which are
+ * opened as x3_linear_open does. src NULL or KEY: x3_linear_open. */
+int x3_linear_open_rows(x3_st *st, const char *key, const char *src, int64_t row0, int64_t src_rows,
+                        int64_t in, int64_t out, int bias, int check_only, x3_linear **lin);
 /* y (rows, out) = x (rows, in) · Wᵀ (+ bias). An EXL3 linear multiplies
  * small batches from the packed trellis and larger ones through a dense
  * reconstruction made on first use (so l is not const). On the CPU the

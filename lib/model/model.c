@@ -140,6 +140,14 @@ static int lin_needed(const x3_model_config *c, int s, int sparse)
 	return s == X3_SLOT_Q || s == X3_SLOT_K || s == X3_SLOT_V || s == X3_SLOT_O;
 }
 
+/* Open the linear of module d of layer l (a row slice of a fused source
+ * tensor where the source has no KEY of its own: arch.h). */
+static int open_mod(const x3_model *m, int l, const x3_module *d, int check, x3_linear **lin)
+{
+	return x3_linear_open_rows(lin_src(m, l, d->key), d->key, d->sliced ? d->src : NULL, d->row0,
+	                           d->src_rows, d->in, d->out, d->bias, check, lin);
+}
+
 /* Load (or with check set, only validate) the weights of layer l. */
 static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 {
@@ -151,7 +159,7 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 		int s = lin_slots[i];
 		if (!lin_needed(&m->cfg, s, w->sparse)) {
 			/* the shared expert when there is one; no dense MLP in a sparse layer */
-			if (d && (rc = x3_linear_open(lin_src(m, l, d->key), d->key, d->in, d->out, d->bias, check, &w->lin[s])))
+			if (d && (rc = open_mod(m, l, d, check, &w->lin[s])))
 				goto fail;
 			continue;
 		}
@@ -160,8 +168,7 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			            lin_slots[i]);
 			goto fail;
 		}
-		if ((rc = x3_linear_open(lin_src(m, l, d->key), d->key, d->in, d->out, d->bias, check,
-		                         &w->lin[d->d->slot])))
+		if ((rc = open_mod(m, l, d, check, &w->lin[d->d->slot])))
 			goto fail;
 	}
 	for (int i = 0; i < N_VEC; i++) {
@@ -206,8 +213,7 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			continue;
 		int j = d->d->slot - X3_SLOT_EXP_GATE;
 		w->exm[d->expert * 3 + j] = d;
-		if ((rc = x3_linear_open(lin_src(m, l, d->key), d->key, d->in, d->out, d->bias, check,
-		                         &w->ex[d->expert * 3 + j])))
+		if ((rc = open_mod(m, l, d, check, &w->ex[d->expert * 3 + j])))
 			goto fail;
 	}
 	return X3_OK;
@@ -379,8 +385,12 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t rows, int6
 	}
 }
 
-/* The dimensions RoPE rotates: the head, or MLA's rope part. */
-static int64_t rope_dim(const x3_model_config *c) { return c->mla ? c->qk_rope : c->head_dim; }
+/* The dimensions RoPE rotates: the head's first rot_dim
+ * (partial_rotary_factor; all of it by default), or MLA's rope part. */
+static int64_t rope_dim(const x3_model_config *c)
+{
+	return c->mla ? c->qk_rope : c->rot_dim > 0 ? c->rot_dim : c->head_dim;
+}
 
 /* YaRN (Hugging Face's _compute_yarn_parameters): the dimension where a
  * wavelength makes ROT turns in the original context */
@@ -453,11 +463,12 @@ static void rope_part(float *x, int64_t ntok, int64_t nh, int64_t stride, int64_
 	}
 }
 
-/* Rotate-half RoPE in place on (ntok, nh, hd) vectors. */
-static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t cols,
+/* Rotate-half RoPE in place on the first rd dimensions of (ntok, nh, hd)
+ * vectors (rd < hd: partial_rotary_factor, the rest unrotated). */
+static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t rd, int64_t cols,
                        const float *cosv, const float *sinv)
 {
-	rope_part(x, ntok, nh, hd, 0, hd, 0, cols, cosv, sinv);
+	rope_part(x, ntok, nh, hd, 0, rd, 0, cols, cosv, sinv);
 }
 
 /* Causal attention of nrows rows of cols tokens. q: (ntok, nq, hd), k:
@@ -770,8 +781,8 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 		/* Gemma: a sliding layer's window and RoPE */
 		int swa = c->swa_masked && l < 1024 && (c->swa_layers[l / 64] >> (l % 64) & 1);
 		const float *cs = swa && f->cosl ? f->cosl : f->cosv, *sn = swa && f->cosl ? f->sinl : f->sinv;
-		rope_apply(f->q, nt, nq, hd, cols, cs, sn);
-		rope_apply(f->k, nt, nkv, hd, cols, cs, sn);
+		rope_apply(f->q, nt, nq, hd, rope_dim(c), cols, cs, sn);
+		rope_apply(f->k, nt, nkv, hd, rope_dim(c), cols, cs, sn);
 		double sc = c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd);
 		if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd, (float)sc,
 		                    swa ? c->sliding_window : 0, (float)c->attn_softcap)))

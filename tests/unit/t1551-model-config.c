@@ -54,8 +54,13 @@ int main(void)
 	int rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
 	               ", \"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}}", &c);
 	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "longrope"), "longrope -> EUNSUP: %s", x3_errmsg());
+	/* partial rotary (Hugging Face's rope init reads it for every
+	 * architecture): RoPE on the first head_dim * factor dimensions */
 	rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE ", \"partial_rotary_factor\": 0.5}", &c);
-	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "partial_rotary_factor"), "partial rotary: %s",
+	CHECK(rc == X3_OK && c.rot_dim == 4 && c.head_dim == 8, "partial rotary 0.5: %lld of %lld dims",
+	      (long long)c.rot_dim, (long long)c.head_dim);
+	rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE ", \"partial_rotary_factor\": 1.5}", &c);
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "partial_rotary_factor"), "partial rotary 1.5: %s",
 	      x3_errmsg());
 	CHECK_OK(parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
 	               ", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", &c), "linear rope");
