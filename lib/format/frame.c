@@ -12,6 +12,7 @@
 #include <zstd.h>
 #include "frame.h"
 #include "io.h"
+#include "stentry_impl.h"
 #include "utf8.h"
 
 #define RAW_CAP (1u << 20)
@@ -240,72 +241,12 @@ static int parse_header(x3_reader *r, const char *json, size_t n, x3_tensor **ou
 		x3_err(rc, "%s: frame %ld: header holds no tensor", fr, fi);
 		goto out;
 	}
-	if (!json_is_object(ent)) {
-		x3_err(rc, "%s: frame %ld '%s': tensor entry is not an object", fr, fi, name);
+	char where[4200];
+	snprintf(where, sizeof where, "%s: frame %ld", fr, fi);
+	uint64_t off;
+	if ((rc = x3_stentry_check(where, name, ent, X3_FRAME_MAX_PAYLOAD, 1, &t, &off)) != X3_OK)
 		goto out;
-	}
-	json_t *jd = json_object_get(ent, "dtype"), *js = json_object_get(ent, "shape"),
-	       *jo = json_object_get(ent, "data_offsets");
-	x3_dtype dt;
-	if (!json_is_string(jd)) {
-		x3_err(rc, "%s: frame %ld '%s': missing dtype", fr, fi, name);
-		goto out;
-	}
-	if (x3_dtype_parse(json_string_value(jd), &dt) != X3_OK ||
-	    strcmp(x3_dtype_name(dt), json_string_value(jd))) {
-		x3_err(rc, "%s: frame %ld '%s': unknown dtype '%s'", fr, fi, name, json_string_value(jd));
-		goto out;
-	}
-	if (!json_is_array(js)) {
-		x3_err(rc, "%s: frame %ld '%s': missing shape", fr, fi, name);
-		goto out;
-	}
-	size_t rank = json_array_size(js);
-	if (rank > X3_MAX_RANK) {
-		x3_err(rc, "%s: frame %ld '%s': rank %zu exceeds the limit of %d", fr, fi, name, rank, X3_MAX_RANK);
-		goto out;
-	}
-	int64_t shape[X3_MAX_RANK];
-	for (size_t i = 0; i < rank; i++) {
-		json_t *d = json_array_get(js, i);
-		if (!json_is_integer(d) || json_integer_value(d) < 0) {
-			x3_err(rc, "%s: frame %ld '%s': dimension %zu is not a non-negative integer", fr, fi, name, i);
-			goto out;
-		}
-		shape[i] = json_integer_value(d);
-	}
-	size_t nb;
-	if (x3_shape_nbytes(dt, (int)rank, shape, &nb) != X3_OK) {
-		x3_errprefix(rc, "%s: frame %ld '%s'", fr, fi, name);
-		goto out;
-	}
-	if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-	    !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1))) {
-		x3_err(rc, "%s: frame %ld '%s': bad data_offsets", fr, fi, name);
-		goto out;
-	}
-	json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
-	if (b != 0 || e < 0) {
-		x3_err(rc, "%s: frame %ld '%s': data_offsets [%lld, %lld] must start at 0", fr, fi, name,
-		       (long long)b, (long long)e);
-		goto out;
-	}
-	if ((uint64_t)e != nb) {
-		char sb[160];
-		size_t o = 0;
-		sb[0] = 0;
-		for (size_t i = 0; i < rank && o < sizeof sb; i++)
-			o += snprintf(sb + o, sizeof sb - o, i ? "x%lld" : "%lld", (long long)shape[i]);
-		x3_err(rc, "%s: frame %ld '%s': shape/length disagreement: %s %s needs %zu bytes, "
-		       "data_offsets say %lld", fr, fi, name, x3_dtype_name(dt), rank ? sb : "scalar",
-		       nb, (long long)e);
-		goto out;
-	}
-	t = x3_tensor_new(name, dt, (int)rank, shape, 0);
-	if (!t) {
-		rc = X3_ENOMEM;
-		goto out;
-	}
+	rc = X3_EFORMAT;
 	if (meta) {
 		if (!json_is_object(meta)) {
 			x3_err(rc, "%s: frame %ld '%s': __metadata__ is not an object", fr, fi, name);
