@@ -22,12 +22,12 @@ struct x3_reader {
 	int fd, own_fd;
 	char *label;
 	unsigned char *raw;          /* bytes as read from fd */
-	size_t rpos, rlen;
+	size_t rcap, rpos, rlen;     /* raw holds rcap bytes */
 	int eof;                     /* fd reached end */
 	int zstd;                    /* stream is zstd compressed */
 	ZSTD_DStream *zd;
 	unsigned char *out;          /* decompressed bytes */
-	size_t opos, olen;
+	size_t ocap, opos, olen;     /* out holds ocap bytes */
 	int zframe_open;             /* inside an unfinished zstd frame */
 	long index;                  /* frames started */
 	uint64_t total;              /* bytes consumed (for messages) */
@@ -43,7 +43,7 @@ static int fill_raw(x3_reader *r)
 	if (r->rpos < r->rlen || r->eof)
 		return X3_OK;
 	for (;;) {
-		ssize_t n = read(r->fd, r->raw, RAW_CAP);
+		ssize_t n = read(r->fd, r->raw, r->rcap);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -82,7 +82,7 @@ static int avail(x3_reader *r, const unsigned char **p, size_t *n)
 			return X3_OK;
 		}
 		ZSTD_inBuffer in = {r->raw, r->rlen, r->rpos};
-		ZSTD_outBuffer out = {r->out, RAW_CAP, 0};
+		ZSTD_outBuffer out = {r->out, r->ocap, 0};
 		size_t z = ZSTD_decompressStream(r->zd, &out, &in);
 		if (ZSTD_isError(z))
 			return x3_err(X3_EFORMAT, "%s: zstd: %s", r->label, ZSTD_getErrorName(z));
@@ -136,7 +136,17 @@ static void grow_pipe(int fd)
 int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 {
 	x3_reader *r = calloc(1, sizeof *r);
-	if (!r || !(r->raw = malloc(RAW_CAP)) || !(r->label = strdup(label ? label : "stream"))) {
+	if (!r)
+		return x3_err(X3_ENOMEM, "out of memory");
+	/* a regular file smaller than the buffer needs no more than its size
+	 * (a small stream costs no 1 MiB buffer: the fuzz targets open
+	 * thousands a second); a pipe or a growing file gets the whole buffer */
+	struct stat st;
+	off_t pos = lseek(fd, 0, SEEK_CUR);
+	r->rcap = RAW_CAP;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pos >= 0 && st.st_size - pos < (off_t)RAW_CAP / 2)
+		r->rcap = st.st_size - pos < 4096 ? 4096 : (size_t)(st.st_size - pos) + 4096;
+	if (!(r->raw = malloc(r->rcap)) || !(r->label = strdup(label ? label : "stream"))) {
 		if (r) { free(r->raw); free(r); }
 		return x3_err(X3_ENOMEM, "out of memory");
 	}
@@ -146,7 +156,7 @@ int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 	grow_pipe(fd);
 	/* sniff the zstd magic in the first 4 bytes */
 	while (r->rlen < 4 && !r->eof) {
-		ssize_t n = read(fd, r->raw + r->rlen, RAW_CAP - r->rlen);
+		ssize_t n = read(fd, r->raw + r->rlen, r->rcap - r->rlen);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -163,7 +173,9 @@ int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 		if (m == ZSTD_MAGIC) {
 			r->zstd = 1;
 			r->zd = ZSTD_createDStream();
-			r->out = malloc(RAW_CAP);
+			/* a small file: zstd's own recommended output size */
+			r->ocap = r->rcap < RAW_CAP ? ZSTD_DStreamOutSize() : RAW_CAP;
+			r->out = malloc(r->ocap);
 			if (!r->zd || !r->out) {
 				x3_reader_close(r);
 				return x3_err(X3_ENOMEM, "out of memory");
