@@ -90,8 +90,9 @@ bin/had-rotate bin/trellis-encode: bin/util-quant.o
 bin/%: bin/%.o $(BIN_UTIL) $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(filter $(BIN_EXTRA),$^) $(BIN_UTIL) $(LIB) $(LDLIBS)
 
-tests/unit/%: tests/unit/%.o $(LIB)
-	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+# tests/unit/synth.c: the helpers the unit tests share (synth.h)
+tests/unit/%: tests/unit/%.o tests/unit/synth.o $(LIB)
+	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< tests/unit/synth.o $(LIB) $(LDLIBS)
 
 tests/bench/%: tests/bench/%.o $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)

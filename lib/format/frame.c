@@ -12,6 +12,7 @@
 #include <zstd.h>
 #include "frame.h"
 #include "io.h"
+#include "stentry_impl.h"
 #include "utf8.h"
 
 #define RAW_CAP (1u << 20)
@@ -21,12 +22,12 @@ struct x3_reader {
 	int fd, own_fd;
 	char *label;
 	unsigned char *raw;          /* bytes as read from fd */
-	size_t rpos, rlen;
+	size_t rcap, rpos, rlen;     /* raw holds rcap bytes */
 	int eof;                     /* fd reached end */
 	int zstd;                    /* stream is zstd compressed */
 	ZSTD_DStream *zd;
 	unsigned char *out;          /* decompressed bytes */
-	size_t opos, olen;
+	size_t ocap, opos, olen;     /* out holds ocap bytes */
 	int zframe_open;             /* inside an unfinished zstd frame */
 	long index;                  /* frames started */
 	uint64_t total;              /* bytes consumed (for messages) */
@@ -42,7 +43,7 @@ static int fill_raw(x3_reader *r)
 	if (r->rpos < r->rlen || r->eof)
 		return X3_OK;
 	for (;;) {
-		ssize_t n = read(r->fd, r->raw, RAW_CAP);
+		ssize_t n = read(r->fd, r->raw, r->rcap);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -81,7 +82,7 @@ static int avail(x3_reader *r, const unsigned char **p, size_t *n)
 			return X3_OK;
 		}
 		ZSTD_inBuffer in = {r->raw, r->rlen, r->rpos};
-		ZSTD_outBuffer out = {r->out, RAW_CAP, 0};
+		ZSTD_outBuffer out = {r->out, r->ocap, 0};
 		size_t z = ZSTD_decompressStream(r->zd, &out, &in);
 		if (ZSTD_isError(z))
 			return x3_err(X3_EFORMAT, "%s: zstd: %s", r->label, ZSTD_getErrorName(z));
@@ -135,7 +136,17 @@ static void grow_pipe(int fd)
 int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 {
 	x3_reader *r = calloc(1, sizeof *r);
-	if (!r || !(r->raw = malloc(RAW_CAP)) || !(r->label = strdup(label ? label : "stream"))) {
+	if (!r)
+		return x3_err(X3_ENOMEM, "out of memory");
+	/* a regular file smaller than the buffer needs no more than its size
+	 * (a small stream costs no 1 MiB buffer: the fuzz targets open
+	 * thousands a second); a pipe or a growing file gets the whole buffer */
+	struct stat st;
+	off_t pos = lseek(fd, 0, SEEK_CUR);
+	r->rcap = RAW_CAP;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pos >= 0 && st.st_size - pos < (off_t)RAW_CAP / 2)
+		r->rcap = st.st_size - pos < 4096 ? 4096 : (size_t)(st.st_size - pos) + 4096;
+	if (!(r->raw = malloc(r->rcap)) || !(r->label = strdup(label ? label : "stream"))) {
 		if (r) { free(r->raw); free(r); }
 		return x3_err(X3_ENOMEM, "out of memory");
 	}
@@ -145,7 +156,7 @@ int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 	grow_pipe(fd);
 	/* sniff the zstd magic in the first 4 bytes */
 	while (r->rlen < 4 && !r->eof) {
-		ssize_t n = read(fd, r->raw + r->rlen, RAW_CAP - r->rlen);
+		ssize_t n = read(fd, r->raw + r->rlen, r->rcap - r->rlen);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -162,7 +173,9 @@ int x3_reader_open_fd(int fd, const char *label, int own_fd, x3_reader **out)
 		if (m == ZSTD_MAGIC) {
 			r->zstd = 1;
 			r->zd = ZSTD_createDStream();
-			r->out = malloc(RAW_CAP);
+			/* a small file: zstd's own recommended output size */
+			r->ocap = r->rcap < RAW_CAP ? ZSTD_DStreamOutSize() : RAW_CAP;
+			r->out = malloc(r->ocap);
 			if (!r->zd || !r->out) {
 				x3_reader_close(r);
 				return x3_err(X3_ENOMEM, "out of memory");
@@ -240,72 +253,12 @@ static int parse_header(x3_reader *r, const char *json, size_t n, x3_tensor **ou
 		x3_err(rc, "%s: frame %ld: header holds no tensor", fr, fi);
 		goto out;
 	}
-	if (!json_is_object(ent)) {
-		x3_err(rc, "%s: frame %ld '%s': tensor entry is not an object", fr, fi, name);
+	char where[4200];
+	snprintf(where, sizeof where, "%s: frame %ld", fr, fi);
+	uint64_t off;
+	if ((rc = x3_stentry_check(where, name, ent, X3_FRAME_MAX_PAYLOAD, 1, &t, &off)) != X3_OK)
 		goto out;
-	}
-	json_t *jd = json_object_get(ent, "dtype"), *js = json_object_get(ent, "shape"),
-	       *jo = json_object_get(ent, "data_offsets");
-	x3_dtype dt;
-	if (!json_is_string(jd)) {
-		x3_err(rc, "%s: frame %ld '%s': missing dtype", fr, fi, name);
-		goto out;
-	}
-	if (x3_dtype_parse(json_string_value(jd), &dt) != X3_OK ||
-	    strcmp(x3_dtype_name(dt), json_string_value(jd))) {
-		x3_err(rc, "%s: frame %ld '%s': unknown dtype '%s'", fr, fi, name, json_string_value(jd));
-		goto out;
-	}
-	if (!json_is_array(js)) {
-		x3_err(rc, "%s: frame %ld '%s': missing shape", fr, fi, name);
-		goto out;
-	}
-	size_t rank = json_array_size(js);
-	if (rank > X3_MAX_RANK) {
-		x3_err(rc, "%s: frame %ld '%s': rank %zu exceeds the limit of %d", fr, fi, name, rank, X3_MAX_RANK);
-		goto out;
-	}
-	int64_t shape[X3_MAX_RANK];
-	for (size_t i = 0; i < rank; i++) {
-		json_t *d = json_array_get(js, i);
-		if (!json_is_integer(d) || json_integer_value(d) < 0) {
-			x3_err(rc, "%s: frame %ld '%s': dimension %zu is not a non-negative integer", fr, fi, name, i);
-			goto out;
-		}
-		shape[i] = json_integer_value(d);
-	}
-	size_t nb;
-	if (x3_shape_nbytes(dt, (int)rank, shape, &nb) != X3_OK) {
-		x3_errprefix(rc, "%s: frame %ld '%s'", fr, fi, name);
-		goto out;
-	}
-	if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-	    !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1))) {
-		x3_err(rc, "%s: frame %ld '%s': bad data_offsets", fr, fi, name);
-		goto out;
-	}
-	json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
-	if (b != 0 || e < 0) {
-		x3_err(rc, "%s: frame %ld '%s': data_offsets [%lld, %lld] must start at 0", fr, fi, name,
-		       (long long)b, (long long)e);
-		goto out;
-	}
-	if ((uint64_t)e != nb) {
-		char sb[160];
-		size_t o = 0;
-		sb[0] = 0;
-		for (size_t i = 0; i < rank && o < sizeof sb; i++)
-			o += snprintf(sb + o, sizeof sb - o, i ? "x%lld" : "%lld", (long long)shape[i]);
-		x3_err(rc, "%s: frame %ld '%s': shape/length disagreement: %s %s needs %zu bytes, "
-		       "data_offsets say %lld", fr, fi, name, x3_dtype_name(dt), rank ? sb : "scalar",
-		       nb, (long long)e);
-		goto out;
-	}
-	t = x3_tensor_new(name, dt, (int)rank, shape, 0);
-	if (!t) {
-		rc = X3_ENOMEM;
-		goto out;
-	}
+	rc = X3_EFORMAT;
 	if (meta) {
 		if (!json_is_object(meta)) {
 			x3_err(rc, "%s: frame %ld '%s': __metadata__ is not an object", fr, fi, name);

@@ -15,6 +15,7 @@
 #include "frame.h"
 #include "io.h"
 #include "safetensors.h"
+#include "stentry_impl.h"
 #include "utf8.h"
 
 struct stfile {
@@ -119,6 +120,8 @@ static int open_file(x3_st *s, const char *path)
 	const unsigned char *base = map + 8 + hn;
 	const char *k;
 	json_t *v;
+	char where[4200];
+	snprintf(where, sizeof where, "%s: tensor", path);
 	ents = calloc(json_object_size(root) + 1, sizeof *ents);
 	if (!ents) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
@@ -127,57 +130,16 @@ static int open_file(x3_st *s, const char *path)
 	json_object_foreach(root, k, v) {
 		if (!strcmp(k, "__metadata__"))
 			continue;
-		json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"),
-		       *jo = json_object_get(v, "data_offsets");
-		x3_dtype dt;
-		if (!json_is_string(jd) || x3_dtype_parse(json_string_value(jd), &dt) ||
-		    strcmp(x3_dtype_name(dt), json_string_value(jd))) {
-			x3_err(rc, "%s: tensor '%s': missing or unknown dtype", path, k);
-			goto fail;
-		}
-		if (!json_is_array(js) || json_array_size(js) > X3_MAX_RANK) {
-			x3_err(rc, "%s: tensor '%s': missing shape or rank above %d", path, k, X3_MAX_RANK);
-			goto fail;
-		}
-		int64_t shape[X3_MAX_RANK];
-		int rank = (int)json_array_size(js);
-		for (int i = 0; i < rank; i++) {
-			json_t *d = json_array_get(js, i);
-			if (!json_is_integer(d) || json_integer_value(d) < 0) {
-				x3_err(rc, "%s: tensor '%s': bad dimension %d", path, k, i);
-				goto fail;
-			}
-			shape[i] = json_integer_value(d);
-		}
-		size_t nb;
-		if (x3_shape_nbytes(dt, rank, shape, &nb)) {
-			x3_errprefix(rc, "%s: tensor '%s'", path, k);
-			goto fail;
-		}
-		if (!json_is_array(jo) || json_array_size(jo) != 2 ||
-		    !json_is_integer(json_array_get(jo, 0)) || !json_is_integer(json_array_get(jo, 1))) {
-			x3_err(rc, "%s: tensor '%s': bad data_offsets", path, k);
-			goto fail;
-		}
-		json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
-		if (b < 0 || e < b || (uint64_t)e > dsize) {
-			x3_err(rc, "%s: tensor '%s': data_offsets [%lld, %lld] outside the %" PRIu64
-			       "-byte data section (truncated file?)", path, k, (long long)b, (long long)e, dsize);
-			goto fail;
-		}
-		if ((uint64_t)(e - b) != nb) {
-			x3_err(rc, "%s: tensor '%s': shape/length disagreement: %s shape needs %zu bytes, "
-			       "data_offsets span %lld", path, k, x3_dtype_name(dt), nb, (long long)(e - b));
-			goto fail;
-		}
-		x3_tensor *t = x3_tensor_new(k, dt, rank, shape, 0);
-		if (!t) {
-			rc = X3_ENOMEM;
+		x3_tensor *t;
+		uint64_t b;
+		if ((rc = x3_stentry_check(where, k, v, dsize, 0, &t, &b)) != X3_OK) {
+			if (rc != X3_ENOMEM)
+				rc = X3_EFORMAT;
 			goto fail;
 		}
 		t->data = (void *)(base + b);
 		ents[ne].t = t;
-		ents[ne].off = (uint64_t)b;
+		ents[ne].off = b;
 		ne++;
 	}
 	qsort(ents, ne, sizeof *ents, cmp_ent);
@@ -189,7 +151,7 @@ static int open_file(x3_st *s, const char *path)
 		if (!t->nbytes)
 			continue;
 		if (ents[i].off < end) {
-			x3_err(rc, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap those of '%s' "
+			rc = x3_err(X3_EFORMAT, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap those of '%s' "
 			       "[%" PRIu64 ", %" PRIu64 "]", path, t->name, ents[i].off, ents[i].off + t->nbytes,
 			       o->name, ents[last].off, end);
 			goto fail;

@@ -4,7 +4,14 @@
  * built (x3_exl3_from_st), dequantized, and multiplied by the fast path
  * and the reference, which must agree; then the directory is opened as a
  * model (x3_model_open) and, when small, run forward over two tokens.
- * Every input must give results or an error, never a crash. */
+ * Every input must give results or an error, never a crash.
+ *
+ * Kept fast (issue 15 part 3): every linear is built, but the dequantize
+ * and the two products (the cost of an input) run once per kind of linear
+ * in an input, the kind being what selects the code they run (the
+ * trellis's shape, which holds K, its dtype, and which of the codebook
+ * markers, sign vectors and bias are there): a model's many linears of
+ * one shape and width repeat the same paths on other numbers. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,8 +33,37 @@ static int put(const char *path, const uint8_t *p, size_t n)
 	return fclose(f) || w != n ? -1 : 0;
 }
 
+/* what selects the code a linear runs: trellis shape and dtype, the parts
+ * present and their dtypes */
+struct kind { int64_t shape[X3_MAX_RANK]; int rank, dtype, parts, pdt[7]; };
+
+static int seen(struct kind *k, int *nk, int max, const x3_st *st, const char *key, const x3_tensor *tr)
+{
+	static const char *const part[] = { ".mcg", ".mul1", ".suh", ".svh", ".su", ".sv", ".bias" };
+	struct kind c;
+	memset(&c, 0, sizeof c);
+	c.rank = tr->rank, c.dtype = (int)tr->dtype;
+	for (int j = 0; j < tr->rank; j++)
+		c.shape[j] = tr->shape[j];
+	for (size_t j = 0; j < sizeof part / sizeof *part; j++) {
+		char n[600];
+		snprintf(n, sizeof n, "%s%s", key, part[j]);
+		const x3_tensor *pt = x3_st_find(st, n);
+		if (pt)
+			c.parts |= 1 << j, c.pdt[j] = (int)pt->dtype;
+	}
+	for (int j = 0; j < *nk; j++)
+		if (!memcmp(&k[j], &c, sizeof c))
+			return 1;
+	if (*nk < max)
+		k[(*nk)++] = c;
+	return 0;
+}
+
 static void linears(x3_st *st)
 {
+	struct kind kinds[64];
+	int nkinds = 0;
 	for (int i = 0; i < x3_st_count(st); i++) {
 		char key[512];
 		const x3_tensor *t = x3_st_get(st, i);
@@ -37,7 +73,7 @@ static void linears(x3_st *st)
 		if (x3_exl3_from_st(st, key, &e))
 			continue;
 		int64_t in = x3_exl3_in(e), out = x3_exl3_out(e);
-		if (in * out <= (1 << 20)) {
+		if (in * out <= (1 << 20) && !seen(kinds, &nkinds, 64, st, key, t)) {
 			float *w = malloc((size_t)(in * out) * sizeof *w);
 			float *x = malloc((size_t)in * sizeof *x);
 			float *y = malloc((size_t)out * sizeof *y), *yr = malloc((size_t)out * sizeof *yr);

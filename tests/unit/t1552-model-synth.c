@@ -4,9 +4,9 @@
  * BF16 checkpoints load; bad checkpoints fail naming the tensor or file. */
 #include <math.h>
 #include <stdint.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "test.h"
+#include "synth.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -18,105 +18,48 @@ struct synth {
 	uint64_t shard;
 };
 
-/* ---- the tensors, kept as doubles for the reference ------------------- */
-struct tens { char name[128]; int r, c; double *v; };
-static struct tens T[256];
-static int nT;
-
-static struct tens *add(const char *name, int r, int c, double scale, double mean, x3_rng *g)
-{
-	struct tens *t = &T[nT++];
-	snprintf(t->name, sizeof t->name, "%s", name);
-	t->r = r, t->c = c;
-	t->v = malloc(sizeof(double) * (size_t)r * (c ? c : 1));
-	for (int i = 0; i < r * (c ? c : 1); i++)
-		t->v[i] = mean + scale * x3_rng_normal(g);
-	return t;
-}
-
-static const double *get(const char *fmt, int l)
-{
-	char n[128];
-	snprintf(n, sizeof n, fmt, l);
-	for (int i = 0; i < nT; i++)
-		if (!strcmp(T[i].name, n))
-			return T[i].v;
-	return NULL;
-}
-
 static void build(const struct synth *s, uint64_t seed)
 {
 	x3_rng g;
 	x3_rng_seed(&g, seed, 0);
-	for (int i = 0; i < nT; i++)
-		free(T[i].v);
-	nT = 0;
+	synth_reset();
 	char n[128];
 	int qd = s->heads * s->hd, kvd = s->kv * s->hd, H = s->hidden;
-	add("model.embed_tokens.weight", s->vocab, H, 1.0, 0, &g);
+	synth_add("model.embed_tokens.weight", s->vocab, H, 1.0, 0, &g);
 	for (int l = 0; l < s->layers; l++) {
 #define L(x) (snprintf(n, sizeof n, "model.layers.%d." x, l), n)
-		add(L("input_layernorm.weight"), H, 0, 0.1, 1, &g);
-		add(L("post_attention_layernorm.weight"), H, 0, 0.1, 1, &g);
-		add(L("self_attn.q_proj.weight"), qd, H, 1 / sqrt(H), 0, &g);
-		add(L("self_attn.k_proj.weight"), kvd, H, 1 / sqrt(H), 0, &g);
-		add(L("self_attn.v_proj.weight"), kvd, H, 1 / sqrt(H), 0, &g);
-		add(L("self_attn.o_proj.weight"), H, qd, 1 / sqrt(qd), 0, &g);
-		add(L("mlp.gate_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
-		add(L("mlp.up_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
-		add(L("mlp.down_proj.weight"), H, s->inter, 1 / sqrt(s->inter), 0, &g);
+		synth_add(L("input_layernorm.weight"), H, 0, 0.1, 1, &g);
+		synth_add(L("post_attention_layernorm.weight"), H, 0, 0.1, 1, &g);
+		synth_add(L("self_attn.q_proj.weight"), qd, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("self_attn.k_proj.weight"), kvd, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("self_attn.v_proj.weight"), kvd, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("self_attn.o_proj.weight"), H, qd, 1 / sqrt(qd), 0, &g);
+		synth_add(L("mlp.gate_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("mlp.up_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("mlp.down_proj.weight"), H, s->inter, 1 / sqrt(s->inter), 0, &g);
 		if (s->qkv_bias) {
-			add(L("self_attn.q_proj.bias"), qd, 0, 0.5, 0, &g);
-			add(L("self_attn.k_proj.bias"), kvd, 0, 0.5, 0, &g);
-			add(L("self_attn.v_proj.bias"), kvd, 0, 0.5, 0, &g);
+			synth_add(L("self_attn.q_proj.bias"), qd, 0, 0.5, 0, &g);
+			synth_add(L("self_attn.k_proj.bias"), kvd, 0, 0.5, 0, &g);
+			synth_add(L("self_attn.v_proj.bias"), kvd, 0, 0.5, 0, &g);
 		}
 		if (s->o_bias)
-			add(L("self_attn.o_proj.bias"), H, 0, 0.5, 0, &g);
+			synth_add(L("self_attn.o_proj.bias"), H, 0, 0.5, 0, &g);
 		if (s->qk_norm) {
-			add(L("self_attn.q_norm.weight"), s->hd, 0, 0.3, 1, &g);
-			add(L("self_attn.k_norm.weight"), s->hd, 0, 0.3, 1, &g);
+			synth_add(L("self_attn.q_norm.weight"), s->hd, 0, 0.3, 1, &g);
+			synth_add(L("self_attn.k_norm.weight"), s->hd, 0, 0.3, 1, &g);
 		}
 #undef L
 	}
-	add("model.norm.weight", H, 0, 0.1, 1, &g);
+	synth_add("model.norm.weight", H, 0, 0.1, 1, &g);
 	if (!s->tied)
-		add("lm_head.weight", s->vocab, H, 1 / sqrt(H), 0, &g);
-	/* round to the storage dtype so the reference sees the same values */
-	for (int i = 0; i < nT; i++)
-		for (int j = 0; j < T[i].r * (T[i].c ? T[i].c : 1); j++) {
-			float f = (float)T[i].v[j];
-			if (s->dt == X3_F16) f = x3_f16_to_f32(x3_f32_to_f16(f));
-			if (s->dt == X3_BF16) f = x3_bf16_to_f32(x3_f32_to_bf16(f));
-			T[i].v[j] = f;
-		}
+		synth_add("lm_head.weight", s->vocab, H, 1 / sqrt(H), 0, &g);
+	synth_round(s->dt);   /* the reference sees the values the checkpoint stores */
 }
 
 static int write_model(const struct synth *s, const char *dir, const char *extra_json)
 {
-	mkdir(dir, 0755);
-	x3_stw *w;
-	int rc = x3_stw_create(dir, s->shard, &w);
+	int rc = synth_write(dir, s->dt, s->shard);
 	if (rc)
-		return rc;
-	for (int i = 0; i < nT && !rc; i++) {
-		x3_tensor *t = T[i].c ? x3_tensor_new2(T[i].name, s->dt, T[i].r, T[i].c)
-		                      : x3_tensor_new1(T[i].name, s->dt, T[i].r);
-		int64_t m = x3_tensor_numel(t);
-		float *f = malloc(sizeof(float) * (size_t)m);
-		for (int64_t j = 0; j < m; j++)
-			f[j] = (float)T[i].v[j];
-		x3_convert(t->data, s->dt, f, X3_F32, (size_t)m);
-		free(f);
-		rc = x3_stw_module(w);
-		if (!rc)
-			rc = x3_stw_add(w, t);
-		x3_tensor_free(t);
-	}
-	if (rc) {
-		x3_stw_abort(w);
-		return rc;
-	}
-	if ((rc = x3_stw_commit(w)))
 		return rc;
 	char p[600], js[2048];
 	snprintf(p, sizeof p, "%s/config.json", dir);
@@ -135,26 +78,6 @@ static int write_model(const struct synth *s, const char *dir, const char *extra
 }
 
 /* ---- plain reference forward (double) -------------------------------- */
-static void rms(double *y, const double *x, const double *w, int n)
-{
-	double s = 0;
-	for (int i = 0; i < n; i++)
-		s += x[i] * x[i];
-	s = 1 / sqrt(s / n + 1e-5);
-	for (int i = 0; i < n; i++)
-		y[i] = x[i] * s * w[i];
-}
-
-static void mv(double *y, const double *W, const double *b, const double *x, int out, int in)
-{
-	for (int o = 0; o < out; o++) {
-		double a = b ? b[o] : 0;
-		for (int i = 0; i < in; i++)
-			a += W[(size_t)o * in + i] * x[i];
-		y[o] = a;
-	}
-}
-
 static void rope(double *v, int hd, int pos, const struct synth *s)
 {
 	for (int i = 0; i < hd / 2; i++) {
@@ -180,28 +103,28 @@ static void ref_forward(const struct synth *s, const int32_t *tok, int n, double
 	double *v = malloc(sizeof(double) * n * kvd), *a = malloc(sizeof(double) * qd);
 	double *o = malloc(sizeof(double) * H), *g = malloc(sizeof(double) * s->inter);
 	double *u = malloc(sizeof(double) * s->inter), *sc = malloc(sizeof(double) * n);
-	const double *E = get("model.embed_tokens.weight", 0);
+	const double *E = synth_get("model.embed_tokens.weight");
 	for (int t = 0; t < n; t++)
 		memcpy(x + t * H, E + (size_t)tok[t] * H, sizeof(double) * H);
 	for (int l = 0; l < s->layers; l++) {
 		for (int t = 0; t < n; t++) {
-			rms(xn, x + t * H, get("model.layers.%d.input_layernorm.weight", l), H);
-			mv(q + t * qd, get("model.layers.%d.self_attn.q_proj.weight", l),
-			   get("model.layers.%d.self_attn.q_proj.bias", l), xn, qd, H);
-			mv(k + t * kvd, get("model.layers.%d.self_attn.k_proj.weight", l),
-			   get("model.layers.%d.self_attn.k_proj.bias", l), xn, kvd, H);
-			mv(v + t * kvd, get("model.layers.%d.self_attn.v_proj.weight", l),
-			   get("model.layers.%d.self_attn.v_proj.bias", l), xn, kvd, H);
+			synth_rms(xn, x + t * H, synth_get("model.layers.%d.input_layernorm.weight", l), H, 1e-5);
+			synth_mv(q + t * qd, synth_get("model.layers.%d.self_attn.q_proj.weight", l),
+			   synth_get("model.layers.%d.self_attn.q_proj.bias", l), xn, qd, H);
+			synth_mv(k + t * kvd, synth_get("model.layers.%d.self_attn.k_proj.weight", l),
+			   synth_get("model.layers.%d.self_attn.k_proj.bias", l), xn, kvd, H);
+			synth_mv(v + t * kvd, synth_get("model.layers.%d.self_attn.v_proj.weight", l),
+			   synth_get("model.layers.%d.self_attn.v_proj.bias", l), xn, kvd, H);
 			for (int h = 0; h < s->heads; h++) {
 				if (s->qk_norm)
-					rms(q + t * qd + h * s->hd, q + t * qd + h * s->hd,
-					    get("model.layers.%d.self_attn.q_norm.weight", l), s->hd);
+					synth_rms(q + t * qd + h * s->hd, q + t * qd + h * s->hd,
+					          synth_get("model.layers.%d.self_attn.q_norm.weight", l), s->hd, 1e-5);
 				rope(q + t * qd + h * s->hd, s->hd, t, s);
 			}
 			for (int h = 0; h < s->kv; h++) {
 				if (s->qk_norm)
-					rms(k + t * kvd + h * s->hd, k + t * kvd + h * s->hd,
-					    get("model.layers.%d.self_attn.k_norm.weight", l), s->hd);
+					synth_rms(k + t * kvd + h * s->hd, k + t * kvd + h * s->hd,
+					          synth_get("model.layers.%d.self_attn.k_norm.weight", l), s->hd, 1e-5);
 				rope(k + t * kvd + h * s->hd, s->hd, t, s);
 			}
 		}
@@ -225,106 +148,69 @@ static void ref_forward(const struct synth *s, const int32_t *tok, int n, double
 					a[h * s->hd + e] = acc / sum;
 				}
 			}
-			mv(o, get("model.layers.%d.self_attn.o_proj.weight", l),
-			   get("model.layers.%d.self_attn.o_proj.bias", l), a, H, qd);
+			synth_mv(o, synth_get("model.layers.%d.self_attn.o_proj.weight", l),
+			   synth_get("model.layers.%d.self_attn.o_proj.bias", l), a, H, qd);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];
 		}
 		for (int t = 0; t < n; t++) {
-			rms(xn, x + t * H, get("model.layers.%d.post_attention_layernorm.weight", l), H);
-			mv(g, get("model.layers.%d.mlp.gate_proj.weight", l), NULL, xn, s->inter, H);
-			mv(u, get("model.layers.%d.mlp.up_proj.weight", l), NULL, xn, s->inter, H);
+			synth_rms(xn, x + t * H, synth_get("model.layers.%d.post_attention_layernorm.weight", l), H, 1e-5);
+			synth_mv(g, synth_get("model.layers.%d.mlp.gate_proj.weight", l), NULL, xn, s->inter, H);
+			synth_mv(u, synth_get("model.layers.%d.mlp.up_proj.weight", l), NULL, xn, s->inter, H);
 			for (int i = 0; i < s->inter; i++)
 				g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-			mv(o, get("model.layers.%d.mlp.down_proj.weight", l), NULL, g, H, s->inter);
+			synth_mv(o, synth_get("model.layers.%d.mlp.down_proj.weight", l), NULL, g, H, s->inter);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];
 		}
 	}
-	const double *W = s->tied ? E : get("lm_head.weight", 0);
+	const double *W = s->tied ? E : synth_get("lm_head.weight");
 	for (int t = 0; t < n; t++) {
-		rms(xn, x + t * H, get("model.norm.weight", 0), H);
-		mv(logits + (size_t)t * s->vocab, W, NULL, xn, s->vocab, H);
+		synth_rms(xn, x + t * H, synth_get("model.norm.weight"), H, 1e-5);
+		synth_mv(logits + (size_t)t * s->vocab, W, NULL, xn, s->vocab, H);
 	}
 	free(x), free(xn), free(q), free(k), free(v), free(a), free(o), free(g), free(u), free(sc);
 }
 
-static double compare(const struct synth *s, const char *dir, int rows, int cols)
+static void ref_rows(const void *ctx, const int32_t *tok, int n, double *logits)
 {
-	x3_model *m;
-	int rc = x3_model_open(dir, NULL, &m);
-	if (rc) {
-		printf("# open: %s\n", x3_errmsg());
-		return 1e9;
-	}
-	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
-	for (int i = 0; i < rows * cols; i++)
-		tok[i] = (i * 7 + 3) % s->vocab;
-	float *lg = malloc(sizeof(float) * rows * cols * s->vocab);
-	double *ref = malloc(sizeof(double) * cols * s->vocab), err = 0, mag = 0;
-	struct x3_forward_opts o;
-	x3_forward_opts_init(&o, m);
-	o.logits_mode = X3_LOGITS_ALL;
-	o.logits = lg;
-	o.chunk_tokens = cols;
-	if ((rc = x3_model_forward(m, tok, rows, cols, &o))) {
-		printf("# forward: %s\n", x3_errmsg());
-		err = 1e9;
-	}
-	for (int r = 0; r < rows && !rc; r++) {
-		ref_forward(s, tok + r * cols, cols, ref);
-		for (int i = 0; i < cols * s->vocab; i++) {
-			double d = fabs(ref[i] - lg[(size_t)r * cols * s->vocab + i]);
-			if (d > err) err = d;
-			if (fabs(ref[i]) > mag) mag = fabs(ref[i]);
-		}
-	}
-	free(tok), free(lg), free(ref);
-	x3_model_close(m);
-	return err / (mag > 0 ? mag : 1);
+	ref_forward(ctx, tok, n, logits);
 }
 
-static char tmp[256];
-
-static const char *path(const char *name)
+static double compare(const struct synth *s, const char *dir, int rows, int cols)
 {
-	static char p[4][512];
-	static int k;
-	k = (k + 1) % 4;
-	snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
-	return p[k];
+	return synth_compare(dir, rows, cols, s->vocab, ref_rows, s, NULL);
 }
 
 int main(void)
 {
-	snprintf(tmp, sizeof tmp, "%s/t1552.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(tmp)) {
+	if (test_tmpdir("t1552")) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
 	}
 	struct synth llama = { "LlamaForCausalLM", 32, 48, 2, 4, 2, 8, 40, 0, 0, 0, 0, 1, X3_F32, 0 };
 	build(&llama, 1);
-	CHECK_OK(write_model(&llama, path("llama"), NULL), "write llama (GQA, llama3 rope)");
-	double e = compare(&llama, path("llama"), 2, 12);
+	CHECK_OK(write_model(&llama, test_path("llama"), NULL), "write llama (GQA, llama3 rope)");
+	double e = compare(&llama, test_path("llama"), 2, 12);
 	CHECK(e < 1e-5, "llama: forward == reference (rel err %.2g)", e);
 
 	struct synth lb = llama;
 	lb.qkv_bias = lb.o_bias = 1, lb.tied = 1, lb.llama3 = 0, lb.dt = X3_BF16, lb.shard = 4000;
 	build(&lb, 2);
-	CHECK_OK(write_model(&lb, path("llama-bias"), NULL), "write llama, biases, tied, bf16, sharded");
-	e = compare(&lb, path("llama-bias"), 1, 9);
+	CHECK_OK(write_model(&lb, test_path("llama-bias"), NULL), "write llama, biases, tied, bf16, sharded");
+	e = compare(&lb, test_path("llama-bias"), 1, 9);
 	CHECK(e < 1e-5, "llama attention_bias/tied/bf16/sharded: == reference (rel err %.2g)", e);
 
 	struct synth q2 = { "Qwen2ForCausalLM", 32, 40, 2, 4, 1, 8, 30, 1, 0, 0, 0, 0, X3_F16, 0 };
 	build(&q2, 3);
-	CHECK_OK(write_model(&q2, path("qwen2"), NULL), "write qwen2 (f16)");
-	e = compare(&q2, path("qwen2"), 2, 7);
+	CHECK_OK(write_model(&q2, test_path("qwen2"), NULL), "write qwen2 (f16)");
+	e = compare(&q2, test_path("qwen2"), 2, 7);
 	CHECK(e < 1e-5, "qwen2 q/k/v bias: == reference (rel err %.2g)", e);
 
 	struct synth q3 = { "Qwen3ForCausalLM", 32, 40, 2, 4, 2, 16, 30, 0, 0, 1, 1, 0, X3_F32, 0 };
 	build(&q3, 4);
-	CHECK_OK(write_model(&q3, path("qwen3"), NULL), "write qwen3 (head_dim 16 != 32/4)");
-	e = compare(&q3, path("qwen3"), 2, 7);
+	CHECK_OK(write_model(&q3, test_path("qwen3"), NULL), "write qwen3 (head_dim 16 != 32/4)");
+	e = compare(&q3, test_path("qwen3"), 2, 7);
 	CHECK(e < 1e-5, "qwen3 q/k norm, head_dim: == reference (rel err %.2g)", e);
 
 	/* bad checkpoints */
@@ -332,24 +218,24 @@ int main(void)
 	int rc;
 	struct synth bad = llama;
 	build(&bad, 5);
-	T[3].r = 24;   /* model.layers.0.self_attn.q_proj.weight: 24 rows, not 32 */
-	T[3].v = realloc(T[3].v, sizeof(double) * 24 * 32);
-	CHECK_OK(write_model(&bad, path("badshape"), NULL), "write model with a bad q_proj");
-	rc = x3_model_open(path("badshape"), NULL, &m);
+	synth_t[3].r = 24;   /* model.layers.0.self_attn.q_proj.weight: 24 rows, not 32 */
+	synth_t[3].v = realloc(synth_t[3].v, sizeof(double) * 24 * 32);
+	CHECK_OK(write_model(&bad, test_path("badshape"), NULL), "write model with a bad q_proj");
+	rc = x3_model_open(test_path("badshape"), NULL, &m);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "model.layers.0.self_attn.q_proj.weight") &&
 	      strstr(x3_errmsg(), "24x32"), "shape disagreeing with config: %s", x3_errmsg());
 
 	build(&bad, 5);
-	snprintf(T[nT - 1].name, sizeof T[nT - 1].name, "lm_head.wieght");
-	CHECK_OK(write_model(&bad, path("nohead"), NULL), "write model without lm_head");
-	rc = x3_model_open(path("nohead"), NULL, &m);
+	snprintf(synth_t[synth_n - 1].name, sizeof synth_t[synth_n - 1].name, "lm_head.wieght");
+	CHECK_OK(write_model(&bad, test_path("nohead"), NULL), "write model without lm_head");
+	rc = x3_model_open(test_path("nohead"), NULL, &m);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'lm_head.weight' is missing"),
 	      "missing tensor: %s", x3_errmsg());
 
 	build(&bad, 5);
-	CHECK_OK(write_model(&bad, path("swa"), ", \"architectures\": [\"MistralForCausalLM\"], "
+	CHECK_OK(write_model(&bad, test_path("swa"), ", \"architectures\": [\"MistralForCausalLM\"], "
 	                     "\"sliding_window\": 4"), "write mistral with a 4-token window");
-	rc = x3_model_open(path("swa"), NULL, &m);
+	rc = x3_model_open(test_path("swa"), NULL, &m);
 	CHECK_OK(rc, "open mistral");
 	if (!rc) {
 		int32_t tk[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
@@ -365,26 +251,23 @@ int main(void)
 	struct synth sh = llama;
 	sh.shard = 3000;
 	build(&sh, 6);
-	CHECK_OK(write_model(&sh, path("sharded"), NULL), "write sharded model");
+	CHECK_OK(write_model(&sh, test_path("sharded"), NULL), "write sharded model");
 	char shard[600];
-	snprintf(shard, sizeof shard, "%s/model-00002-of-%05d.safetensors", path("sharded"), 0);
+	snprintf(shard, sizeof shard, "%s/model-00002-of-%05d.safetensors", test_path("sharded"), 0);
 	/* find the real name of shard 2 */
 	for (int nsh = 2; nsh < 100; nsh++) {
-		snprintf(shard, sizeof shard, "%s/model-00002-of-%05d.safetensors", path("sharded"), nsh);
+		snprintf(shard, sizeof shard, "%s/model-00002-of-%05d.safetensors", test_path("sharded"), nsh);
 		if (access(shard, F_OK) == 0)
 			break;
 	}
 	int ul = unlink(shard);
 	CHECK(ul == 0, "remove shard 2 (%s)", shard);
-	rc = x3_model_open(path("sharded"), NULL, &m);
+	rc = x3_model_open(test_path("sharded"), NULL, &m);
 	CHECK(rc != X3_OK && strstr(x3_errmsg(), "model-00002-of-"), "missing shard: %s",
 	      x3_errmsg());
 
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-	if (system(cmd) != 0)
-		printf("# could not remove %s\n", tmp);
-	for (int i = 0; i < nT; i++)
-		free(T[i].v);
+	if (test_tmpdir_remove())
+		printf("# could not remove %s\n", test_tmp());
+	synth_reset();
 	TEST_DONE();
 }

@@ -3,35 +3,11 @@
  * cols, members; --merge of two halves equals the whole (F64: to rounding
  * of the summation order; F32: to F32 rounding); --activations exact. */
 #include <math.h>
-#include <stdarg.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <lapacke.h>
 #include "test.h"
+#include "synth.h"
 #include "frame.h"
-
-static char tmp[256];
-
-static const char *p(const char *name)
-{
-	static char b[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(b[k], sizeof b[k], "%s/%s", tmp, name);
-	return b[k];
-}
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof cmd, fmt, ap);
-	va_end(ap);
-	int rc = system(cmd);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static int write_tokens(const char *path, int rows, int cols, int r0, uint64_t seed)
 {
@@ -45,14 +21,7 @@ static int write_tokens(const char *path, int rows, int cols, int r0, uint64_t s
 		for (int c = 0; c < cols; c++)
 			v[r * cols + c] = c == 0 ? 1 : (int32_t)(3 + x3_rng_u64(&g) % 509);
 	}
-	FILE *f = fopen(path, "wb");
-	x3_writer *w;
-	int rc = x3_writer_open_fd(fileno(f), 0, &w);
-	if (!rc)
-		rc = x3_writer_put(w, t);
-	if (!rc)
-		rc = x3_writer_close(w);
-	fclose(f);
+	int rc = test_write_frame(path, t);
 	x3_tensor_free(t);
 	return rc;
 }
@@ -98,30 +67,29 @@ int main(void)
 		CHECK(0, "bin/hessian-capture is built");
 		TEST_DONE();
 	}
-	snprintf(tmp, sizeof tmp, "%s/t1554.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(tmp)) {
+	if (test_tmpdir("t1554")) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
 	}
 	enum { R = 4, C = 64 };
-	CHECK_OK(write_tokens(p("all"), R, C, 0, 9), "tokens 4x64");
-	CHECK_OK(write_tokens(p("a"), R / 2, C, 0, 9), "tokens rows 0-1");
-	CHECK_OK(write_tokens(p("b"), R / 2, C, R / 2, 9), "tokens rows 2-3");
+	CHECK_OK(write_tokens(test_path("all"), R, C, 0, 9), "tokens 4x64");
+	CHECK_OK(write_tokens(test_path("a"), R / 2, C, 0, 9), "tokens rows 0-1");
+	CHECK_OK(write_tokens(test_path("b"), R / 2, C, R / 2, 9), "tokens rows 2-3");
 	const char *hc = "bin/hessian-capture -q";
-	CHECK(run("%s --model %s --tokens %s > %s", hc, model, p("all"), p("h")) == 0, "capture 4x64");
-	CHECK(run("%s --model %s --tokens %s --f64 -o %s", hc, model, p("all"), p("h64")) == 0,
+	CHECK(test_run("%s --model %s --tokens %s > %s", hc, model, test_path("all"), test_path("h")) == 0, "capture 4x64");
+	CHECK(test_run("%s --model %s --tokens %s --f64 -o %s", hc, model, test_path("all"), test_path("h64")) == 0,
 	      "capture 4x64 --f64 -o");
-	CHECK(run("%s --model %s --tokens %s --f64 > %s", hc, model, p("a"), p("ha")) == 0 &&
-	      run("%s --model %s --tokens %s --f64 --zstd > %s", hc, model, p("b"), p("hb")) == 0,
+	CHECK(test_run("%s --model %s --tokens %s --f64 > %s", hc, model, test_path("a"), test_path("ha")) == 0 &&
+	      test_run("%s --model %s --tokens %s --f64 --zstd > %s", hc, model, test_path("b"), test_path("hb")) == 0,
 	      "capture the halves (F64, one zstd)");
-	CHECK(run("%s --merge %s - < %s > %s", hc, p("ha"), p("hb"), p("m64")) == 0,
+	CHECK(test_run("%s --merge %s - < %s > %s", hc, test_path("ha"), test_path("hb"), test_path("m64")) == 0,
 	      "merge a file and stdin");
-	CHECK(run("%s --merge %s %s | %s --merge > %s", hc, p("ha"), p("hb"), hc, p("m32")) == 0,
+	CHECK(test_run("%s --merge %s %s | %s --merge > %s", hc, test_path("ha"), test_path("hb"), hc, test_path("m32")) == 0,
 	      "merge (F64 in, F64 out), merge again");
 
 	x3_tensor **h = NULL, **h64 = NULL, **m64 = NULL, **ha = NULL;
 	int nh = 0, n64 = 0, nm = 0, na = 0;
-	CHECK_OK(x3_read_all(p("h"), &h, &nh), "read the capture");
+	CHECK_OK(x3_read_all(test_path("h"), &h, &nh), "read the capture");
 	CHECK(nh == 21, "21 frames: 4 groups x 5 layers + head (got %d)", nh);
 	int psd = 1, sym = 1, cnt = 1, names = 1;
 	for (int i = 0; i < nh; i++) {
@@ -164,8 +132,8 @@ int main(void)
 	CHECK(cnt, "count = rows x cols = %d, F32 square", R * C);
 	CHECK(names, "names, members, layer, tied head");
 
-	CHECK_OK(x3_read_all(p("h64"), &h64, &n64), "read the F64 capture");
-	CHECK_OK(x3_read_all(p("m64"), &m64, &nm), "read the merged halves");
+	CHECK_OK(x3_read_all(test_path("h64"), &h64, &n64), "read the F64 capture");
+	CHECK_OK(x3_read_all(test_path("m64"), &m64, &nm), "read the merged halves");
 	int mok = 0;
 	double e = stream_diff(h64, n64, m64, nm, &mok);
 	CHECK(mok && m64[0]->dtype == X3_F64, "merged: same frames, counts (%s), members, F64",
@@ -174,17 +142,17 @@ int main(void)
 	e = stream_diff(h, nh, h64, n64, &mok);
 	CHECK(mok && e < 1e-5, "F32 capture == F64 capture to F32 rounding (rel err %.2g)", e);
 	x3_tensors_free(m64, nm);
-	CHECK_OK(x3_read_all(p("m32"), &m64, &nm), "read the re-merged stream");
+	CHECK_OK(x3_read_all(test_path("m32"), &m64, &nm), "read the re-merged stream");
 	e = stream_diff(h64, n64, m64, nm, &mok);
 	CHECK(mok && e < 1e-12, "merging a single stream is the identity");
-	CHECK_OK(x3_read_all(p("ha"), &ha, &na), "read half a");
+	CHECK_OK(x3_read_all(test_path("ha"), &ha, &na), "read half a");
 	CHECK(na == 21 && !strcmp(x3_meta_get(ha[0], "count"), "128"), "half: count 128");
 
 	/* --layers: only the asked-for layers, the head is layer 5 */
 	x3_tensors_free(m64, nm);
-	CHECK(run("%s --model %s --tokens %s --layers 2-3 > %s", hc, model, p("all"), p("l")) == 0,
+	CHECK(test_run("%s --model %s --tokens %s --layers 2-3 > %s", hc, model, test_path("all"), test_path("l")) == 0,
 	      "capture --layers 2-3");
-	CHECK_OK(x3_read_all(p("l"), &m64, &nm), "read it");
+	CHECK_OK(x3_read_all(test_path("l"), &m64, &nm), "read it");
 	e = stream_diff(h + 8, 8, m64, nm, &mok);
 	CHECK(nm == 8 && mok && e == 0, "layers 2-3 == the same frames of the full capture");
 	x3_tensors_free(m64, nm);
@@ -194,7 +162,7 @@ int main(void)
 	for (int i = 0; i < 6; i++)
 		((float *)x->data)[i] = (float)i;
 	x3_meta_set(x, "group", "g.input");
-	FILE *f = fopen(p("act"), "wb");
+	FILE *f = fopen(test_path("act"), "wb");
 	x3_writer *w;
 	x3_writer_open_fd(fileno(f), 0, &w);
 	x3_writer_put(w, x);
@@ -202,9 +170,9 @@ int main(void)
 	x3_writer_close(w);
 	fclose(f);
 	x3_tensor_free(x);
-	CHECK(run("%s --activations --members a.weight < %s > %s", hc, p("act"), p("ah")) == 0,
+	CHECK(test_run("%s --activations --members a.weight < %s > %s", hc, test_path("act"), test_path("ah")) == 0,
 	      "--activations");
-	CHECK_OK(x3_read_all(p("ah"), &m64, &nm), "read it");
+	CHECK_OK(x3_read_all(test_path("ah"), &m64, &nm), "read it");
 	if (nm == 1) {
 		const float *v = m64[0]->data;
 		CHECK(!strcmp(m64[0]->name, "g.input") && v[0] == 40 && v[1] == 52 && v[2] == 52 &&
@@ -219,6 +187,6 @@ int main(void)
 	x3_tensors_free(h, nh);
 	x3_tensors_free(h64, n64);
 	x3_tensors_free(ha, na);
-	run("rm -rf '%s'", tmp);
+	test_tmpdir_remove();
 	TEST_DONE();
 }

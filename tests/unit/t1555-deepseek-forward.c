@@ -21,9 +21,9 @@
  * differs), and bad configs fail naming the key. */
 #include <math.h>
 #include <stdint.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include "test.h"
+#include "synth.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -41,117 +41,66 @@ struct ds {
 #define YORIG 64.0
 #define THETA 100.0
 
-struct tens { char name[128]; int r, c; double *v; };
-static struct tens T[512];
-static int nT;
-
-static void add(const char *name, int r, int c, double scale, double mean, x3_rng *g)
-{
-	struct tens *t = &T[nT++];
-	snprintf(t->name, sizeof t->name, "%s", name);
-	t->r = r, t->c = c;
-	t->v = malloc(sizeof(double) * (size_t)r * (c ? c : 1));
-	for (int i = 0; i < r * (c ? c : 1); i++)
-		t->v[i] = (double)(float)(mean + scale * x3_rng_normal(g));
-}
-
-static const double *get(const char *fmt, int l)
-{
-	char n[160];
-	snprintf(n, sizeof n, fmt, l);
-	for (int i = 0; i < nT; i++)
-		if (!strcmp(T[i].name, n))
-			return T[i].v;
-	return NULL;
-}
-
-static const double *getx(const char *fmt, int l, int e)
-{
-	char n[160];
-	snprintf(n, sizeof n, fmt, l, e);
-	return get(n, 0);
-}
-
 static void build(const struct ds *s, uint64_t seed)
 {
 	x3_rng g;
 	x3_rng_seed(&g, seed, 0);
-	for (int i = 0; i < nT; i++)
-		free(T[i].v);
-	nT = 0;
+	synth_reset();
 	char n[160];
 	int H = s->hidden, qd = s->heads * (s->nope + s->rope);
-	add("model.embed_tokens.weight", s->vocab, H, 1.0, 0, &g);
+	synth_add("model.embed_tokens.weight", s->vocab, H, 1.0, 0, &g);
 	for (int l = 0; l < s->layers; l++) {
 #define L(x) (snprintf(n, sizeof n, "model.layers.%d." x, l), n)
-		add(L("input_layernorm.weight"), H, 0, 0.1, 1, &g);
-		add(L("post_attention_layernorm.weight"), H, 0, 0.1, 1, &g);
+		synth_add(L("input_layernorm.weight"), H, 0, 0.1, 1, &g);
+		synth_add(L("post_attention_layernorm.weight"), H, 0, 0.1, 1, &g);
 		if (s->q_lora) {
-			add(L("self_attn.q_a_proj.weight"), s->q_lora, H, 1 / sqrt(H), 0, &g);
-			add(L("self_attn.q_a_layernorm.weight"), s->q_lora, 0, 0.1, 1, &g);
-			add(L("self_attn.q_b_proj.weight"), qd, s->q_lora, 1 / sqrt(s->q_lora), 0, &g);
+			synth_add(L("self_attn.q_a_proj.weight"), s->q_lora, H, 1 / sqrt(H), 0, &g);
+			synth_add(L("self_attn.q_a_layernorm.weight"), s->q_lora, 0, 0.1, 1, &g);
+			synth_add(L("self_attn.q_b_proj.weight"), qd, s->q_lora, 1 / sqrt(s->q_lora), 0, &g);
 			if (s->bias)
-				add(L("self_attn.q_a_proj.bias"), s->q_lora, 0, 0.3, 0, &g);
+				synth_add(L("self_attn.q_a_proj.bias"), s->q_lora, 0, 0.3, 0, &g);
 		} else {
-			add(L("self_attn.q_proj.weight"), qd, H, 1 / sqrt(H), 0, &g);
+			synth_add(L("self_attn.q_proj.weight"), qd, H, 1 / sqrt(H), 0, &g);
 		}
-		add(L("self_attn.kv_a_proj_with_mqa.weight"), s->kv_lora + s->rope, H, 1 / sqrt(H), 0, &g);
-		add(L("self_attn.kv_a_layernorm.weight"), s->kv_lora, 0, 0.1, 1, &g);
-		add(L("self_attn.kv_b_proj.weight"), s->heads * (s->nope + s->vd), s->kv_lora, 1 / sqrt(s->kv_lora), 0, &g);
-		add(L("self_attn.o_proj.weight"), H, s->heads * s->vd, 1 / sqrt(s->heads * s->vd), 0, &g);
+		synth_add(L("self_attn.kv_a_proj_with_mqa.weight"), s->kv_lora + s->rope, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("self_attn.kv_a_layernorm.weight"), s->kv_lora, 0, 0.1, 1, &g);
+		synth_add(L("self_attn.kv_b_proj.weight"), s->heads * (s->nope + s->vd), s->kv_lora, 1 / sqrt(s->kv_lora), 0, &g);
+		synth_add(L("self_attn.o_proj.weight"), H, s->heads * s->vd, 1 / sqrt(s->heads * s->vd), 0, &g);
 		if (s->bias) {
-			add(L("self_attn.kv_a_proj_with_mqa.bias"), s->kv_lora + s->rope, 0, 0.3, 0, &g);
-			add(L("self_attn.o_proj.bias"), H, 0, 0.3, 0, &g);
+			synth_add(L("self_attn.kv_a_proj_with_mqa.bias"), s->kv_lora + s->rope, 0, 0.3, 0, &g);
+			synth_add(L("self_attn.o_proj.bias"), H, 0, 0.3, 0, &g);
 		}
 		if (l < s->first_dense) {
-			add(L("mlp.gate_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
-			add(L("mlp.up_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
-			add(L("mlp.down_proj.weight"), H, s->inter, 1 / sqrt(s->inter), 0, &g);
+			synth_add(L("mlp.gate_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
+			synth_add(L("mlp.up_proj.weight"), s->inter, H, 1 / sqrt(H), 0, &g);
+			synth_add(L("mlp.down_proj.weight"), H, s->inter, 1 / sqrt(s->inter), 0, &g);
 			continue;
 		}
-		add(L("mlp.gate.weight"), s->E, H, 1 / sqrt(H), 0, &g);
-		add(L("mlp.gate.e_score_correction_bias"), s->E, 0, 0.2, 0, &g);
+		synth_add(L("mlp.gate.weight"), s->E, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("mlp.gate.e_score_correction_bias"), s->E, 0, 0.2, 0, &g);
 		for (int e = 0; e < s->E; e++) {
 			char m[160];
 #define LE(x) (snprintf(m, sizeof m, "model.layers.%d.mlp.experts.%d." x, l, e), m)
-			add(LE("gate_proj.weight"), s->moe_inter, H, 1 / sqrt(H), 0, &g);
-			add(LE("up_proj.weight"), s->moe_inter, H, 1 / sqrt(H), 0, &g);
-			add(LE("down_proj.weight"), H, s->moe_inter, 1 / sqrt(s->moe_inter), 0, &g);
+			synth_add(LE("gate_proj.weight"), s->moe_inter, H, 1 / sqrt(H), 0, &g);
+			synth_add(LE("up_proj.weight"), s->moe_inter, H, 1 / sqrt(H), 0, &g);
+			synth_add(LE("down_proj.weight"), H, s->moe_inter, 1 / sqrt(s->moe_inter), 0, &g);
 #undef LE
 		}
 		int si = s->n_shared * s->moe_inter;
-		add(L("mlp.shared_experts.gate_proj.weight"), si, H, 1 / sqrt(H), 0, &g);
-		add(L("mlp.shared_experts.up_proj.weight"), si, H, 1 / sqrt(H), 0, &g);
-		add(L("mlp.shared_experts.down_proj.weight"), H, si, 1 / sqrt(si), 0, &g);
+		synth_add(L("mlp.shared_experts.gate_proj.weight"), si, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("mlp.shared_experts.up_proj.weight"), si, H, 1 / sqrt(H), 0, &g);
+		synth_add(L("mlp.shared_experts.down_proj.weight"), H, si, 1 / sqrt(si), 0, &g);
 #undef L
 	}
-	add("model.norm.weight", H, 0, 0.1, 1, &g);
-	add("lm_head.weight", s->vocab, H, 1 / sqrt(H), 0, &g);
+	synth_add("model.norm.weight", H, 0, 0.1, 1, &g);
+	synth_add("lm_head.weight", s->vocab, H, 1 / sqrt(H), 0, &g);
+	synth_round(X3_F32);   /* the reference sees the values the checkpoint stores */
 }
 
 static int write_model(const struct ds *s, const char *dir, const char *extra)
 {
-	mkdir(dir, 0755);
-	x3_stw *w;
-	int rc = x3_stw_create(dir, 0, &w);
+	int rc = synth_write(dir, X3_F32, 0);
 	if (rc)
-		return rc;
-	for (int i = 0; i < nT && !rc; i++) {
-		x3_tensor *t = T[i].c ? x3_tensor_new2(T[i].name, X3_F32, T[i].r, T[i].c)
-		                      : x3_tensor_new1(T[i].name, X3_F32, T[i].r);
-		float *f = (float *)t->data;
-		for (int64_t j = 0; j < x3_tensor_numel(t); j++)
-			f[j] = (float)T[i].v[j];
-		rc = x3_stw_module(w);
-		if (!rc)
-			rc = x3_stw_add(w, t);
-		x3_tensor_free(t);
-	}
-	if (rc) {
-		x3_stw_abort(w);
-		return rc;
-	}
-	if ((rc = x3_stw_commit(w)))
 		return rc;
 	char p[600], js[4096], ql[32];
 	snprintf(ql, sizeof ql, s->q_lora ? "%d" : "null", s->q_lora);
@@ -179,26 +128,6 @@ static int write_model(const struct ds *s, const char *dir, const char *extra)
 }
 
 /* ---- the reference (double, token by token) -------------------------- */
-static void rms(double *y, const double *x, const double *w, int n)
-{
-	double s = 0;
-	for (int i = 0; i < n; i++)
-		s += x[i] * x[i];
-	s = 1 / sqrt(s / n + 1e-6);
-	for (int i = 0; i < n; i++)
-		y[i] = x[i] * s * w[i];
-}
-
-static void mv(double *y, const double *W, const double *b, const double *x, int out, int in)
-{
-	for (int o = 0; o < out; o++) {
-		double a = b ? b[o] : 0;
-		for (int i = 0; i < in; i++)
-			a += W[(size_t)o * in + i] * x[i];
-		y[o] = a;
-	}
-}
-
 static double mscale(double s, double m) { return s <= 1 ? 1 : 0.1 * m * log(s) + 1; }
 
 /* Hugging Face's inverse frequencies (default or yarn) of dim d */
@@ -282,11 +211,11 @@ static void route(const struct ds *s, const double *logit, const double *bias, i
 static void mlp(double *y, const double *x, const double *G, const double *U, const double *D, int H, int I)
 {
 	double g[512], u[512];
-	mv(g, G, NULL, x, I, H);
-	mv(u, U, NULL, x, I, H);
+	synth_mv(g, G, NULL, x, I, H);
+	synth_mv(u, U, NULL, x, I, H);
 	for (int i = 0; i < I; i++)
 		g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-	mv(y, D, NULL, g, H, I);
+	synth_mv(y, D, NULL, g, H, I);
 }
 
 static void ref_forward(const struct ds *s, const int32_t *tok, int n, double *logits)
@@ -298,29 +227,29 @@ static void ref_forward(const struct ds *s, const int32_t *tok, int n, double *l
 	double *a = malloc(sizeof(double) * nh * s->vd), *sc = malloc(sizeof(double) * n);
 	double qa[256], ckv[256], kv[1024];
 	double sm = 1 / sqrt(qkd) * (s->yarn ? mscale(YF, YMSA) * mscale(YF, YMSA) : 1);
-	const double *E = get("model.embed_tokens.weight", 0);
+	const double *E = synth_get("model.embed_tokens.weight");
 	for (int t = 0; t < n; t++)
 		memcpy(x + t * H, E + (size_t)tok[t] * H, sizeof(double) * H);
 	for (int l = 0; l < s->layers; l++) {
-#define W(x) get("model.layers.%d." x, l)
+#define W(x) synth_get("model.layers.%d." x, l)
 		for (int t = 0; t < n; t++) {
-			rms(xn, x + t * H, W("input_layernorm.weight"), H);
+			synth_rms(xn, x + t * H, W("input_layernorm.weight"), H, 1e-6);
 			if (s->q_lora) {
-				mv(qa, W("self_attn.q_a_proj.weight"), W("self_attn.q_a_proj.bias"), xn, s->q_lora, H);
-				rms(qa, qa, W("self_attn.q_a_layernorm.weight"), s->q_lora);
-				mv(q + t * nh * qkd, W("self_attn.q_b_proj.weight"), NULL, qa, nh * qkd, s->q_lora);
+				synth_mv(qa, W("self_attn.q_a_proj.weight"), W("self_attn.q_a_proj.bias"), xn, s->q_lora, H);
+				synth_rms(qa, qa, W("self_attn.q_a_layernorm.weight"), s->q_lora, 1e-6);
+				synth_mv(q + t * nh * qkd, W("self_attn.q_b_proj.weight"), NULL, qa, nh * qkd, s->q_lora);
 			} else {
-				mv(q + t * nh * qkd, W("self_attn.q_proj.weight"), NULL, xn, nh * qkd, H);
+				synth_mv(q + t * nh * qkd, W("self_attn.q_proj.weight"), NULL, xn, nh * qkd, H);
 			}
 			double *lt = lat + t * (s->kv_lora + s->rope);
-			mv(lt, W("self_attn.kv_a_proj_with_mqa.weight"), W("self_attn.kv_a_proj_with_mqa.bias"), xn,
+			synth_mv(lt, W("self_attn.kv_a_proj_with_mqa.weight"), W("self_attn.kv_a_proj_with_mqa.bias"), xn,
 			   s->kv_lora + s->rope, H);
 			rope(lt + s->kv_lora, t, s);
 			for (int h = 0; h < nh; h++)
 				rope(q + (t * nh + h) * qkd + s->nope, t, s);
 			/* decompress this position's keys and values, every head */
-			rms(ckv, lt, W("self_attn.kv_a_layernorm.weight"), s->kv_lora);
-			mv(kv, W("self_attn.kv_b_proj.weight"), NULL, ckv, nh * kvb, s->kv_lora);
+			synth_rms(ckv, lt, W("self_attn.kv_a_layernorm.weight"), s->kv_lora, 1e-6);
+			synth_mv(kv, W("self_attn.kv_b_proj.weight"), NULL, ckv, nh * kvb, s->kv_lora);
 			for (int h = 0; h < nh; h++) {
 				for (int e = 0; e < s->nope; e++)
 					K[(t * nh + h) * qkd + e] = kv[h * kvb + e];
@@ -349,26 +278,26 @@ static void ref_forward(const struct ds *s, const int32_t *tok, int n, double *l
 					a[h * s->vd + e] = acc / sum;
 				}
 			}
-			mv(o, W("self_attn.o_proj.weight"), W("self_attn.o_proj.bias"), a, H, nh * s->vd);
+			synth_mv(o, W("self_attn.o_proj.weight"), W("self_attn.o_proj.bias"), a, H, nh * s->vd);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];
 		}
 		for (int t = 0; t < n; t++) {
-			rms(xn, x + t * H, W("post_attention_layernorm.weight"), H);
+			synth_rms(xn, x + t * H, W("post_attention_layernorm.weight"), H, 1e-6);
 			if (l < s->first_dense) {
 				mlp(o, xn, W("mlp.gate_proj.weight"), W("mlp.up_proj.weight"), W("mlp.down_proj.weight"), H,
 				    s->inter);
 			} else {
 				double lg[256], w[16];
 				int idx[16];
-				mv(lg, W("mlp.gate.weight"), NULL, xn, s->E, H);
+				synth_mv(lg, W("mlp.gate.weight"), NULL, xn, s->E, H);
 				route(s, lg, W("mlp.gate.e_score_correction_bias"), idx, w);
 				mlp(o, xn, W("mlp.shared_experts.gate_proj.weight"), W("mlp.shared_experts.up_proj.weight"),
 				    W("mlp.shared_experts.down_proj.weight"), H, s->n_shared * s->moe_inter);
 				for (int j = 0; j < s->K; j++) {
-					mlp(y, xn, getx("model.layers.%d.mlp.experts.%d.gate_proj.weight", l, idx[j]),
-					    getx("model.layers.%d.mlp.experts.%d.up_proj.weight", l, idx[j]),
-					    getx("model.layers.%d.mlp.experts.%d.down_proj.weight", l, idx[j]), H, s->moe_inter);
+					mlp(y, xn, synth_get("model.layers.%d.mlp.experts.%d.gate_proj.weight", l, idx[j]),
+					    synth_get("model.layers.%d.mlp.experts.%d.up_proj.weight", l, idx[j]),
+					    synth_get("model.layers.%d.mlp.experts.%d.down_proj.weight", l, idx[j]), H, s->moe_inter);
 					for (int i = 0; i < H; i++)
 						o[i] += w[j] * y[i];
 				}
@@ -379,69 +308,29 @@ static void ref_forward(const struct ds *s, const int32_t *tok, int n, double *l
 #undef W
 	}
 	for (int t = 0; t < n; t++) {
-		rms(xn, x + t * H, get("model.norm.weight", 0), H);
-		mv(logits + (size_t)t * s->vocab, get("lm_head.weight", 0), NULL, xn, s->vocab, H);
+		synth_rms(xn, x + t * H, synth_get("model.norm.weight"), H, 1e-6);
+		synth_mv(logits + (size_t)t * s->vocab, synth_get("lm_head.weight"), NULL, xn, s->vocab, H);
 	}
 	free(x), free(q), free(lat), free(K), free(V), free(a), free(sc);
 }
 
-/* max |model - reference| / max |reference| over rows x cols tokens; the
- * model's logits in *lgo (malloc'd) when lgo is set */
-static double compare(const struct ds *s, const char *dir, int rows, int cols, float **lgo)
+static void ref_rows(const void *ctx, const int32_t *tok, int n, double *logits)
 {
-	x3_model *m;
-	int rc = x3_model_open(dir, NULL, &m);
-	if (rc) {
-		printf("# open: %s\n", x3_errmsg());
-		return 1e9;
-	}
-	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
-	for (int i = 0; i < rows * cols; i++)
-		tok[i] = (i * 7 + 3) % s->vocab;
-	float *lg = malloc(sizeof(float) * rows * cols * s->vocab);
-	double *ref = malloc(sizeof(double) * cols * s->vocab), err = 0, mag = 0;
-	struct x3_forward_opts o;
-	x3_forward_opts_init(&o, m);
-	o.logits_mode = X3_LOGITS_ALL;
-	o.logits = lg;
-	o.chunk_tokens = cols;
-	if ((rc = x3_model_forward(m, tok, rows, cols, &o))) {
-		printf("# forward: %s\n", x3_errmsg());
-		err = 1e9;
-	}
-	for (int r = 0; r < rows && !rc; r++) {
-		ref_forward(s, tok + r * cols, cols, ref);
-		for (int i = 0; i < cols * s->vocab; i++) {
-			double d = fabs(ref[i] - lg[(size_t)r * cols * s->vocab + i]);
-			err = d > err ? d : err;
-			mag = fabs(ref[i]) > mag ? fabs(ref[i]) : mag;
-		}
-	}
-	free(tok), free(ref);
-	if (lgo)
-		*lgo = lg;
-	else
-		free(lg);
-	x3_model_close(m);
-	return err / (mag > 0 ? mag : 1);
+	ref_forward(ctx, tok, n, logits);
 }
 
-static char tmp[256];
-static const char *path(const char *name)
+/* max |model - reference| / max |reference| (synth_compare) */
+static double compare(const struct ds *s, const char *dir, int rows, int cols, float **lgo)
 {
-	static char p[4][512];
-	static int k;
-	k = (k + 1) % 4;
-	snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
-	return p[k];
+	return synth_compare(dir, rows, cols, s->vocab, ref_rows, s, lgo);
 }
 
 static int bad(const struct ds *s, const char *name, const char *extra, const char *want)
 {
-	if (write_model(s, path(name), extra))
+	if (write_model(s, test_path(name), extra))
 		return 0;
 	x3_model *m;
-	int rc = x3_model_open(path(name), NULL, &m);
+	int rc = x3_model_open(test_path(name), NULL, &m);
 	if (!rc) {
 		x3_model_close(m);
 		return 0;
@@ -453,8 +342,7 @@ static int bad(const struct ds *s, const char *name, const char *extra, const ch
 
 int main(void)
 {
-	snprintf(tmp, sizeof tmp, "%s/t1555.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(tmp)) {
+	if (test_tmpdir("t1555")) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
 	}
@@ -462,10 +350,10 @@ int main(void)
 	 * n_shared n_group topk_group first_dense | interleave yarn bias norm_topk | scale */
 	struct ds a = { 40, 56, 3, 3, 50, 28, 20, 8, 8, 6, 8, 3, 12, 2, 4, 2, 1, 1, 1, 0, 1, 2.5 };
 	build(&a, 1);
-	CHECK_OK(write_model(&a, path("a"), NULL), "write DeepSeek V3: q_lora 28, kv_lora 20, yarn, 8 experts "
+	CHECK_OK(write_model(&a, test_path("a"), NULL), "write DeepSeek V3: q_lora 28, kv_lora 20, yarn, 8 experts "
 	         "in 4 groups, top 3 of the best 2 groups, 2 shared, layer 0 dense");
 	x3_model *m;
-	CHECK_OK(x3_model_open(path("a"), NULL, &m), "open it");
+	CHECK_OK(x3_model_open(test_path("a"), NULL, &m), "open it");
 	if (m) {
 		const x3_model_config *c = x3_model_cfg(m);
 		double ms = 0.1 * YMSA * log(YF) + 1;
@@ -475,19 +363,19 @@ int main(void)
 		x3_model_close(m);
 	}
 	float *lga = NULL;
-	double e = compare(&a, path("a"), 2, 13, &lga);
+	double e = compare(&a, test_path("a"), 2, 13, &lga);
 	CHECK(e < 1e-5, "forward == the reference (naive attention over decompressed k/v, per-token "
 	      "routing) (rel err %.2g)", e);
 
 	/* the correction bias chooses the experts: another one gives other logits */
 	struct ds a2 = a;
-	for (int i = 0; i < nT; i++)
-		if (strstr(T[i].name, "e_score_correction_bias"))
-			for (int j = 0; j < T[i].r; j++)
-				T[i].v[j] = -T[i].v[j] * 8;
-	CHECK_OK(write_model(&a2, path("a2"), NULL), "write it with other correction biases");
+	for (int i = 0; i < synth_n; i++)
+		if (strstr(synth_t[i].name, "e_score_correction_bias"))
+			for (int j = 0; j < synth_t[i].r; j++)
+				synth_t[i].v[j] = -synth_t[i].v[j] * 8;
+	CHECK_OK(write_model(&a2, test_path("a2"), NULL), "write it with other correction biases");
 	float *lgb = NULL;
-	e = compare(&a2, path("a2"), 2, 13, &lgb);
+	e = compare(&a2, test_path("a2"), 2, 13, &lgb);
 	CHECK(e < 1e-5, "... == the reference (rel err %.2g)", e);
 	double diff = 0;
 	for (int i = 0; lga && lgb && i < 2 * 13 * a.vocab; i++)
@@ -497,9 +385,9 @@ int main(void)
 
 	struct ds b = { 40, 56, 2, 2, 50, 0, 20, 6, 4, 10, 6, 2, 10, 1, 3, 1, 0, 0, 0, 1, 0, 1.0 };
 	build(&b, 2);
-	CHECK_OK(write_model(&b, path("b"), NULL), "write: q_lora null (q_proj), rotate-half rope, no yarn, "
+	CHECK_OK(write_model(&b, test_path("b"), NULL), "write: q_lora null (q_proj), rotate-half rope, no yarn, "
 	         "attention_bias, norm_topk_prob false, no dense layer, 3 groups of 2, top 2 of 1 group");
-	e = compare(&b, path("b"), 1, 9, NULL);
+	e = compare(&b, test_path("b"), 1, 9, NULL);
 	CHECK(e < 1e-5, "forward == the reference (rel err %.2g)", e);
 
 	/* bad configs */
@@ -508,5 +396,8 @@ int main(void)
 	CHECK(bad(&a, "c2", ", \"scoring_func\": \"softmax\"", "scoring_func 'softmax'"), "softmax scoring: named");
 	CHECK(bad(&a, "c3", ", \"topk_group\": 5", "'topk_group' = 5"), "topk_group > n_group: named");
 	CHECK(bad(&a, "c4", ", \"moe_layer_freq\": 2", "moe_layer_freq"), "moe_layer_freq 2: named");
+	if (test_tmpdir_remove())
+		printf("# could not remove %s\n", test_tmp());
+	synth_reset();
 	TEST_DONE();
 }

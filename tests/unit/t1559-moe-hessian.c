@@ -15,35 +15,12 @@
  *   - --moe-capture all: the all-token Hessian, count T; weighted: Σ w² xᵀx,
  *     blended below m with the all-token Hessian at the expert's mean w². */
 #include <math.h>
-#include <stdarg.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include "test.h"
+#include "synth.h"
 #include "frame.h"
 #include "model.h"
 #include "safetensors.h"
-
-static char tmp[256];
-static const char *p(const char *name)
-{
-	static char b[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(b[k], sizeof b[k], "%s/%s", tmp, name);
-	return b[k];
-}
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof cmd, fmt, ap);
-	va_end(ap);
-	int rc = system(cmd);
-	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 enum { R = 2, C = 24, T = R * C, EMAX = 8 };
 static int64_t Hd, Id;      /* hidden, expert width */
@@ -197,14 +174,7 @@ static int write_rows(const char *path, int same, int r0, int r1)
 		if (i >= r0 * C)
 			((int32_t *)t->data)[i - r0 * C] = v;
 	}
-	FILE *f = fopen(path, "wb");
-	x3_writer *w;
-	int rc = x3_writer_open_fd(fileno(f), 0, &w);
-	if (!rc)
-		rc = x3_writer_put(w, t);
-	if (!rc)
-		rc = x3_writer_close(w);
-	fclose(f);
+	int rc = test_write_frame(path, t);
 	x3_tensor_free(t);
 	return rc;
 }
@@ -248,28 +218,27 @@ int main(void)
 		CHECK(0, "bin/hessian-capture is built");
 		TEST_DONE();
 	}
-	snprintf(tmp, sizeof tmp, "%s/t1559.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(tmp)) {
+	if (test_tmpdir("t1559")) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
 	}
-	CHECK(run("examples/make-tiny-llama --arch qwen3-moe --experts 8 --top-k 2 --moe-inter 48 %s 1 64 96 >/dev/null",
-	          p("m8")) == 0 &&
-	      run("examples/make-tiny-llama --arch qwen3-moe --experts 4 --top-k 1 --moe-inter 48 %s 1 64 96 >/dev/null",
-	          p("m4")) == 0, "tiny Qwen3-MoE checkpoints (8 experts top 2; 4 top 1)");
-	CHECK_OK(write_tokens(p("tok"), 0), "tokens %dx%d", R, C);
-	CHECK_OK(write_tokens(p("same"), 1), "tokens %dx%d, all the same id", R, C);
+	CHECK(test_run("examples/make-tiny-llama --arch qwen3-moe --experts 8 --top-k 2 --moe-inter 48 %s 1 64 96 >/dev/null",
+	          test_path("m8")) == 0 &&
+	      test_run("examples/make-tiny-llama --arch qwen3-moe --experts 4 --top-k 1 --moe-inter 48 %s 1 64 96 >/dev/null",
+	          test_path("m4")) == 0, "tiny Qwen3-MoE checkpoints (8 experts top 2; 4 top 1)");
+	CHECK_OK(write_tokens(test_path("tok"), 0), "tokens %dx%d", R, C);
+	CHECK_OK(write_tokens(test_path("same"), 1), "tokens %dx%d, all the same id", R, C);
 	const char *hc = "bin/hessian-capture -q --f64 --layers 0-0";
 	char name[128];
 
 	/* ---- routed, no fallback (--min-tokens 0: only an expert without tokens) */
 	struct ref r;
-	CHECK(block_input(p("m8"), p("tok")) == 0 && reference(p("m8"), 8, 2, &r) == 0, "8 experts: the per-token reference");
-	CHECK(run("%s --model %s --tokens %s --min-tokens 0 -o %s", hc, p("m8"), p("tok"), p("h")) == 0,
+	CHECK(block_input(test_path("m8"), test_path("tok")) == 0 && reference(test_path("m8"), 8, 2, &r) == 0, "8 experts: the per-token reference");
+	CHECK(test_run("%s --model %s --tokens %s --min-tokens 0 -o %s", hc, test_path("m8"), test_path("tok"), test_path("h")) == 0,
 	      "capture, routed");
 	x3_tensor **f;
 	int nf, ok = 1, tot = 0, nmin = T, nmax = 0;
-	CHECK_OK(x3_read_all(p("h"), &f, &nf), "read it");
+	CHECK_OK(x3_read_all(test_path("h"), &f, &nf), "read it");
 	double err = 0;
 	for (int e = 0; e < 8; e++) {
 		snprintf(name, sizeof name, GIN, e);
@@ -294,9 +263,9 @@ int main(void)
 	/* ---- --min-tokens between the fewest and the most routed tokens */
 	int m = (nmin + nmax + 1) / 2, below = 0, above = 0;
 	CHECK(nmin < m && m <= nmax, "the experts' loads differ (%d..%d tokens): threshold %d", nmin, nmax, m);
-	CHECK(run("%s --model %s --tokens %s --min-tokens %d --report %s -o %s 2>%s", "bin/hessian-capture --f64 --layers 0-0",
-	          p("m8"), p("tok"), m, p("rep"), p("hb"), p("err")) == 0, "capture, --min-tokens %d --report", m);
-	CHECK_OK(x3_read_all(p("hb"), &f, &nf), "read it");
+	CHECK(test_run("%s --model %s --tokens %s --min-tokens %d --report %s -o %s 2>%s", "bin/hessian-capture --f64 --layers 0-0",
+	          test_path("m8"), test_path("tok"), m, test_path("rep"), test_path("hb"), test_path("err")) == 0, "capture, --min-tokens %d --report", m);
+	CHECK_OK(x3_read_all(test_path("hb"), &f, &nf), "read it");
 	err = 0, ok = 1;
 	char want[4096] = "", line[256];
 	for (int e = 0; e < 8; e++) {
@@ -324,22 +293,22 @@ int main(void)
 	CHECK(ok, "count m, expert_fallback=1, fallback_tokens=m-n below; the routed count above");
 	char cmd[1024];
 	snprintf(cmd, sizeof cmd, "grep -qF 'layer 0: experts below %d routed tokens, blended with the all-token Hessian (expert (tokens)): %s' %s",
-	         m, want, p("err"));
+	         m, want, test_path("err"));
 	CHECK(system(cmd) == 0, "stderr names the starved experts: %s", want);
 	snprintf(cmd, sizeof cmd, "test \"$(jq -sc '[.[] | select(.fallback) | .expert]' %s)\" = \"$(jq -sc '[.[] | select(.routed_tokens < %d) | .expert]' %s)\" && test $(wc -l <%s) -eq 8",
-	         p("rep"), m, p("rep"), p("rep"));
+	         test_path("rep"), m, test_path("rep"), test_path("rep"));
 	CHECK(system(cmd) == 0, "--report: one line per expert, fallback true exactly below the threshold");
 	for (int i = 0; i < nf; i++)
 		x3_tensor_free(f[i]);
 	free(f);
 
 	/* ---- --merge of captures of the two rows: the experts' tokens add up */
-	CHECK(write_rows(p("r0"), 0, 0, 1) == X3_OK && write_rows(p("r1"), 0, 1, 2) == X3_OK &&
-	      run("%s --model %s --tokens %s --min-tokens 0 -o %s 2>/dev/null", hc, p("m8"), p("r0"), p("p0")) == 0 &&
-	      run("%s --model %s --tokens %s --min-tokens 0 -o %s 2>/dev/null", hc, p("m8"), p("r1"), p("p1")) == 0 &&
-	      run("bin/hessian-capture --merge %s %s > %s", p("p0"), p("p1"), p("pm")) == 0,
+	CHECK(write_rows(test_path("r0"), 0, 0, 1) == X3_OK && write_rows(test_path("r1"), 0, 1, 2) == X3_OK &&
+	      test_run("%s --model %s --tokens %s --min-tokens 0 -o %s 2>/dev/null", hc, test_path("m8"), test_path("r0"), test_path("p0")) == 0 &&
+	      test_run("%s --model %s --tokens %s --min-tokens 0 -o %s 2>/dev/null", hc, test_path("m8"), test_path("r1"), test_path("p1")) == 0 &&
+	      test_run("bin/hessian-capture --merge %s %s > %s", test_path("p0"), test_path("p1"), test_path("pm")) == 0,
 	      "capture row 0 and row 1 apart, merge");
-	CHECK_OK(x3_read_all(p("pm"), &f, &nf), "read the merge");
+	CHECK_OK(x3_read_all(test_path("pm"), &f, &nf), "read the merge");
 	err = 0, ok = 1;
 	for (int e = 0; e < 8; e++) {
 		snprintf(name, sizeof name, GIN, e);
@@ -354,13 +323,13 @@ int main(void)
 	free(f);
 
 	/* ---- all tokens; weighted */
-	CHECK(run("%s --model %s --tokens %s --moe-capture all -o %s", hc, p("m8"), p("tok"), p("ha")) == 0 &&
-	      run("%s --model %s --tokens %s --moe-capture weighted --min-tokens 0 -o %s", hc, p("m8"), p("tok"), p("hw")) == 0,
+	CHECK(test_run("%s --model %s --tokens %s --moe-capture all -o %s", hc, test_path("m8"), test_path("tok"), test_path("ha")) == 0 &&
+	      test_run("%s --model %s --tokens %s --moe-capture weighted --min-tokens 0 -o %s", hc, test_path("m8"), test_path("tok"), test_path("hw")) == 0,
 	      "capture, --moe-capture all and weighted");
 	x3_tensor **fa, **fw;
 	int na, nw;
-	CHECK_OK(x3_read_all(p("ha"), &fa, &na), "read all");
-	CHECK_OK(x3_read_all(p("hw"), &fw, &nw), "read weighted");
+	CHECK_OK(x3_read_all(test_path("ha"), &fa, &na), "read all");
+	CHECK_OK(x3_read_all(test_path("hw"), &fw, &nw), "read weighted");
 	double ea = 0, ew = 0;
 	ok = 1;
 	for (int e = 0; e < 8; e++) {
@@ -377,9 +346,9 @@ int main(void)
 	CHECK(ew < 1e-5, "weighted: Σ w² xᵀx over the routed rows (rel. err %.2g)", ew);
 	x3_tensor **fb;
 	int nb;
-	CHECK(run("%s --model %s --tokens %s --moe-capture weighted --min-tokens %d -o %s 2>/dev/null", hc, p("m8"),
-	          p("tok"), m, p("hwb")) == 0, "capture, weighted, --min-tokens %d", m);
-	CHECK_OK(x3_read_all(p("hwb"), &fb, &nb), "read it");
+	CHECK(test_run("%s --model %s --tokens %s --moe-capture weighted --min-tokens %d -o %s 2>/dev/null", hc, test_path("m8"),
+	          test_path("tok"), m, test_path("hwb")) == 0, "capture, weighted, --min-tokens %d", m);
+	CHECK_OK(x3_read_all(test_path("hwb"), &fb, &nb), "read it");
 	ew = 0, ok = 1;
 	for (int e = 0; e < 8; e++) {
 		snprintf(name, sizeof name, GDN, e);
@@ -394,10 +363,10 @@ int main(void)
 	 * the same in every position (attention over equal values), so one
 	 * expert gets all tokens and the others none */
 	struct ref r4;
-	CHECK(block_input(p("m4"), p("same")) == 0 && reference(p("m4"), 4, 1, &r4) == 0, "4 experts top 1: the reference");
-	CHECK(run("%s --model %s --tokens %s --min-tokens 1 -o %s 2>%s", hc, p("m4"), p("same"), p("h4"), p("err4")) == 0,
+	CHECK(block_input(test_path("m4"), test_path("same")) == 0 && reference(test_path("m4"), 4, 1, &r4) == 0, "4 experts top 1: the reference");
+	CHECK(test_run("%s --model %s --tokens %s --min-tokens 1 -o %s 2>%s", hc, test_path("m4"), test_path("same"), test_path("h4"), test_path("err4")) == 0,
 	      "capture, --min-tokens 1");
-	CHECK_OK(x3_read_all(p("h4"), &f, &nf), "read it");
+	CHECK_OK(x3_read_all(test_path("h4"), &f, &nf), "read it");
 	err = 0, ok = 1;
 	int zero = 0, full = 0;
 	want[0] = 0;
@@ -422,9 +391,9 @@ int main(void)
 	      r4.n[0], r4.n[1], r4.n[2], r4.n[3]);
 	CHECK(err < 1e-5 && ok, "an expert without tokens: the all-token Hessian (weight 1/T, count 1), expert_fallback=1 (rel. err %.2g)", err);
 	snprintf(cmd, sizeof cmd, "grep -qF 'experts below 1 routed tokens, blended with the all-token Hessian (expert (tokens)): %s' %s",
-	         want, p("err4"));
+	         want, test_path("err4"));
 	CHECK(system(cmd) == 0, "stderr names them: %s", want);
 
-	run("rm -rf %s", tmp);
+	test_tmpdir_remove();
 	TEST_DONE();
 }

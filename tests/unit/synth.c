@@ -1,0 +1,212 @@
+/* synth.c: helpers shared by the unit tests (synth.h). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include "synth.h"
+#include "frame.h"
+#include "model.h"
+#include "safetensors.h"
+
+/* ---- scratch files and commands -------------------------------------- */
+static char tmp[256];
+
+int test_tmpdir(const char *name)
+{
+	const char *d = getenv("TMPDIR");
+	snprintf(tmp, sizeof tmp, "%s/%s.XXXXXX", d && *d ? d : "/tmp", name);
+	return mkdtemp(tmp) ? X3_OK : x3_err(X3_EIO, "mkdtemp %s", tmp);
+}
+
+const char *test_tmp(void) { return tmp; }
+
+const char *test_path(const char *file)
+{
+	static char b[8][512];
+	static int k;
+	k = (k + 1) % 8;
+	snprintf(b[k], sizeof b[k], "%s/%s", tmp, file);
+	return b[k];
+}
+
+int test_tmpdir_remove(void)
+{
+	if (!tmp[0])
+		return 0;
+	return test_run("rm -rf '%s'", tmp);
+}
+
+int test_run(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof cmd, fmt, ap);
+	va_end(ap);
+	int rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+int test_write_frame(const char *path, const x3_tensor *t)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return x3_err(X3_EIO, "%s: cannot create", path);
+	x3_writer *w;
+	int rc = x3_writer_open_fd(fileno(f), 0, &w);
+	if (!rc)
+		rc = x3_writer_put(w, t);
+	if (!rc)
+		rc = x3_writer_close(w);
+	if (fclose(f) && !rc)
+		rc = x3_err(X3_EIO, "%s: write error", path);
+	return rc;
+}
+
+/* ---- a synthetic checkpoint ------------------------------------------ */
+struct synth_tens synth_t[SYNTH_MAX];
+int synth_n;
+
+void synth_reset(void)
+{
+	for (int i = 0; i < synth_n; i++)
+		free(synth_t[i].v);
+	synth_n = 0;
+}
+
+struct synth_tens *synth_add(const char *name, int r, int c, double scale, double mean, x3_rng *g)
+{
+	if (synth_n == SYNTH_MAX) {
+		fprintf(stderr, "synth_add: more than %d tensors\n", SYNTH_MAX);
+		abort();
+	}
+	struct synth_tens *t = &synth_t[synth_n++];
+	snprintf(t->name, sizeof t->name, "%s", name);
+	t->r = r, t->c = c;
+	t->v = malloc(sizeof(double) * (size_t)r * (c ? c : 1));
+	for (int i = 0; i < r * (c ? c : 1); i++)
+		t->v[i] = mean + scale * x3_rng_normal(g);
+	return t;
+}
+
+const double *synth_get(const char *fmt, ...)
+{
+	char n[160];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(n, sizeof n, fmt, ap);
+	va_end(ap);
+	for (int i = 0; i < synth_n; i++)
+		if (!strcmp(synth_t[i].name, n))
+			return synth_t[i].v;
+	return NULL;
+}
+
+void synth_round(x3_dtype dt)
+{
+	for (int i = 0; i < synth_n; i++)
+		for (int j = 0; j < synth_t[i].r * (synth_t[i].c ? synth_t[i].c : 1); j++) {
+			float f = (float)synth_t[i].v[j];
+			if (dt == X3_F16)
+				f = x3_f16_to_f32(x3_f32_to_f16(f));
+			if (dt == X3_BF16)
+				f = x3_bf16_to_f32(x3_f32_to_bf16(f));
+			synth_t[i].v[j] = f;
+		}
+}
+
+int synth_write(const char *dir, x3_dtype dt, uint64_t shard_bytes)
+{
+	mkdir(dir, 0755);
+	x3_stw *w;
+	int rc = x3_stw_create(dir, shard_bytes, &w);
+	if (rc)
+		return rc;
+	for (int i = 0; i < synth_n && !rc; i++) {
+		const struct synth_tens *s = &synth_t[i];
+		x3_tensor *t = s->c ? x3_tensor_new2(s->name, dt, s->r, s->c) : x3_tensor_new1(s->name, dt, s->r);
+		if (!t) {
+			rc = X3_ENOMEM;
+			break;
+		}
+		int64_t m = x3_tensor_numel(t);
+		float *f = malloc(sizeof(float) * (size_t)m);
+		for (int64_t j = 0; j < m; j++)
+			f[j] = (float)s->v[j];
+		x3_convert(t->data, dt, f, X3_F32, (size_t)m);
+		free(f);
+		rc = x3_stw_module(w);
+		if (!rc)
+			rc = x3_stw_add(w, t);
+		x3_tensor_free(t);
+	}
+	if (rc) {
+		x3_stw_abort(w);
+		return rc;
+	}
+	return x3_stw_commit(w);
+}
+
+void synth_rms(double *y, const double *x, const double *w, int n, double eps)
+{
+	double s = 0;
+	for (int i = 0; i < n; i++)
+		s += x[i] * x[i];
+	s = 1 / sqrt(s / n + eps);
+	for (int i = 0; i < n; i++)
+		y[i] = x[i] * s * w[i];
+}
+
+void synth_mv(double *y, const double *W, const double *b, const double *x, int out, int in)
+{
+	for (int o = 0; o < out; o++) {
+		double a = b ? b[o] : 0;
+		for (int i = 0; i < in; i++)
+			a += W[(size_t)o * in + i] * x[i];
+		y[o] = a;
+	}
+}
+
+double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref_fn, const void *ctx,
+                     float **lgo)
+{
+	x3_model *m;
+	int rc = x3_model_open(dir, NULL, &m);
+	if (lgo)
+		*lgo = NULL;
+	if (rc) {
+		printf("# open: %s\n", x3_errmsg());
+		return 1e9;
+	}
+	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
+	for (int i = 0; i < rows * cols; i++)
+		tok[i] = (i * 7 + 3) % vocab;
+	float *lg = malloc(sizeof(float) * rows * cols * vocab);
+	double *ref = malloc(sizeof(double) * cols * vocab), err = 0, mag = 0;
+	struct x3_forward_opts o;
+	x3_forward_opts_init(&o, m);
+	o.logits_mode = X3_LOGITS_ALL;
+	o.logits = lg;
+	o.chunk_tokens = cols;
+	if ((rc = x3_model_forward(m, tok, rows, cols, &o))) {
+		printf("# forward: %s\n", x3_errmsg());
+		err = 1e9;
+	}
+	for (int r = 0; r < rows && !rc; r++) {
+		ref_fn(ctx, tok + r * cols, cols, ref);
+		for (int i = 0; i < cols * vocab; i++) {
+			err = fmax(err, fabs(ref[i] - lg[(size_t)r * cols * vocab + i]));
+			mag = fmax(mag, fabs(ref[i]));
+		}
+	}
+	free(tok), free(ref);
+	if (lgo)
+		*lgo = lg;
+	else
+		free(lg);
+	x3_model_close(m);
+	return err / (mag > 0 ? mag : 1);
+}

@@ -1,0 +1,64 @@
+/* synth.h: helpers shared by the unit tests (tests/unit/synth.c, linked
+ * into every tests/unit/t* binary by the Makefile):
+ *   - a scratch directory and paths in it, shell commands, a tensor
+ *     written as a one-frame file (the tests that run programs);
+ *   - a synthetic checkpoint kept as doubles (the table the model tests
+ *     fill with seeded tensors and their plain references read), written
+ *     as a safetensors model directory, and the reference forward's two
+ *     basic steps (RMS norm, matrix-vector product). */
+#ifndef X3_TEST_SYNTH_H
+#define X3_TEST_SYNTH_H
+#include <stdint.h>
+#include "x3.h"
+
+/* ---- scratch files and commands -------------------------------------- */
+/* mkdtemp $TMPDIR/NAME.XXXXXX (TMPDIR default /tmp); X3_OK or X3_EIO. */
+int test_tmpdir(const char *name);
+/* The scratch directory, and FILE in it (the last 8 results stay valid). */
+const char *test_tmp(void);
+const char *test_path(const char *file);
+/* rm -rf the scratch directory; 0 when it is gone. */
+int test_tmpdir_remove(void);
+/* system() of the formatted command: its exit status, -1 if it did not exit. */
+int test_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* t as the only frame of a new file at path. */
+int test_write_frame(const char *path, const x3_tensor *t);
+
+/* ---- a synthetic checkpoint ------------------------------------------ */
+#define SYNTH_MAX 512
+struct synth_tens {
+	char name[128];
+	int r, c;        /* (r, c), or a vector of r when c == 0 */
+	double *v;
+};
+extern struct synth_tens synth_t[SYNTH_MAX];
+extern int synth_n;
+
+/* Forget every tensor. */
+void synth_reset(void);
+/* Append NAME (r, c) with values mean + scale * N(0, 1) drawn from g. */
+struct synth_tens *synth_add(const char *name, int r, int c, double scale, double mean, x3_rng *g);
+/* The values of the tensor whose name is the formatted string, or NULL. */
+const double *synth_get(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Round every value to what dtype dt stores (F32, F16 or BF16), so a
+ * reference reads the values the checkpoint holds. */
+void synth_round(x3_dtype dt);
+/* Write the table in dt as a safetensors model directory dir (created if
+ * missing; one module per tensor, shards of shard_bytes, 0: one file). */
+int synth_write(const char *dir, x3_dtype dt, uint64_t shard_bytes);
+
+/* y = x / sqrt(mean(x^2) + eps) * w, n values (y may be x). */
+void synth_rms(double *y, const double *x, const double *w, int n, double eps);
+/* y (out) = W (out, in) x (in) + b (out, or NULL). */
+void synth_mv(double *y, const double *W, const double *b, const double *x, int out, int in);
+
+/* The model library's forward of the checkpoint in dir against a reference:
+ * rows x cols tokens (i * 7 + 3) mod vocab, every position's logits,
+ * ref(ctx, tokens of one row, cols, logits (cols, vocab)) per row. Returns
+ * max |ref - model| / max |ref| (1e9 when the model does not open or run);
+ * the model's logits (rows * cols, vocab) in *lgo (malloc'd) when lgo is set. */
+typedef void synth_ref_fn(const void *ctx, const int32_t *tok, int n, double *logits);
+double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref, const void *ctx,
+                     float **lgo);
+
+#endif
