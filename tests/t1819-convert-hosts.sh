@@ -3,7 +3,7 @@
 # started here on a free port with throw-away host and user keys (nothing
 # is installed; without sshd, from openssh-server, the test skips saying
 # why), named twice in the host list, so that GNU parallel runs the
-# encodes over ssh on two job slots. The directory
+# capture parts and the encodes over ssh on two job slots. The directory
 # must equal a local run's byte for byte.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
@@ -92,4 +92,7 @@ jobs=$(make -s -f b.work/Makefile --no-print-directory NOPLAN=1 list-meas | wc -
 check "the $jobs measurement encodes, at least, ran over ssh ($n calls)" test "$n" -ge "$jobs"
 check "... on both entries of the host list" \
 	test "$(grep -ow 'x3-host-[ab]' "$d/ssh.log" | sort -u | wc -l)" -eq 2
+# the capture parts too (--capture-parts, on with --hosts): 8 rows in chunks
+# of 3 are 3 parts, for the layer and for the head
+check "the 6 capture parts ran over ssh" test "$(grep -c 'h1/part\.[01]\.[0-2]\.frames' "$d/ssh.log")" -eq 6
 done_testing
