@@ -130,6 +130,14 @@ static int is_prov_key(const char *key)
 	return 0;
 }
 
+/* The metadata a --part output carries for the fallback at --merge, not
+ * in a whole capture's frames: an expert group's Σ w² (C99 hex, exact),
+ * the threshold m, top k and its all-token Hessian's frame; an all-token
+ * frame (part 0's, of the layer's first forward chunk) is marked. */
+static const char *const part_keys[] = { "routed_w2", "min_tokens", "top_k", "all_tokens",
+                                         "part_role" };
+enum { N_PART_KEYS = sizeof part_keys / sizeof *part_keys };
+
 /* Write every accumulator (and free them), checking the dropped rows (of
  * the whole: not in a part, pv non-NULL, whose frames get its metadata). */
 static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt, const struct prov *pv)
@@ -149,6 +157,8 @@ static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt, const struct p
 		for (int j = 0; pv && j < N_PROV; j++)
 			if (x3_meta_set(t, prov_keys[j], pv->val[j]))
 				die_x3("'%s'", x3_hess_name(h));
+		for (int j = 0; !pv && j < N_PART_KEYS; j++)   /* a merge's output: a whole capture's */
+			(void)x3_meta_del(t, part_keys[j]);
 		if (x3_writer_put(w, t))
 			die_x3("writing '%s'", x3_hess_name(h));
 		x3_tensor_free(t);
@@ -171,7 +181,9 @@ struct exg {
 	x3_hess *shadow;   /* the all-token Hessian (not owned) */
 	int expert;
 	long long routed;  /* rows the router sent to it */
-	double w2;         /* Σ w² over them (weighted capture) */
+	double w2;         /* Σ w² over them (weighted capture): the ended
+	                    * calibration chunks' sums, added in chunk order */
+	double w2c;        /* ... the open chunk's */
 };
 
 struct cap {
@@ -208,7 +220,7 @@ static struct exg *exg_get(struct cap *k, const struct x3_capture *c)
 	 * expert no token reaches still gets one */
 	x3_hess *h = hset_find(&k->set, c->name);
 	*g = (struct exg){ h ? h : hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer),
-	                   NULL, c->expert, 0, 0 };
+	                   NULL, c->expert, 0, 0, 0 };
 	return g;
 }
 
@@ -226,7 +238,7 @@ static int cap_expert(struct cap *k, const struct x3_capture *c)
 		if (!xw)
 			return x3_err(X3_ENOMEM, "'%s': out of memory", c->name);
 		for (int64_t r = 0; r < c->ntok; r++)
-			g->w2 += (double)c->row_w[r] * c->row_w[r];
+			g->w2c += (double)c->row_w[r] * c->row_w[r];
 		for (int64_t r = 0; r < c->ntok; r++)
 			for (int64_t i = 0; i < c->in; i++)
 				xw[r * c->in + i] = c->row_w[r] * c->x[r * c->in + i];
@@ -252,6 +264,32 @@ static int cap_expert(struct cap *k, const struct x3_capture *c)
 	return x3_hess_add_rows(s, c->x, c->ntok, c->in);
 }
 
+/* The fallback of an expert group h routed n < m tokens (weighted: Σ w²
+ * w2 over them): H += s (m - n)/T · H_all, count m, with the all-token
+ * Hessian sh of T rows taken at the output's precision (F32 unless f64);
+ * s = 1, or weighted the expert's mean w² (1/k² without rows). The same
+ * for one process and for --merge of parts, whose sums are the same.
+ * Returns the fallback rows m - n, 0 without an all-token Hessian. */
+static long long expert_blend(x3_hess *h, const x3_hess *sh, int expert, long long n, long long m,
+                              int weighted, double w2, int64_t top_k, int f64)
+{
+	int64_t T = sh ? x3_hess_count(sh) : 0;
+	const char *name = x3_hess_name(h);
+	if (!T && !n)
+		die("'%s': expert %d got no tokens and there is no all-token Hessian to fall back on",
+		    name, expert);
+	if (!T)
+		return 0;
+	x3_tensor *t = x3_hess_frame(sh, f64 ? X3_F64 : X3_F32);
+	if (!t)
+		die_x3("'%s'", name);
+	double s = !weighted ? 1 : n ? w2 / (double)n : 1.0 / ((double)top_k * top_k);
+	if (x3_hess_add_frame_w(h, t, s * (double)(m - n) / (double)T, m - n))
+		die_x3("'%s'", name);
+	x3_tensor_free(t);
+	return m - n;
+}
+
 /* The experts' Hessians of the layer just run: the all-token Hessian
  * (--moe-capture all), or the routed one blended with it below
  * --min-tokens m: H = H_routed + (m - n)/T · H_all, count m (the mean
@@ -267,38 +305,50 @@ static void cap_experts_done(struct cap *k, int layer)
 		struct exg *g = &k->ex[i];
 		const char *name = x3_hess_name(g->h);
 		long long n = g->routed, m = k->min_tokens, fb = 0;
-		x3_tensor *t = g->shadow ? x3_hess_frame(g->shadow, k->f64 ? X3_F64 : X3_F32) : NULL;
-		if (g->shadow && !t)
-			die_x3("'%s'", name);
-		int64_t T = g->shadow ? x3_hess_count(g->shadow) : 0;
+		/* a part (routed, weighted) writes its raw sums: the blend is the
+		 * merge's, after the parts' sums are added */
+		int defer = k->pv && k->moe != MOE_ALL;
 		if (k->moe == MOE_ALL) {
+			x3_tensor *t = g->shadow ? x3_hess_frame(g->shadow, k->f64 ? X3_F64 : X3_F32) : NULL;
+			if (g->shadow && !t)
+				die_x3("'%s'", name);
 			if (!t)
 				die("'%s': no all-token rows (expert %d)", name, g->expert);
 			if (x3_hess_add_frame(g->h, t))
 				die_x3("'%s'", name);
-		} else if (n < m) {
-			if (!T && !n)
-				die("'%s': expert %d got no tokens and there is no all-token Hessian to fall back on",
-				    name, g->expert);
-			double s = k->moe != MOE_WEIGHTED ? 1 : n ? g->w2 / (double)n : 1.0 / ((double)k->top_k * k->top_k);
-			if (T && x3_hess_add_frame_w(g->h, t, s * (double)(m - n) / (double)T, m - n))
-				die_x3("'%s'", name);
-			fb = T ? m - n : 0;
+			x3_tensor_free(t);
+		} else if (n < m && !defer) {
+			fb = expert_blend(g->h, g->shadow, g->expert, n, m, k->moe == MOE_WEIGHTED, g->w2,
+			                  k->top_k, k->f64);
 		}
-		x3_tensor_free(t);
-		char v[32];
+		char v[64];
 		int e = x3_hess_set_meta(g->h, "capture", moe_names[k->moe]);
 		snprintf(v, sizeof v, "%d", g->expert);
 		e |= x3_hess_set_meta(g->h, "expert", v);
 		snprintf(v, sizeof v, "%lld", n);
 		e |= x3_hess_set_meta(g->h, "routed_tokens", v);
-		e |= x3_hess_set_meta(g->h, "expert_fallback", fb ? "1" : "0");
-		if (fb) {
-			snprintf(v, sizeof v, "%lld", fb);
-			e |= x3_hess_set_meta(g->h, "fallback_tokens", v);
+		if (defer) {
+			snprintf(v, sizeof v, "%a", g->w2);
+			e |= x3_hess_set_meta(g->h, "routed_w2", v);
+			snprintf(v, sizeof v, "%lld", m);
+			e |= x3_hess_set_meta(g->h, "min_tokens", v);
+			snprintf(v, sizeof v, "%lld", (long long)k->top_k);
+			e |= x3_hess_set_meta(g->h, "top_k", v);
+			if (g->shadow) {
+				snprintf(v, sizeof v, "%s", x3_hess_name(g->shadow));
+				e |= x3_hess_set_meta(g->h, "all_tokens", v);
+			}
+		} else {
+			e |= x3_hess_set_meta(g->h, "expert_fallback", fb ? "1" : "0");
+			if (fb) {
+				snprintf(v, sizeof v, "%lld", fb);
+				e |= x3_hess_set_meta(g->h, "fallback_tokens", v);
+			}
 		}
 		if (e)
 			die_x3("'%s'", name);
+		if (defer)
+			continue;
 		/* one line per expert (its first group): the summary and --report */
 		int first = 1;
 		for (int j = 0; j < i && first; j++)
@@ -319,6 +369,19 @@ static void cap_experts_done(struct cap *k, int layer)
 	if (so)
 		warnx("layer %d: experts below %ld routed tokens, blended with the all-token Hessian "
 		      "(expert (tokens)): %s", layer, k->min_tokens, starved);
+	/* a part with the layer's all-token Hessians (part 0) passes them on,
+	 * exact, for the merge's fallback */
+	for (int i = 0; k->pv && k->moe != MOE_ALL && i < k->shadow.n; i++) {
+		x3_tensor *t = x3_hess_frame(k->shadow.h[i], X3_F64);
+		int e = !t || x3_meta_set(t, "part_role", "all_tokens");
+		for (int j = 0; !e && j < N_PROV; j++)
+			e = x3_meta_set(t, prov_keys[j], k->pv->val[j]) != 0;
+		if (e)
+			die_x3("'%s'", x3_hess_name(k->shadow.h[i]));
+		if (x3_writer_put(k->w, t))
+			die_x3("writing '%s'", x3_hess_name(k->shadow.h[i]));
+		x3_tensor_free(t);
+	}
 	for (int i = 0; i < k->shadow.n; i++)
 		x3_hess_free(k->shadow.h[i]);
 	k->shadow.n = 0;
@@ -415,6 +478,10 @@ static int cap_seg_done(void *ctx, int layer, int64_t seg)
 {
 	struct cap *k = ctx;
 	(void)layer, (void)seg;
+	for (int i = 0; i < k->nex; i++) {   /* Σ w², chunk by chunk like H */
+		k->ex[i].w2 += k->ex[i].w2c;
+		k->ex[i].w2c = 0;
+	}
 	for (int i = 0; i < k->set.n; i++) {
 		int rc = x3_hess_end_chunk(k->set.h[i]);
 		if (rc)
@@ -600,11 +667,11 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.device = device;
 	/* the all-token Hessians: of every chunk for --moe-capture all, else of
 	 * the first chunk of each layer (the fallback's) */
-	fo.moe_all_tokens = cfg.n_experts <= 0 ? 0 : moe == MOE_ALL ? INT64_MAX : 1;
+	fo.moe_all_tokens = cfg.n_experts <= 0 ? 0 : moe == MOE_ALL ? INT64_MAX : part > 0 ? 0 : 1;
 	if (x3_model_forward(m, pids, rows, cols, &fo))
 		die_x3("%s: forward", model);
 	progress_done();
-	if (cfg.n_experts > 0 && !quiet)
+	if (cfg.n_experts > 0 && !quiet && (part < 0 || moe == MOE_ALL))
 		fprintf(stderr, "%s: experts (%s capture): %d below %ld routed tokens used the fallback\n",
 		        progname, moe_names[moe], k.nstarved, k.min_tokens);
 	if (k.report) {
@@ -640,6 +707,68 @@ static void merge_expert_meta(x3_hess *h, const x3_tensor *t)
 	const char *fb = x3_meta_get(t, "expert_fallback");
 	if (fb && !strcmp(fb, "1") && x3_hess_set_meta(h, "expert_fallback", "1"))
 		die_x3("'%s'", t->name);
+	/* Σ w² of parts, in chunk order (exact: C99 hex) */
+	const char *a = x3_hess_get_meta(h, "routed_w2"), *b = x3_meta_get(t, "routed_w2");
+	if (a && b) {
+		char v[64];
+		snprintf(v, sizeof v, "%a", strtod(a, NULL) + strtod(b, NULL));
+		if (x3_hess_set_meta(h, "routed_w2", v))
+			die_x3("'%s'", t->name);
+	}
+}
+
+/* After the merge of a layer's parts: the fallback of every expert group
+ * routed fewer than min_tokens tokens in all, with the all-token Hessian
+ * that part 0 carried (sh), as one process makes it (expert_blend). */
+static void merge_blend(struct hset *s, struct hset *sh, int f64, int layer)
+{
+	char starved[1024];
+	size_t so = 0;
+	long long m = 0;
+	starved[0] = 0;
+	for (int i = 0; i < s->n; i++) {
+		x3_hess *h = s->h[i];
+		const char *mt = x3_hess_get_meta(h, "min_tokens");
+		if (!mt)
+			continue;
+		const char *cap = x3_hess_get_meta(h, "capture"), *an = x3_hess_get_meta(h, "all_tokens");
+		const char *w2 = x3_hess_get_meta(h, "routed_w2"), *kk = x3_hess_get_meta(h, "top_k");
+		const char *ex = x3_hess_get_meta(h, "expert"), *rt = x3_hess_get_meta(h, "routed_tokens");
+		long long n = rt ? atoll(rt) : 0, fb = 0;
+		int expert = ex ? atoi(ex) : -1;
+		m = atoll(mt);
+		if (n < m) {
+			x3_hess *a = an ? hset_find(sh, an) : NULL;
+			if (an && !a)
+				die("'%s': expert %d fell short of %lld tokens, but no part carries the all-token "
+				    "Hessian '%s' (part 0's)", x3_hess_name(h), expert, m, an);
+			fb = expert_blend(h, a, expert, n, m, cap && !strcmp(cap, "weighted"),
+			                  w2 ? strtod(w2, NULL) : 0, kk ? atoll(kk) : 1, f64);
+		}
+		char v[32];
+		int e = x3_hess_set_meta(h, "expert_fallback", fb ? "1" : "0");
+		if (fb) {
+			snprintf(v, sizeof v, "%lld", fb);
+			e |= x3_hess_set_meta(h, "fallback_tokens", v);
+		}
+		if (e)
+			die_x3("'%s'", x3_hess_name(h));
+		/* named once per expert (its first group) */
+		int first = 1;
+		for (int j = 0; j < i && first; j++) {
+			const char *ej = x3_hess_get_meta(s->h[j], "expert");
+			first = !ej || !x3_hess_get_meta(s->h[j], "min_tokens") || atoi(ej) != expert;
+		}
+		if (fb && first && so < sizeof starved - 32)
+			so += (size_t)snprintf(starved + so, sizeof starved - so, "%s%d (%lld)", so ? ", " : "",
+			                       expert, n);
+	}
+	if (so)
+		warnx("layer %d: experts below %lld routed tokens, blended with the all-token Hessian "
+		      "(expert (tokens)): %s", layer, m, starved);
+	for (int i = 0; i < sh->n; i++)
+		x3_hess_free(sh->h[i]);
+	sh->n = 0;
 }
 
 /* One input of --merge and its next frame (NULL at its end). */
@@ -763,7 +892,7 @@ static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
 	x3_dtype out = f64 || !strcmp(pr, "f64") ? X3_F64 : X3_F32;
 	for (int i = 0; i < nin; i++)
 		c[i]->layer = frame_layer(c[i]);
-	struct hset s = { 0 };
+	struct hset s = { 0 }, sh = { 0 };
 	for (;;) {
 		int64_t l = -1;
 		for (int i = 0; i < nin; i++)
@@ -778,7 +907,14 @@ static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
 				if (!v || strtol(v, NULL, 10) != f->chunk)
 					die("%s: frame '%s' is not of chunk %ld like the file's first frame",
 					    f->file, f->t->name, f->chunk);
-				merge_frame(&s, f->file, f->t);
+				const char *role = x3_meta_get(f->t, "part_role");
+				if (role && !strcmp(role, "all_tokens")) {
+					if (f->chunk != 0 || hset_find(&sh, f->t->name))
+						die("%s: all-token frame '%s' not of chunk 0", f->file, f->t->name);
+					merge_frame(&sh, f->file, f->t);
+				} else {
+					merge_frame(&s, f->file, f->t);
+				}
 				x3_tensor_free(f->t);
 				min_next(f);
 				if (f->t) {
@@ -790,9 +926,11 @@ static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
 				}
 			}
 		}
+		merge_blend(&s, &sh, out == X3_F64, (int)l);
 		hset_flush(&s, w, out, NULL);
 	}
 	free(s.h);
+	free(sh.h);
 	free(c);
 }
 

@@ -52,16 +52,34 @@ check "layer 2 (head) from each part's hidden states, merged == one process" bas
 check_fail "another part's hidden states" 1 "other tokens" hc --tokens tok --chunk-rows 3 --part 1 --layers 2 --hidden-in hid0
 
 # mixture of experts: an expert's rows are batched per forward chunk, which
-# never spans two calibration chunks. The routed sums only (--min-tokens 1):
-# the fallback's blend with the all-token Hessian of a layer's first forward
-# chunk is made per part, so a starved expert's merged Hessian differs from
-# one process's (man/hessian-capture.1)
+# never spans two calibration chunks. The routed sums only (--min-tokens 1),
+# then with every expert starved (--min-tokens 1000, 160 tokens): a part
+# writes its raw routed sums (and Σ w², exact), part 0 the all-token
+# Hessian of the layer's first forward chunk, and the merge blends after
+# adding the parts, as one process does at its flush (issue 15)
 "$ROOT/examples/make-tiny-llama" --arch qwen3-moe moe 1 >/dev/null
 synth_tokens mt 5 32 256 3
 hessian-capture -q --model moe --tokens mt --chunk-rows 2 --chunk 32 --min-tokens 1 >mw
 for i in 0 1 2; do hessian-capture -q --model moe --tokens mt --chunk-rows 2 --chunk 32 --min-tokens 1 --part $i >mp$i; done
 check "MoE: 3 parts merged == one process, experts included" \
 	bash -c 'hessian-capture -q --merge mp1 mp2 mp0 | cmp - mw && tensor-ls mw | jq -r .name | grep -q experts'
+jqe() { jq -e "$@" >/dev/null; }
+for mode in routed weighted; do
+	mc() { hessian-capture -q --model moe --tokens mt --chunk-rows 2 --chunk 32 --min-tokens 1000 --moe-capture $mode "$@" 2>/dev/null; }
+	mc >sw
+	for i in 0 1 2; do mc --part $i >sp$i; done
+	check "MoE $mode, every expert starved: one process blends (expert_fallback 1, count 1000)" \
+		jqe -s '[.[] | select(.meta.expert)] | length > 0 and all(.meta.expert_fallback == "1" and .meta.count == "1000")' <(tensor-ls sw)
+	check "... a part carries raw sums: no fallback yet, its Σ w² and threshold" \
+		jqe -s '[.[] | select(.meta.expert)] | all(.meta.expert_fallback == null and .meta.min_tokens == "1000" and (.meta.routed_w2 | type) == "string" and (.meta.count | tonumber) < 1000)' <(tensor-ls sp1)
+	check "... part 0 (only) carries the all-token Hessians" \
+		test "$(tensor-ls sp0 | jq -r 'select(.meta.part_role == "all_tokens") | .name' | wc -l)" -gt 0 -a \
+		     "$(tensor-ls sp2 | jq -r 'select(.meta.part_role) | .name' | wc -l)" -eq 0
+	check "... 3 parts merged == one process, byte for byte" \
+		bash -c 'hessian-capture -q --merge sp2 sp0 sp1 2>/dev/null | cmp - sw'
+done
+check_fail "a starved expert's merge without part 0's all-token Hessian" 1 "chunk 0 of 3 is missing" \
+	hessian-capture --merge sp1 sp2
 
 # provenance
 check_fail "a chunk missing" 1 "chunk 1 of 3 is missing" hessian-capture --merge p0 p2

@@ -78,4 +78,21 @@ check "... its summary gives the bits by role of the plan" \
 	grep -qx 'convert: bits by role: attention 2 (12 linears), mlp 2 (9 linears), head 6 (1 linears)' err.txt
 check "... without capturing" test ! -s log.out.work
 check "... the same directory" diff -r keep out
+
+# the work directory reused at another rate (as t1820 does): the 3 bpw run
+# needs the dropped Hessians of the decoder layers (K=3 was not measured;
+# the head's K=6 encode is there) and captures those three layers again,
+# each once, in order, still two layers at a time; make used to spin at
+# 100% CPU here, hence the timeout
+: >log.out.work
+check "convert --bits 3 reusing the 2 bpw work directory (dropped Hessians: the default)" \
+	timeout 300 convert m r3 --work out.work --bits 3 --rows 4 --cols 128 -q -j 2
+check "... captures the three decoder layers again, once each (3 samples)" test "$(wc -l <log.out.work)" -eq 3
+check "... at most two layers have Hessian files at once" \
+	sh -c "! awk '{ print \$3 }' log.out.work | grep -q ',.*,'"
+check "... the head's Hessian is not captured again" sh -c "! awk '{ print \$3 }' log.out.work | grep -q head"
+check "... no Hessian or hidden-state file left" test -z "$(ls out.work/h1 out.work/hs | grep '\.frames$')"
+check "... nothing to do after it (make -q)" make -q -s -f out.work/Makefile
+check "a fresh --keep-hessians conversion at 3 bpw" convert m k3 --bits 3 --rows 4 --cols 128 -q -j 2 --keep-hessians
+check "... is byte-identical to the reusing one" diff -r k3 r3
 done_testing

@@ -3,18 +3,36 @@
 # fan-out and the encodes run through GNU parallel on two job slots
 # (--gpus 0,1 with --device cpu) give byte-identical directories and
 # Hessians, in both modes, with the calibration summed in chunks of
-# --chunk-rows (the capture itself is not fanned out yet: hessian-capture
-# --part/--merge do that by hand, tests/t1564).
+# --chunk-rows. The captures too run as one process per chunk
+# (--capture-parts, on with -j 2 and --gpus: hessian-capture --part, merged
+# in chunk order), checked by a hessian-capture on PATH that notes its
+# calls: the Hessians are the bytes of -j 1's one process per layer.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
 command -v parallel >/dev/null || { skip "no GNU parallel"; done_testing; }
 tiny_model m 1
+mkdir shim
+printf '#!/bin/sh\necho "$*" >>%s/hc.log\nexec %s/bin/hessian-capture "$@"\n' "$TMP" "$ROOT" >shim/hessian-capture
+chmod +x shim/hessian-capture
+export PATH="$TMP/shim:$PATH"
+parts() { grep -c -- '--part [0-2] ' hc.log; }
 opts=(--bits 3 --rows 8 --cols 64 --chunk-rows 3 -q)
 check "onepass, the calibration in 3 chunks (-j 1)" convert m a "${opts[@]}" -j 1 --keep-hessians
-check "onepass, the encodes on 2 job slots" convert m b "${opts[@]}" --gpus 0,1 --device cpu --keep-hessians
+check "... one capture process per layer and the head, no parts" test "$(parts)" -eq 0
+: >hc.log
+check "onepass, the encodes and the capture parts on 2 job slots" convert m b "${opts[@]}" --gpus 0,1 --device cpu --keep-hessians
 check "... byte-identical directories" diff -r a b
 check "... the same Hessians" diff -r a.work/h1 b.work/h1
+check "... 3 capture parts for the layer and 3 for the head" test "$(parts)" -eq 6
+check "... merged once per layer" test "$(grep -c -- '--merge' hc.log)" -eq 2
+check "... no part or hidden-state file left" test -z "$(ls b.work/h1 | grep -v '\.input\.frames$')"
+: >hc.log
+check "onepass -j 2 (the capture parts as make rules), the Hessians dropped" convert m j "${opts[@]}" -j 2
+check "... byte-identical to -j 1" diff -r a j
+check "... from 6 capture parts" test "$(parts)" -eq 6
+check "--capture-parts off at -j 2: one process per layer, the same directory" \
+	sh -c ': >hc.log && convert m k "$@" -j 2 --capture-parts off && diff -r a k && ! grep -q -- --part hc.log' _ "${opts[@]}"
 check "--chunk-rows is what the Hessians' bytes depend on" sh -c '! cmp -s "$1" "$2"' _ \
 	"$(ls a.work/h1/*.frames | head -1)" "$( convert m c --bits 3 --rows 8 --cols 64 --chunk-rows 8 -q -j 1 --keep-hessians >/dev/null && ls c.work/h1/*.frames | head -1)"
 check "make finds the work directory up to date" make -q -r -s -C b.work -f Makefile
@@ -23,4 +41,5 @@ check "sequential, the encodes on 2 job slots" \
 	convert m sb "${opts[@]}" --mode sequential --gpus 0,1 --device cpu
 check "... byte-identical directories" diff -r sa sb
 check_fail "--chunk-rows 0" 2 "chunk-rows" convert m c --bits 3 --chunk-rows 0
+check_fail "--capture-parts bad" 2 "capture-parts" convert m c --bits 3 --capture-parts 2
 done_testing

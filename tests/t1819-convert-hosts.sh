@@ -3,7 +3,7 @@
 # started here on a free port with throw-away host and user keys (nothing
 # is installed; without sshd, from openssh-server, the test skips saying
 # why), named twice in the host list, so that GNU parallel runs the
-# encodes over ssh on two job slots. The directory
+# capture parts and the encodes over ssh on two job slots. The directory
 # must equal a local run's byte for byte.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
@@ -81,6 +81,12 @@ printf '#!/bin/sh\necho "$*" >>%s/ssh.log\nexec ssh -F %s/ssh_config "$@"\n' "$d
 chmod +x "$d/ssh"
 export PARALLEL_SSH=$d/ssh
 tiny_model m 1
+# a hessian-capture on PATH (the jobs get convert's) that notes each run and
+# whether it ran under sshd (SSH_CONNECTION)
+mkdir shim
+printf '#!/bin/sh\necho "${SSH_CONNECTION:+over-ssh} $*" >>%s/hc.log\nexec %s/bin/hessian-capture "$@"\n' "$TMP" "$ROOT" >shim/hessian-capture
+chmod +x shim/hessian-capture
+export PATH="$TMP/shim:$PATH"
 opts=(--bits 3 --rows 8 --cols 64 --chunk-rows 3 -q)
 check "convert locally, -j 1" convert m a "${opts[@]}" -j 1
 check "convert --hosts (127.0.0.1 twice, over ssh)" convert m b "${opts[@]}" --hosts hosts
@@ -92,4 +98,8 @@ jobs=$(make -s -f b.work/Makefile --no-print-directory NOPLAN=1 list-meas | wc -
 check "the $jobs measurement encodes, at least, ran over ssh ($n calls)" test "$n" -ge "$jobs"
 check "... on both entries of the host list" \
 	test "$(grep -ow 'x3-host-[ab]' "$d/ssh.log" | sort -u | wc -l)" -eq 2
+# the capture parts too (--capture-parts, on with --hosts): 8 rows in chunks
+# of 3 are 3 parts, for the layer and for the head
+check "the 6 capture parts ran over ssh" test "$(grep -c '^over-ssh .*--part [0-2] ' hc.log)" -eq 6
+check "... and no capture of a whole layer did" sh -c "! grep '^over-ssh' hc.log | grep -v -e '--part' -e '--list-parts' -e '--merge' | grep -q ."
 done_testing
