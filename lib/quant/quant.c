@@ -1145,11 +1145,12 @@ int64_t x3_quant_bytes(int64_t k, int64_t n, int K, int cb, int has_bias)
 
 /* The per-K step on the columns W (k x n) of a regularized weight, with
  * their input scales su (k) and output scales sv (n): scale search over at
- * most cap sampled tiles, LDLQ, proxy error, packing. r is allocated and
- * has K, cb, k, n and fallback set; the rest is filled here. */
+ * most cap sampled tiles of the whole weight Wall (k x nall), LDLQ, proxy
+ * error, packing. r is allocated and has K, cb, k, n and fallback set; the
+ * rest is filled here. */
 static int quantize_cols(const float *W, const float *su, const float *sv, int64_t k, int64_t n,
-                         int zeros, const x3_qhess *h, int K, int cb, int threads, int keep,
-                         int64_t cap, x3_qresult *r)
+                         const float *Wall, int64_t nall, int zeros, const x3_qhess *h, int K,
+                         int cb, int threads, int keep, int64_t cap, x3_qresult *r)
 {
 	size_t kn = (size_t)(k * n);
 	float *Wg = xmalloc(kn, sizeof(float));
@@ -1163,7 +1164,7 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 		rc = x3_err(X3_ENOMEM, "out of memory for a %lldx%lld weight", (long long)k, (long long)n);
 		goto fail;
 	}
-	rc = scale_search(W, k, n, K, cb, threads, cap, &r->g, &r->search_tiles);
+	rc = scale_search(Wall, k, nall, K, cb, threads, cap, &r->g, &r->search_tiles);
 	if (rc)
 		goto fail;
 	float g = (float)r->g;
@@ -1237,8 +1238,8 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 	if (!r)
 		return X3_ENOMEM;
 	r->nstrips = r->strips_total;
-	rc = quantize_cols(w->W, w->su, w->sv, w->k, w->n, w->zeros, h, K, cb, threads, keep,
-	                   x3_scale_sample_cap(w->k, w->n), r);
+	rc = quantize_cols(w->W, w->su, w->sv, w->k, w->n, w->W, w->n, w->zeros, h, K, cb, threads,
+	                   keep, x3_scale_sample_cap(w->k, w->n), r);
 	if (rc) {
 		x3_qresult_free(r);
 		return rc;
@@ -1255,29 +1256,17 @@ int64_t x3_sample_strips(int64_t n, double frac, uint64_t seed, const char *name
 		return 0;
 	int64_t m = frac >= 1 ? ns : (int64_t)ceil(frac * (double)ns - 1e-9);
 	m = m < 1 ? 1 : m > ns ? ns : m;
-	int64_t *p = xmalloc((size_t)ns, sizeof *p);
-	if (!p)
-		return -1;
-	for (int64_t i = 0; i < ns; i++)
-		p[i] = i;
-	/* the first m of a seeded Fisher-Yates shuffle, then in order */
+	/* one strip drawn uniformly from each of m equal runs of strips
+	 * (stratified: the sample spans the width, e.g. both 128-column
+	 * Hadamard blocks of a padded weight, in proportion) */
 	char nm[1100];
 	snprintf(nm, sizeof nm, "%s/strips", name ? name : "");
 	x3_rng rng;
 	x3_rng_seed(&rng, seed, x3_rng_stream_of(nm));
-	for (int64_t i = 0; i < m; i++) {
-		int64_t j = i + (int64_t)(x3_rng_u64(&rng) % (uint64_t)(ns - i));
-		int64_t t = p[i];
-		p[i] = p[j], p[j] = t;
+	for (int64_t j = 0; j < m; j++) {
+		int64_t lo = j * ns / m, hi = (j + 1) * ns / m;
+		strip[j] = lo + (int64_t)(x3_rng_u64(&rng) % (uint64_t)(hi - lo));
 	}
-	/* insertion sort of the m chosen (m is small next to ns, or ns is small) */
-	for (int64_t i = 1; i < m; i++)
-		for (int64_t j = i; j > 0 && p[j - 1] > p[j]; j--) {
-			int64_t t = p[j];
-			p[j] = p[j - 1], p[j - 1] = t;
-		}
-	memcpy(strip, p, (size_t)m * sizeof *strip);
-	free(p);
 	return m;
 }
 
@@ -1293,7 +1282,7 @@ int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, in
 	double t0 = mono_seconds();
 	int64_t k = w->k, ns = w->n / 16;
 	int64_t *strip = xmalloc((size_t)ns, sizeof *strip);
-	int64_t m = strip ? x3_sample_strips(w->n, frac, seed, name, strip) : -1;
+	int64_t m = strip ? x3_sample_strips(w->n, frac, seed, name, strip) : 0;
 	if (m <= 0) {
 		free(strip);
 		return x3_err(X3_ENOMEM, "out of memory");
@@ -1315,10 +1304,12 @@ int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, in
 			memcpy(W + i * n + 16 * j, w->W + i * w->n + 16 * strip[j], 16 * sizeof *W);
 	for (int64_t j = 0; j < m; j++)
 		memcpy(sv + 16 * j, w->sv + 16 * strip[j], 16 * sizeof *sv);
-	/* the scale search's cap in proportion to the columns kept (with every
-	 * strip, x3_quantize's), at least one tile */
+	/* the scale search samples the whole weight as x3_quantize's does (its
+	 * diagonal and outliers), with the tile cap in proportion to the
+	 * strips kept (with every strip, x3_quantize's), at least one tile */
 	int64_t capf = x3_scale_sample_cap(k, w->n), cap = (capf * m + ns - 1) / ns;
-	rc = quantize_cols(W, w->su, sv, k, n, w->zeros, h, K, cb, threads, 0, cap > 0 ? cap : 1, r);
+	rc = quantize_cols(W, w->su, sv, k, n, w->W, w->n, w->zeros, h, K, cb, threads, 0,
+	                   cap > 0 ? cap : 1, r);
 	free(W), free(sv);
 	if (rc) {
 		x3_qresult_free(r);
