@@ -60,6 +60,8 @@ export PATH="$TMP/shim:$root/bin:$root/pipelines:$PATH"
 models=()
 if [ -f "$shared/models/stories260K/model.safetensors" ]; then models+=(stories260K); fi
 models+=(tiny-llama)
+# BENCH_MODELS: a subset, e.g. "tiny-llama"
+[ -z "${BENCH_MODELS:-}" ] || read -r -a models <<<"$BENCH_MODELS"
 "$root/examples/make-tiny-llama" tiny-llama 2 128 384 >/dev/null
 
 missed=0
