@@ -25,8 +25,8 @@ check "... nothing written" test ! -e x -a ! -e x.work
 # ---- the dry run --------------------------------------------------------------
 convert m d --bits 3.5 -n --json "${opts[@]}" >n.json
 nl=$(jq '[.tensors[] | select(.role != "head")] | length' n.json)
-check "-n: sampled by default at 0.125: 2 widths x $nl linears sampled, $nl finals, the head's one encode" \
-	jqe --argjson n "$nl" '.sample == 0.125 and .counts.sampled_measurements == 2 * $n and
+check "-n: sampled by default at 0.1: 2 widths x $nl linears sampled, $nl finals, the head's one encode" \
+	jqe --argjson n "$nl" '.sample == 0.1 and .counts.sampled_measurements == 2 * $n and
 	  .counts.final_encodes == $n and .counts.measurement_encodes == {"6": 1}' n.json
 convert m d --bits 3.5 --sample full -n --json "${opts[@]}" >f.json
 check "-n --sample full: every linear encoded at both widths, onepass packs them" \

@@ -5,7 +5,7 @@
 # 128, intermediate 384), each rate of BENCH_RATES (default 2.5 3.5 4.5) and
 # each sign seed of BENCH_SEEDS (default 0 1 2), converts twice: with the
 # widths measured on a sample of output strips (convert --sample, default
-# BENCH_SAMPLE=0.125) and with every linear encoded whole at every width
+# BENCH_SAMPLE=0.1) and with every linear encoded whole at every width
 # (--sample full). Prints per (model, rate):
 #   - plan agreement: decoder linears given the same K by both plans;
 #   - the expected error sum(numel * proxy_err) of each plan under the full
@@ -28,7 +28,7 @@ export ROOT=$root LC_ALL=C
 if [ -n "${BENCH_DIR:-}" ]; then TMP=$(mkdir -p "$BENCH_DIR" && cd "$BENCH_DIR" && pwd)
 else TMP=$(mktemp -d "${TMPDIR:-/tmp}/x3alloc.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$TMP"' EXIT; fi
 cd "$TMP"
-rates=${BENCH_RATES:-2.5 3.5 4.5} seeds=${BENCH_SEEDS:-0 1 2} smp=${BENCH_SAMPLE:-0.125}
+rates=${BENCH_RATES:-2.5 3.5 4.5} seeds=${BENCH_SEEDS:-0 1 2} smp=${BENCH_SAMPLE:-0.1}
 shared=${X3_SHARED:-$root/../shared}
 
 # trellis-encode counted: every run appends {file, cpu, search_tiles,
