@@ -66,6 +66,12 @@ for k in $same; do
 done
 check "a tensor with the same K in both plans is stored byte for byte the same" test "$diffs" = 0
 
+# ---- the --gpus fan-out (GNU parallel) takes the same steps -------------------
+if command -v parallel >/dev/null; then
+	check "the fan-out (--gpus 0,1 --device cpu) gives the same pack" sh -c \
+		'convert m qg --bits 3.5 --sample 0.5 --work w --gpus 0,1 --device cpu --rows 8 --cols 32 -q && diff -r qs qg'
+fi
+
 # ---- an integer rate samples nothing -------------------------------------------
 check "convert --bits 3 (one width: no measurement beyond the encodes)" convert m q3 --bits 3 --work w "${opts[@]}"
 check "... no measurement record" jqe 'has("measurement") | not' w/plan.json
