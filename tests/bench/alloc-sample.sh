@@ -127,7 +127,7 @@ for name in "${models[@]}"; do
 			 tiles_vs_int_lo: ms(.tiles.sampled / .tiles.int_lo), tiles_vs_int_hi: ms(.tiles.sampled / .tiles.int_hi),
 			 cpu_vs_int: ms(.cpu.sampled / ([.cpu.int_lo, .cpu.int_hi] | min)),
 			 full_tiles_vs_int: ms(.tiles.full / ([.tiles.int_lo, .tiles.int_hi] | min)),
-			 target: 1.25} | . + {pass: ([.tiles_vs_int_lo.mean, .tiles_vs_int_hi.mean] | max) <= .target}' rows.$name.$b.jsonl)
+			 target: 1.25} | . + {pass: (([.tiles_vs_int_lo.mean, .tiles_vs_int_hi.mean] | max) <= .target)}' rows.$name.$b.jsonl)
 		jq -r 'def f(x; d): (x * d | round) / d | tostring;
 			def pm(x; d): f(x.mean; d) + "±" + f(x.sd; d);
 			def pad($n): tostring | . + " " * ([0, $n - length] | max);
