@@ -55,7 +55,8 @@ exit \$rc
 EOF
 chmod +x shim/trellis-encode
 export PATH="$TMP/shim:$root/bin:$root/pipelines:$PATH"
-: >work.jsonl
+# (kept when BENCH_DIR is reused: the files made before keep their records)
+[ -f work.jsonl ] || : >work.jsonl
 
 models=()
 if [ -f "$shared/models/stories260K/model.safetensors" ]; then models+=(stories260K); fi
