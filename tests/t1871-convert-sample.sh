@@ -23,13 +23,13 @@ check_fail "--sample abc is a usage error" 2 "is not full or a fraction" convert
 check "... nothing written" test ! -e x -a ! -e x.work
 
 # ---- the dry run --------------------------------------------------------------
-convert m d --bits 3.5 -n --json "${opts[@]}" >n.json
+convert m d --bits 3.5 --sample 0.1 -n --json "${opts[@]}" >n.json
 nl=$(jq '[.tensors[] | select(.role != "head")] | length' n.json)
-check "-n: sampled by default at 0.1: 2 widths x $nl linears sampled, $nl finals, the head's one encode" \
+check "-n --sample 0.1: 2 widths x $nl linears sampled, $nl finals, the head's one encode" \
 	jqe --argjson n "$nl" '.sample == 0.1 and .counts.sampled_measurements == 2 * $n and
 	  .counts.final_encodes == $n and .counts.measurement_encodes == {"6": 1}' n.json
-convert m d --bits 3.5 --sample full -n --json "${opts[@]}" >f.json
-check "-n --sample full: every linear encoded at both widths, onepass packs them" \
+convert m d --bits 3.5 -n --json "${opts[@]}" >f.json
+check "-n by default (--sample full): every linear encoded at both widths, onepass packs them" \
 	jqe --argjson n "$nl" '.sample == "full" and .counts.sampled_measurements == 0 and
 	  .counts.final_encodes == 0 and .counts.measurement_encodes["3"] == $n' f.json
 convert m d --bits 3 -n --json "${opts[@]}" >i.json
@@ -73,6 +73,6 @@ if command -v parallel >/dev/null; then
 fi
 
 # ---- an integer rate samples nothing -------------------------------------------
-check "convert --bits 3 (one width: no measurement beyond the encodes)" convert m q3 --bits 3 --work w "${opts[@]}"
+check "convert --bits 3 --sample 0.1 (one width: no measurement beyond the encodes)" convert m q3 --bits 3 --sample 0.1 --work w "${opts[@]}"
 check "... no measurement record" jqe 'has("measurement") | not' w/plan.json
 done_testing
