@@ -22,7 +22,8 @@ static const char usage[] =
 	"                [--head-bits N] [--set REGEX=K]... [--importance FILE]\n"
 	"                [--method M] [-o PLAN] [-q] [FILE...]\n"
 	"       bitalloc --predict --model SRC (--bits B | --size BYTES) [--head-bits N]\n"
-	"                [--codebook C] [--cal-rows R] [--cal-cols C] [--set REGEX=K]...\n";
+	"                [--codebook C] [--cal-rows R] [--cal-cols C] [--set REGEX=K]...\n"
+	"       (any of them: [--measurement JSON])\n";
 
 static void help(void)
 {
@@ -51,7 +52,11 @@ static void help(void)
 	       "  --cal-rows R, --cal-cols C  as given to pack-write (default 250, 2048)\n"
 	       "  --predict         no measurements: print the byte model of SRC for --bits B\n"
 	       "                    or --size BYTES (one JSON object): the smallest and largest\n"
-	       "                    pack, the predicted size, the widths to measure\n");
+	       "                    pack, the predicted size, the widths to measure\n"
+	       "  --measurement J   a JSON object saying how the widths were measured (e.g.\n"
+	       "                    {\"method\":\"sample\",\"sample\":0.125}): the plan's\n"
+	       "                    \"measurement\", which pack-write copies into\n"
+	       "                    quantization_config.json (and the byte model counts)\n");
 }
 
 static void read_file(x3_ba *ba, const char *path, int importance)
@@ -312,7 +317,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_BITS = 256, O_HEAD, O_HQ, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
-	       O_CR, O_CC, O_PREDICT };
+	       O_CR, O_CC, O_PREDICT, O_MEAS };
 	static const struct option lo[] = {
 		{"bits", required_argument, 0, O_BITS},
 		{"head-bits", required_argument, 0, O_HEAD},
@@ -327,6 +332,7 @@ int main(int argc, char **argv)
 		{"cal-rows", required_argument, 0, O_CR},
 		{"cal-cols", required_argument, 0, O_CC},
 		{"predict", no_argument, 0, O_PREDICT},
+		{"measurement", required_argument, 0, O_MEAS},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -337,6 +343,8 @@ int main(int argc, char **argv)
 	uint64_t size = 0;
 	long cal_rows = 250, cal_cols = 2048;
 	int predict = 0;
+	json_t *mj = NULL;        /* --measurement */
+	char *mtext = NULL;
 	char **sets = calloc((size_t)argc, sizeof *sets);
 	if (!sets)
 		die("out of memory");
@@ -376,6 +384,16 @@ int main(int argc, char **argv)
 		case O_CR: cal_rows = parse_long(usage, "--cal-rows", optarg, 0, 1L << 30); break;
 		case O_CC: cal_cols = parse_long(usage, "--cal-cols", optarg, 0, 1L << 30); break;
 		case O_PREDICT: predict = 1; break;
+		case O_MEAS:
+			json_decref(mj);
+			mj = json_loads(optarg, 0, NULL);
+			if (!json_is_object(mj))
+				usage_error(usage, "--measurement: '%s' is not a JSON object", optarg);
+			free(mtext);
+			/* as pack-write writes it back (x3_pack_plan_parse) */
+			if (!(mtext = json_dumps(mj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))))
+				die("out of memory");
+			break;
 		default: usage_error(usage, "bad option");
 		}
 	}
@@ -420,6 +438,7 @@ int main(int argc, char **argv)
 		x3_pack_size_opts so = {
 			.head_bits = (int)head_bits, .codebook = codebook, .cal_rows = (int)cal_rows,
 			.cal_cols = (int)cal_cols, .shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20,
+			.measurement = mtext,
 		};
 		if (x3_pack_sizer_open(model, &so, &sx.sz))
 			die("%s", x3_errmsg());
@@ -493,6 +512,15 @@ int main(int argc, char **argv)
 	char *js = x3_ba_plan_json(ba);
 	if (!js)
 		die_x3("plan");
+	if (mj) {
+		json_t *po = json_loads(js, 0, NULL);
+		if (!po || json_object_set(po, "measurement", mj))
+			die("out of memory");
+		free(js);
+		if (!(js = json_dumps(po, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))))
+			die("out of memory");
+		json_decref(po);
+	}
 	if (out) {
 		size_t n = strlen(js);
 		js[n] = '\n';

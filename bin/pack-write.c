@@ -748,7 +748,7 @@ int main(int argc, char **argv)
 
 	/* the plan, and head_bits from it, except for a tied model whose plan
 	 * has no entry for the head (then no head is stored) */
-	x3_pack_plan plan = {.K = NULL, .head_bits = 0, .bits = NAN};
+	x3_pack_plan plan = {.K = NULL, .head_bits = 0, .bits = NAN, .measurement = NULL};
 	if (plan_path) {
 		/* slurp: a missing file or a directory says so, not "line -1" */
 		char *pt = slurp(plan_path, NULL);
@@ -783,6 +783,7 @@ int main(int argc, char **argv)
 		.version = "1.4.1", .nfallback = lay.nfallback,
 		.fallback_key = (const char *const *)lay.fallback_key,
 		.fallback_why = (const char *const *)lay.fallback_why,
+		.measurement = plan.measurement,
 	};
 	write_configs(&q, cfg_text, path, src);
 	install(&o);

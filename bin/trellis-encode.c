@@ -23,7 +23,7 @@ static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
 	"                      [--device cpu|cuda|auto] [-q] [--zstd[=LEVEL]] < frames > frames\n"
-	"       trellis-encode --measure 2,3,4,5 [options] < frames > json-lines\n";
+	"       trellis-encode --measure 2,3,4,5 [--sample F] [options] < frames > json-lines\n";
 
 static const char help[] =
 	"Quantize rotated linear weights to EXL3 trellis tensors (EXL3 spec 8).\n"
@@ -31,7 +31,11 @@ static const char help[] =
 	"  -K N              bits per weight, 1..8\n"
 	"  --codebook CB     mul1 (default), mcg or 3inst\n"
 	"  --measure LIST    quantize at each K of LIST, print one JSON line per K\n"
-	"                    (tensor, K, proxy_err, numel, bytes, seconds), no frames\n"
+	"                    (tensor, K, proxy_err, numel, bytes, seconds, g_scale, the\n"
+	"                    Viterbi tiles of the search and of LDLQ), no frames\n"
+	"  --sample F        with --measure: measure on a seeded F (0 < F <= 1) of the\n"
+	"                    16-column output strips (about F of the work; proxy_err\n"
+	"                    is the sample's estimate; F = 1 gives the whole's result)\n"
 	"  -t THREADS        threads (default: all); results do not depend on it\n"
 	"  --device D        cpu (default), cuda or auto: where the Viterbi encoder runs;\n"
 	"                    the output is byte-identical either way\n"
@@ -45,6 +49,7 @@ static const char help[] =
 	"  -h                this help\n";
 
 static int Ks[8], nK, measure, json_summary, threads, cb = X3_CB_MUL1;
+static double sample = 0;   /* --sample: 0 = the whole weight */
 static uint64_t seed;
 static int policy = X3_OUT_SCALES_ALWAYS;
 static x3_writer *out;
@@ -205,6 +210,13 @@ static json_t *summary(const char *key, const struct prep *p, const x3_qresult *
 	                      "seconds", r->seconds, "g_scale", r->g, "fallback", r->fallback);
 	if (!j)
 		die("out of memory");
+	json_object_set_new(j, "search_tiles", json_integer(r->search_tiles));
+	json_object_set_new(j, "ldlq_tiles", json_integer(r->ldlq_tiles));
+	if (sample > 0) {
+		json_object_set_new(j, "sample", json_real(sample));
+		json_object_set_new(j, "strips", json_integer(r->nstrips));
+		json_object_set_new(j, "strips_total", json_integer(r->strips_total));
+	}
 	return j;
 }
 
@@ -278,7 +290,11 @@ static void encode(struct group *g)
 		die("'%s': frames without a weight or w_reg frame", g->key);
 	for (int i = 0; i < nK; i++) {
 		x3_qresult *r;
-		if (x3_quantize(p.w, p.h, Ks[i], cb, threads, 0, &r))
+		/* the strips follow the signs' seed (had-rotate's, from the
+		 * metadata) and the key */
+		if (sample > 0 ? x3_quantize_sample(p.w, p.h, Ks[i], cb, threads, sample,
+		                                    p.has_seed ? p.seed : seed, g->key, &r)
+		               : x3_quantize(p.w, p.h, Ks[i], cb, threads, 0, &r))
 			die_x3("'%s': K=%d", g->key, Ks[i]);
 		json_t *j = summary(g->key, &p, r);
 		if (measure) {
@@ -325,6 +341,7 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "codebook", required_argument, 0, 'c' },
 		{ "measure", required_argument, 0, 'm' },
+		{ "sample", required_argument, 0, 'S' },
 		{ "json", no_argument, 0, 'j' },
 		{ "seed", required_argument, 0, 's' },
 		{ "hessian", required_argument, 0, 'H' },
@@ -352,6 +369,13 @@ int main(int argc, char **argv)
 		case 'j':
 			json_summary = 1;
 			break;
+		case 'S': {
+			char *end;
+			sample = strtod(optarg, &end);
+			if (end == optarg || *end || !(sample > 0 && sample <= 1))
+				usage_error(usage, "--sample: '%s' is not a fraction in (0, 1]", optarg);
+			break;
+		}
 		case 'D':
 			want_device = device_parse(usage, optarg);
 			break;
@@ -388,6 +412,8 @@ int main(int argc, char **argv)
 		usage_error(usage, "-K and --measure exclude each other");
 	if (!measure && !K)
 		usage_error(usage, "-K N (1..8) or --measure LIST is required");
+	if (sample > 0 && !measure)
+		usage_error(usage, "--sample needs --measure (a sample is a measurement, not an encode)");
 	/* the GPU encoder is bit-identical: only the Viterbi moves */
 	device = device_resolve(want_device);
 	if (device == X3_DEVICE_CUDA) {

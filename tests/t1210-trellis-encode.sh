@@ -55,6 +55,18 @@ check "--measure agrees with -K (same proxy error at K=3)" \
 	     "$(jq -r 'select(.name=="m.trellis") | .meta.proxy_err' q.json | xargs printf '%.6g')"
 check "--json: summary line on stderr" sh -c \
 	'trellis-encode -K 2 --json < r.fr 2>s.json >/dev/null && jq -e ".tensor == \"m\" and .K == 2" s.json >/dev/null'
+check "--json and --measure count the Viterbi work (search and LDLQ tiles)" sh -c \
+	'jq -se "all(.search_tiles > 0 and .ldlq_tiles > 0)" m.json s.json >/dev/null'
+# --sample: a measurement on a sample of the 16-column output strips
+check "--measure 2,4 --sample 1 = --measure 2,4 (every strip)" sh -c \
+	'trellis-encode --measure 2,4 --sample 1 < r.fr | jq -c "{K, proxy_err, g_scale, search_tiles, ldlq_tiles}" > s1.json &&
+	 jq -c "select(.K == 2 or .K == 4) | {K, proxy_err, g_scale, search_tiles, ldlq_tiles}" m.json | cmp -s - s1.json'
+check "--sample 0.5: half the strips, less work, an estimate near the whole's" sh -c \
+	'trellis-encode --measure 3 --sample 0.5 < r.fr > s5.json &&
+	 jq -se --slurpfile m m.json "(\$m | map(select(.K == 3))[0]) as \$w | .[0] as \$s |
+	   \$s.sample == 0.5 and \$s.strips * 2 == \$s.strips_total and \$s.ldlq_tiles < \$w.ldlq_tiles and
+	   \$s.proxy_err > 0.5 * \$w.proxy_err and \$s.proxy_err < 2 * \$w.proxy_err and \$s.numel == \$w.numel" s5.json >/dev/null'
+check "--sample is deterministic" sh -c 'jq -c "del(.seconds)" s5.json > s5a.json && trellis-encode --measure 3 --sample 0.5 < r.fr | jq -c "del(.seconds)" | cmp -s - s5a.json'
 
 # direct weight frames (had-rotate's step inside)
 trellis-encode -K 3 --seed 5 --hessian h.fr < wb.fr > qd.fr
@@ -94,6 +106,10 @@ check_fail "--measure with K=9" 2 "measure: '9' is not an integer in 1..8" trell
 check_fail "--measure empty" 2 "measure: empty list" trellis-encode --measure ,
 check_fail "no -K" 2 "-K N \(1..8\) or --measure LIST is required" trellis-encode
 check_fail "-K and --measure" 2 "exclude each other" trellis-encode -K 2 --measure 2,3
+check_fail "--sample without --measure" 2 "--sample needs --measure" trellis-encode -K 2 --sample 0.5
+for f in 0 1.5 x -0.1; do
+	check_fail "--sample $f refused" 2 "--sample: '$f' is not a fraction in \(0, 1\]" trellis-encode --measure 2 --sample "$f"
+done
 check_fail "bad codebook" 2 "codebook: 'e8p' is not mul1, mcg or 3inst" trellis-encode -K 2 --codebook e8p
 check_fail "bad option" 2 "usage: trellis-encode" trellis-encode -K 2 --frobnicate
 check "-h prints usage on stdout" sh -c 'trellis-encode -h | grep -q "^usage: trellis-encode -K N"'

@@ -562,6 +562,10 @@ int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char
 		bad |= json_object_set_new(fb, q->fallback_key[i], json_string(q->fallback_why[i]));
 	if (fb)
 		bad |= json_object_set_new(root, "fallback", fb);
+	if (q->measurement && !bad) {
+		json_t *m = json_loads(q->measurement, 0, NULL);
+		bad |= !m || json_object_set_new(root, "measurement", m);
+	}
 	*out = bad ? NULL : dump(root);
 	json_decref(root);
 	return *out ? X3_OK : X3_ENOMEM;
@@ -868,6 +872,7 @@ int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
 		.cal_rows = sz->o.cal_rows, .cal_cols = sz->o.cal_cols,
 		.out_scales = sz->o.out_scales ? sz->o.out_scales : "always",
 		.codebook = sz->o.codebook ? sz->o.codebook : "mul1", .version = "1.4.1",
+		.measurement = sz->o.measurement,
 	};
 	if ((rc = x3_pack_config_json(sz->cfg_text, &q, &txt)))
 		goto out;
@@ -969,6 +974,10 @@ int x3_pack_plan_parse(const char *text, const char *label, const x3_module *mod
 	json_t *b = json_object_get(o, "bits");
 	if (b && json_is_number(b))
 		p->bits = json_number_value(b);
+	json_t *ms = json_object_get(o, "measurement");
+	if (json_is_object(ms) &&
+	    !(p->measurement = json_dumps(ms, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))))
+		rc = x3_err(X3_ENOMEM, "out of memory");
 out:
 	json_decref(o);
 	if (rc)
@@ -980,4 +989,6 @@ void x3_pack_plan_free(x3_pack_plan *p)
 {
 	free(p->K);
 	p->K = NULL;
+	free(p->measurement);
+	p->measurement = NULL;
 }

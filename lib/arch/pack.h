@@ -37,6 +37,8 @@ typedef struct {
 	int *K;          /* (nmods): the plan's K of mods[i], 0 where absent */
 	int head_bits;   /* 0: absent */
 	double bits;     /* NAN: absent */
+	char *measurement; /* the plan's "measurement" object as compact JSON
+	                      (how the widths were measured), NULL: absent */
 } x3_pack_plan;
 /* Parse text (label names it in messages); X3_EFORMAT names the member. */
 int x3_pack_plan_parse(const char *text, const char *label, const x3_module *mods,
@@ -112,6 +114,9 @@ typedef struct {
 	 * the reason of each: quantization_config.json "fallback" */
 	int nfallback;
 	const char *const *fallback_key, *const *fallback_why;
+	/* how the plan's widths were measured (a JSON object's text, from the
+	 * plan): quantization_config.json "measurement"; NULL: none */
+	const char *measurement;
 } x3_pack_qcfg;
 
 /* config.json of the output: the source text plus quantization_config
@@ -167,6 +172,8 @@ typedef struct {
 	int cal_rows, cal_cols;      /* as pack-write's --cal-rows/--cal-cols */
 	const char *out_scales;      /* NULL: always */
 	uint64_t shard_bytes;        /* pack-write's --shard-size in bytes */
+	const char *measurement;     /* the plan's "measurement" (JSON object
+	                                text) quantization_config.json gets; NULL */
 } x3_pack_size_opts;
 typedef struct x3_pack_sizer x3_pack_sizer;
 

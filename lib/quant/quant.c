@@ -676,7 +676,7 @@ static int64_t tmemo_find(const struct tmemo *m, const float *t, uint64_t h, int
  * distinct tile encoded once; memo keeps the results for later calls (it
  * starts empty: {0}). */
 static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *states,
-                        float *values, int threads, struct tmemo *memo)
+                        float *values, int threads, struct tmemo *memo, int64_t *count)
 {
 	int64_t *ent = xmalloc((size_t)nt, sizeof *ent);
 	int rc = ent ? tmemo_reserve(memo, nt) : X3_ENOMEM;
@@ -698,6 +698,8 @@ static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *sta
 		ent[t] = e;
 	}
 	int64_t nnew = memo->n - first;
+	if (count)
+		*count += nnew;
 	rc = x3_viterbi_encode(K, cb, memo->x + first * 256, nnew, memo->s + first * 256,
 	                       memo->v + first * 256, threads);
 	if (rc) {
@@ -716,9 +718,10 @@ static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *sta
 }
 
 /* mse(s) for ns scales on m tiles of stride `step` in src (one Viterbi
- * batch of ns*m tiles) */
+ * batch of ns*m tiles); *count += the tiles the Viterbi encoded */
 static int eval_scales(const float *src, int64_t m, int64_t step, const double *s,
-                       int ns, int K, int cb, int threads, struct tmemo *memo, double *mse)
+                       int ns, int K, int cb, int threads, struct tmemo *memo, double *mse,
+                       int64_t *count)
 {
 	int64_t cnt = (m + step - 1) / step, nt = cnt * ns;
 	float *x = xcalloc((size_t)(nt * 256), sizeof(float));
@@ -731,7 +734,7 @@ static int eval_scales(const float *src, int64_t m, int64_t step, const double *
 		for (int64_t t = 0; t < cnt; t++)
 			for (int i = 0; i < 256; i++)
 				x[((j * cnt) + t) * 256 + i] = (float)(src[t * step * 256 + i] * s[j]);
-	int rc = encode_tiles(K, cb, x, nt, NULL, q, threads, memo);
+	int rc = encode_tiles(K, cb, x, nt, NULL, q, threads, memo, count);
 	if (rc == X3_OK)
 		for (int j = 0; j < ns; j++) {
 			double e = 0;
@@ -754,12 +757,12 @@ static int eval_scales(const float *src, int64_t m, int64_t step, const double *
  * others together, a chunk of tiles at a time (one Viterbi batch per chunk,
  * of every scale still in the race). */
 static int coarse_grid(const float *src, int64_t m, const double *s, int ns, int K, int cb,
-                       int threads, struct tmemo *memo, double *y)
+                       int threads, struct tmemo *memo, double *y, int64_t *count)
 {
 	const int64_t step = 3, cnt = (m + step - 1) / step;
 	const double N = (double)(cnt * 256);
 	const int mid = (ns - 1) / 2;
-	int rc = eval_scales(src, m, step, s + mid, 1, K, cb, threads, memo, y + mid);
+	int rc = eval_scales(src, m, step, s + mid, 1, K, cb, threads, memo, y + mid, count);
 	if (rc)
 		return rc;
 	int64_t chunk = 4 * (int64_t)(threads > 0 ? threads : omp_get_max_threads());
@@ -785,7 +788,7 @@ static int coarse_grid(const float *src, int64_t m, const double *s, int ns, int
 			for (int64_t t = 0; t < c; t++)
 				for (int i = 0; i < 256; i++)
 					x[(a * c + t) * 256 + i] = (float)(src[(t0 + t) * step * 256 + i] * s[alive[a]]);
-		if ((rc = encode_tiles(K, cb, x, na * c, NULL, q, threads, memo)))
+		if ((rc = encode_tiles(K, cb, x, na * c, NULL, q, threads, memo, count)))
 			break;
 		int keep = 0;
 		for (int a = 0; a < na; a++) {
@@ -830,8 +833,18 @@ int x3_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
 	return x3_scale_search_cap(W, k, n, K, cb, threads, x3_scale_sample_cap(k, n), g);
 }
 
+static int scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
+                        int threads, int64_t cap, double *g, int64_t *count);
+
 int x3_scale_search_cap(const float *W, int64_t k, int64_t n, int K, int cb,
                         int threads, int64_t cap, double *g)
+{
+	return scale_search(W, k, n, K, cb, threads, cap, g, NULL);
+}
+
+/* x3_scale_search_cap; *count (may be NULL) += the tiles the Viterbi encoded */
+static int scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
+                        int threads, int64_t cap, double *g, int64_t *count)
 {
 	*g = 1.0;
 	int64_t mmax = x3_scale_sample_max(k, n);
@@ -854,7 +867,7 @@ int x3_scale_search_cap(const float *W, int64_t k, int64_t n, int K, int cb,
 	for (int i = 0; i < 10; i++)
 		s[i] = 0.1 + 0.2 * i;
 	struct tmemo memo = { 0 };
-	int rc = coarse_grid(tiles, m, s, 10, K, cb, threads, &memo, y);
+	int rc = coarse_grid(tiles, m, s, 10, K, cb, threads, &memo, y, count);
 	if (rc) {
 		free(tiles);
 		tmemo_free(&memo);
@@ -877,7 +890,7 @@ int x3_scale_search_cap(const float *W, int64_t k, int64_t n, int K, int cb,
 			ps[np++] = fs[i];
 		}
 	}
-	rc = eval_scales(tiles, m, 1, ps, np, K, cb, threads, &memo, py);
+	rc = eval_scales(tiles, m, 1, ps, np, K, cb, threads, &memo, py, count);
 	free(tiles);
 	tmemo_free(&memo);
 	if (rc)
@@ -907,13 +920,13 @@ int x3_scale_search_cap(const float *W, int64_t k, int64_t n, int K, int cb,
 /* Quantize the 16-row block X (16 x n): tiles to trellis order, Viterbi,
  * states of the n/16 tiles to st, decoded values back to Q (16 x n). */
 static int quant_block(const float *X, int64_t n, int K, int cb, int threads,
-                       float *tiles, float *vals, uint16_t *st, float *Q)
+                       float *tiles, float *vals, uint16_t *st, float *Q, int64_t *count)
 {
 	int64_t tn = n / 16;
 	for (int64_t t = 0; t < tn; t++)
 		get_tile(X, n, 0, t, tiles + 256 * t);
 	struct tmemo memo = { 0 };   /* equal tiles of this block only */
-	int rc = encode_tiles(K, cb, tiles, tn, st, vals, threads, &memo);
+	int rc = encode_tiles(K, cb, tiles, tn, st, vals, threads, &memo, count);
 	tmemo_free(&memo);
 	if (rc)
 		return rc;
@@ -925,8 +938,18 @@ static int quant_block(const float *X, int64_t n, int K, int cb, int threads,
 	return X3_OK;
 }
 
+static int ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
+                int cb, int threads, uint16_t *states, float *Q, int64_t *count);
+
 int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
             int cb, int threads, uint16_t *states, float *Q)
+{
+	return ldlq(W, k, n, L, K, cb, threads, states, Q, NULL);
+}
+
+/* x3_ldlq; *count (may be NULL) += the tiles the Viterbi encoded */
+static int ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
+                int cb, int threads, uint16_t *states, float *Q, int64_t *count)
 {
 	if (K < 1 || K > 8)
 		return x3_err(X3_EINVAL, "K=%d is outside 1..8", K);
@@ -963,7 +986,7 @@ int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
 					x3_gemm_atb(16, n, s1 - b1, L + b1 * k + b0, k, E + b1 * n, n, 1.0f, X, n);
 			}
 			rc = quant_block(X, n, K, cb, threads, tiles, vals,
-			                 states + (b0 / 16) * tn * 256, Q + b0 * n);
+			                 states + (b0 / 16) * tn * 256, Q + b0 * n, count);
 			if (rc)
 				break;
 			if (L)
@@ -1123,6 +1146,7 @@ void x3_qresult_free(x3_qresult *r)
 	free(r->svh);
 	free(r->Q);
 	free(r->Wg);
+	free(r->strip);
 	free(r);
 }
 
@@ -1131,24 +1155,15 @@ int64_t x3_quant_bytes(int64_t k, int64_t n, int K, int cb, int has_bias)
 	return k * n * K / 8 + 2 * k + 2 * n + (cb == X3_CB_3INST ? 0 : 4) + (has_bias ? 2 * n : 0);
 }
 
-int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
-                int threads, int keep, x3_qresult **out)
+/* The per-K step on the columns W (k x n) of a regularized weight, with
+ * their input scales su (k) and output scales sv (n): scale search over at
+ * most cap sampled tiles of the whole weight Wall (k x nall), LDLQ, proxy
+ * error, packing. r is allocated and has K, cb, k, n and fallback set; the
+ * rest is filled here. */
+static int quantize_cols(const float *W, const float *su, const float *sv, int64_t k, int64_t n,
+                         const float *Wall, int64_t nall, int zeros, const x3_qhess *h, int K,
+                         int cb, int threads, int keep, int64_t cap, x3_qresult *r)
 {
-	*out = NULL;
-	if (K < 1 || K > 8)
-		return x3_err(X3_EINVAL, "K=%d is outside 1..8", K);
-	if (cb < 0 || cb >= X3_CB_COUNT)
-		return x3_err(X3_EINVAL, "bad codebook id %d", cb);
-	int64_t k = w->k, n = w->n;
-	if (h->k != k)
-		return x3_err(X3_EINVAL, "hessian is %lldx%lld but the weight has %lld (padded) inputs",
-		              (long long)h->k, (long long)h->k, (long long)k);
-	double t0 = mono_seconds();
-	x3_qresult *r = calloc(1, sizeof *r);
-	if (!r)
-		return x3_err(X3_ENOMEM, "out of memory");
-	r->K = K, r->cb = cb, r->k = k, r->n = n;
-	r->fallback = h->fallback;
 	size_t kn = (size_t)(k * n);
 	float *Wg = xmalloc(kn, sizeof(float));
 	float *Q = xmalloc(kn, sizeof(float));
@@ -1161,28 +1176,28 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 		rc = x3_err(X3_ENOMEM, "out of memory for a %lldx%lld weight", (long long)k, (long long)n);
 		goto fail;
 	}
-	rc = x3_scale_search(w->W, k, n, K, cb, threads, &r->g);
+	rc = scale_search(Wall, k, nall, K, cb, threads, cap, &r->g, &r->search_tiles);
 	if (rc)
 		goto fail;
 	float g = (float)r->g;
 	#pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < kn; i++)
-		Wg[i] = w->W[i] * g;
-	rc = x3_ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q);
+		Wg[i] = W[i] * g;
+	rc = ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q, &r->ldlq_tiles);
 	if (rc)
 		goto fail;
 	rc = x3_proxy_error(Wg, Q, h->fallback ? NULL : h->H, k, n, &r->proxy_err);
 	if (rc)
 		goto fail;
-	if (w->zeros)
+	if (zeros)
 		r->proxy_err = 0;
 	#pragma omp parallel for schedule(static)
 	for (size_t t = 0; t < kn / 256; t++)
 		x3_trellis_pack(K, st + 256 * t, r->trellis + (size_t)16 * K * t);
 	for (int64_t i = 0; i < k; i++)
-		r->suh[i] = x3_f32_to_f16(w->su[i] / g);
+		r->suh[i] = x3_f32_to_f16(su[i] / g);
 	for (int64_t j = 0; j < n; j++)
-		r->svh[j] = x3_f32_to_f16(w->sv[j]);
+		r->svh[j] = x3_f32_to_f16(sv[j]);
 	free(st);
 	if (keep & X3_QKEEP_Q)
 		r->Q = Q;
@@ -1192,13 +1207,129 @@ int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 		r->Wg = Wg;
 	else
 		free(Wg);
-	r->seconds = mono_seconds() - t0;
-	*out = r;
 	return X3_OK;
 fail:
 	free(Wg), free(Q), free(st);
-	x3_qresult_free(r);
 	return rc;
+}
+
+static int quantize_check(const x3_qweight *w, const x3_qhess *h, int K, int cb)
+{
+	if (K < 1 || K > 8)
+		return x3_err(X3_EINVAL, "K=%d is outside 1..8", K);
+	if (cb < 0 || cb >= X3_CB_COUNT)
+		return x3_err(X3_EINVAL, "bad codebook id %d", cb);
+	if (h->k != w->k)
+		return x3_err(X3_EINVAL, "hessian is %lldx%lld but the weight has %lld (padded) inputs",
+		              (long long)h->k, (long long)h->k, (long long)w->k);
+	return X3_OK;
+}
+
+static x3_qresult *qresult_new(const x3_qweight *w, const x3_qhess *h, int K, int cb, int64_t n)
+{
+	x3_qresult *r = calloc(1, sizeof *r);
+	if (!r) {
+		x3_err(X3_ENOMEM, "out of memory");
+		return NULL;
+	}
+	r->K = K, r->cb = cb, r->k = w->k, r->n = n;
+	r->fallback = h->fallback;
+	r->strips_total = w->n / 16;
+	return r;
+}
+
+int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                int threads, int keep, x3_qresult **out)
+{
+	*out = NULL;
+	int rc = quantize_check(w, h, K, cb);
+	if (rc)
+		return rc;
+	double t0 = mono_seconds();
+	x3_qresult *r = qresult_new(w, h, K, cb, w->n);
+	if (!r)
+		return X3_ENOMEM;
+	r->nstrips = r->strips_total;
+	rc = quantize_cols(w->W, w->su, w->sv, w->k, w->n, w->W, w->n, w->zeros, h, K, cb, threads,
+	                   keep, x3_scale_sample_cap(w->k, w->n), r);
+	if (rc) {
+		x3_qresult_free(r);
+		return rc;
+	}
+	r->seconds = mono_seconds() - t0;
+	*out = r;
+	return X3_OK;
+}
+
+int64_t x3_sample_strips(int64_t n, double frac, uint64_t seed, const char *name, int64_t *strip)
+{
+	int64_t ns = n / 16;
+	if (ns <= 0)
+		return 0;
+	int64_t m = frac >= 1 ? ns : (int64_t)ceil(frac * (double)ns - 1e-9);
+	m = m < 1 ? 1 : m > ns ? ns : m;
+	/* one strip drawn uniformly from each of m equal runs of strips
+	 * (stratified: the sample spans the width, e.g. both 128-column
+	 * Hadamard blocks of a padded weight, in proportion) */
+	char nm[1100];
+	snprintf(nm, sizeof nm, "%s/strips", name ? name : "");
+	x3_rng rng;
+	x3_rng_seed(&rng, seed, x3_rng_stream_of(nm));
+	for (int64_t j = 0; j < m; j++) {
+		int64_t lo = j * ns / m, hi = (j + 1) * ns / m;
+		strip[j] = lo + (int64_t)(x3_rng_u64(&rng) % (uint64_t)(hi - lo));
+	}
+	return m;
+}
+
+int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, int threads,
+                       double frac, uint64_t seed, const char *name, x3_qresult **out)
+{
+	*out = NULL;
+	int rc = quantize_check(w, h, K, cb);
+	if (rc)
+		return rc;
+	if (!(frac > 0 && frac <= 1))
+		return x3_err(X3_EINVAL, "sample fraction %g is not in (0, 1]", frac);
+	double t0 = mono_seconds();
+	int64_t k = w->k, ns = w->n / 16;
+	int64_t *strip = xmalloc((size_t)ns, sizeof *strip);
+	int64_t m = strip ? x3_sample_strips(w->n, frac, seed, name, strip) : 0;
+	if (m <= 0) {
+		free(strip);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	int64_t n = 16 * m;
+	x3_qresult *r = qresult_new(w, h, K, cb, n);
+	float *W = xmalloc((size_t)(k * n), sizeof *W), *sv = xmalloc((size_t)n, sizeof *sv);
+	if (!r || !W || !sv) {
+		free(strip), free(W), free(sv), x3_qresult_free(r);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	r->strip = strip, r->nstrips = m;
+	/* the chosen strips' columns, in order: LDLQ mixes rows only (its
+	 * feedback is L^T E over the input dimension; x3_gemm_atb's column j
+	 * depends on column j alone) and a tile lies within one strip, so
+	 * these columns quantize as they would within the whole */
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < m; j++)
+			memcpy(W + i * n + 16 * j, w->W + i * w->n + 16 * strip[j], 16 * sizeof *W);
+	for (int64_t j = 0; j < m; j++)
+		memcpy(sv + 16 * j, w->sv + 16 * strip[j], 16 * sizeof *sv);
+	/* the scale search samples the whole weight as x3_quantize's does (its
+	 * diagonal and outliers), with the tile cap in proportion to the
+	 * strips kept (with every strip, x3_quantize's), at least one tile */
+	int64_t capf = x3_scale_sample_cap(k, w->n), cap = (capf * m + ns - 1) / ns;
+	rc = quantize_cols(W, w->su, sv, k, n, w->W, w->n, w->zeros, h, K, cb, threads, 0,
+	                   cap > 0 ? cap : 1, r);
+	free(W), free(sv);
+	if (rc) {
+		x3_qresult_free(r);
+		return rc;
+	}
+	r->seconds = mono_seconds() - t0;
+	*out = r;
+	return X3_OK;
 }
 
 int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,

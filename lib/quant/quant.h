@@ -154,6 +154,11 @@ typedef struct x3_qresult {
 	double proxy_err;  /* exl3(5) §9.5; 0 for an all-zero source (output is exact) */
 	double seconds;
 	int fallback;
+	int64_t search_tiles;  /* tiles the Viterbi encoded in the scale search */
+	int64_t ldlq_tiles;    /* ... and in LDLQ (each distinct tile of a batch once) */
+	int64_t nstrips;       /* 16-column output strips quantized (n / 16) */
+	int64_t strips_total;  /* of the weight's (its padded n / 16) */
+	int64_t *strip;        /* (nstrips) their indices, x3_quantize_sample only */
 } x3_qresult;
 
 #define X3_QKEEP_Q 1
@@ -184,6 +189,26 @@ int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
  * X3_EST_MIN_STRIPS (all of them when fewer). */
 #define X3_EST_MIN_STRIPS 8
 int64_t x3_estimate_strips(int64_t n);
+/* A measurement from a sample of the weight (issue 12 part 1): the per-K
+ * step on ceil(frac * n/16) of its 16-column output strips (at least one),
+ * chosen by x3_sample_strips(n, frac, seed, name). LDLQ works along the
+ * input dimension and a tile lies within one strip, so the strips quantize
+ * independently: with every strip chosen (frac = 1) the result equals
+ * x3_quantize's bit for bit. The scale search samples the whole weight
+ * as x3_quantize's does, with its tile cap in proportion (ceil(cap *
+ * chosen / all), cap = x3_scale_sample_cap of the whole), so the
+ * measurement's whole Viterbi work is about frac of x3_quantize's. proxy_err is the sample's
+ * tr(E^T H E) / tr(W^T H W), an estimate of the weight's; r->n = 16 *
+ * nstrips, trellis (k/16, nstrips, 16K) and svh (r->n) are those of the
+ * chosen strips, r->strip their indices. */
+int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, int threads,
+                       double frac, uint64_t seed, const char *name, x3_qresult **out);
+/* The strips a sample takes: m = ceil(frac * n/16) clamped to 1..n/16
+ * indices, ascending, written to strip (room for n/16): one drawn
+ * uniformly from each of the m runs [j ns/m, (j+1) ns/m) of the ns = n/16
+ * strips (stratified), by x3_rng (seed, stream of name + "/strips").
+ * Returns m (0 when n < 16). */
+int64_t x3_sample_strips(int64_t n, double frac, uint64_t seed, const char *name, int64_t *strip);
 
 /* Dense reconstruction W = diag(suh) Hb_k W~ Hb_n diag(svh) (exl3(5) §1.2), in the
  * EXL3 orientation (k x n), from decoded W~ (k x n). */
