@@ -85,21 +85,34 @@ static int open_exl3(x3_st *st, const char *key, int64_t in, int64_t out, int bi
 	return X3_OK;
 }
 
-int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias,
-                   int check_only, x3_linear **lin)
+/* Rows [row0, row0 + n) of the (rows, cols) tensor t as F32 (malloc'd):
+ * all of it when n is its row count. */
+static float *rows_f32(const x3_tensor *t, int64_t row0, int64_t n, int64_t rows, int64_t cols)
 {
-	char wn[300], bn[300], tn[300];
-	snprintf(wn, sizeof wn, "%s.weight", key);
-	snprintf(bn, sizeof bn, "%s.bias", key);
-	snprintf(tn, sizeof tn, "%s.trellis", key);
-	const x3_tensor *w = x3_st_find(st, wn);
-	if (!w && x3_st_find(st, tn))
-		return open_exl3(st, key, in, out, bias, check_only, lin);
-	int rc = x3_tensor_check_float(w, wn, 2, out, in);
-	const x3_tensor *b = NULL;
+	float *all = x3_tensor_f32(t);
+	if (!all || n == rows)
+		return all;
+	float *r = malloc((size_t)(n * cols) * sizeof *r + 1);
+	if (r)
+		memcpy(r, all + row0 * cols, (size_t)(n * cols) * sizeof *r);
+	free(all);
+	return r;
+}
+
+/* The dense linear KEY from the (rows, in) tensor SRC.weight (and
+ * SRC.bias), rows [row0, row0 + out) of it: SRC = KEY, row0 = 0, rows =
+ * out for a linear of its own. */
+static int open_dense(x3_st *st, const char *key, const char *src, int64_t row0, int64_t rows,
+                      int64_t in, int64_t out, int bias, int check_only, x3_linear **lin)
+{
+	char wn[300], bn[300];
+	snprintf(wn, sizeof wn, "%s.weight", src);
+	snprintf(bn, sizeof bn, "%s.bias", src);
+	const x3_tensor *w = x3_st_find(st, wn), *b = NULL;
+	int rc = x3_tensor_check_float(w, wn, 2, rows, in);
 	if (!rc && bias) {
 		b = x3_st_find(st, bn);
-		rc = x3_tensor_check_float(b, bn, 1, out, 0);
+		rc = x3_tensor_check_float(b, bn, 1, rows, 0);
 	}
 	if (rc || check_only)
 		return rc;
@@ -109,8 +122,8 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", wn);
 	}
 	l->in = in, l->out = out;
-	l->w = x3_tensor_f32(w);
-	if (!l->w || (b && !(l->b = x3_tensor_f32(b)))) {
+	l->w = rows_f32(w, row0, out, rows, in);
+	if (!l->w || (b && !(l->b = rows_f32(b, row0, out, rows, 1)))) {
 		x3_linear_free(l);
 		return x3_errprefix(X3_ENOMEM, "tensor '%s'", wn);
 	}
@@ -124,20 +137,21 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias
 	return X3_OK;
 }
 
-/* Rows [row0, row0 + n) of the (rows, cols) tensor t as F32 (malloc'd). */
-static float *rows_f32(const x3_tensor *t, int64_t row0, int64_t n, int64_t cols)
+int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out, int bias,
+                   int check_only, x3_linear **lin)
 {
-	float *all = x3_tensor_f32(t), *r = all ? malloc((size_t)(n * cols) * sizeof *r + 1) : NULL;
-	if (r)
-		memcpy(r, all + row0 * cols, (size_t)(n * cols) * sizeof *r);
-	free(all);
-	return r;
+	char wn[300], tn[300];
+	snprintf(wn, sizeof wn, "%s.weight", key);
+	snprintf(tn, sizeof tn, "%s.trellis", key);
+	if (!x3_st_find(st, wn) && x3_st_find(st, tn))
+		return open_exl3(st, key, in, out, bias, check_only, lin);
+	return open_dense(st, key, key, 0, out, in, out, bias, check_only, lin);
 }
 
 int x3_linear_open_rows(x3_st *st, const char *key, const char *src, int64_t row0, int64_t src_rows,
                         int64_t in, int64_t out, int bias, int check_only, x3_linear **lin)
 {
-	char wn[300], bn[300], tn[300];
+	char wn[300], tn[300];
 	snprintf(wn, sizeof wn, "%s.weight", key);
 	snprintf(tn, sizeof tn, "%s.trellis", key);
 	/* a converted (EXL3) or split checkpoint holds KEY itself */
@@ -146,33 +160,7 @@ int x3_linear_open_rows(x3_st *st, const char *key, const char *src, int64_t row
 	if (row0 < 0 || row0 + out > src_rows)
 		return x3_err(X3_EINVAL, "linear '%s': rows %lld..%lld past the %lld rows of '%s.weight'", key,
 		              (long long)row0, (long long)(row0 + out), (long long)src_rows, src);
-	snprintf(wn, sizeof wn, "%s.weight", src);
-	snprintf(bn, sizeof bn, "%s.bias", src);
-	const x3_tensor *w = x3_st_find(st, wn), *b = NULL;
-	int rc = x3_tensor_check_float(w, wn, 2, src_rows, in);
-	if (!rc && bias) {
-		b = x3_st_find(st, bn);
-		rc = x3_tensor_check_float(b, bn, 1, src_rows, 0);
-	}
-	if (rc || check_only)
-		return rc;
-	x3_linear *l = calloc(1, sizeof *l);
-	if (!l || !(l->key = strdup(key))) {
-		free(l);
-		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", wn);
-	}
-	l->in = in, l->out = out;
-	l->w = rows_f32(w, row0, out, in);
-	if (!l->w || (b && !(l->b = rows_f32(b, row0, out, 1)))) {
-		x3_linear_free(l);
-		return x3_errprefix(X3_ENOMEM, "tensor '%s'", wn);
-	}
-	if ((rc = check_finite(l->w, out, in, wn)) || (l->b && (rc = check_finite(l->b, 1, out, bn)))) {
-		x3_linear_free(l);
-		return rc;
-	}
-	*lin = l;
-	return X3_OK;
+	return open_dense(st, key, src, row0, src_rows, in, out, bias, check_only, lin);
 }
 
 /* The fp32 bias of an EXL3 linear: the product of a zero row (y = 0·Wᵀ + b),
