@@ -120,6 +120,12 @@ void synth_round(x3_dtype dt)
 
 int synth_write(const char *dir, x3_dtype dt, uint64_t shard_bytes)
 {
+	return synth_write_as(dir, dt, NULL, shard_bytes);
+}
+
+int synth_write_as(const char *dir, x3_dtype dt0, x3_dtype (*dt_of)(const char *name, x3_dtype dt),
+                   uint64_t shard_bytes)
+{
 	mkdir(dir, 0755);
 	x3_stw *w;
 	int rc = x3_stw_create(dir, shard_bytes, &w);
@@ -127,6 +133,7 @@ int synth_write(const char *dir, x3_dtype dt, uint64_t shard_bytes)
 		return rc;
 	for (int i = 0; i < synth_n && !rc; i++) {
 		const struct synth_tens *s = &synth_t[i];
+		x3_dtype dt = dt_of ? dt_of(s->name, dt0) : dt0;
 		x3_tensor *t = s->c ? x3_tensor_new2(s->name, dt, s->r, s->c) : x3_tensor_new1(s->name, dt, s->r);
 		if (!t) {
 			rc = X3_ENOMEM;

@@ -46,6 +46,9 @@ void synth_round(x3_dtype dt);
 /* Write the table in dt as a safetensors model directory dir (created if
  * missing; one module per tensor, shards of shard_bytes, 0: one file). */
 int synth_write(const char *dir, x3_dtype dt, uint64_t shard_bytes);
+/* The same with each tensor's dtype dt_of(name, dt) (dt_of NULL: dt). */
+int synth_write_as(const char *dir, x3_dtype dt, x3_dtype (*dt_of)(const char *name, x3_dtype dt),
+                   uint64_t shard_bytes);
 
 /* y = x / sqrt(mean(x^2) + eps) * w, n values (y may be x). */
 void synth_rms(double *y, const double *x, const double *w, int n, double eps);

@@ -28,6 +28,7 @@
 #include "test.h"
 #include "model.h"
 #include "safetensors.h"
+#include "synth.h"
 
 struct gm {
 	int g3, mm, tied, bf16;         /* Gemma3, under language_model., tied head, BF16 embedding */
@@ -41,29 +42,14 @@ struct gm {
 enum { NO_WINDOW = 1, NO_ACAP = 2, NO_FCAP = 4, NO_ONE = 8, NO_LOCAL = 16, NO_EMBSCALE = 32,
        HEAD_DIM_SCALE = 64, NO_ROUND = 128 };
 
-struct tens { char name[160]; int r, c; double *v; };
-static struct tens T[256];
-static int nT;
-
-static double bf16(double v)
-{
-	float f = (float)v;
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;   /* round to nearest even */
-	memcpy(&f, &u, 4);
-	return f;
-}
-
+/* synth_add's tensor with the values the checkpoint stores: F32, or BF16
+ * (round16) */
 static void add(const char *name, int r, int c, double scale, double mean, int round16, x3_rng *g)
 {
-	struct tens *t = &T[nT++];
-	snprintf(t->name, sizeof t->name, "%s", name);
-	t->r = r, t->c = c;
-	t->v = malloc(sizeof(double) * (size_t)r * (c ? c : 1));
+	struct synth_tens *t = synth_add(name, r, c, scale, mean, g);
 	for (int i = 0; i < r * (c ? c : 1); i++) {
-		double v = (double)(float)(mean + scale * x3_rng_normal(g));
-		t->v[i] = round16 ? bf16(v) : v;
+		float f = (float)t->v[i];
+		t->v[i] = round16 ? x3_bf16_to_f32(x3_f32_to_bf16(f)) : f;
 	}
 }
 
@@ -74,19 +60,14 @@ static const double *get(const struct gm *s, const char *fmt, int l)
 	char n[160], k[200];
 	snprintf(n, sizeof n, fmt, l);
 	snprintf(k, sizeof k, "%s%s", strncmp(n, "lm_head", 7) ? pfx(s) : s->mm ? "language_model." : "", n);
-	for (int i = 0; i < nT; i++)
-		if (!strcmp(T[i].name, k))
-			return T[i].v;
-	return NULL;
+	return synth_get("%s", k);
 }
 
 static void build(const struct gm *s, uint64_t seed)
 {
 	x3_rng g;
 	x3_rng_seed(&g, seed, 0);
-	for (int i = 0; i < nT; i++)
-		free(T[i].v);
-	nT = 0;
+	synth_reset();
 	char n[200];
 	int H = s->hidden, qd = s->heads * s->hd, kd = s->kv * s->hd;
 	const char *P = pfx(s);
@@ -156,34 +137,16 @@ static void text_keys(const struct gm *s, char *js, size_t n)
 	}
 }
 
+/* the embedding in BF16 (Gemma's checkpoints), the rest as written */
+static x3_dtype embed_bf16(const char *name, x3_dtype dt)
+{
+	return strstr(name, "embed_tokens") ? X3_BF16 : dt;
+}
+
 static int write_model(const struct gm *s, const char *dir, const char *extra)
 {
-	mkdir(dir, 0755);
-	x3_stw *w;
-	int rc = x3_stw_create(dir, 0, &w);
-	if (rc)
-		return rc;
-	for (int i = 0; i < nT && !rc; i++) {
-		int emb = strstr(T[i].name, "embed_tokens") != NULL;
-		x3_dtype dt = emb && s->bf16 ? X3_BF16 : X3_F32;
-		x3_tensor *t = T[i].c ? x3_tensor_new2(T[i].name, dt, T[i].r, T[i].c)
-		                      : x3_tensor_new1(T[i].name, dt, T[i].r);
-		int64_t ne = x3_tensor_numel(t);
-		float *f = malloc(sizeof(float) * (size_t)ne);
-		for (int64_t j = 0; j < ne; j++)
-			f[j] = (float)T[i].v[j];
-		x3_convert(t->data, dt, f, X3_F32, (size_t)ne);
-		free(f);
-		rc = x3_stw_module(w);
-		if (!rc)
-			rc = x3_stw_add(w, t);
-		x3_tensor_free(t);
-	}
-	if (rc) {
-		x3_stw_abort(w);
-		return rc;
-	}
-	if ((rc = x3_stw_commit(w)))
+	int rc;
+	if ((rc = synth_write_as(dir, X3_F32, s->bf16 ? embed_bf16 : NULL, 0)))
 		return rc;
 	char p[600], js[4096], tk[2048];
 	text_keys(s, tk, sizeof tk);
@@ -209,16 +172,6 @@ static void rms1p(double *y, const double *x, const double *w, int n, int one)
 	s = 1 / sqrt(s / n + 1e-6);
 	for (int i = 0; i < n; i++)
 		y[i] = x[i] * s * ((one ? 1 : 0) + w[i]);
-}
-
-static void mv(double *y, const double *W, const double *x, int out, int in)
-{
-	for (int o = 0; o < out; o++) {
-		double a = 0;
-		for (int i = 0; i < in; i++)
-			a += W[(size_t)o * in + i] * x[i];
-		y[o] = a;
-	}
 }
 
 static int sliding(const struct gm *s, int l)
@@ -251,7 +204,7 @@ static void ref_forward(const struct gm *s, const int32_t *tok, int n, double *l
 	double *o = malloc(sizeof(double) * H), *g = malloc(sizeof(double) * I), *u = malloc(sizeof(double) * I);
 	double *p = malloc(sizeof(double) * n);
 	const double *E = get(s, "embed_tokens.weight", 0);
-	double nrm = no & NO_EMBSCALE ? 1 : s->bf16 && !(no & NO_ROUND) ? bf16(sqrt(H)) : (double)(float)sqrt(H);
+	double nrm = no & NO_EMBSCALE ? 1 : s->bf16 && !(no & NO_ROUND) ? x3_bf16_to_f32(x3_f32_to_bf16((float)sqrt(H))) : (double)(float)sqrt(H);
 	for (int t = 0; t < n; t++)
 		for (int i = 0; i < H; i++)
 			x[t * H + i] = E[(size_t)tok[t] * H + i] * nrm;
@@ -261,9 +214,9 @@ static void ref_forward(const struct gm *s, const int32_t *tok, int n, double *l
 		double factor = s->g3 && sw && !(no & NO_LOCAL) ? 0 : s->factor;
 		for (int t = 0; t < n; t++) {
 			rms1p(h, x + t * H, get(s, "layers.%d.input_layernorm.weight", l), H, one);
-			mv(q + t * qd, get(s, "layers.%d.self_attn.q_proj.weight", l), h, qd, H);
-			mv(k + t * kd, get(s, "layers.%d.self_attn.k_proj.weight", l), h, kd, H);
-			mv(v + t * kd, get(s, "layers.%d.self_attn.v_proj.weight", l), h, kd, H);
+			synth_mv(q + t * qd, get(s, "layers.%d.self_attn.q_proj.weight", l), NULL, h, qd, H);
+			synth_mv(k + t * kd, get(s, "layers.%d.self_attn.k_proj.weight", l), NULL, h, kd, H);
+			synth_mv(v + t * kd, get(s, "layers.%d.self_attn.v_proj.weight", l), NULL, h, kd, H);
 			for (int e = 0; e < nh; e++) {
 				if (s->g3)
 					rms1p(q + t * qd + e * hd, q + t * qd + e * hd,
@@ -304,18 +257,18 @@ static void ref_forward(const struct gm *s, const int32_t *tok, int n, double *l
 					a[e * hd + i] = acc / sum;
 				}
 			}
-			mv(o, get(s, "layers.%d.self_attn.o_proj.weight", l), a, H, qd);
+			synth_mv(o, get(s, "layers.%d.self_attn.o_proj.weight", l), NULL, a, H, qd);
 			rms1p(o, o, get(s, "layers.%d.post_attention_layernorm.weight", l), H, one);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];
 		}
 		for (int t = 0; t < n; t++) {
 			rms1p(h, x + t * H, get(s, "layers.%d.pre_feedforward_layernorm.weight", l), H, one);
-			mv(g, get(s, "layers.%d.mlp.gate_proj.weight", l), h, I, H);
-			mv(u, get(s, "layers.%d.mlp.up_proj.weight", l), h, I, H);
+			synth_mv(g, get(s, "layers.%d.mlp.gate_proj.weight", l), NULL, h, I, H);
+			synth_mv(u, get(s, "layers.%d.mlp.up_proj.weight", l), NULL, h, I, H);
 			for (int i = 0; i < I; i++)
 				g[i] = 0.5 * g[i] * (1 + tanh(sqrt(2 / M_PI) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i];
-			mv(o, get(s, "layers.%d.mlp.down_proj.weight", l), g, H, I);
+			synth_mv(o, get(s, "layers.%d.mlp.down_proj.weight", l), NULL, g, H, I);
 			rms1p(o, o, get(s, "layers.%d.post_feedforward_layernorm.weight", l), H, one);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];
@@ -324,7 +277,7 @@ static void ref_forward(const struct gm *s, const int32_t *tok, int n, double *l
 	const double *W = s->tied ? E : get(s, "lm_head.weight", 0);
 	for (int t = 0; t < n; t++) {
 		rms1p(h, x + t * H, get(s, "norm.weight", 0), H, one);
-		mv(logits + (size_t)t * s->vocab, W, h, s->vocab, H);
+		synth_mv(logits + (size_t)t * s->vocab, W, NULL, h, s->vocab, H);
 		for (int i = 0; s->fcap && !(no & NO_FCAP) && i < s->vocab; i++)
 			logits[(size_t)t * s->vocab + i] = s->fcap * tanh(logits[(size_t)t * s->vocab + i] / s->fcap);
 	}
@@ -367,15 +320,6 @@ static double compare(const struct gm *s, const char *dir, int rows, int cols, u
 	return err / (mag > 0 ? mag : 1);
 }
 
-static char tmp[256];
-static const char *path(const char *name)
-{
-	static char p[4][512];
-	static int k;
-	k = (k + 1) % 4;
-	snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
-	return p[k];
-}
 
 /* the model in DIR fails to open with a message containing WANT */
 static int bad_open(const char *dir, const char *want)
@@ -394,7 +338,7 @@ static int bad_open(const char *dir, const char *want)
 
 static int bad(const struct gm *s, const char *name, const char *extra, const char *want)
 {
-	return !write_model(s, path(name), extra) && bad_open(path(name), want);
+	return !write_model(s, test_path(name), extra) && bad_open(test_path(name), want);
 }
 
 /* features that must matter: the reference without each differs */
@@ -406,8 +350,7 @@ static void matters(const struct gm *s, const char *dir, const char *what, unsig
 
 int main(void)
 {
-	snprintf(tmp, sizeof tmp, "%s/t1566.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(tmp)) {
+	if (test_tmpdir("t1566")) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
 	}
@@ -415,10 +358,10 @@ int main(void)
 	 * window pattern types | theta local factor */
 	struct gm a = { 0, 0, 1, 1, 40, 56, 3, 3, 1, 10, 50, 14, 1.5, 3.0, 5, 0, NULL, 100, 0, 0 };
 	build(&a, 1);
-	CHECK_OK(write_model(&a, path("a"), NULL), "write Gemma2: hidden 40, 3 heads of 10, 1 kv head, "
+	CHECK_OK(write_model(&a, test_path("a"), NULL), "write Gemma2: hidden 40, 3 heads of 10, 1 kv head, "
 	         "query_pre_attn_scalar 14, soft-caps 1.5 / 3, window 5, BF16 embedding, tied head");
 	x3_model *m;
-	CHECK_OK(x3_model_open(path("a"), NULL, &m), "open it");
+	CHECK_OK(x3_model_open(test_path("a"), NULL, &m), "open it");
 	if (m) {
 		const x3_model_config *c = x3_model_cfg(m);
 		CHECK(c->gemma && c->act_gelu_tanh && fabs(c->attn_scale - 1 / sqrt(14.0)) < 1e-12 &&
@@ -427,32 +370,32 @@ int main(void)
 		      "config: Gemma2, scale 14^-0.5, caps, layers 0 and 2 sliding, tied");
 		x3_model_close(m);
 	}
-	double e = compare(&a, path("a"), 2, 13, 0);
+	double e = compare(&a, test_path("a"), 2, 13, 0);
 	CHECK(e < 1e-5, "Gemma2 forward == the reference (rel err %.2g)", e);
-	matters(&a, path("a"), "the sliding window", NO_WINDOW, 1e-3);
-	matters(&a, path("a"), "the attention soft-cap", NO_ACAP, 1e-3);
-	matters(&a, path("a"), "the final soft-cap", NO_FCAP, 1e-3);
-	matters(&a, path("a"), "the 1 + w norms", NO_ONE, 1e-3);
-	matters(&a, path("a"), "the embedding scale", NO_EMBSCALE, 1e-3);
-	matters(&a, path("a"), "query_pre_attn_scalar", HEAD_DIM_SCALE, 1e-3);
-	matters(&a, path("a"), "the BF16 rounding of sqrt(hidden_size)", NO_ROUND, 2e-5);
+	matters(&a, test_path("a"), "the sliding window", NO_WINDOW, 1e-3);
+	matters(&a, test_path("a"), "the attention soft-cap", NO_ACAP, 1e-3);
+	matters(&a, test_path("a"), "the final soft-cap", NO_FCAP, 1e-3);
+	matters(&a, test_path("a"), "the 1 + w norms", NO_ONE, 1e-3);
+	matters(&a, test_path("a"), "the embedding scale", NO_EMBSCALE, 1e-3);
+	matters(&a, test_path("a"), "query_pre_attn_scalar", HEAD_DIM_SCALE, 1e-3);
+	matters(&a, test_path("a"), "the BF16 rounding of sqrt(hidden_size)", NO_ROUND, 2e-5);
 
 	struct gm b = { 1, 0, 0, 0, 48, 40, 3, 4, 2, 12, 50, 12, 0, 0, 4, 3, NULL, 1000, 10, 4 };
 	build(&b, 2);
-	CHECK_OK(write_model(&b, path("b"), NULL), "write Gemma3ForCausalLM: q/k norms, sliding_window_pattern 3, "
+	CHECK_OK(write_model(&b, test_path("b"), NULL), "write Gemma3ForCausalLM: q/k norms, sliding_window_pattern 3, "
 	         "rope_theta 1000 with linear factor 4 (global), rope_local_base_freq 10 (sliding), lm_head");
-	e = compare(&b, path("b"), 2, 11, 0);
+	e = compare(&b, test_path("b"), 2, 11, 0);
 	CHECK(e < 1e-5, "Gemma3 forward == the reference (rel err %.2g)", e);
-	matters(&b, path("b"), "the local RoPE base", NO_LOCAL, 1e-3);
-	matters(&b, path("b"), "the sliding window", NO_WINDOW, 1e-3);
-	matters(&b, path("b"), "the 1 + w norms (q/k norms included)", NO_ONE, 1e-3);
+	matters(&b, test_path("b"), "the local RoPE base", NO_LOCAL, 1e-3);
+	matters(&b, test_path("b"), "the sliding window", NO_WINDOW, 1e-3);
+	matters(&b, test_path("b"), "the 1 + w norms (q/k norms included)", NO_ONE, 1e-3);
 
 	struct gm c = { 1, 1, 1, 0, 40, 36, 3, 2, 2, 14, 50, 20, 0, 0, 3, 0, "fsf", 500, 10000, 0 };
 	build(&c, 3);
-	CHECK_OK(write_model(&c, path("c"), NULL), "write Gemma3ForConditionalGeneration: language_model.model. "
+	CHECK_OK(write_model(&c, test_path("c"), NULL), "write Gemma3ForConditionalGeneration: language_model.model. "
 	         "keys, text_config without rms_norm_eps / hidden_activation / tie_word_embeddings (the "
 	         "defaults), layer_types full/sliding/full, a vision tower and projector");
-	if (!x3_model_open(path("c"), NULL, &m)) {
+	if (!x3_model_open(test_path("c"), NULL, &m)) {
 		const x3_model_config *cc = x3_model_cfg(m);
 		CHECK(cc->tied && cc->rms_eps == 1e-6 && cc->act_gelu_tanh && cc->swa_layers[0] == 2 &&
 		      cc->rope_local_theta == 10000 && cc->attn_softcap == 0 && cc->final_softcap == 0,
@@ -460,9 +403,9 @@ int main(void)
 		      "no caps), layer 1 sliding");
 		x3_model_close(m);
 	}
-	e = compare(&c, path("c"), 1, 12, 0);
+	e = compare(&c, test_path("c"), 1, 12, 0);
 	CHECK(e < 1e-5, "Gemma3 (multimodal, text part) forward == the reference (rel err %.2g)", e);
-	matters(&c, path("c"), "the sliding window", NO_WINDOW, 1e-3);
+	matters(&c, test_path("c"), "the sliding window", NO_WINDOW, 1e-3);
 
 	/* the real gemma-3-4b-it config.json's text part: 6 keys, the rest defaults */
 	static const char real[] = "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], "
@@ -489,23 +432,25 @@ int main(void)
 	      "query_pre_attn_scalar 0: named");
 	{
 		char p[600], js[256];
-		write_model(&a, path("x4"), NULL);
-		snprintf(p, sizeof p, "%s/config.json", path("x4"));
+		write_model(&a, test_path("x4"), NULL);
+		snprintf(p, sizeof p, "%s/config.json", test_path("x4"));
 		snprintf(js, sizeof js, "{\"model_type\": \"gemma4\", \"hidden_size\": 40}");
 		x3_write_file_atomic(p, js, strlen(js));
-		CHECK(bad_open(path("x4"), "'gemma4' is not supported"), "unknown model_type gemma4: named");
+		CHECK(bad_open(test_path("x4"), "'gemma4' is not supported"), "unknown model_type gemma4: named");
 	}
 	/* a missing tensor and one of the wrong shape */
-	for (int i = 0; i < nT; i++)
-		if (!strcmp(T[i].name, "model.layers.1.post_feedforward_layernorm.weight"))
-			snprintf(T[i].name, sizeof T[i].name, "model.layers.1.post_feedforward_layernorm.bias");
+	for (int i = 0; i < synth_n; i++)
+		if (!strcmp(synth_t[i].name, "model.layers.1.post_feedforward_layernorm.weight"))
+			snprintf(synth_t[i].name, sizeof synth_t[i].name, "model.layers.1.post_feedforward_layernorm.bias");
 	CHECK(bad(&a, "x5", NULL, "'model.layers.1.post_feedforward_layernorm.weight' is missing"),
 	      "a missing post_feedforward_layernorm: named");
 	build(&b, 2);
-	for (int i = 0; i < nT; i++)
-		if (!strcmp(T[i].name, "model.layers.2.self_attn.k_norm.weight"))
-			T[i].r = 11;
+	for (int i = 0; i < synth_n; i++)
+		if (!strcmp(synth_t[i].name, "model.layers.2.self_attn.k_norm.weight"))
+			synth_t[i].r = 11;
 	CHECK(bad(&b, "x6", NULL, "tensor 'model.layers.2.self_attn.k_norm.weight': shape 11, config says 12"),
 	      "a k_norm of the wrong length: named");
+	synth_reset();
+	CHECK(!test_tmpdir_remove(), "the scratch directory removed");
 	TEST_DONE();
 }
