@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "test.h"
+#include "synth.h"
 #include "arch.h"
 #include "config.h"
 #include "model.h"
@@ -169,25 +170,6 @@ static int write_model(const char *dir, int fused, double prf, const char *rope_
 }
 
 /* ---- plain reference forward (double), RoPE on the first rd dims ------ */
-static void rms(double *y, const double *x, const double *w, int n)
-{
-	double s = 0;
-	for (int i = 0; i < n; i++)
-		s += x[i] * x[i];
-	s = 1 / sqrt(s / n + 1e-5);
-	for (int i = 0; i < n; i++)
-		y[i] = x[i] * s * w[i];
-}
-
-static void mv(double *y, const double *M, const double *x, int out, int in)
-{
-	for (int o = 0; o < out; o++) {
-		double a = 0;
-		for (int i = 0; i < in; i++)
-			a += M[(size_t)o * in + i] * x[i];
-		y[o] = a;
-	}
-}
 
 /* Hugging Face's partial rotary: rotate_half on x[:rd], inv_freq over rd */
 static void rope(double *v, int rd, int pos)
@@ -209,10 +191,10 @@ static void ref_forward(const int32_t *tok, int n, int rd, double *logits)
 		memcpy(x + t * H, W.emb + (size_t)tok[t] * H, sizeof(double) * H);
 	for (int l = 0; l < NL; l++) {
 		for (int t = 0; t < n; t++) {
-			rms(xn, x + t * H, W.in_norm[l], H);
-			mv(q + t * QD, W.q[l], xn, QD, H);
-			mv(k + t * KVD, W.k[l], xn, KVD, H);
-			mv(v + t * KVD, W.v[l], xn, KVD, H);
+			synth_rms(xn, x + t * H, W.in_norm[l], H, 1e-5);
+			synth_mv(q + t * QD, W.q[l], NULL, xn, QD, H);
+			synth_mv(k + t * KVD, W.k[l], NULL, xn, KVD, H);
+			synth_mv(v + t * KVD, W.v[l], NULL, xn, KVD, H);
 			for (int h = 0; h < NH; h++)
 				rope(q + t * QD + h * HD, rd, t);
 			for (int h = 0; h < NKV; h++)
@@ -238,24 +220,24 @@ static void ref_forward(const int32_t *tok, int n, int rd, double *logits)
 					a[h * HD + e] = acc / sum;
 				}
 			}
-			mv(o, W.o[l], a, H, QD);
+			synth_mv(o, W.o[l], NULL, a, H, QD);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];
 		}
 		for (int t = 0; t < n; t++) {
-			rms(xn, x + t * H, W.post_norm[l], H);
-			mv(g, W.g[l], xn, I, H);
-			mv(u, W.u[l], xn, I, H);
+			synth_rms(xn, x + t * H, W.post_norm[l], H, 1e-5);
+			synth_mv(g, W.g[l], NULL, xn, I, H);
+			synth_mv(u, W.u[l], NULL, xn, I, H);
 			for (int i = 0; i < I; i++)
 				g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-			mv(o, W.d[l], g, H, I);
+			synth_mv(o, W.d[l], NULL, g, H, I);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];
 		}
 	}
 	for (int t = 0; t < n; t++) {
-		rms(xn, x + t * H, W.fnorm, H);
-		mv(logits + (size_t)t * V, W.head, xn, V, H);
+		synth_rms(xn, x + t * H, W.fnorm, H, 1e-5);
+		synth_mv(logits + (size_t)t * V, W.head, NULL, xn, V, H);
 	}
 	free(x), free(q), free(k), free(v), free(sc);
 }
@@ -307,15 +289,6 @@ static double max_diff(const float *a, const float *b, size_t n)
 	return d;
 }
 
-static char tmp[256];
-static const char *path(const char *name)
-{
-	static char p[4][512];
-	static int k;
-	k = (k + 1) % 4;
-	snprintf(p[k], sizeof p[k], "%s/%s", tmp, name);
-	return p[k];
-}
 
 static int parse(const char *json, x3_model_config *c)
 {
@@ -324,8 +297,7 @@ static int parse(const char *json, x3_model_config *c)
 
 int main(void)
 {
-	snprintf(tmp, sizeof tmp, "%s/t1565.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(tmp)) {
+	if (test_tmpdir("t1565")) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
 	}
@@ -333,8 +305,8 @@ int main(void)
 
 	/* the description: row slices of the fused tensors */
 	x3_model_config c;
-	CHECK_OK(write_model(path("phi3"), 1, 0.5, NULL), "write phi3 (fused qkv_proj, gate_up_proj)");
-	CHECK_OK(x3_config_load(path("phi3"), &c), "phi3 config");
+	CHECK_OK(write_model(test_path("phi3"), 1, 0.5, NULL), "write phi3 (fused qkv_proj, gate_up_proj)");
+	CHECK_OK(x3_config_load(test_path("phi3"), &c), "phi3 config");
 	CHECK(c.arch == X3_ARCH_PHI3 && c.rot_dim == HD / 2, "Phi3ForCausalLM, partial_rotary_factor 0.5: "
 	      "RoPE on %lld of %d dims", (long long)c.rot_dim, HD);
 	x3_module *m = NULL;
@@ -372,15 +344,15 @@ int main(void)
 	/* the forward: Phi3 == Llama of the split weights == the reference */
 	size_t nl = (size_t)ROWS * COLS * V;
 	float *lp = malloc(nl * sizeof *lp), *ll = malloc(nl * sizeof *ll), *lf = malloc(nl * sizeof *lf);
-	CHECK_OK(write_model(path("llama"), 0, 0.5, NULL), "write llama (split weights)");
-	CHECK_OK(logits_of(path("phi3"), lp), "phi3 forward");
-	CHECK_OK(logits_of(path("llama"), ll), "llama forward");
+	CHECK_OK(write_model(test_path("llama"), 0, 0.5, NULL), "write llama (split weights)");
+	CHECK_OK(logits_of(test_path("phi3"), lp), "phi3 forward");
+	CHECK_OK(logits_of(test_path("llama"), ll), "llama forward");
 	double d = max_diff(lp, ll, nl);
 	CHECK(d == 0, "phi3 logits == llama logits of the same split weights (max diff %.3g)", d);
 	double e = ref_err(lp, HD / 2);
 	CHECK(e < 1e-5, "phi3, partial rotary 0.5: == reference (rel err %.2g)", e);
-	CHECK_OK(write_model(path("phi3-full"), 1, 1.0, NULL), "write phi3 with full rotary");
-	CHECK_OK(logits_of(path("phi3-full"), lf), "phi3 full rotary forward");
+	CHECK_OK(write_model(test_path("phi3-full"), 1, 1.0, NULL), "write phi3 with full rotary");
+	CHECK_OK(logits_of(test_path("phi3-full"), lf), "phi3 full rotary forward");
 	e = ref_err(lf, HD);
 	CHECK(e < 1e-5, "phi3, full rotary: == reference (rel err %.2g)", e);
 	d = max_diff(lp, lf, nl);
@@ -388,9 +360,9 @@ int main(void)
 	free(lp), free(ll), free(lf);
 
 	/* bad inputs */
-	CHECK_OK(write_bad(path("bad-rows"), 1), "write phi3 with one extra qkv row");
+	CHECK_OK(write_bad(test_path("bad-rows"), 1), "write phi3 with one extra qkv row");
 	x3_model *bm = NULL;
-	int rc = x3_model_open(path("bad-rows"), NULL, &bm);
+	int rc = x3_model_open(test_path("bad-rows"), NULL, &bm);
 	CHECK(rc != X3_OK && strstr(x3_errmsg(), "'model.layers.0.self_attn.qkv_proj.weight'") &&
 	      strstr(x3_errmsg(), "65x32"), "fused tensor of the wrong rows: %s", x3_errmsg());
 	x3_model_close(bm);
@@ -412,9 +384,6 @@ int main(void)
 	CHECK(parse(js, &c) == X3_OK && c.rot_dim == 6, "partial_rotary_factor 0.75 of 8: %lld dims",
 	      (long long)c.rot_dim);
 
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-	if (system(cmd))
-		printf("# cleanup of %s failed\n", tmp);
+	CHECK(!test_tmpdir_remove(), "the scratch directory removed");
 	TEST_DONE();
 }
