@@ -15,20 +15,30 @@ MK
 
 # rtn_model SRC DST B [HEAD_BITS]: SRC with every decoder linear rounded to
 # floor(2^B) levels per output channel (absmax scale, no rotation) and the
-# head to HEAD_BITS (default 6); a tied head becomes a separate
-# lm_head.weight (the embedding stays exact), as in the EXL3 model
+# head to HEAD_BITS (default 6); a tied head becomes a separate weight under
+# the head's key (the embedding stays exact), as in the EXL3 model. Which
+# tensors those are comes from the model description (tensor-ls --linears):
+# any architecture; a fused tensor (Phi3) is rounded whole, which per
+# output row is rounding each of its slices. Every other tensor (norms,
+# biases, routers, a vision tower) is copied as it is.
 rtn_model() {
-	local src=$1 dst=$2 b=$3 hb=${4:-6} tied
+	local src=$1 dst=$2 b=$3 hb=${4:-6} lin hkey hw tied
 	mkdir -p "$dst"
-	tied=$(jq -r 'if .tie_word_embeddings == true then 1 else 0 end' "$src/config.json")
+	lin=$(tensor-ls --linears "$src")
+	hkey=$(jq -r 'select(.role == "head") | .key' <<<"$lin")
+	hw=$(jq -r 'select(.role == "head") | .weight' <<<"$lin")
+	tied=$(jq -r 'select(.role == "head") | .tied' <<<"$lin")
 	jq '.tie_word_embeddings = false' "$src/config.json" >"$dst/config.json"
 	cp "$src"/tokenizer*.json "$dst/"
+	jq -r 'select(.role != "head") | .weight' <<<"$lin" | sort -u >"$dst.lin"
+	{ cat "$dst.lin"; [ "$tied" = true ] || echo "$hw"; } | sort >"$dst.q"
 	{
-		tensor-cat -q --regex "$src" 'embed_tokens|norm'
-		tensor-cat -q --regex "$src" 'layers\..*_proj\.weight$' | "$TMP/rtn" "$b"
-		if [ "$tied" = 1 ]; then tensor-cat -q "$src" model.embed_tokens.weight | "$TMP/rtn" "$hb" lm_head.weight
-		else tensor-cat -q "$src" lm_head.weight | "$TMP/rtn" "$hb"; fi
+		tensor-cat -q "$src" $(tensor-ls "$src" | jq -r .name | sort | comm -23 - "$dst.q")
+		tensor-cat -q "$src" $(cat "$dst.lin") | "$TMP/rtn" "$b"
+		if [ "$tied" = true ]; then tensor-cat -q "$src" "$hw" | "$TMP/rtn" "$hb" "$hkey.weight"
+		else tensor-cat -q "$src" "$hw" | "$TMP/rtn" "$hb"; fi
 	} | tensor-cat -q -o "$dst/model.safetensors" -
+	rm -f "$dst.lin" "$dst.q"
 }
 
 # num_lt A B: A < B as numbers

@@ -78,12 +78,7 @@ for m in G2 MM; do
 		# round to nearest: every decoder linear at b bits, the tied head
 		# (the embedding) at 6 as a separate lm_head
 		r=$m.rtn$b
-		mkdir -p $r && jq '.tie_word_embeddings = false' $m/config.json >$r/config.json && cp $m/tokenizer*.json $r/
-		{
-			tensor-cat -q --regex $m '(embed_tokens|norm)\.weight$'
-			tensor-cat -q --regex $m '^(language_model\.)?model\.layers\..*_proj\.weight$' | "$TMP/rtn" $b
-			tensor-cat -q $m "${P}model.embed_tokens.weight" | "$TMP/rtn" 6 "${P}lm_head.weight"
-		} | tensor-cat -q -o $r/model.safetensors -
+		rtn_model $m $r $b
 		model-eval -q --model $m --quantized $r "${ev[@]}" >$r.json
 		kl=$(jq .eval.kl_divergence $q.v.json)
 		check "$m $b bpw: KL $kl below RTN's $(jq .kl_divergence $r.json)" num_lt "$kl" "$(jq .kl_divergence $r.json)"

@@ -55,12 +55,7 @@ for b in 2 4; do
 	check "$b bpw: validate ok, every linear decoded against its fused rows" jqe '.ok and .check.tensors == 15' v$b.json
 	# round to nearest per output row: the fused tensors' rows are the
 	# linears' rows, so rounding them fused is rounding each slice
-	mkdir -p rtn$b && cp M/config.json M/tokenizer*.json rtn$b/
-	{
-		tensor-cat -q --regex M 'embed_tokens|norm'
-		tensor-cat -q --regex M 'layers\.[01]\..*_proj\.weight$' | "$TMP/rtn" $b
-		tensor-cat -q M lm_head.weight | "$TMP/rtn" 6
-	} | tensor-cat -q -o rtn$b/model.safetensors -
+	rtn_model M rtn$b $b
 	model-eval -q --model M --quantized rtn$b "${ev[@]}" >r$b.json
 	kl=$(jq .eval.kl_divergence v$b.json)
 	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"
