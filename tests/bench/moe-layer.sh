@@ -24,8 +24,12 @@
 #   BENCH_MOE_TINY_ONLY=1                 only the tiny model
 # The real-width layer is ~580 M weights (an 8B Llama layer is 218 M): about
 # 1.5-2 h on 2 cores; scale it down (e.g. BENCH_MOE_HIDDEN=1024
-# BENCH_MOE_INTER=512 BENCH_MOE_HEADS=16) to try it. Prints a table and
-# one JSON line per model. No target: the figures are the result.
+# BENCH_MOE_INTER=512 BENCH_MOE_HEADS=16) to try it. The baseline, measured
+# in the same run: tests/bench/viterbi's best-path rate at this K per core
+# on CPU time, against each conversion's weights per CPU second ("% of
+# Viterbi": what the whole conversion keeps of the encoder's speed).
+# Prints a table and one JSON line per model. No target: the figures are
+# the result.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
@@ -33,6 +37,8 @@ B=${BENCH_BITS:-3} R=${BENCH_ROWS:-16} C=${BENCH_COLS:-512}
 H=${BENCH_MOE_HIDDEN:-7168} MI=${BENCH_MOE_INTER:-2048} E=${BENCH_MOE_EXPERTS:-8} NH=${BENCH_MOE_HEADS:-128}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/x3bench.XXXXXX"); trap 'rm -rf "$tmp"' EXIT
 cores=$(nproc)
+# the baseline: the Viterbi alone, this K, best path, per core on CPU time
+vit_core=$("$root/tests/bench/viterbi" -K "$B" -R -r 3 | grep '^{' | tail -1 | jq -r --arg k "$B" '.K[$k].wps_core')
 
 # run NAME MODEL: convert it, sampling the work directory's size; sets
 # wall cpu kb peak_disk out_bytes weights
@@ -54,16 +60,18 @@ run() {
 	peak_disk=$(cat "$tmp/$name.disk" 2>/dev/null || echo 0)
 	out_bytes=$(du -sb "$out" | cut -f1)
 	weights=$(tensor-ls --linears "$m" | jq -s 'map(.shape[0] * .shape[1]) | add')
-	printf '%-6s %12s %9s %9s %10s %12s %12s\n' "$name" "$weights" "$wall" "$cpu" "$((kb / 1024))" \
-		"$((peak_disk / 1048576))" "$((out_bytes / 1048576))"
-	echo "{\"bench\":\"moe-layer\",\"model\":\"$name\",\"bits\":$B,\"rows\":$R,\"cols\":$C,\"cores\":$cores,\"weights\":$weights,\"wall_s\":$wall,\"cpu_s\":$cpu,\"peak_rss_kib\":$kb,\"peak_work_bytes\":$peak_disk,\"out_bytes\":$out_bytes}" >>"$tmp/json"
+	pct=$(awk -v w="$weights" -v c="$cpu" -v v="$vit_core" 'BEGIN { printf "%.1f", (c > 0 && v > 0 ? 100 * w / c / v : 0) }')
+	printf '%-6s %12s %9s %9s %10s %12s %12s %10s\n' "$name" "$weights" "$wall" "$cpu" "$((kb / 1024))" \
+		"$((peak_disk / 1048576))" "$((out_bytes / 1048576))" "$pct"
+	echo "{\"bench\":\"moe-layer\",\"model\":\"$name\",\"bits\":$B,\"rows\":$R,\"cols\":$C,\"cores\":$cores,\"weights\":$weights,\"wall_s\":$wall,\"cpu_s\":$cpu,\"peak_rss_kib\":$kb,\"peak_work_bytes\":$peak_disk,\"out_bytes\":$out_bytes,\"viterbi_weights_per_core_s\":$vit_core,\"pct_of_viterbi\":$pct}" >>"$tmp/json"
 }
 
 "$root/examples/make-tiny-llama" --arch deepseek_v3 "$tmp/tiny" 2 64 96 >/dev/null
 jq --argjson c "$C" '.max_position_embeddings = ([.max_position_embeddings, $c] | max)' \
 	"$tmp/tiny/config.json" >"$tmp/cfg" && mv "$tmp/cfg" "$tmp/tiny/config.json"
 echo "DeepSeek V3 conversions at $B bpw, -j 2, calibration $R x $C, $cores cores"
-printf '%-6s %12s %9s %9s %10s %12s %12s\n' model weights wall_s cpu_s rss_MiB work_peak_MiB out_MiB
+printf 'baseline: the Viterbi alone at K=%d, %.0f weights/s per core (CPU time)\n' "$B" "$vit_core"
+printf '%-6s %12s %9s %9s %10s %12s %12s %10s\n' model weights wall_s cpu_s rss_MiB work_peak_MiB out_MiB pct_of_vit
 run tiny "$tmp/tiny"
 if [ -z "${BENCH_MOE_TINY_ONLY:-}" ]; then
 	"$root/examples/make-tiny-llama" --arch deepseek_v3 --experts "$E" --top-k "$E" --groups 1,1 \
