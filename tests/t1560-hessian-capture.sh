@@ -41,7 +41,7 @@ check_fail "truncated config.json" 1 "trunc: config.json: line" hessian-capture 
 cp -r m arch && sed -i 's/LlamaForCausalLM/GPTNeoXForCausalLM/' arch/config.json
 check_fail "unknown architecture" 1 "architecture 'GPTNeoXForCausalLM' is not supported" hessian-capture --model arch --tokens tok
 cp -r m longrope && sed -i 's/"hidden_act"/"rope_scaling": {"rope_type": "longrope", "factor": 4.0}, "hidden_act"/' longrope/config.json
-check_fail "rope_scaling longrope" 1 "rope_scaling type 'longrope' is not supported" hessian-capture --model longrope --tokens tok
+check_fail "rope_scaling longrope without its factor lists" 1 "rope_scaling longrope needs a 'long_factor' array" hessian-capture --model longrope --tokens tok
 cp -r m shape && sed -i 's/"intermediate_size": 48/"intermediate_size": 40/' shape/config.json
 check_fail "tensor shape disagreeing with config" 1 "model.layers.0.mlp.gate_proj.weight': shape 48x32, config says 40x32" hessian-capture --model shape --tokens tok
 synth_model big 256 512 2 4 2 64 1

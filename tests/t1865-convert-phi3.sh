@@ -8,7 +8,8 @@
 # loader reads and no fused tensor; validate accepts each (its decode check
 # against the fused rows); the KL to the original falls as the bits rise and
 # stays below round-to-nearest at the same bits. Bad inputs: a fused tensor
-# whose rows do not match the config, longrope RoPE.
+# whose rows do not match the config, longrope factor lists that do not fit
+# (longrope itself: tests/unit/t1565).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -77,10 +78,15 @@ check_fail "convert: the fused tensor of the wrong rows named" 1 "qkv_proj.weigh
 check "... nothing written" test ! -e bad.out
 check_fail "model-eval: the same, named" 1 "qkv_proj.weight': shape 127x64, config says 128x64" \
 	model-eval -q --model bad --text eval.txt --rows 1 --cols 16
-mkdir lr && cp M/model.safetensors M/tokenizer*.json lr/
-jq '.rope_scaling = {"type": "longrope", "long_factor": [1, 1, 1, 1, 1, 1], "short_factor": [1, 1, 1, 1, 1, 1]}' \
-	M/config.json >lr/config.json
-check_fail "convert: longrope refused by name" 1 "rope_scaling type 'longrope' is not supported" \
-	convert lr lr.out --bits 3 --rows 4 --cols 32 -q
-check "... nothing written" test ! -e lr.out
+mkdir lr lr5 && cp M/model.safetensors M/tokenizer*.json lr/ && cp M/model.safetensors M/tokenizer*.json lr5/
+jq '.rope_scaling = {"type": "longrope", "long_factor": [1, 1.5, 2, 3, 4, 6], "short_factor": [1, 1, 1.2, 1.5, 2, 2]}
+    | .original_max_position_embeddings = 8' M/config.json >lr/config.json
+check "model-eval runs a longrope model (rows past its original context)" \
+	sh -c "model-eval -q --model lr --text eval.txt --rows 1 --cols 16 | jq -e '.perplexity > 0' >/dev/null"
+jq '.rope_scaling = {"type": "longrope", "long_factor": [1, 1, 1, 1, 1], "short_factor": [1, 1, 1, 1, 1]}' \
+	M/config.json >lr5/config.json
+check_fail "convert: longrope lists that do not fit the rotated dimensions named" 1 \
+	"rope_scaling longrope has 5 factors per list, and 12 rotated dimensions of a head want 6" \
+	convert lr5 lr5.out --bits 3 --rows 4 --cols 32 -q
+check "... nothing written" test ! -e lr5.out
 done_testing

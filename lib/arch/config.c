@@ -97,6 +97,70 @@ static int parse_yarn(json_t *rs, x3_model_config *c)
 	return X3_OK;
 }
 
+/* one of longrope's per-frequency factor lists: positive numbers, at most
+ * X3_ROPE_MAX_FACTORS (their count is checked against the rotated
+ * dimensions once those are known) */
+static int get_factors(json_t *rs, const char *key, double *f, int *n)
+{
+	json_t *a = json_object_get(rs, key);
+	if (!a || !json_is_array(a))
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling longrope needs a '%s' array", key);
+	size_t k = json_array_size(a);
+	if (k < 1 || k > X3_ROPE_MAX_FACTORS)
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling '%s' has %zu factors (1..%d expected)",
+		              key, k, X3_ROPE_MAX_FACTORS);
+	for (size_t i = 0; i < k; i++) {
+		json_t *v = json_array_get(a, i);
+		if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
+			return x3_err(X3_EFORMAT, "config.json: rope_scaling '%s'[%zu] is not a positive number",
+			              key, i);
+		f[i] = json_number_value(v);
+	}
+	*n = (int)k;
+	return X3_OK;
+}
+
+/* rope_scaling longrope (su, its older name: Phi-3's 128k-context models),
+ * as Hugging Face's _compute_longrope_parameters with its dynamic update:
+ * inverse frequencies 1 / (ext_i * theta^(2i/rot_dim)), ext the
+ * long_factor list for rows longer than original_max_position_embeddings
+ * (top level, else in rope_scaling, else max_position_embeddings) and the
+ * short_factor list otherwise; cos and sin times attention_factor, else
+ * sqrt(1 + ln(s) / ln(orig)) with s = max_position_embeddings / orig
+ * when orig is given (else rope_scaling's factor), 1 for s <= 1. */
+static int parse_longrope(json_t *root, json_t *rs, const char *ty, x3_model_config *c)
+{
+	int rc, nl = 0, ns = 0;
+	int64_t orig = 0;
+	double s = 1, af = 0;
+	c->rope_type = 4;
+	if ((rc = get_factors(rs, "long_factor", c->rope_long, &nl)) ||
+	    (rc = get_factors(rs, "short_factor", c->rope_short, &ns)))
+		return rc;
+	if (nl != ns)
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling %s has %d long_factor and %d short_factor "
+		              "values", ty, nl, ns);
+	c->rope_nfactors = nl;
+	if ((rc = get_int(root, "original_max_position_embeddings", 0, 1, &orig)) ||
+	    (!orig && (rc = get_int(rs, "original_max_position_embeddings", 0, 1, &orig))) ||
+	    (rc = get_num(rs, "attention_factor", &af)))
+		return rc;
+	if (orig)
+		s = (double)c->max_pos / (double)orig;
+	else if ((rc = get_num(rs, "factor", &s)))
+		return rc;
+	c->rope_orig_max_pos = orig ? orig : c->max_pos;
+	if (af < 0)
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling attention_factor %g is negative", af);
+	if (af > 0)
+		c->rope_attn_factor = af;
+	else if (s <= 1 || c->rope_orig_max_pos < 2)
+		c->rope_attn_factor = 1;
+	else
+		c->rope_attn_factor = sqrt(1 + log(s) / log((double)c->rope_orig_max_pos));
+	return X3_OK;
+}
+
 static int parse_rope_scaling(json_t *root, x3_model_config *c)
 {
 	json_t *rs = json_object_get(root, "rope_scaling");
@@ -113,12 +177,8 @@ static int parse_rope_scaling(json_t *root, x3_model_config *c)
 	const char *ty = json_string_value(t);
 	if (!strcmp(ty, "default"))
 		return X3_OK;
-	/* Phi-3's long-context RoPE (per-frequency long_factor/short_factor,
-	 * named su before longrope): refused by name rather than run wrong */
 	if (!strcmp(ty, "longrope") || !strcmp(ty, "su"))
-		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' is not supported (the "
-		              "long_factor/short_factor long-context RoPE; default, linear, llama3, yarn are, "
-		              "and the short-context models have rope_scaling null)", ty);
+		return parse_longrope(root, rs, ty, c);
 	int rc;
 	c->rope_factor = 0;
 	if ((rc = get_num(rs, "factor", &c->rope_factor)))
@@ -133,7 +193,7 @@ static int parse_rope_scaling(json_t *root, x3_model_config *c)
 		return parse_yarn(rs, c);
 	if (strcmp(ty, "llama3"))
 		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' is not supported "
-		              "(default, linear, llama3, yarn are)", ty);
+		              "(default, linear, llama3, yarn, longrope are)", ty);
 	c->rope_type = 2;
 	c->rope_low_freq = 1, c->rope_high_freq = 4, c->rope_orig_max_pos = 8192;
 	if ((rc = get_num(rs, "low_freq_factor", &c->rope_low_freq)) ||
@@ -492,6 +552,10 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 			              (long long)rd, (long long)c->head_dim);
 		c->rot_dim = rd;
 	}
+	if (c->rope_type == 4 && c->rope_nfactors != c->rot_dim / 2)
+		return x3_err(X3_EFORMAT, "config.json: rope_scaling longrope has %d factors per list, and %lld "
+		              "rotated dimensions of a head want %lld", c->rope_nfactors, (long long)c->rot_dim,
+		              (long long)(c->rot_dim / 2));
 
 	if (c->desc->flags & X3_AF_GEMMA) {
 		if ((rc = parse_gemma(cj, c)))

@@ -10,6 +10,9 @@ enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIX
        X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
        X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3 };
 
+/* the most frequencies of a longrope factor list (rot_dim / 2) */
+#define X3_ROPE_MAX_FACTORS 512
+
 struct x3_arch_desc;
 typedef struct x3_model_config {
 	char arch_name[64];     /* "LlamaForCausalLM", ... */
@@ -18,7 +21,7 @@ typedef struct x3_model_config {
 	int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
 	int64_t vocab, max_pos;
 	double rope_theta, rms_eps;
-	/* rope_scaling: 0 none/default, 1 linear, 2 llama3, 3 yarn */
+	/* rope_scaling: 0 none/default, 1 linear, 2 llama3, 3 yarn, 4 longrope */
 	int rope_type;
 	double rope_factor, rope_low_freq, rope_high_freq;
 	int64_t rope_orig_max_pos;
@@ -50,6 +53,11 @@ typedef struct x3_model_config {
 	                                query_pre_attn_scalar^-0.5 (0: 1/sqrt(head_dim)) */
 	/* ... yarn rope_scaling (rope_type 3): beta_fast/slow, the cos/sin factor */
 	double rope_beta_fast, rope_beta_slow, rope_attn_factor;
+	/* ... longrope (rope_type 4, Phi-3 128k): ext factors per frequency,
+	 * long_factor for rows longer than rope_orig_max_pos, else
+	 * short_factor; cos/sin times rope_attn_factor, as yarn's */
+	double rope_long[X3_ROPE_MAX_FACTORS], rope_short[X3_ROPE_MAX_FACTORS];
+	int rope_nfactors;
 	/* ... and its routing: sigmoid scores, e_score_correction_bias for the
 	 * choice only, the top topk_group of n_group groups (by the sum of
 	 * each group's best two), weights times routed_scaling_factor;

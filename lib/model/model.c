@@ -399,8 +399,9 @@ static double yarn_dim(double rot, double dim, double base, double orig)
 	return dim * log(orig / (rot * 2 * M_PI)) / (2 * log(base));
 }
 
-/* RoPE inverse frequencies (rope_dim/2), with rope_scaling applied. */
-static void rope_freqs(const x3_model_config *c, double *f)
+/* RoPE inverse frequencies (rope_dim/2), with rope_scaling applied, for
+ * rows of cols tokens (longrope's factors depend on the row length). */
+static void rope_freqs(const x3_model_config *c, int64_t cols, double *f)
 {
 	int64_t rd = rope_dim(c), half = rd / 2;
 	double lo = 0, hi = 0;
@@ -420,7 +421,11 @@ static void rope_freqs(const x3_model_config *c, double *f)
 			double ex = 1 - ramp;   /* the extrapolation's share */
 			inv = inv / c->rope_factor * (1 - ex) + inv * ex;
 		}
-		if (c->rope_type == 1) {
+		if (c->rope_type == 4) {
+			/* longrope: as Hugging Face's dynamic update, the long
+			 * factors once a row passes the original context */
+			inv /= cols > c->rope_orig_max_pos ? c->rope_long[i] : c->rope_short[i];
+		} else if (c->rope_type == 1) {
 			inv /= c->rope_factor;
 		} else if (c->rope_type == 2) {
 			/* Llama 3.1: long wavelengths slowed by factor, short ones
@@ -919,9 +924,9 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		rc = x3_err(X3_ENOMEM, "forward: out of memory for %lld tokens", (long long)T);
 		goto out;
 	}
-	rope_freqs(c, fr);
-	/* yarn scales cos and sin by its attention factor */
-	double af = c->rope_type == 3 ? c->rope_attn_factor : 1.0;
+	rope_freqs(c, cols, fr);
+	/* yarn and longrope scale cos and sin by their attention factor */
+	double af = c->rope_type == 3 || c->rope_type == 4 ? c->rope_attn_factor : 1.0;
 	for (int64_t p = 0; p < cols; p++)
 		for (int64_t i = 0; i < half; i++) {
 			double ang = (double)p * fr[i];
@@ -939,7 +944,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			rc = x3_err(X3_ENOMEM, "forward: out of memory for %lld tokens", (long long)T);
 			goto out;
 		}
-		rope_freqs(&lc, fr);
+		rope_freqs(&lc, cols, fr);
 		for (int64_t p = 0; p < cols; p++)
 			for (int64_t i = 0; i < half; i++) {
 				f.cosl[p * half + i] = (float)cos((double)p * fr[i]);

@@ -53,7 +53,8 @@ int main(void)
 	      fabs(c.rope_attn_factor - (0.1 * log(4.0) + 1)) < 1e-12, "yarn values (beta 32/1, attention factor)");
 	int rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE
 	               ", \"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 4.0}}", &c);
-	CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), "longrope"), "longrope -> EUNSUP: %s", x3_errmsg());
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "longrope needs a 'long_factor'"),
+	      "longrope without factor lists -> EFORMAT: %s", x3_errmsg());
 	/* partial rotary (Hugging Face's rope init reads it for every
 	 * architecture): RoPE on the first head_dim * factor dimensions */
 	rc = parse("{\"architectures\": [\"LlamaForCausalLM\"], " BASE ", \"partial_rotary_factor\": 0.5}", &c);

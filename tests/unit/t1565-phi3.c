@@ -4,7 +4,8 @@
  * Llama checkpoint's of the same split weights, and both match a plain
  * double-precision reference with partial_rotary_factor; a fused tensor
  * whose rows do not match the config fails naming it; longrope/su RoPE
- * and unusable partial_rotary_factor values are refused naming them. */
+ * (short and long factors) equals the reference; factor lists and
+ * partial_rotary_factor values that do not fit are refused naming them. */
 #include <math.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -171,11 +172,17 @@ static int write_model(const char *dir, int fused, double prf, const char *rope_
 
 /* ---- plain reference forward (double), RoPE on the first rd dims ------ */
 
+/* longrope in the reference: per-frequency ext factors (NULL: none) and
+ * the cos/sin factor */
+static const double *ref_ext;
+static double ref_af = 1;
+
 /* Hugging Face's partial rotary: rotate_half on x[:rd], inv_freq over rd */
 static void rope(double *v, int rd, int pos)
 {
 	for (int i = 0; i < rd / 2; i++) {
-		double inv = pow(100.0, -2.0 * i / rd), c = cos(pos * inv), s = sin(pos * inv);
+		double inv = pow(100.0, -2.0 * i / rd) / (ref_ext ? ref_ext[i] : 1.0);
+		double c = cos(pos * inv) * ref_af, s = sin(pos * inv) * ref_af;
 		double a = v[i], b = v[i + rd / 2];
 		v[i] = a * c - b * s;
 		v[i + rd / 2] = b * c + a * s;
@@ -357,6 +364,37 @@ int main(void)
 	CHECK(e < 1e-5, "phi3, full rotary: == reference (rel err %.2g)", e);
 	d = max_diff(lp, lf, nl);
 	CHECK(d > 1e-3, "partial rotary changes the logits (max diff %.3g)", d);
+
+	/* longrope (Phi-3 128k): short factors for rows within the original
+	 * context, long ones past it; cos/sin times sqrt(1 + ln s / ln orig),
+	 * s = max_position_embeddings / original_max_position_embeddings */
+	static const double lf4[] = { 1.0, 1.7, 3.1, 6.0 }, sf4[] = { 1.0, 1.2, 1.9, 2.5 };
+	const char *lr = "{\"type\": \"longrope\", \"long_factor\": [1.0, 1.7, 3.1, 6.0], "
+	                 "\"short_factor\": [1.0, 1.2, 1.9, 2.5]}, \"original_max_position_embeddings\": %d";
+	char rs[512];
+	float *lo = malloc(nl * sizeof *lo);
+	for (int pass = 0; pass < 2; pass++) {
+		int orig = pass ? COLS - 3 : COLS + 5;   /* rows of COLS: long factors, then short */
+		snprintf(rs, sizeof rs, lr, orig);
+		CHECK_OK(write_model(test_path("phi3-long"), 1, 1.0, rs), "write phi3 with longrope");
+		CHECK_OK(x3_config_load(test_path("phi3-long"), &c), "phi3 longrope config");
+		double af = sqrt(1 + log(64.0 / orig) / log((double)orig));
+		CHECK(c.rope_type == 4 && c.rope_orig_max_pos == orig && fabs(c.rope_attn_factor - af) < 1e-12,
+		      "longrope: original context %d, attention factor %.6f (want %.6f)", orig,
+		      c.rope_attn_factor, af);
+		CHECK_OK(logits_of(test_path("phi3-long"), lo), "phi3 longrope forward");
+		ref_ext = pass ? lf4 : sf4, ref_af = af;
+		e = ref_err(lo, HD);
+		CHECK(e < 1e-5, "phi3 longrope, rows %s the original context: == reference with the %s factors "
+		      "(rel err %.2g)", pass ? "past" : "within", pass ? "long" : "short", e);
+		ref_ext = pass ? sf4 : lf4;
+		double e2 = ref_err(lo, HD);
+		CHECK(e2 > 1e-3, "... and not the %s factors' (rel err %.2g)", pass ? "short" : "long", e2);
+		ref_ext = NULL, ref_af = 1;
+		e2 = ref_err(lo, HD);
+		CHECK(e2 > 1e-3, "... nor plain RoPE's (rel err %.2g)", e2);
+	}
+	free(lo);
 	free(lp), free(ll), free(lf);
 
 	/* bad inputs */
@@ -369,13 +407,27 @@ int main(void)
 	const char *base = "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 40, "
 	                   "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 30";
 	char js[1024];
-	for (int i = 0; i < 2; i++) {
-		const char *ty = i ? "su" : "longrope";
-		snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"%s\", \"long_factor\": [1, 1, 1, 1], "
-		         "\"short_factor\": [1, 1, 1, 1]}}", base, ty);
-		rc = parse(js, &c);
-		CHECK(rc == X3_EUNSUP && strstr(x3_errmsg(), ty), "rope_scaling %s refused by name: %s", ty, x3_errmsg());
-	}
+	/* longrope factor lists that do not fit */
+	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1, 1, 1], "
+	         "\"short_factor\": [1, 1, 1]}}", base);
+	rc = parse(js, &c);
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "longrope") && strstr(x3_errmsg(), "3 factors"),
+	      "longrope with 3 factors for 8 rotated dims refused: %s", x3_errmsg());
+	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"su\", \"long_factor\": [1, 1, 1, 1], "
+	         "\"short_factor\": [1, 1, 1]}}", base);
+	rc = parse(js, &c);
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "4 long_factor and 3 short_factor"),
+	      "su with lists of unequal length refused: %s", x3_errmsg());
+	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1, 1, 1, 0], "
+	         "\"short_factor\": [1, 1, 1, 1]}}", base);
+	rc = parse(js, &c);
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'long_factor'[3]"), "a zero factor refused: %s",
+	      x3_errmsg());
+	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1, 1, 1]}}",
+	         base);
+	rc = parse(js, &c);
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'long_factor'"), "no long_factor refused: %s",
+	      x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"partial_rotary_factor\": 0.1}", base);
 	rc = parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "partial_rotary_factor"),
