@@ -133,6 +133,32 @@ static const x3_module_desc qwen_moe_mods[] = {
 #define VECW(key, slot, role, dim, when, bare) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_VECTOR, slot, role, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
 	  NULL, NULL, bare, NULL }
+/* DeepSeek V3's MLP rows, shared by GLM-4 MoE: the first
+ * first_k_dense_replace layers a dense mlp.*_proj (--hq +1), the others the
+ * router mlp.gate and its e_score_correction_bias (unquantized), the
+ * routed experts and mlp.shared_experts (--hq +2). */
+#define DSV3_MLP_ROWS \
+	LINW("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 1, \
+	     "mlp.input", "gu", X3_WHEN_DENSE), \
+	LINW("mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 1, \
+	     "mlp.input", "gu", X3_WHEN_DENSE), \
+	LINW("mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_NONE, 1, \
+	     "mlp.down_proj.input", "d", X3_WHEN_DENSE), \
+	MAT("mlp.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, X3_WHEN_SPARSE), \
+	VECW("mlp.gate.e_score_correction_bias", X3_SLOT_ROUTER_BIAS, X3_ROLE_ROUTER, X3_DIM_EXPERTS, \
+	     X3_WHEN_SPARSE, 1), \
+	LINW("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE), \
+	LINW("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE), \
+	LINW("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN, \
+	     X3_BIAS_NONE, 0, "mlp.experts.{E}.down_proj.input", "d", X3_WHEN_SPARSE), \
+	LINW("mlp.shared_experts.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN, \
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED), \
+	LINW("mlp.shared_experts.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN, \
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED), \
+	LINW("mlp.shared_experts.down_proj", X3_SLOT_SHX_DOWN, X3_ROLE_SHARED_EXPERT, X3_DIM_SHARED_INTER, \
+	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_experts.down_proj.input", "d", X3_WHEN_SHARED)
 static const x3_module_desc deepseek_v3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
 	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL },
@@ -152,29 +178,27 @@ static const x3_module_desc deepseek_v3_mods[] = {
 	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_V_ALL, X3_DIM_HIDDEN, X3_BIAS_O, 2,
 	    "self_attn.o_proj.input", "o"),
 	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
-	LINW("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 1,
-	     "mlp.input", "gu", X3_WHEN_DENSE),
-	LINW("mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 1,
-	     "mlp.input", "gu", X3_WHEN_DENSE),
-	LINW("mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_NONE, 1,
-	     "mlp.down_proj.input", "d", X3_WHEN_DENSE),
-	MAT("mlp.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, X3_WHEN_SPARSE),
-	VECW("mlp.gate.e_score_correction_bias", X3_SLOT_ROUTER_BIAS, X3_ROLE_ROUTER, X3_DIM_EXPERTS,
-	     X3_WHEN_SPARSE, 1),
-	LINW("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
-	LINW("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
-	LINW("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN,
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.down_proj.input", "d", X3_WHEN_SPARSE),
-	LINW("mlp.shared_experts.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
-	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED),
-	LINW("mlp.shared_experts.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
-	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED),
-	LINW("mlp.shared_experts.down_proj", X3_SLOT_SHX_DOWN, X3_ROLE_SHARED_EXPERT, X3_DIM_SHARED_INTER,
-	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_experts.down_proj.input", "d", X3_WHEN_SHARED),
+	DSV3_MLP_ROWS,
 	POST_ROWS,
 };
+
+/* GLM-4 MoE (Glm4MoeForCausalLM: GLM-4.5, 4.5-Air, 4.6): the Llama
+ * attention (q/k/v biases by attention_bias, o_proj never; q/k norms by
+ * use_qk_norm; RoPE on the first half of each head by
+ * partial_rotary_factor, rotate-half) over DeepSeek V3's MLP rows and
+ * routing. --hq as ExLlamaV3's glm4_moe: attention +2, dense MLP +1,
+ * shared experts +2. */
+static const x3_module_desc glm4_moe_mods[] = {
+	ATTN_ROWS,
+	DSV3_MLP_ROWS,
+	POST_ROWS,
+};
+/* Hugging Face's Glm4MoeConfig defaults */
+static const char glm4_moe_defaults[] =
+	"{\"partial_rotary_factor\": 0.5, \"n_routed_experts\": 128, \"num_experts_per_tok\": 8, "
+	"\"moe_intermediate_size\": 1408, \"n_shared_experts\": 1, \"routed_scaling_factor\": 1.0, "
+	"\"n_group\": 1, \"topk_group\": 1, \"first_k_dense_replace\": 1, \"norm_topk_prob\": true, "
+	"\"use_qk_norm\": false, \"attention_bias\": false, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0}";
 
 /* Gemma 2 / Gemma 3 under the key prefix P ("model." or, for
  * Gemma3ForConditionalGeneration, "language_model.model."), head key HEAD.
@@ -305,6 +329,9 @@ static const x3_arch_desc archs[] = {
 	  "language_model.model.layers.{L}", gemma3_mm_mods, N_(gemma3_mm_mods), NULL, gemma3_defaults },
 	{ X3_ARCH_PHI3, "Phi3ForCausalLM", "phi3", "Phi3", X3_AF_SLIDING,
 	  "model.layers.{L}", phi3_mods, N_(phi3_mods), NULL, NULL },
+	{ X3_ARCH_GLM4_MOE, "Glm4MoeForCausalLM", "glm4_moe", "GLM-4-MoE",
+	  X3_AF_QKV_ATTN_BIAS | X3_AF_USE_QK_NORM | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
+	  "model.layers.{L}", glm4_moe_mods, N_(glm4_moe_mods), "n_routed_experts", glm4_moe_defaults },
 };
 
 int x3_arch_count(void) { return N_(archs); }

@@ -39,7 +39,11 @@
  * rows plus pre/post feed-forward norms and the norm of the attention's
  * output (ATTN_OUT_NORM, MLP_OUT_NORM); Gemma3ForConditionalGeneration
  * the same rows under language_model.model. (its vision tower and
- * projector are no modules: pack-write passes them through). */
+ * projector are no modules: pack-write passes them through). GLM-4 MoE
+ * (Glm4MoeForCausalLM) is the Llama attention rows (q/k/v biases by
+ * attention_bias, q/k norms by use_qk_norm) over DeepSeek V3's MLP rows
+ * (dense layers, router and correction bias, routed and shared experts);
+ * its multi-token prediction layer is left out as DeepSeek's. */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -176,6 +180,10 @@ enum {
 	                           e_score_correction_bias, n_group/topk_group,
 	                           routed_scaling_factor, n_shared_experts shared
 	                           experts, first_k_dense_replace dense layers */
+	X3_AF_QKV_ATTN_BIAS = 1 << 13, /* attention_bias gives q/k/v a bias,
+	                                  o_proj none (GLM-4 MoE) */
+	X3_AF_USE_QK_NORM = 1 << 14,   /* per-head q/k RMSNorms when
+	                                  use_qk_norm is true (GLM-4 MoE) */
 	X3_AF_GEMMA = 1 << 16,  /* Gemma 2/3: (1 + w) norms, norms after the
 	                           attention and the MLP, embedding scale,
 	                           GELU (tanh), query_pre_attn_scalar,

@@ -263,7 +263,8 @@ static int want_str(json_t *o, const char *key, const char *value)
 
 /* DeepSeek V3's routing (X3_AF_GROUPED), with Hugging Face's
  * DeepseekV3Config defaults: n_group 8, topk_group 4, routed_scaling_factor
- * 2.5, n_shared_experts 1, first_k_dense_replace 3. */
+ * 2.5, n_shared_experts 1, first_k_dense_replace 3 (GLM-4 MoE's own
+ * defaults come from its description: arch.c). */
 static int parse_grouped(json_t *cj, x3_model_config *c)
 {
 	int rc;
@@ -429,10 +430,12 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 	    (rc = get_bool(cj, "mlp_bias", &mlp_bias)))
 		return rc;
 	unsigned f = c->desc->flags;
-	c->qkv_bias = (f & X3_AF_QKV_BIAS) || ((f & X3_AF_ATTN_BIAS) && attn_bias);
+	c->qkv_bias = (f & X3_AF_QKV_BIAS) || ((f & (X3_AF_ATTN_BIAS | X3_AF_QKV_ATTN_BIAS)) && attn_bias);
 	c->o_bias = (f & X3_AF_ATTN_BIAS) && attn_bias;
 	c->mlp_bias = (f & X3_AF_MLP_BIAS) && mlp_bias;
 	c->qk_norm = !!(f & X3_AF_QK_NORM);
+	if ((f & X3_AF_USE_QK_NORM) && (rc = get_bool(cj, "use_qk_norm", &c->qk_norm)))
+		return rc;
 
 	if ((rc = parse_moe(cj, c)))
 		return rc;
