@@ -7,7 +7,10 @@
  * "llama3" rope_scaling types, tied or separate lm_head, SiLU-gated MLP;
  * the mixture-of-experts Mixtral, Qwen2-MoE, Qwen3-MoE (lib/moe.c) and
  * DeepseekV3ForCausalLM (multi-head latent attention, "yarn" rope_scaling,
- * grouped sigmoid routing, shared experts); Gemma2ForCausalLM,
+ * grouped sigmoid routing, shared experts), Glm4MoeForCausalLM (its
+ * routing under GQA with q/k/v biases, optional q/k RMSNorms and RoPE on the
+ * first partial_rotary_factor of each head); Phi3ForCausalLM;
+ * Gemma2ForCausalLM,
  * Gemma3ForCausalLM and Gemma3ForConditionalGeneration's language model
  * ((1 + w) RMSNorms, norms after the attention and the MLP, the embedding
  * scaled by sqrt(hidden) in its dtype, query_pre_attn_scalar, attention and
