@@ -41,6 +41,20 @@ rtn_model() {
 	rm -f "$dst.lin" "$dst.q"
 }
 
+# rtn_take DST Q REGEX: the tensors of DST whose names match REGEX replaced
+# by Q's (e.g. a MoE's routers as the EXL3 model stores them, F16); fails
+# unless DST then holds exactly Q's tensors of that name, dtype for dtype
+rtn_take() {
+	local dst=$1 q=$2 re=$3
+	{
+		tensor-ls "$dst" | jq -r .name | grep -Ev "$re" | xargs tensor-cat -q "$dst"
+		tensor-cat -q --regex "$q" "$re"
+	} >"$dst.frames" && tensor-cat -q -o "$dst/model.safetensors" "$dst.frames" || return 1
+	rm -f "$dst.frames"
+	test "$(tensor-ls "$dst" | jq -c --arg re "$re" 'select(.name | test($re)) | [.name, .dtype]' | sort)" = \
+	     "$(tensor-ls "$q" | jq -c --arg re "$re" 'select(.name | test($re)) | [.name, .dtype]' | sort)"
+}
+
 # num_lt A B: A < B as numbers
 num_lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 # num_near A B TOL: |A - B| <= TOL

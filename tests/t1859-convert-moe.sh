@@ -24,9 +24,7 @@ for b in 2 4; do
 	validate q$b --model M "${ev[@]}" -q >v$b.json
 	check "$b bpw: validate ok" jqe '.ok' v$b.json
 	rtn_model M rtn$b $b
-	# the router as the EXL3 model stores it (F16, unquantized)
-	tensor-cat -q rtn$b/model.safetensors >rtn.frames
-	{ cat rtn.frames; tensor-cat -q q$b model.layers.1.mlp.gate.weight; } | tensor-cat -q -o rtn$b/model.safetensors -
+	check "$b bpw: RTN's router that of the EXL3 model (F16, unquantized)" rtn_take rtn$b q$b 'mlp\.gate\.'
 	model-eval -q --model M --quantized rtn$b "${ev[@]}" >r$b.json
 	kl=$(jq .eval.kl_divergence v$b.json)
 	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"

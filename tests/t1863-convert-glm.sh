@@ -65,11 +65,7 @@ for b in 2 4; do
 	# round to nearest: every decoder linear at b bits, the head at 6; the
 	# router and its bias as the EXL3 model stores them
 	rtn_model M rtn$b $b
-	tensor-ls rtn$b | jq -r .name | grep -v '\.mlp\.gate\.' | xargs tensor-cat -q rtn$b >rtn.frames
-	{ cat rtn.frames; tensor-cat -q --regex q$b 'mlp\.gate\.'; } | tensor-cat -q -o rtn$b/model.safetensors -
-	check "$b bpw: RTN's router and correction bias those of the EXL3 model" \
-		test "$(tensor-ls rtn$b | jq -c 'select(.name | test("mlp\\.gate\\.")) | [.name, .dtype]' | sort)" = \
-		     "$(tensor-ls q$b | jq -c 'select(.name | test("mlp\\.gate\\.")) | [.name, .dtype]' | sort)"
+	check "$b bpw: RTN's router and correction bias those of the EXL3 model" rtn_take rtn$b q$b 'mlp\.gate\.'
 	model-eval -q --model M --quantized rtn$b "${ev[@]}" >r$b.json
 	kl=$(jq .eval.kl_divergence v$b.json)
 	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"
