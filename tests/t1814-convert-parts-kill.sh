@@ -3,13 +3,17 @@
 # small conversion with --capture-parts on (two layers, 3 calibration chunks:
 # parts 0-2 of each layer, layer 1's from the hidden states layer 0's parts
 # saved, then a merge per layer), its process group killed at 5 moments
-# inside the parts and merges, each followed by a re-run: the output
-# byte-identical to an uninterrupted run, and nothing left of the killed
-# run in the work directory (no part, hidden state or temporary file).
+# inside the parts and merges, each run resuming what the killed one before
+# left, then a re-run: the output byte-identical to an uninterrupted run,
+# and nothing left of the killed runs in the work directory (no part, hidden
+# state or temporary file). Then the same with 2 kills of a sequential
+# conversion (hs captures in parts too) whose parts GNU parallel fans out
+# (--gpus: each job in a process group of its own).
 #
 # The moments are made deterministic by a hessian-capture earlier on PATH
-# that, in the one call STOP names (part.L.P or merge.L), stops (sleeps
-# until killed) before the real program runs, after it, or in the middle:
+# that, in the one call STOP names (h1/part.L.P, hs/part.L.P, h1/merge.L
+# or hs/merge.L), stops (sleeps until killed) before the real program
+# runs, after it, or in the middle:
 # a part's output cut at half as a real kill leaves it (the program's
 # temporary file, never renamed), a merge's stream cut at half.
 . "$(dirname "$0")/lib.sh"
@@ -22,15 +26,19 @@ cat >shim/hessian-capture <<EOF
 #!/usr/bin/env bash
 real=$ROOT/bin/hessian-capture
 a=" \$* " tag=
-case \$a in
-*" --merge "*) l=\${a#*/h1/part.}; tag=merge.\${l%%.*} ;;
-*" --part "*) p=\${a#* --part }; l=\${a#* --layers }; tag=part.\${l%%-*}.\${p%% *} ;;
-esac
+# the call's tag: h1/part.L.P or hs/part.L.P (sequential) from the file a
+# part writes, h1/merge.L or hs/merge.L from the first part a merge reads
+for f in "\$@"; do
+	case \$f in
+	*/part.*.frames.tmp) d=\${f%/*}; f=\${f##*/}; tag=\${d##*/}/\${f%.frames.tmp}; break ;;
+	*/part.*.frames) d=\${f%/*}; f=\${f##*/part.}; tag=\${d##*/}/merge.\${f%%.*}; break ;;
+	esac
+done
 if [ -n "\${STOP:-}" ] && [ "\${STOP#*:}" = "\$tag" ] && mkdir "$TMP/stopped" 2>/dev/null; then
 	echo "\$*" >"$TMP/stopped/args"
 	case \${STOP%%:*} in
 	after) "\$real" "\$@" || exit ;;
-	mid) if [ "\${tag%%.*}" = part ]; then
+	mid) if [[ \$tag == */part.* ]]; then
 		o=\${a#* -o }; o=\${o%% *}
 		"\$real" "\$@" || exit
 		head -c \$((\$(stat -c %s "\$o") / 2)) "\$o" >"\$o.tmp-KILLED" && rm -f "\$o"
@@ -87,19 +95,23 @@ rerun() {
 # layer 0's part 1, in the middle of layer 0's merge, after layer 1's part
 # 0 (its file whole but not renamed), in the middle of layer 1's part 2
 # (from the hidden states layer 0's part 2 saved), after layer 1's merge
-for stop in before:part.0.1 mid:merge.0 after:part.1.0 mid:part.1.2 after:merge.1; do
+for stop in before:h1/part.0.1 mid:h1/merge.0 after:h1/part.1.0 mid:h1/part.1.2 after:h1/merge.1; do
 	kill_at "$stop" "${opts[@]}"
 done
 rerun "after 5 kills" "${opts[@]}"
 
-# the parts fanned out by GNU parallel (--gpus: one job slot per GPU, here
-# on the CPU), killed inside a part of each layer
+# sequential, the parts fanned out by GNU parallel (--gpus: one job slot
+# per GPU, here on the CPU): killed inside an h1 part of layer 1 and an hs
+# part of layer 1 (from the quantized layer 0); the output that of -j 2
 if command -v parallel >/dev/null; then
-	rm -rf r r.work r.lock
-	fo=("${opts[@]}" --gpus 0,1 --device cpu)
-	kill_at mid:part.0.2 "${fo[@]}"
-	kill_at before:part.1.1 "${fo[@]}"
-	rerun "--gpus, after 2 kills" "${fo[@]}"
+	rm -rf ref r r.work r.lock
+	so=("${opts[@]}" --mode sequential)
+	check "uninterrupted sequential conversion (-j 2)" convert m ref "${so[@]}"
+	fo=("${so[@]}" --gpus 0,1 --device cpu)
+	for stop in before:h1/part.1.1 mid:hs/part.1.1; do
+		kill_at "$stop" "${fo[@]}"
+	done
+	rerun "sequential --gpus, after 2 kills" "${fo[@]}"
 else
 	skip "--gpus: no GNU parallel"
 fi
