@@ -309,7 +309,10 @@ static void cap_experts_done(struct cap *k, int layer)
 		 * merge's, after the parts' sums are added */
 		int defer = k->pv && k->moe != MOE_ALL;
 		if (k->moe == MOE_ALL) {
-			x3_tensor *t = g->shadow ? x3_hess_frame(g->shadow, k->f64 ? X3_F64 : X3_F32) : NULL;
+			/* one process rounds the all-token sum once, at its output's
+			 * precision; a part passes it on exact (F64), so that the
+			 * merge adds the parts in chunk order and rounds once too */
+			x3_tensor *t = g->shadow ? x3_hess_frame(g->shadow, k->f64 || k->pv ? X3_F64 : X3_F32) : NULL;
 			if (g->shadow && !t)
 				die_x3("'%s'", name);
 			if (!t)
@@ -484,6 +487,13 @@ static int cap_seg_done(void *ctx, int layer, int64_t seg)
 	}
 	for (int i = 0; i < k->set.n; i++) {
 		int rc = x3_hess_end_chunk(k->set.h[i]);
+		if (rc)
+			return rc;
+	}
+	/* the all-token sums too, so that --moe-capture all sums them chunk
+	 * by chunk, ((P0 + P1) + P2) ..., as the merge of parts does */
+	for (int i = 0; i < k->shadow.n; i++) {
+		int rc = x3_hess_end_chunk(k->shadow.h[i]);
 		if (rc)
 			return rc;
 	}

@@ -78,6 +78,22 @@ for mode in routed weighted; do
 	check "... 3 parts merged == one process, byte for byte" \
 		bash -c 'hessian-capture -q --merge sp2 sp0 sp1 2>/dev/null | cmp - sw'
 done
+# --moe-capture all (ExLlamaV3's): every expert's Hessian is the all-token
+# one; one process sums it chunk by chunk and rounds once, a part writes
+# its chunk's sum exact (F64), the merge adds them in chunk order and
+# rounds once. F64 out shows any difference in the order of the sums.
+# (Rounded per part, or summed as one chunk, they differed here.)
+ac() { hessian-capture -q --model moe --tokens mt --chunk-rows 2 --chunk 32 --moe-capture all "$@" 2>/dev/null; }
+ac >aw; ac --f64 >aw64
+for i in 0 1 2; do ac --part $i >ap$i; ac --part $i --f64 >aq$i; done
+check "MoE all: a part's expert sums are F64, capture all, its chunk's rows" \
+	jqe -s '[.[] | select(.meta.expert)] | length > 0 and all(.dtype == "F64" and .meta.capture == "all" and .meta.count == "64")' <(tensor-ls ap1)
+check "MoE all: 3 parts merged == one process, byte for byte" \
+	bash -c 'hessian-capture -q --merge ap1 ap2 ap0 | cmp - aw && tensor-ls aw | jq -r .name | grep -q experts'
+check "MoE all --f64: 3 parts merged == one process, byte for byte" \
+	bash -c 'hessian-capture -q --merge aq2 aq0 aq1 | cmp - aw64 && test "$(tensor-ls aw64 | jq -r .dtype | sort -u)" = F64'
+check "MoE all: the experts' Hessians are the all-token one (not the routed rows: count 160)" \
+	jqe -s '[.[] | select(.meta.expert)] | all(.meta.count == "160")' <(tensor-ls aw)
 check_fail "a starved expert's merge without part 0's all-token Hessian" 1 "chunk 0 of 3 is missing" \
 	hessian-capture --merge sp1 sp2
 

@@ -40,6 +40,22 @@ check "sequential, one capture per layer (-j 1)" convert m sa "${opts[@]}" -j 1 
 check "sequential, the encodes on 2 job slots" \
 	convert m sb "${opts[@]}" --mode sequential --gpus 0,1 --device cpu
 check "... byte-identical directories" diff -r sa sb
+# --moe-capture all (ExLlamaV3's all-token expert Hessians) with parts: the
+# captures alone (make h1-groups), forward chunks of 2 rows (a shim adds
+# hessian-capture --chunk 64, as the default 4096 tokens are at --cols
+# 2048), so a calibration chunk of 3 rows sums two products: parts rounded
+# to F32 gave other bytes than one process here
+"$ROOT/examples/make-tiny-llama" --arch qwen3-moe --experts 4 --top-k 2 --moe-inter 48 --dense-layers 0 M 2 64 96 >/dev/null
+mkdir shim2
+printf '#!/bin/sh\necho "$*" >>%s/hc2.log\ncase " $* " in *" --merge "*|*" --list-parts "*) ;; *) set -- "$@" --chunk 64 ;; esac\nexec %s/bin/hessian-capture "$@"\n' "$TMP" "$ROOT" >shim2/hessian-capture
+chmod +x shim2/hessian-capture
+for p in off on; do
+	PATH="$TMP/shim2:$PATH" convert M e$p --bits 2 --moe-capture all --capture-parts $p --rows 8 --cols 32 --chunk-rows 3 -q --makefile >/dev/null &&
+	PATH="$TMP/shim2:$PATH" make -s -C e$p.work NOPLAN=1 h1-groups || notok "MoE --moe-capture all --capture-parts $p: the captures"
+done
+check "MoE --moe-capture all: 3 parts per layer merged == one process, every Hessian byte for byte" \
+	sh -c 'diff -r eon.work/h1 eoff.work/h1 && test "$(ls eon.work/h1 | grep -c "experts\.[0-9]*\..*input\.frames$")" -eq 8'
+check "... from 9 capture parts (2 layers and the head)" test "$(grep -c -- '--part [0-2] ' hc2.log)" -eq 9
 check_fail "--chunk-rows 0" 2 "chunk-rows" convert m c --bits 3 --chunk-rows 0
 check_fail "--capture-parts bad" 2 "capture-parts" convert m c --bits 3 --capture-parts 2
 done_testing

@@ -50,4 +50,18 @@ for f in seq.work/h1/*.frames; do
 	cmp -s "$f" <(tensor-cat -q all.frames "$g") || { same=0; echo "# $g differs"; }
 done
 check "h1: each group file is its frame of the capture stream" test "$same" = 1 -a "$(ls seq.work/h1 | wc -l)" -eq 9
+
+# --capture-parts: each sequential capture as one process per calibration
+# chunk (3 chunks of 1 row), from the quantized layers before it and the
+# hidden states the parts of the layer before saved, merged in chunk order:
+# the Hessians and the directory of one process per layer, byte for byte
+tiny_model p 2 16 16
+po=(--bits 2 --head-bits 16 --rows 3 --cols 16 --chunk-rows 1 -q --mode sequential --keep-hessians)
+check "sequential, one capture process per layer (--capture-parts off)" convert p p1 "${po[@]}" -j 2 --capture-parts off
+check "sequential, 3 capture parts per layer (--capture-parts on)" convert p p3 "${po[@]}" -j 2 --capture-parts on
+check "... byte-identical directories" diff -r p1 p3
+check "... the same Hessians" diff -r p1.work/hs p3.work/hs
+check "... layer 1's parts read the quantized layer 0 (overlays ov/1.0-2)" \
+	test -L p3.work/ov/1.0/layer.0.safetensors -a -L p3.work/ov/1.2/layer.0.safetensors -a ! -e p1.work/ov/1.0
+check "... no part or hidden state left" test -z "$(ls p3.work/hs | grep -v '\.input\.frames$')"
 done_testing
