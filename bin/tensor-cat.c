@@ -36,8 +36,8 @@ static const char help[] =
 	"                   as its (E*R, C) rows\n"
 	"  --fuse NAME:E    join the selected 2-D tensors (one dtype and width, in\n"
 	"                   input order) by rows into one 3-D tensor NAME of E equal\n"
-	"                   parts (E, rows/E, C): fused experts, as Transformers v5\n"
-	"                   writes mlp.experts.gate_up_proj and down_proj\n"
+	"                   parts (E, rows/E, C): the experts of a layer fused, as\n"
+	"                   Transformers v5 writes them\n"
 	"  --shard-size MB  shard size of directory output\n"
 	"  -q               quiet\n"
 	"  -h               this help\n";
