@@ -738,13 +738,16 @@ int main(int argc, char **argv)
 	x3_model_config cfg;
 	if (x3_config_parse_as(cfg_text, strlen(cfg_text), X3_CONFIG_LAYOUT, &cfg))
 		die("%s: %s", src, x3_errmsg());   /* "SRC: config.json: ..." */
+	x3_st *sst;
+	if (x3_st_open(src, &sst))
+		die_x3("%s", src);
+	/* experts fused in 3-D tensors: read from them, written per expert */
+	if (x3_arch_fused_scan(&cfg, sst))
+		die_x3("%s", src);
 	x3_module *mods;
 	int nmods;
 	if (x3_arch_modules(&cfg, &mods, &nmods))
 		die_x3("%s", path);
-	x3_st *sst;
-	if (x3_st_open(src, &sst))
-		die_x3("%s", src);
 
 	/* the plan, and head_bits from it, except for a tied model whose plan
 	 * has no entry for the head (then no head is stored) */

@@ -16,7 +16,7 @@
 
 static const char usage[] =
 	"usage: tensor-cat [-o FILE | --split DIR] [--dtype T] [--zstd[=LEVEL]] [--regex]\n"
-	"                  [--meta KEY=VAL]... [--rows A:B] [--shard-size MB] [-q]\n"
+	"                  [--meta KEY=VAL]... [--rows A:B] [--fuse NAME:E] [--shard-size MB] [-q]\n"
 	"                  SOURCE [PATTERN...]\n";
 
 static const char help[] =
@@ -32,7 +32,12 @@ static const char help[] =
 	"  --meta KEY=VAL   add metadata to every frame (repeatable; UTF-8)\n"
 	"  --rows A:B       only rows A..B-1 (the first dimension) of every tensor\n"
 	"                   (a linear fused with others in one tensor); metadata\n"
-	"                   rows=A:B says so\n"
+	"                   rows=A:B says so; a 3-D (E, R, C) tensor (fused experts)\n"
+	"                   as its (E*R, C) rows\n"
+	"  --fuse NAME:E    join the selected 2-D tensors (one dtype and width, in\n"
+	"                   input order) by rows into one 3-D tensor NAME of E equal\n"
+	"                   parts (E, rows/E, C): the experts of a layer fused, as\n"
+	"                   Transformers v5 writes them\n"
 	"  --shard-size MB  shard size of directory output\n"
 	"  -q               quiet\n"
 	"  -h               this help\n";
@@ -102,7 +107,7 @@ static void add_metas(x3_tensor *t)
  * dtype dt (a block-scaled F8 weight dequantized first), metadata rows=A:B */
 static x3_tensor *slice_rows(const x3_tensor *t, x3_dtype dt)
 {
-	if (t->rank < 1 || row_b > t->shape[0])
+	if (t->rank < 1 || (t->rank != 3 && row_b > t->shape[0]))
 		die("tensor '%s': --rows %lld:%lld past its %lld rows", t->name, row_a, row_b,
 		    t->rank < 1 ? 0LL : (long long)t->shape[0]);
 	x3_tensor *full = NULL;
@@ -112,11 +117,20 @@ static x3_tensor *slice_rows(const x3_tensor *t, x3_dtype dt)
 		t = full;
 	}
 	int64_t sh[8];
+	int rank = t->rank;
 	for (int d = 0; d < t->rank; d++)
 		sh[d] = t->shape[d];
-	size_t rowel = (size_t)(x3_tensor_numel(t) / (t->shape[0] ? t->shape[0] : 1));
+	if (rank == 3) {
+		/* the experts of a layer fused in one (experts, rows, in)
+		 * tensor: rows of its (experts * rows, in) view */
+		sh[0] = t->shape[0] * t->shape[1], sh[1] = t->shape[2], rank = 2;
+		if (row_b > sh[0])
+			die("tensor '%s': --rows %lld:%lld past the %lld rows of its %lldx%lld view", t->name, row_a,
+			    row_b, (long long)sh[0], (long long)sh[0], (long long)sh[1]);
+	}
+	size_t rowel = (size_t)(x3_tensor_numel(t) / (sh[0] ? sh[0] : 1));
 	sh[0] = row_b - row_a;
-	x3_tensor *c = x3_tensor_new(t->name, dt, t->rank, sh, 1);
+	x3_tensor *c = x3_tensor_new(t->name, dt, rank, sh, 1);
 	if (!c || x3_meta_copy(c, t))
 		die_x3("tensor '%s'", t->name);
 	size_t es = x3_dtype_size(t->dtype);
@@ -128,6 +142,32 @@ static x3_tensor *slice_rows(const x3_tensor *t, x3_dtype dt)
 		die_x3("metadata");
 	x3_tensor_free(full);
 	return c;
+}
+
+/* --fuse NAME:E: the selected tensors' rows, joined */
+static const char *fuse_name;
+static long fuse_e;
+static x3_tensor *fuse_t;      /* (rows so far, C), its data grown */
+
+static void fuse_add(const x3_tensor *t)
+{
+	if (t->rank != 2 || t->scale_inv)
+		die("tensor '%s': --fuse joins 2-D float tensors", t->name);
+	if (!fuse_t) {
+		int64_t sh[2] = {0, t->shape[1]};
+		if (!(fuse_t = x3_tensor_new(fuse_name, t->dtype, 2, sh, 0)))
+			die_x3("tensor '%s'", fuse_name);
+	} else if (t->dtype != fuse_t->dtype || t->shape[1] != fuse_t->shape[1])
+		die("tensor '%s': %s with %lld columns, the first one joined is %s with %lld (--fuse)", t->name,
+		    x3_dtype_name(t->dtype), (long long)t->shape[1], x3_dtype_name(fuse_t->dtype),
+		    (long long)fuse_t->shape[1]);
+	char *d = realloc(fuse_t->data, fuse_t->nbytes + t->nbytes + 1);
+	if (!d)
+		die("out of memory (--fuse)");
+	memcpy(d + fuse_t->nbytes, t->data, t->nbytes);
+	fuse_t->data = d, fuse_t->owns_data = 1;
+	fuse_t->nbytes += t->nbytes;
+	fuse_t->shape[0] += t->shape[0];
 }
 
 /* sinks */
@@ -287,6 +327,13 @@ static void from_frames(const char *path)
 			x3_tensor_free(t);
 			continue;
 		}
+		if (fuse_name) {
+			if (x3_reader_load(r, t))
+				die("%s", x3_errmsg());
+			fuse_add(t);
+			x3_tensor_free(t);
+			continue;
+		}
 		if (split_dir)
 			split_open(t->name);
 		x3_dtype dt = out_dtype(t->dtype);
@@ -343,6 +390,10 @@ static void from_st(const char *path)
 		const x3_tensor *t = x3_st_get(s, i);
 		if (!selected(t->name))
 			continue;
+		if (fuse_name) {
+			fuse_add(t);
+			continue;
+		}
 		if (split_dir)
 			split_open(t->name);
 		emit_mapped(t);
@@ -358,13 +409,13 @@ int main(int argc, char **argv)
 	const char *outp = NULL;
 	int zlevel = 0;
 	long shard_mb = 0;
-	enum { O_DTYPE = 256, O_ZSTD, O_REGEX, O_META, O_SHARD, O_SPLIT, O_ROWS };
+	enum { O_DTYPE = 256, O_ZSTD, O_REGEX, O_META, O_SHARD, O_SPLIT, O_ROWS, O_FUSE };
 	static const struct option lo[] = {
 		{"output", required_argument, 0, 'o'}, {"dtype", required_argument, 0, O_DTYPE},
 		{"zstd", optional_argument, 0, O_ZSTD}, {"regex", no_argument, 0, O_REGEX},
 		{"meta", required_argument, 0, O_META}, {"shard-size", required_argument, 0, O_SHARD},
 		{"split", required_argument, 0, O_SPLIT}, {"rows", required_argument, 0, O_ROWS},
-		{"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"fuse", required_argument, 0, O_FUSE}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	metas = calloc(argc, sizeof *metas);
 	while ((c = getopt_long(argc, argv, "o:qh", lo, NULL)) != -1) {
@@ -393,6 +444,15 @@ int main(int argc, char **argv)
 			if (errno || optarg[0] < '0' || optarg[0] > '9' || *e1 != ':' || e1[1] < '0' || e1[1] > '9' ||
 			    *e2 || row_a < 0 || row_b <= row_a)
 				usage_error(usage, "--rows: '%s' is not A:B with 0 <= A < B", optarg);
+			break;
+		}
+		case O_FUSE: {
+			char *colon = strrchr(optarg, ':');
+			if (!colon || colon == optarg)
+				usage_error(usage, "--fuse: '%s' is not NAME:E", optarg);
+			*colon = 0;
+			fuse_name = optarg;
+			fuse_e = parse_long(usage, "--fuse", colon + 1, 1, 1L << 20);
 			break;
 		}
 		default: fputs(usage, stderr); return 2;
@@ -443,10 +503,34 @@ int main(int argc, char **argv)
 			die("%s", x3_errmsg());
 	}
 
+	if (fuse_name && (row_a >= 0 || split_dir))
+		usage_error(usage, "--fuse excludes --rows and --split");
 	if (kind == X3_SRC_FRAMES)
 		from_frames(src);
 	else
 		from_st(src);
+	if (fuse_name) {
+		if (!fuse_t)
+			die("--fuse %s: no tensor selected", fuse_name);
+		if (fuse_t->shape[0] % fuse_e)
+			die("--fuse %s:%ld: %lld rows are not %ld equal parts", fuse_name, fuse_e,
+			    (long long)fuse_t->shape[0], fuse_e);
+		fuse_t->rank = 3;
+		fuse_t->shape[2] = fuse_t->shape[1];
+		fuse_t->shape[1] = fuse_t->shape[0] / fuse_e;
+		fuse_t->shape[0] = fuse_e;
+		x3_dtype dt = out_dtype(fuse_t->dtype);
+		if (dt != fuse_t->dtype) {
+			x3_tensor *c = x3_tensor_new(fuse_name, dt, 3, fuse_t->shape, 1);
+			if (!c)
+				die_x3("tensor '%s'", fuse_name);
+			convert(c->data, dt, fuse_t->data, fuse_t->dtype, (size_t)x3_tensor_numel(fuse_t), fuse_name);
+			x3_tensor_free(fuse_t);
+			fuse_t = c;
+		}
+		emit_whole(fuse_t);
+		x3_tensor_free(fuse_t);
+	}
 
 	for (int i = 0; i < npats; i++)
 		if (!hits[i])

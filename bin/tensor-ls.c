@@ -176,7 +176,12 @@ static void check_module(const char *dir, x3_st *st, const x3_module *m)
 	int vec = m->d->kind == X3_KIND_VECTOR;
 	/* a vector, or a linear or an embedding table: a dense (out, in)
 	 * weight; a row slice: the fused source (src_rows, in) */
-	if (x3_tensor_check_float(x3_st_find(st, m->weight), m->weight, vec ? 1 : 2, m->src_rows, m->in)) {
+	const x3_tensor *w = x3_st_find(st, m->weight);
+	/* an expert of a fused 3-D (experts, rows, in) tensor: the config's
+	 * shapes were checked on load (arch.h x3_arch_fused_scan) */
+	if (m->fused && w && w->rank == 3 && w->shape[0] * w->shape[1] == m->src_rows && w->shape[2] == m->in)
+		return;
+	if (x3_tensor_check_float(w, m->weight, vec ? 1 : 2, m->src_rows, m->in)) {
 		if (m->sliced)
 			die("%s: %s (a fused tensor: linear '%s' is its rows %lld..%lld)", dir, x3_errmsg(), m->key,
 			    (long long)m->row0, (long long)(m->row0 + m->out));

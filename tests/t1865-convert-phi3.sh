@@ -28,7 +28,7 @@ check "o_proj and down_proj: their own weights, no rows" \
 check "15 linears: 7 per layer and the head; --hq 2 on attention as Llama" \
 	test "$(tensor-ls --linears M | jq -c '[.role, .hq]' | sort | uniq -c | tr -s ' ' | tr -d '\n')" = \
 	     ' 8 ["attention",2] 1 ["head",0] 6 ["mlp",0]'
-check "Phi3 is in tensor-ls --architectures" sh -c "tensor-ls --architectures | jq -e 'select(.architecture == \"Phi3ForCausalLM\") | .model_type == \"phi3\"' >/dev/null"
+check "Phi3 is in tensor-ls --architectures" sh -c "tensor-ls --architectures | jq -s -e 'any(.[]; .architecture == \"Phi3ForCausalLM\" and .model_type == \"phi3\")' >/dev/null"
 tensor-cat -q --rows 64:96 M model.layers.1.self_attn.qkv_proj.weight | tensor-ls >k.json
 check "tensor-cat --rows 64:96: the 32 rows of k, metadata rows=64:96" \
 	test "$(jq -c '[.shape, .meta.rows]' k.json)" = '[[32,64],"64:96"]'

@@ -4,21 +4,22 @@
 #include <string.h>
 #include "arch.h"
 #include "config.h"
+#include "safetensors.h"
 
 #define L_(s) "model.layers.{L}." s
 #define LIN(key, slot, role, in, out, bias, hq, group, alloc) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc, 0, NULL }
+	  L_(group), alloc, 0, NULL, NULL }
 #define NORM(scope, key, slot, dim, when) \
 	{ key, scope, X3_KIND_VECTOR, slot, X3_ROLE_NORM, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0, NULL }
+	  NULL, NULL, 0, NULL, NULL }
 
 /* The Llama decoder, shared by Llama 2/3, Mistral, Qwen2/2.5 and Qwen3
  * (they differ in config rules: biases, q/k norms, sliding window). Model
  * order: the order of the rows. */
 static const x3_module_desc llama_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	    "self_attn.input", "qkv"),
@@ -40,21 +41,34 @@ static const x3_module_desc llama_mods[] = {
 	    "mlp.down_proj.input", "d"),
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL },
 };
 #define N_(a) (int)(sizeof a / sizeof *a)
 
 /* Rows of a module present only in some layers (WHEN) */
 #define LINW(key, slot, role, in, out, bias, hq, group, alloc, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, when, hq, -1, \
-	  L_(group), alloc, 0, NULL }
+	  L_(group), alloc, 0, NULL, NULL }
+/* an expert's linear that a fused checkpoint holds in a 3-D tensor */
+#define LINE(key, slot, role, in, out, hq, group, alloc, fused) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, X3_BIAS_NONE, X3_WHEN_SPARSE, hq, -1, \
+	  L_(group), alloc, 0, NULL, &fused }
+/* Transformers v5 (its "MoE kernels" checkpoint conversion) and the
+ * checkpoints it writes hold a layer's experts as two 3-D tensors:
+ * mlp.experts.gate_up_proj (experts, 2 * moe_inter, hidden), each expert's
+ * gate_proj rows then its up_proj rows (torch.cat of the two on dim 1),
+ * and mlp.experts.down_proj (experts, hidden, moe_inter): (out, in) per
+ * expert, as nn.functional.linear reads them (x3_fused_expert). */
+static const x3_fused_expert fx_gate = { L_("mlp.experts.gate_up_proj"), 1 };
+static const x3_fused_expert fx_up = { L_("mlp.experts.gate_up_proj"), 2 };
+static const x3_fused_expert fx_down = { L_("mlp.experts.down_proj"), 0 };
 #define MAT(key, slot, role, in, out, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0, NULL }
+	  NULL, NULL, 0, NULL, NULL }
 /* The attention block and the norms around it, shared by the decoders. */
 #define ATTN_ROWS \
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL }, \
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	    "self_attn.input", "qkv"), \
@@ -71,7 +85,7 @@ static const x3_module_desc llama_mods[] = {
 #define POST_ROWS \
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL }
 
 /* Mixtral: every layer a block_sparse_moe of num_local_experts experts
  * (w1 gate, w3 up, w2 down), softmax top-k routing renormalized; the
@@ -102,12 +116,12 @@ static const x3_module_desc qwen_moe_mods[] = {
 	LINW("mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, X3_BIAS_NONE, 0,
 	     "mlp.down_proj.input", "d", X3_WHEN_DENSE),
 	MAT("mlp.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, X3_WHEN_SPARSE),
-	LINW("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
-	LINW("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE),
-	LINW("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN,
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.down_proj.input", "d", X3_WHEN_SPARSE),
+	LINE("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	     0, "mlp.experts.{E}.input", "gu", fx_gate),
+	LINE("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	     0, "mlp.experts.{E}.input", "gu", fx_up),
+	LINE("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN,
+	     0, "mlp.experts.{E}.down_proj.input", "d", fx_down),
 	LINW("mlp.shared_expert.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
 	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 1, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED),
 	LINW("mlp.shared_expert.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
@@ -132,7 +146,7 @@ static const x3_module_desc qwen_moe_mods[] = {
  * attention +2, dense MLP +1, shared experts +2. */
 #define VECW(key, slot, role, dim, when, bare) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_VECTOR, slot, role, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, bare, NULL }
+	  NULL, NULL, bare, NULL, NULL }
 /* DeepSeek V3's MLP rows, shared by GLM-4 MoE: the first
  * first_k_dense_replace layers a dense mlp.*_proj (--hq +1), the others the
  * router mlp.gate and its e_score_correction_bias (unquantized), the
@@ -147,12 +161,12 @@ static const x3_module_desc qwen_moe_mods[] = {
 	MAT("mlp.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, X3_WHEN_SPARSE), \
 	VECW("mlp.gate.e_score_correction_bias", X3_SLOT_ROUTER_BIAS, X3_ROLE_ROUTER, X3_DIM_EXPERTS, \
 	     X3_WHEN_SPARSE, 1), \
-	LINW("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE), \
-	LINW("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.input", "gu", X3_WHEN_SPARSE), \
-	LINW("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN, \
-	     X3_BIAS_NONE, 0, "mlp.experts.{E}.down_proj.input", "d", X3_WHEN_SPARSE), \
+	LINE("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
+	     0, "mlp.experts.{E}.input", "gu", fx_gate), \
+	LINE("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
+	     0, "mlp.experts.{E}.input", "gu", fx_up), \
+	LINE("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN, \
+	     0, "mlp.experts.{E}.down_proj.input", "d", fx_down), \
 	LINW("mlp.shared_experts.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN, \
 	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED), \
 	LINW("mlp.shared_experts.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN, \
@@ -161,7 +175,7 @@ static const x3_module_desc qwen_moe_mods[] = {
 	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_experts.down_proj.input", "d", X3_WHEN_SHARED)
 static const x3_module_desc deepseek_v3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINW("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_NONE, 2,
 	     "self_attn.input", "qkv", X3_WHEN_NO_Q_LORA),
@@ -211,10 +225,10 @@ static const char glm4_moe_defaults[] =
 #define GL_(P, s) P "layers.{L}." s
 #define GLIN(P, key, slot, role, in, out, bias, hq, group, alloc) \
 	{ GL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  GL_(P, group), alloc, 0, NULL }
+	  GL_(P, group), alloc, 0, NULL, NULL }
 #define GEMMA_ROWS(P, HEAD) \
 	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL }, \
 	NORM(X3_SCOPE_LAYER, GL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	GLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	     "self_attn.input", "qkv"), \
@@ -240,7 +254,7 @@ static const char glm4_moe_defaults[] =
 	     X3_WHEN_ALWAYS), \
 	NORM(X3_SCOPE_POST, P "norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ HEAD, X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0, NULL }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0, NULL, NULL }
 static const x3_module_desc gemma_mods[] = { GEMMA_ROWS("model.", "lm_head") };
 static const x3_module_desc gemma3_mm_mods[] = { GEMMA_ROWS("language_model.model.", "language_model.lm_head") };
 /* Hugging Face's Gemma2Config / Gemma3TextConfig defaults: real Gemma3
@@ -275,10 +289,10 @@ static const x3_row_slice phi3_up = { L_("mlp.gate_up_proj"), { X3_DIM_INTER, X3
 /* a linear sliced from a fused source tensor */
 #define LINS(key, slot, role, in, out, bias, hq, group, alloc, slice) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc, 0, &slice }
+	  L_(group), alloc, 0, &slice, NULL }
 static const x3_module_desc phi3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINS("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	     "self_attn.input", "qkv", phi3_q),
@@ -497,7 +511,17 @@ static int instantiate(const x3_model_config *c, const x3_module_desc *d, int la
 	m->out = x3_arch_dim(c, d->out);
 	m->bias = has_bias(c, d->bias);
 	m->src_rows = m->out;
-	if (d->slice) {
+	if (d->fused && c->fused_experts && expert >= 0) {
+		/* expert e's rows of the (experts * per, in) view of the 3-D
+		 * (experts, per, in) tensor: per = 2 * out for gate_up */
+		int64_t per = d->fused->part ? 2 * m->out : m->out;
+		if ((rc = expand(d->fused->src, layer, expert, m->src, sizeof m->src)))
+			return rc;
+		snprintf(m->weight, sizeof m->weight, "%s", m->src);
+		m->sliced = m->fused = 1;
+		m->row0 = expert * per + (d->fused->part == 2 ? m->out : 0);
+		m->src_rows = c->n_experts * per;
+	} else if (d->slice) {
 		const x3_row_slice *s = d->slice;
 		if ((rc = expand(s->src, layer, expert, m->src, sizeof m->src)))
 			return rc;
@@ -604,9 +628,53 @@ const x3_module *x3_modules_slice_of(const x3_module *m, int n, const char *name
 	size_t sl;
 	for (int i = 0; i < n; i++)
 		if (m[i].sliced && !strncmp(name, m[i].src, sl = strlen(m[i].src)) &&
-		    (!strcmp(name + sl, ".weight") || !strcmp(name + sl, ".bias")))
+		    (m[i].fused ? !name[sl] : !strcmp(name + sl, ".weight") || !strcmp(name + sl, ".bias")))
 			return &m[i];
 	return NULL;
+}
+
+/* The fused tensor of row d in layer l (NULL: absent), its name in name. */
+static const x3_tensor *fused_src(const x3_st *st, const x3_module_desc *d, int l, char *name, size_t n)
+{
+	return expand(d->fused->src, l, 0, name, n) ? NULL : x3_st_find(st, name);
+}
+
+int x3_arch_fused_scan(x3_model_config *c, const x3_st *st)
+{
+	const x3_arch_desc *a = c->desc;
+	char name[X3_KEY_MAX], b[64];
+	c->fused_experts = 0;
+	if (!a || !(a->flags & X3_AF_MOE) || !st)
+		return X3_OK;
+	/* fused if any sparse layer has a fused tensor; then every one must
+	 * have both, of the config's shapes (gate_up's rows read by two rows
+	 * of the table: checked once, by the gate's) */
+	for (int l = 0; l < c->n_layers && !c->fused_experts; l++)
+		for (int i = 0; i < a->nmods; i++)
+			if (a->mods[i].fused && x3_arch_sparse_layer(c, l) &&
+			    fused_src(st, &a->mods[i], l, name, sizeof name))
+				c->fused_experts = 1;
+	for (int l = 0; l < c->n_layers && c->fused_experts; l++)
+		for (int i = 0; i < a->nmods; i++) {
+			const x3_module_desc *d = &a->mods[i];
+			if (!d->fused || d->fused->part == 2 || !x3_arch_sparse_layer(c, l))
+				continue;
+			const x3_tensor *t = fused_src(st, d, l, name, sizeof name);
+			int64_t out = x3_arch_dim(c, d->out), in = x3_arch_dim(c, d->in);
+			int64_t per = d->fused->part ? 2 * out : out;
+			if (!t)
+				return x3_err(X3_EFORMAT, "missing tensor '%s' (the checkpoint holds experts in "
+				              "fused 3-D tensors)", name);
+			if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
+				return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)", name,
+				              x3_dtype_name(t->dtype));
+			if (t->rank != 3 || t->shape[0] != c->n_experts || t->shape[1] != per || t->shape[2] != in)
+				return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lldx%lldx%lld "
+				              "(experts x %s x in)", name, x3_shape_str(t, b, sizeof b),
+				              (long long)c->n_experts, (long long)per, (long long)in,
+				              d->fused->part ? "2 expert widths" : "out");
+		}
+	return X3_OK;
 }
 
 int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len)

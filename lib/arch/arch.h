@@ -137,6 +137,18 @@ typedef struct x3_row_slice {
 	unsigned char rows[3];  /* X3_DIM_*: the source's rows are their sum */
 } x3_row_slice;
 
+/* An expert's linear where the checkpoint holds all experts of a layer in
+ * one 3-D tensor SRC (experts, rows, in) instead of per-expert keys
+ * (Transformers v5's mlp.experts.gate_up_proj (experts, 2 * moe_inter,
+ * hidden) and mlp.experts.down_proj (experts, hidden, moe_inter)): part 1
+ * is the first half of an expert's rows (gate_proj), 2 the second
+ * (up_proj), 0 all of them (down_proj). Used only when the checkpoint has
+ * them (x3_model_config.fused_experts, set by x3_arch_fused_scan). */
+typedef struct x3_fused_expert {
+	const char *src;        /* pattern of the fused tensor's name ({L}) */
+	unsigned char part;     /* 0 all rows, 1 the first half, 2 the second */
+} x3_fused_expert;
+
 typedef struct x3_module_desc {
 	const char *key;        /* pattern; {L}: the layer number */
 	unsigned char scope;    /* X3_SCOPE_* */
@@ -156,6 +168,8 @@ typedef struct x3_module_desc {
 	                           (DeepSeek's mlp.gate.e_score_correction_bias) */
 	const x3_row_slice *slice; /* a linear read as rows of a fused source
 	                              tensor (NULL: KEY.weight itself) */
+	const x3_fused_expert *fused; /* an expert's linear a fused checkpoint
+	                                 holds in a 3-D tensor (NULL: none) */
 } x3_module_desc;
 
 /* Config rules of an architecture (x3_arch_desc.flags). */
@@ -227,6 +241,9 @@ typedef struct x3_module {
 	                                the fused source (a row slice) */
 	int sliced;                  /* weight rows [row0, row0 + out) of the
 	                                src_rows rows of WEIGHT (a row slice) */
+	int fused;                   /* ... WEIGHT is a 3-D (experts, rows, in)
+	                                tensor, its rows those of its (experts *
+	                                rows, in) view (x3_fused_expert) */
 	int64_t row0, src_rows;      /* 0 and out unless sliced */
 	char group[X3_KEY_MAX + 16]; /* Hessian group ("" unless a linear) */
 	int layer;                   /* 0..n_layers-1; -1 before the layers,
@@ -254,6 +271,16 @@ const x3_module *x3_modules_slice_of(const x3_module *m, int n, const char *name
 /* The comma list of the weights ("KEY.weight") that read Hessian group
  * GROUP, in model order, into buf. */
 int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len);
+
+struct x3_st;
+/* Set c->fused_experts when the checkpoint ST holds the experts of its
+ * mixture-of-experts layers in fused 3-D tensors (x3_fused_expert) rather
+ * than per-expert keys, after checking every sparse layer's fused tensors
+ * against the config: present, float, (experts, 2 * moe_inter, hidden)
+ * and (experts, hidden, moe_inter). X3_EFORMAT naming the tensor if not.
+ * A checkpoint without them (per-expert keys, an EXL3 directory) leaves
+ * fused_experts 0. x3_config_load calls it on the model directory. */
+int x3_arch_fused_scan(struct x3_model_config *c, const struct x3_st *st);
 
 /* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer;
  * {E}: an expert number, not returned)? */

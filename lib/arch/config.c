@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include "arch.h"
 #include "config.h"
+#include "safetensors.h"
 
 /* Positive integer key. required: absent is an error; else *v untouched. */
 static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t *v)
@@ -742,6 +743,13 @@ int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg)
 		return rc;
 	rc = x3_config_parse_as(buf, len, what, cfg);
 	free(buf);
+	/* a mixture of experts: are its experts in fused 3-D tensors? (a
+	 * directory without safetensors has none) */
+	x3_st *st = NULL;
+	if (!rc && cfg->desc && (cfg->desc->flags & X3_AF_MOE) && !x3_st_open(dir, &st)) {
+		rc = x3_arch_fused_scan(cfg, st);
+		x3_st_close(st);
+	}
 	if (rc)
 		x3_errprefix(rc, "%s", dir);
 	return rc;

@@ -38,6 +38,8 @@ typedef struct x3_model_config {
 	int64_t moe_inter;       /* an expert's intermediate size */
 	int64_t shared_inter;    /* shared_expert_intermediate_size (0: none) */
 	int norm_topk;           /* the top-k routing weights renormalized to 1 */
+	int fused_experts;       /* the checkpoint holds the experts in fused
+	                            3-D tensors (arch.h's x3_fused_expert) */
 	int64_t sparse_step;     /* decoder_sparse_step: layer l is sparse when
 	                            (l + 1) % sparse_step == 0 ... */
 	uint64_t mlp_only[16];   /* ... and it is not in mlp_only_layers (bits) */

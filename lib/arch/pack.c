@@ -735,10 +735,12 @@ int x3_pack_sizer_open(const char *src, const x3_pack_size_opts *o, x3_pack_size
 		;
 	else if (!rc && (rc = x3_config_parse_as(s->cfg_text, strlen(s->cfg_text), X3_CONFIG_LAYOUT, &s->cfg)))
 		x3_errprefix(rc, "%s", src);
-	else if (!rc && (rc = x3_arch_modules(&s->cfg, &s->mods, &s->nmods)))
-		x3_errprefix(rc, "%s/config.json", src);
 	else if (!rc && (rc = x3_st_open(src, &s->src)))
 		x3_errprefix(rc, "%s", src);
+	else if (!rc && (rc = x3_arch_fused_scan(&s->cfg, s->src)))
+		x3_errprefix(rc, "%s", src);
+	else if (!rc && (rc = x3_arch_modules(&s->cfg, &s->mods, &s->nmods)))
+		x3_errprefix(rc, "%s/config.json", src);
 	if (rc) {
 		x3_pack_sizer_close(s);
 		return rc;

@@ -89,6 +89,21 @@ static int open_exl3(x3_st *st, const char *key, int64_t in, int64_t out, int bi
  * all of it when n is its row count. */
 static float *rows_f32(const x3_tensor *t, int64_t row0, int64_t n, int64_t rows, int64_t cols)
 {
+	if (!t->scale_inv && t->data && n < rows) {
+		/* only those rows (an expert of a fused 3-D tensor is a small
+		 * part of it): the same conversion, element by element */
+		float *r = malloc((size_t)(n * cols) * sizeof *r + 1);
+		if (!r) {
+			x3_err(X3_ENOMEM, "out of memory converting '%s'", t->name);
+			return NULL;
+		}
+		if (x3_convert(r, X3_F32, (const char *)t->data + (size_t)(row0 * cols) * x3_dtype_size(t->dtype),
+		               t->dtype, (size_t)(n * cols))) {
+			free(r);
+			return NULL;
+		}
+		return r;
+	}
 	float *all = x3_tensor_f32(t);
 	if (!all || n == rows)
 		return all;
@@ -109,7 +124,20 @@ static int open_dense(x3_st *st, const char *key, const char *src, int64_t row0,
 	snprintf(wn, sizeof wn, "%s.weight", src);
 	snprintf(bn, sizeof bn, "%s.bias", src);
 	const x3_tensor *w = x3_st_find(st, wn), *b = NULL;
-	int rc = x3_tensor_check_float(w, wn, 2, rows, in);
+	int rc;
+	if (!w && src != key && (w = x3_st_find(st, src)) && w->rank == 3) {
+		/* the experts of a layer fused in one 3-D (experts, rows /
+		 * experts, in) tensor SRC (arch.h x3_fused_expert): its rows */
+		char sh[64];
+		snprintf(wn, sizeof wn, "%s", src);
+		if (bias)
+			return x3_err(X3_EFORMAT, "linear '%s': a bias, but its weight is in the fused '%s'", key, src);
+		if (w->shape[0] <= 0 || w->shape[0] * w->shape[1] != rows || w->shape[2] != in)
+			return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lld rows of %lld in all", src,
+			              x3_shape_str(w, sh, sizeof sh), (long long)rows, (long long)in);
+		rc = x3_tensor_check_float(w, wn, 3, w->shape[0], w->shape[1]);
+	} else
+		rc = x3_tensor_check_float(w, wn, 2, rows, in);
 	if (!rc && bias) {
 		b = x3_st_find(st, bn);
 		rc = x3_tensor_check_float(b, bn, 1, rows, 0);

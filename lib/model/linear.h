@@ -20,7 +20,10 @@ int x3_linear_open(x3_st *st, const char *key, int64_t in, int64_t out,
  * [row0, row0 + out) of SRC.weight (src_rows, in) (and of SRC.bias with
  * bias; arch.h x3_row_slice): those rows, unless st holds KEY's own EXL3
  * tensors or KEY.weight (a converted or a split checkpoint), which are
- * opened as x3_linear_open does. src NULL or KEY: x3_linear_open. */
+ * opened as x3_linear_open does. src NULL or KEY: x3_linear_open. Where
+ * st has no SRC.weight but a 3-D tensor SRC (experts, rows, in), the
+ * experts of a layer fused (arch.h x3_fused_expert), its (experts * rows,
+ * in) view is the source (no bias). */
 int x3_linear_open_rows(x3_st *st, const char *key, const char *src, int64_t row0, int64_t src_rows,
                         int64_t in, int64_t out, int bias, int check_only, x3_linear **lin);
 /* y (rows, out) = x (rows, in) · Wᵀ (+ bias). An EXL3 linear multiplies
