@@ -22,7 +22,8 @@
 static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                      [--device cpu|cuda|auto] [-q] [--zstd[=LEVEL]] < frames > frames\n"
+	"                      [--device cpu|cuda|auto] [--g-scale G] [-q] [--zstd[=LEVEL]]\n"
+	"                      < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [--sample F] [options] < frames > json-lines\n";
 
 static const char help[] =
@@ -36,6 +37,8 @@ static const char help[] =
 	"  --sample F        with --measure: measure on a seeded F (0 < F <= 1) of the\n"
 	"                    16-column output strips (about F of the work; proxy_err\n"
 	"                    is the sample's estimate; F = 1 gives the whole's result)\n"
+	"  --g-scale G       with -K: quantize at the global scale G (> 0), no scale\n"
+	"                    search (e.g. the g_scale of a --measure line at that K)\n"
 	"  -t THREADS        threads (default: all); results do not depend on it\n"
 	"  --device D        cpu (default), cuda or auto: where the Viterbi encoder runs;\n"
 	"                    the output is byte-identical either way\n"
@@ -50,6 +53,7 @@ static const char help[] =
 
 static int Ks[8], nK, measure, json_summary, threads, cb = X3_CB_MUL1;
 static double sample = 0;   /* --sample: 0 = the whole weight */
+static double gscale = 0;   /* --g-scale: 0 = search */
 static uint64_t seed;
 static int policy = X3_OUT_SCALES_ALWAYS;
 static x3_writer *out;
@@ -294,7 +298,7 @@ static void encode(struct group *g)
 		 * metadata) and the key */
 		if (sample > 0 ? x3_quantize_sample(p.w, p.h, Ks[i], cb, threads, sample,
 		                                    p.has_seed ? p.seed : seed, g->key, &r)
-		               : x3_quantize(p.w, p.h, Ks[i], cb, threads, 0, &r))
+		               : x3_quantize_g(p.w, p.h, Ks[i], cb, threads, 0, gscale, &r))
 			die_x3("'%s': K=%d", g->key, Ks[i]);
 		json_t *j = summary(g->key, &p, r);
 		if (measure) {
@@ -342,6 +346,7 @@ int main(int argc, char **argv)
 		{ "codebook", required_argument, 0, 'c' },
 		{ "measure", required_argument, 0, 'm' },
 		{ "sample", required_argument, 0, 'S' },
+		{ "g-scale", required_argument, 0, 'g' },
 		{ "json", no_argument, 0, 'j' },
 		{ "seed", required_argument, 0, 's' },
 		{ "hessian", required_argument, 0, 'H' },
@@ -374,6 +379,13 @@ int main(int argc, char **argv)
 			sample = strtod(optarg, &end);
 			if (end == optarg || *end || !(sample > 0 && sample <= 1))
 				usage_error(usage, "--sample: '%s' is not a fraction in (0, 1]", optarg);
+			break;
+		}
+		case 'g': {
+			char *end;
+			gscale = strtod(optarg, &end);
+			if (end == optarg || *end || !(gscale > 0 && isfinite(gscale)))
+				usage_error(usage, "--g-scale: '%s' is not a positive number", optarg);
 			break;
 		}
 		case 'D':
@@ -412,6 +424,8 @@ int main(int argc, char **argv)
 		usage_error(usage, "-K and --measure exclude each other");
 	if (!measure && !K)
 		usage_error(usage, "-K N (1..8) or --measure LIST is required");
+	if (gscale > 0 && measure)
+		usage_error(usage, "--g-scale goes with -K (a measurement searches its own scale)");
 	if (sample > 0 && !measure)
 		usage_error(usage, "--sample needs --measure (a sample is a measurement, not an encode)");
 	/* the GPU encoder is bit-identical: only the Viterbi moves */

@@ -58,17 +58,28 @@ cp w/plan.json pf.json
 check "the full plan has no measurement record, its config neither" \
 	jqe '(has("measurement") | not) and (has("measurement_work") | not)' pf.json
 check "... quantization_config.json neither" jqe 'has("measurement") | not' qf/quantization_config.json
-# the final encodes of the sampled conversion are the whole encodes at that K
+# the final encodes of the sampled conversion reuse the sampled
+# measurement's global scale (no second search): their own files, the
+# measurement's g_scale, no search tiles; svh (no g in it) as the whole's
 same=$(jq -nr --slurpfile a ps.json --slurpfile b pf.json '$a[0].tensors | to_entries[] | select(.value == $b[0].tensors[.key]) | .key')
 check "the plans agree on some tensors" test -n "$same"
+nfin=$(ls w/enc/*.h1.k[34].s0.5.frames | wc -l)
+check "one final encode per decoder linear at its sampled width ($nfin of $nl)" test "$nfin" = "$nl"
+bad=0
+for f in w/enc/*.h1.k[34].s0.5.frames; do
+	j=${f%.frames}.json
+	g=$(tensor-ls "$f" | jq -r 'select(.meta.role == "trellis") | .meta.g_scale')
+	awk -v a="$g" -v b="$(jq .g_scale "$j")" 'BEGIN { exit !(a > 0 && (a - b) * (a - b) < 1e-14 * b * b) }' || bad=$((bad + 1))
+done
+check "each final encode's g_scale is its sampled measurement's" test "$bad" = 0
 diffs=0
 for k in $same; do
-	for part in trellis suh svh; do
-		tensor-cat -q qs "$k.$part" >a.fr && tensor-cat -q qf "$k.$part" >b.fr && test -s a.fr &&
-			cmp -s a.fr b.fr || diffs=$((diffs + 1))
-	done
+	tensor-cat -q qs "$k.svh" >a.fr && tensor-cat -q qf "$k.svh" >b.fr && test -s a.fr && cmp -s a.fr b.fr || diffs=$((diffs + 1))
 done
-check "a tensor with the same K in both plans is stored byte for byte the same" test "$diffs" = 0
+check "a tensor with the same K in both plans has the whole encode's svh" test "$diffs" = 0
+# trellis-encode --g-scale: the LDLQ at that scale, no search
+check_fail "trellis-encode --g-scale 0 is a usage error" 2 "--g-scale: '0' is not a positive number" trellis-encode -K 3 --g-scale 0
+check_fail "trellis-encode --g-scale with --measure is a usage error" 2 "--g-scale goes with -K" trellis-encode --measure 3 --g-scale 1
 
 # ---- the --gpus fan-out (GNU parallel) takes the same steps -------------------
 if command -v parallel >/dev/null; then

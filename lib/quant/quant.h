@@ -168,6 +168,11 @@ typedef struct x3_qresult {
  * packing, suh/svh. h may be a fallback. keep: X3_QKEEP_* flags. */
 int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
                 int threads, int keep, x3_qresult **out);
+/* x3_quantize at the global scale g when g > 0 (no scale search: its
+ * search_tiles are 0; e.g. the scale a sampled measurement at this K found,
+ * issue 12), else x3_quantize itself. X3_EINVAL on a negative or non-finite g. */
+int x3_quantize_g(const x3_qweight *w, const x3_qhess *h, int K, int cb,
+                  int threads, int keep, double g, x3_qresult **out);
 void x3_qresult_free(x3_qresult *r);
 
 /* ---- sign search (issue 14 part 1) ----------------------------------- */
@@ -190,7 +195,8 @@ int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 #define X3_EST_MIN_STRIPS 8
 int64_t x3_estimate_strips(int64_t n);
 /* A measurement from a sample of the weight (issue 12 part 1): the per-K
- * step on ceil(frac * n/16) of its 16-column output strips (at least one),
+ * step on ceil(frac * n/16) of its 16-column output strips (at least
+ * X3_SAMPLE_MIN_STRIPS, all of them when fewer),
  * chosen by x3_sample_strips(n, frac, seed, name). LDLQ works along the
  * input dimension and a tile lies within one strip, so the strips quantize
  * independently: with every strip chosen (frac = 1) the result equals
@@ -203,7 +209,9 @@ int64_t x3_estimate_strips(int64_t n);
  * chosen strips, r->strip their indices. */
 int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, int threads,
                        double frac, uint64_t seed, const char *name, x3_qresult **out);
-/* The strips a sample takes: m = ceil(frac * n/16) clamped to 1..n/16
+#define X3_SAMPLE_MIN_STRIPS 2
+/* The strips a sample takes: m = ceil(frac * n/16) clamped to
+ * X3_SAMPLE_MIN_STRIPS..n/16 (n/16 when fewer)
  * indices, ascending, written to strip (room for n/16): one drawn
  * uniformly from each of the m runs [j ns/m, (j+1) ns/m) of the ns = n/16
  * strips (stratified), by x3_rng (seed, stream of name + "/strips").

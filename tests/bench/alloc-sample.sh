@@ -85,7 +85,7 @@ for name in "${models[@]}"; do
 		for s in $seeds; do
 			w=w.$name.$s
 			for m in "$smp" full; do
-				convert "$M" "q.$name.$b.$s.$m" --bits "$b" --seed "$s" --work "$w" "${cal[@]}" --sample "$m" -j 2 -q
+				convert "$M" "q.$name.$b.$s.$m" --bits "$b" --seed "$s" --work "$w" "${cal[@]}" --sample "$m" --keep-hessians -j 2 -q
 				cp "$w/plan.json" "plan.$name.$b.$s.$m.json"
 				validate "q.$name.$b.$s.$m" --model "$M" "${ev[@]}" -q >"v.$name.$b.$s.$m.json"
 			done
@@ -106,7 +106,7 @@ for name in "${models[@]}"; do
 				| ($dec | map("\(.).h1.k\($lo).frames") + $head) as $ilo
 				| ($dec | map("\(.).h1.k\($hi).frames") + $head) as $ihi
 				| ($dec | map(. as $t | [$lo, $hi] | unique[] | "\($t).h1.k\(.).s\($smp).json")
-				   + ($dec | map("\(.).h1.k\($ps[0].tensors[.]).frames")) + $head) as $fs
+				   + ($dec | map("\(.).h1.k\($ps[0].tensors[.]).s\($smp).frames")) + $head) as $fs
 				| ($dec | map(. as $t | [$lo, $hi] | unique[] | "\($t).h1.k\(.).frames") + $head) as $ff
 				| {seed: $s, linears: ($dec | length),
 				   same: ([$dec[] | select($ps[0].tensors[.] == $pf[0].tensors[.])] | length),

@@ -57,8 +57,13 @@ static void test_strips(void)
 	x3_sample_strips(1024, 0.125, 8, "a", s3);
 	CHECK(memcmp(s1, s2, sizeof(int64_t) * 8) && memcmp(s1, s3, sizeof(int64_t) * 8),
 	      "strips: another name or seed chooses others");
-	CHECK(x3_sample_strips(128, 0.125, 0, "a", s1) == 1 && x3_sample_strips(128, 0.01, 0, "a", s1) == 1 &&
-	      x3_sample_strips(384, 0.3, 0, "a", s1) == 8, "strips: ceil(frac * strips), at least one");
+	CHECK(x3_sample_strips(128, 0.125, 0, "a", s1) == X3_SAMPLE_MIN_STRIPS &&
+	      x3_sample_strips(128, 0.01, 0, "a", s1) == X3_SAMPLE_MIN_STRIPS && X3_SAMPLE_MIN_STRIPS == 2 &&
+	      x3_sample_strips(384, 0.3, 0, "a", s1) == 8 && x3_sample_strips(16, 0.1, 0, "a", s1) == 1 &&
+	      x3_sample_strips(2048, 0.1, 0, "a", s1) == 13,
+	      "strips: ceil(frac * strips), at least 2 (all of them when fewer)");
+	CHECK(x3_sample_strips(128, 0.01, 0, "a", s1) == 2 && s1[0] < 4 && s1[1] >= 4 && s1[1] < 8,
+	      "strips: the minimum 2 of 8 drawn one from each half (%lld, %lld)", (long long)s1[0], (long long)s1[1]);
 	ok = x3_sample_strips(384, 1.0, 0, "a", s1) == 24;
 	for (int i = 0; i < 24; i++)
 		ok &= s1[i] == i;
@@ -127,6 +132,28 @@ static void test_sample(int fallback)
 		      part->proxy_err, full->proxy_err);
 		double work = (double)(part->search_tiles + part->ldlq_tiles) / (double)(full->search_tiles + full->ldlq_tiles);
 		CHECK(work < 0.4, "%s K=%d: the 1/4 sample's Viterbi work %.3f of the whole's", what, K, work);
+		/* the final encode at the sample's scale (issue 12: no second
+		 * search): no search tiles, the whole's LDLQ at that scale */
+		x3_qresult *fg, *fs;
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, part->g, &fg), "%s K=%d: quantize at g", what, K);
+		int ok = fg->g == part->g && fg->search_tiles == 0 && fg->ldlq_tiles == full->ldlq_tiles;
+		for (int64_t t = 0; t < (k / 16) * (n / 16); t++) {
+			x3_trellis_pack(K, st + t * 256, words);
+			ok &= !memcmp(words, fg->trellis + t * 16 * K, (size_t)(32 * K));
+		}
+		for (int64_t i = 0; i < k; i++)
+			ok &= fg->suh[i] == x3_f32_to_f16(w->su[i] / (float)part->g);
+		CHECK(ok, "%s K=%d: x3_quantize_g at the sample's g %.5g (search: %.5g): 0 search tiles, the whole's LDLQ at g",
+		      what, K, part->g, full->g);
+		CHECK(fabs(fg->proxy_err / full->proxy_err - 1) < 0.25, "%s K=%d: its error %.4g within 25%% of the searched %.4g (a sample of 4 search tiles)",
+		      what, K, fg->proxy_err, full->proxy_err);
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, full->g, &fs), "%s K=%d: quantize at the searched g", what, K);
+		fs->search_tiles = full->search_tiles;
+		CHECK(same_result(full, fs), "%s K=%d: x3_quantize_g at the searched g = x3_quantize (but the search)", what, K);
+		x3_qresult *bad = NULL;
+		CHECK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, -1, &bad) == X3_EINVAL && !bad &&
+		      x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, NAN, &bad) == X3_EINVAL, "%s K=%d: g < 0 or NaN refused", what, K);
+		x3_qresult_free(fg), x3_qresult_free(fs);
 		free(Wg), free(Q), free(st);
 		x3_qresult_free(full), x3_qresult_free(all), x3_qresult_free(part);
 	}
