@@ -199,6 +199,22 @@ int x3_quant_set_device(int dev)
 	return X3_OK;
 }
 
+/* sigma_reg of the damping (x3_quant_set_sigma_reg) */
+static double sigma_reg = X3_SIGMA_REG;
+
+int x3_quant_set_sigma_reg(double s)
+{
+	if (!(s > 0 && s <= 1))
+		return x3_err(X3_EINVAL, "sigma_reg %g is outside (0, 1]", s);
+	sigma_reg = s;
+	return X3_OK;
+}
+
+double x3_quant_sigma_reg(void)
+{
+	return sigma_reg;
+}
+
 /* x3_had128_rows/cols on the quantizer's device */
 static int had_rows(float *x, int64_t rows, int64_t cols)
 {
@@ -296,9 +312,9 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 	/* damping, kept (before rotation) for the out_scales auto decision */
 	if (h->H)
 		for (int64_t i = 0; i < k; i++)
-			H[i * k + i] += (float)(X3_SIGMA_REG * dm);
+			H[i * k + i] += (float)(sigma_reg * dm);
 	for (int64_t i = 0; i < k; i++)
-		h->diag[i] = h->H ? H[i * k + i] : (float)(X3_SIGMA_REG * dm);
+		h->diag[i] = h->H ? H[i * k + i] : (float)(sigma_reg * dm);
 	if (h->fallback) {
 		*out = h;
 		return X3_OK;
@@ -341,7 +357,7 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 			break;
 		}
 		/* exl3(5) §9.1 step 7: add 2*sigma_reg*mean(diag(H)) and retry */
-		float add = (float)(2 * X3_SIGMA_REG * diag_mean(H, k));
+		float add = (float)(2 * sigma_reg * diag_mean(H, k));
 		for (int64_t i = 0; i < k; i++)
 			H[i * k + i] += add;
 		h->retries++;

@@ -64,6 +64,12 @@ typedef struct x3_qhess {
  * H is not modified. Errors: bad sizes, allocation. */
 int x3_qhess_finalize(const float *H, int64_t kh, int64_t k, double count,
                       const float *sign, x3_qhess **out);
+/* The damping of x3_qhess_finalize, sigma_reg (default X3_SIGMA_REG, for
+ * every caller of this process): the mean diagonal times s is added before
+ * the rotation, and 2 s times it per CPU retry (the GPU backend's retries
+ * keep 2 X3_SIGMA_REG). X3_EINVAL outside (0, 1]. */
+int x3_quant_set_sigma_reg(double s);
+double x3_quant_sigma_reg(void);
 /* Where x3_qhess_finalize and x3_regularize compute (for all callers; the
  * default is the CPU, the reference): X3_DEVICE_CUDA runs their Hadamard
  * rotations (device.h had128_rows/cols) and the block LDL with its damping

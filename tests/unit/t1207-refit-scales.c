@@ -134,9 +134,34 @@ static void run(int with_h, int metric)
 	free(old_svh), free(old_suh), free(old_tr), free(alpha);
 }
 
+/* x3_quant_set_sigma_reg: the damping added to the diagonal before the
+ * rotation is s times the mean diagonal */
+static void test_sigma(void)
+{
+	int64_t k = 128;
+	float *G = calloc((size_t)(k * k), sizeof(float)), s[128];
+	for (int64_t i = 0; i < k; i++)
+		G[i * k + i] = (float)(1 + i % 3);   /* mean diagonal 2 after /count = 1 */
+	x3_quant_signs(1, "h", k, s);
+	CHECK(x3_quant_set_sigma_reg(0) == X3_EINVAL && x3_quant_set_sigma_reg(1.5) == X3_EINVAL &&
+	      x3_quant_sigma_reg() == X3_SIGMA_REG, "sigma_reg 0 and 1.5 refused, the default kept");
+	x3_qhess *h1, *h2;
+	CHECK_OK(x3_qhess_finalize(G, k, k, 1, s, &h1) || x3_quant_set_sigma_reg(0.1) ||
+	         x3_qhess_finalize(G, k, k, 1, s, &h2), "finalize at 0.025 and 0.1");
+	double d = 0;
+	for (int64_t i = 0; i < k; i++)
+		d += h2->diag[i] - h1->diag[i];
+	CHECK(fabs(d / k / (0.075 * h1->diag_mean) - 1) < 1e-4,
+	      "the diagonal grows by 0.075 x the mean diagonal %.4g (%.5g)", h1->diag_mean, d / k);
+	x3_quant_set_sigma_reg(X3_SIGMA_REG);
+	x3_qhess_free(h1), x3_qhess_free(h2);
+	free(G);
+}
+
 int main(void)
 {
 	x3_rng_seed(&rng, 1207, 0);
+	test_sigma();
 	run(1, X3_EST_OUTPUT);
 	run(1, X3_EST_PROXY);
 	run(0, X3_EST_PROXY);
