@@ -20,7 +20,8 @@ static const char usage[] =
 	"usage: had-rotate [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
 	"                  [--sign-draws N -K K [--codebook CB] [--sign-strips S]\n"
 	"                  [--sign-metric proxy|output]]\n"
-	"                  [--device cpu|cuda|auto] [-t THREADS] [-q] [--zstd[=LEVEL]]\n"
+	"                  [--sigma-reg S] [--device cpu|cuda|auto] [-t THREADS] [-q]\n"
+	"                  [--zstd[=LEVEL]]\n"
 	"                  < frames > frames\n";
 
 static const char help[] =
@@ -39,6 +40,8 @@ static const char help[] =
 	"                    eighth of them, at least 8; 0: all)\n"
 	"  --sign-metric M   proxy (default): the proxy error; output: the error\n"
 	"                    weighed through the input scales (the output's)\n"
+	"  --sigma-reg S     the Hessian's damping: S times its mean diagonal\n"
+	"                    (default 0.025, exl3(5) 9.1)\n"
 	"  --device D        cpu (default), cuda or auto: where the Hadamard rotations\n"
 	"                    and the block LDL run (equal to the CPU up to F32 rounding,\n"
 	"                    so the trellis encoded from it may differ in some words)\n"
@@ -164,6 +167,7 @@ int main(int argc, char **argv)
 		{ "sign-strips", required_argument, 0, 'P' },
 		{ "codebook", required_argument, 0, 'c' },
 		{ "sign-metric", required_argument, 0, 'M' },
+		{ "sigma-reg", required_argument, 0, 'R' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -187,6 +191,13 @@ int main(int argc, char **argv)
 				usage_error(usage, "--sign-metric: '%s' is not proxy or output", optarg);
 			have_metric = 1;
 			break;
+		case 'R': {
+			char *end;
+			double v = strtod(optarg, &end);
+			if (end == optarg || *end || x3_quant_set_sigma_reg(v))
+				usage_error(usage, "--sigma-reg: '%s' is not a number in (0, 1]", optarg);
+			break;
+		}
 		case 'K':
 			est_K = (int)parse_long(usage, "-K", optarg, 1, 8);
 			break;

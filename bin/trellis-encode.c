@@ -22,8 +22,8 @@
 static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                      [--device cpu|cuda|auto] [--g-scale G] [-q] [--zstd[=LEVEL]]\n"
-	"                      < frames > frames\n"
+	"                      [--device cpu|cuda|auto] [--g-scale G] [--refit-scales proxy|output]\n"
+	"                      [-q] [--zstd[=LEVEL]] < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [--sample F] [options] < frames > json-lines\n";
 
 static const char help[] =
@@ -39,6 +39,10 @@ static const char help[] =
 	"                    is the sample's estimate; F = 1 gives the whole's result)\n"
 	"  --g-scale G       with -K: quantize at the global scale G (> 0), no scale\n"
 	"                    search (e.g. the g_scale of a --measure line at that K)\n"
+	"  --refit-scales M  after the trellis is chosen, refit each output channel's\n"
+	"                    scale (svh) by least squares under the Hessian: proxy (the\n"
+	"                    rotated Hessian) or output (seen through the input scales);\n"
+	"                    proxy_err is then the refit one (proxy_err_before the old)\n"
 	"  -t THREADS        threads (default: all); results do not depend on it\n"
 	"  --device D        cpu (default), cuda or auto: where the Viterbi encoder runs;\n"
 	"                    the output is byte-identical either way\n"
@@ -56,6 +60,7 @@ static double sample = 0;   /* --sample: 0 = the whole weight */
 static double gscale = 0;   /* --g-scale: 0 = search */
 static uint64_t seed;
 static int policy = X3_OUT_SCALES_ALWAYS;
+static int refit = -1;      /* --refit-scales: X3_EST_*, -1 = off */
 static x3_writer *out;
 static int zlevel;
 
@@ -216,6 +221,8 @@ static json_t *summary(const char *key, const struct prep *p, const x3_qresult *
 		die("out of memory");
 	json_object_set_new(j, "search_tiles", json_integer(r->search_tiles));
 	json_object_set_new(j, "ldlq_tiles", json_integer(r->ldlq_tiles));
+	if (refit >= 0)
+		json_object_set_new(j, "proxy_err_before", json_real(r->proxy_err_before));
 	if (sample > 0) {
 		json_object_set_new(j, "sample", json_real(sample));
 		json_object_set_new(j, "strips", json_integer(r->nstrips));
@@ -235,6 +242,10 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 	e |= x3_meta_setf(m, "K", "%d", r->K);
 	e |= x3_meta_set(m, "codebook", x3_codebook_name(r->cb));
 	e |= x3_meta_setf(m, "proxy_err", "%.9g", r->proxy_err);
+	if (refit >= 0) {
+		e |= x3_meta_set(m, "refit_scales", refit == X3_EST_OUTPUT ? "output" : "proxy");
+		e |= x3_meta_setf(m, "proxy_err_before", "%.9g", r->proxy_err_before);
+	}
 	e |= x3_meta_setf(m, "g_scale", "%.9g", r->g);
 	e |= x3_meta_setf(m, "fallback", "%d", r->fallback);
 	if (r->fallback) {   /* why, for pack-write, convert and validate to report */
@@ -298,8 +309,11 @@ static void encode(struct group *g)
 		 * metadata) and the key */
 		if (sample > 0 ? x3_quantize_sample(p.w, p.h, Ks[i], cb, threads, sample,
 		                                    p.has_seed ? p.seed : seed, g->key, &r)
-		               : x3_quantize_g(p.w, p.h, Ks[i], cb, threads, 0, gscale, &r))
+		               : x3_quantize_g(p.w, p.h, Ks[i], cb, threads,
+		                               refit >= 0 ? X3_QKEEP_Q | X3_QKEEP_W : 0, gscale, &r))
 			die_x3("'%s': K=%d", g->key, Ks[i]);
+		if (refit >= 0 && x3_refit_out_scales(p.w, p.h, refit, r, NULL))
+			die_x3("'%s': K=%d: --refit-scales", g->key, Ks[i]);
 		json_t *j = summary(g->key, &p, r);
 		if (measure) {
 			char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -353,6 +367,7 @@ int main(int argc, char **argv)
 		{ "out-scales", required_argument, 0, 'o' },
 		{ "zstd", optional_argument, 0, 'z' },
 		{ "device", required_argument, 0, 'D' },
+		{ "refit-scales", required_argument, 0, 'R' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -388,6 +403,14 @@ int main(int argc, char **argv)
 				usage_error(usage, "--g-scale: '%s' is not a positive number", optarg);
 			break;
 		}
+		case 'R':
+			if (!strcmp(optarg, "proxy"))
+				refit = X3_EST_PROXY;
+			else if (!strcmp(optarg, "output"))
+				refit = X3_EST_OUTPUT;
+			else
+				usage_error(usage, "--refit-scales: '%s' is not proxy or output", optarg);
+			break;
 		case 'D':
 			want_device = device_parse(usage, optarg);
 			break;
@@ -428,6 +451,8 @@ int main(int argc, char **argv)
 		usage_error(usage, "--g-scale goes with -K (a measurement searches its own scale)");
 	if (sample > 0 && !measure)
 		usage_error(usage, "--sample needs --measure (a sample is a measurement, not an encode)");
+	if (sample > 0 && refit >= 0)
+		usage_error(usage, "--refit-scales needs the whole weight, not --sample");
 	/* the GPU encoder is bit-identical: only the Viterbi moves */
 	device = device_resolve(want_device);
 	if (device == X3_DEVICE_CUDA) {

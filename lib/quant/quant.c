@@ -199,6 +199,22 @@ int x3_quant_set_device(int dev)
 	return X3_OK;
 }
 
+/* sigma_reg of the damping (x3_quant_set_sigma_reg) */
+static double sigma_reg = X3_SIGMA_REG;
+
+int x3_quant_set_sigma_reg(double s)
+{
+	if (!(s > 0 && s <= 1))
+		return x3_err(X3_EINVAL, "sigma_reg %g is outside (0, 1]", s);
+	sigma_reg = s;
+	return X3_OK;
+}
+
+double x3_quant_sigma_reg(void)
+{
+	return sigma_reg;
+}
+
 /* x3_had128_rows/cols on the quantizer's device */
 static int had_rows(float *x, int64_t rows, int64_t cols)
 {
@@ -296,9 +312,9 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 	/* damping, kept (before rotation) for the out_scales auto decision */
 	if (h->H)
 		for (int64_t i = 0; i < k; i++)
-			H[i * k + i] += (float)(X3_SIGMA_REG * dm);
+			H[i * k + i] += (float)(sigma_reg * dm);
 	for (int64_t i = 0; i < k; i++)
-		h->diag[i] = h->H ? H[i * k + i] : (float)(X3_SIGMA_REG * dm);
+		h->diag[i] = h->H ? H[i * k + i] : (float)(sigma_reg * dm);
 	if (h->fallback) {
 		*out = h;
 		return X3_OK;
@@ -341,7 +357,7 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 			break;
 		}
 		/* exl3(5) §9.1 step 7: add 2*sigma_reg*mean(diag(H)) and retry */
-		float add = (float)(2 * X3_SIGMA_REG * diag_mean(H, k));
+		float add = (float)(2 * sigma_reg * diag_mean(H, k));
 		for (int64_t i = 0; i < k; i++)
 			H[i * k + i] += add;
 		h->retries++;
@@ -1360,6 +1376,86 @@ int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
 			W[i * n + j] *= a * x3_f16_to_f32(svh[j]);
 	}
 	return X3_OK;
+}
+
+/* ---- output scales refit after the trellis (issue 14 (b)) ----------------- */
+
+static float *output_metric(const float *H, const float *su, int64_t k);
+
+int x3_refit_out_scales(const x3_qweight *w, const x3_qhess *h, int metric, x3_qresult *r,
+                        double *alpha)
+{
+	int64_t k = w->k, n = w->n;
+	if (!r->Q || !r->Wg || r->n != n || r->k != k)
+		return x3_err(X3_EINVAL, "refit: the result has no kept Q and Wg of the whole %lldx%lld weight",
+		              (long long)k, (long long)n);
+	if (metric != X3_EST_PROXY && metric != X3_EST_OUTPUT)
+		return x3_err(X3_EINVAL, "refit: bad metric %d", metric);
+	r->proxy_err_before = r->proxy_err;
+	if (w->zeros) {
+		for (int64_t j = 0; alpha && j < n; j++)
+			alpha[j] = 1;
+		return X3_OK;
+	}
+	size_t kn = (size_t)(k * n);
+	/* A = Wg Hb_n, B = Q Hb_n (k x n): the output side back in the basis
+	 * where svh scales each column; T = M B, M the metric (k x k) */
+	float *A = xmalloc(kn, sizeof(float)), *B = xmalloc(kn, sizeof(float));
+	float *T = xmalloc(kn, sizeof(float)), *M = NULL;
+	double *al = xmalloc((size_t)n, sizeof(double));
+	int rc = X3_OK;
+	if (!A || !B || !T || !al) {
+		rc = x3_err(X3_ENOMEM, "out of memory for the refit of a %lldx%lld weight", (long long)k, (long long)n);
+		goto done;
+	}
+	const float *H = h->fallback ? NULL : h->H;
+	if (H && metric == X3_EST_OUTPUT) {
+		if (!(M = output_metric(h->H, w->su, k))) {
+			rc = x3_err(X3_ENOMEM, "out of memory for the output metric");
+			goto done;
+		}
+		H = M;
+	}
+	memcpy(A, r->Wg, kn * sizeof(float));
+	memcpy(B, r->Q, kn * sizeof(float));
+	x3_had128_rows(A, k, n);
+	x3_had128_rows(B, k, n);
+	if (H)   /* H symmetric: T = H^T B = H B */
+		x3_gemm_atb(k, n, k, H, k, B, n, 0.0f, T, n);
+	else
+		memcpy(T, B, kn * sizeof(float));
+	#pragma omp parallel for schedule(static)
+	for (int64_t j = 0; j < n; j++) {
+		double num = 0, den = 0;
+		for (int64_t i = 0; i < k; i++) {
+			num += (double)A[i * n + j] * T[i * n + j];
+			den += (double)B[i * n + j] * T[i * n + j];
+		}
+		/* alpha = argmin (a - alpha b)^T H (a - alpha b); keep 1 where the
+		 * column is empty or zeroed by its scale */
+		al[j] = den > 1e-30 && w->sv[j] != 0 && isfinite(num / den) ? num / den : 1.0;
+	}
+	for (int64_t j = 0; j < n; j++) {
+		uint16_t s = x3_f32_to_f16((float)(w->sv[j] * al[j]));
+		if (!isfinite(x3_f16_to_f32(s))) {
+			rc = x3_err(X3_ENUM, "refit: output scale %lld overflows fp16 (%g x %g)",
+			            (long long)j, (double)w->sv[j], al[j]);
+			goto done;
+		}
+		r->svh[j] = s;
+		if (alpha)
+			alpha[j] = al[j];
+	}
+	/* the proxy error of what is stored now: Q_eff = (B diag(alpha)) Hb_n */
+	#pragma omp parallel for schedule(static)
+	for (int64_t i = 0; i < k; i++)
+		for (int64_t j = 0; j < n; j++)
+			B[i * n + j] = (float)(B[i * n + j] * al[j]);
+	x3_had128_rows(B, k, n);
+	rc = x3_proxy_error(r->Wg, B, h->fallback ? NULL : h->H, k, n, &r->proxy_err);
+done:
+	free(A), free(B), free(T), free(M), free(al);
+	return rc;
 }
 
 /* ---- cheap estimate (the sign search, issue 14 part 1) -------------------- */

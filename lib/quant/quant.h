@@ -64,6 +64,12 @@ typedef struct x3_qhess {
  * H is not modified. Errors: bad sizes, allocation. */
 int x3_qhess_finalize(const float *H, int64_t kh, int64_t k, double count,
                       const float *sign, x3_qhess **out);
+/* The damping of x3_qhess_finalize, sigma_reg (default X3_SIGMA_REG, for
+ * every caller of this process): the mean diagonal times s is added before
+ * the rotation, and 2 s times it per CPU retry (the GPU backend's retries
+ * keep 2 X3_SIGMA_REG). X3_EINVAL outside (0, 1]. */
+int x3_quant_set_sigma_reg(double s);
+double x3_quant_sigma_reg(void);
 /* Where x3_qhess_finalize and x3_regularize compute (for all callers; the
  * default is the CPU, the reference): X3_DEVICE_CUDA runs their Hadamard
  * rotations (device.h had128_rows/cols) and the block LDL with its damping
@@ -152,6 +158,7 @@ typedef struct x3_qresult {
 	float *Wg;         /* (k, n) g * W_reg (what was quantized), X3_QKEEP_W */
 	double g;          /* global scale */
 	double proxy_err;  /* exl3(5) §9.5; 0 for an all-zero source (output is exact) */
+	double proxy_err_before; /* before x3_refit_out_scales (set by it; else 0) */
 	double seconds;
 	int fallback;
 	int64_t search_tiles;  /* tiles the Viterbi encoded in the scale search */
@@ -217,6 +224,23 @@ int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, in
  * strips (stratified), by x3_rng (seed, stream of name + "/strips").
  * Returns m (0 when n < 16). */
 int64_t x3_sample_strips(int64_t n, double frac, uint64_t seed, const char *name, int64_t *strip);
+
+/* ---- output scales refit (issue 14 (b)) ------------------------------ */
+/* After the trellis is chosen, refit each output channel's scale by least
+ * squares: with a_j, b_j column j of Wg Hb_n and Q Hb_n (the target and the
+ * decoded trellis with the output Hadamard undone, where svh scales one
+ * column each), alpha_j = (a_j^T M b_j) / (b_j^T M b_j) minimizes column j's
+ * error (a_j - alpha_j b_j)^T M (a_j - alpha_j b_j); svh_j becomes
+ * fp16(sv_j alpha_j). M: the rotated Hessian h->H (X3_EST_PROXY) or the
+ * output metric Hb diag(|su|) Hb H Hb diag(|su|) Hb (X3_EST_OUTPUT); the
+ * identity in fallback. r must come from x3_quantize with X3_QKEEP_Q |
+ * X3_QKEEP_W (the whole weight). r->proxy_err becomes the proxy error of
+ * the stored reconstruction (Q_eff = Q Hb_n diag(alpha) Hb_n against Wg,
+ * fp16 rounding of svh aside), the old one goes to r->proxy_err_before.
+ * alpha (n values) receives the factors if not NULL; 1 where the column or
+ * its scale is zero. The trellis and suh are unchanged. */
+int x3_refit_out_scales(const x3_qweight *w, const x3_qhess *h, int metric, x3_qresult *r,
+                        double *alpha);
 
 /* Dense reconstruction W = diag(suh) Hb_k W~ Hb_n diag(svh) (exl3(5) §1.2), in the
  * EXL3 orientation (k x n), from decoded W~ (k x n). */
