@@ -22,7 +22,7 @@
 static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                      [--device cpu|cuda|auto] [--g-scale G] [--refit-scales proxy|output]\n"
+	"                      [--refit-scales proxy|output] [--device cpu|cuda|auto] [--g-scale G]\n"
 	"                      [-q] [--zstd[=LEVEL]] < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [--sample F] [options] < frames > json-lines\n";
 
