@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <cblas.h>
 #include "synth.h"
 #include "frame.h"
 #include "model.h"
@@ -64,6 +65,41 @@ int test_write_frame(const char *path, const x3_tensor *t)
 	if (fclose(f) && !rc)
 		rc = x3_err(X3_EIO, "%s: write error", path);
 	return rc;
+}
+
+/* ---- seeded weights and activations ---------------------------------- */
+float *test_randn(x3_rng *g, int64_t n, double scale)
+{
+	float *p = malloc((size_t)n * sizeof(float));
+	if (!p)
+		abort();
+	for (int64_t i = 0; i < n; i++)
+		p[i] = (float)(x3_rng_normal(g) * scale);
+	return p;
+}
+
+float *test_corr_acts(x3_rng *g, int64_t rows, int64_t k, double c)
+{
+	float *Z = test_randn(g, rows * k, 1.0), *A = test_randn(g, k * k, c / sqrt((double)k));
+	for (int64_t i = 0; i < k; i++)
+		A[i * k + i] += 1.0f;
+	float *X = malloc((size_t)(rows * k) * sizeof(float));
+	if (!X)
+		abort();
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)k, (int)k, 1.0f, Z,
+	            (int)k, A, (int)k, 0.0f, X, (int)k);
+	free(Z), free(A);
+	return X;
+}
+
+float *test_gram(const float *X, int64_t rows, int64_t k)
+{
+	float *H = calloc((size_t)(k * k), sizeof(float));
+	if (!H)
+		abort();
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)rows, 1.0f, X,
+	            (int)k, X, (int)k, 0.0f, H, (int)k);
+	return H;
 }
 
 /* ---- a synthetic checkpoint ------------------------------------------ */

@@ -2,6 +2,8 @@
  * into every tests/unit/t* binary by the Makefile):
  *   - a scratch directory and paths in it, shell commands, a tensor
  *     written as a one-frame file (the tests that run programs);
+ *   - seeded random weights and correlated activations with their Gram
+ *     matrix (the quantizer tests' inputs);
  *   - a synthetic checkpoint kept as doubles (the table the model tests
  *     fill with seeded tensors and their plain references read), written
  *     as a safetensors model directory, and the reference forward's two
@@ -23,6 +25,15 @@ int test_tmpdir_remove(void);
 int test_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* t as the only frame of a new file at path. */
 int test_write_frame(const char *path, const x3_tensor *t);
+
+/* ---- seeded weights and activations ---------------------------------- */
+/* n values scale * N(0, 1) drawn from g (malloc'd). */
+float *test_randn(x3_rng *g, int64_t n, double scale);
+/* Correlated activations X = Z (I + c A) (rows, k), Z and A N(0, 1) from g
+ * (A scaled by 1/sqrt(k)); malloc'd. */
+float *test_corr_acts(x3_rng *g, int64_t rows, int64_t k, double c);
+/* H = XᵀX (k, k) of X (rows, k), one SGEMM (calloc'd). */
+float *test_gram(const float *X, int64_t rows, int64_t k);
 
 /* ---- a synthetic checkpoint ------------------------------------------ */
 #define SYNTH_MAX 512

@@ -4,40 +4,11 @@
 #include <math.h>
 #include <cblas.h>
 #include "test.h"
+#include "synth.h"
 #include "codec.h"
 #include "quant.h"
 
 static x3_rng rng;
-
-static float *randn(int64_t n, double scale)
-{
-	float *p = malloc((size_t)n * sizeof(float));
-	for (int64_t i = 0; i < n; i++)
-		p[i] = (float)(x3_rng_normal(&rng) * scale);
-	return p;
-}
-
-/* H = X^T X for X (rows x k) */
-static float *gram(const float *X, int64_t rows, int64_t k)
-{
-	float *H = calloc((size_t)(k * k), sizeof(float));
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)rows, 1.0f, X,
-	            (int)k, X, (int)k, 0.0f, H, (int)k);
-	return H;
-}
-
-/* correlated activations: X = Z A, A = I + c * random */
-static float *corr_acts(int64_t rows, int64_t k, double c)
-{
-	float *Z = randn(rows * k, 1.0), *A = randn(k * k, c / sqrt((double)k));
-	for (int64_t i = 0; i < k; i++)
-		A[i * k + i] += 1.0f;
-	float *X = malloc((size_t)(rows * k) * sizeof(float));
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)k, (int)k, 1.0f, Z,
-	            (int)k, A, (int)k, 0.0f, X, (int)k);
-	free(Z), free(A);
-	return X;
-}
 
 static void test_signs(void)
 {
@@ -61,7 +32,7 @@ static void test_signs(void)
 static void test_block_ldl(void)
 {
 	int64_t k = 128;
-	float *X = corr_acts(512, k, 2.0), *H = gram(X, 512, k);
+	float *X = test_corr_acts(&rng, 512, k, 2.0), *H = test_gram(X, 512, k);
 	float *A = malloc((size_t)(k * k) * sizeof(float));
 	memcpy(A, H, (size_t)(k * k) * sizeof(float));
 	CHECK_OK(x3_block_ldl(A, k), "block LDL of an SPD matrix");
@@ -112,7 +83,7 @@ static double hb(int64_t i, int64_t j)
 static void test_finalize(void)
 {
 	int64_t k0 = 100, k = 128;
-	float *X = corr_acts(400, k0, 1.0), *H = gram(X, 400, k0), s[128];
+	float *X = test_corr_acts(&rng, 400, k0, 1.0), *H = test_gram(X, 400, k0), s[128];
 	x3_quant_signs(1, "h", k, s);
 	x3_qhess *h;
 	CHECK_OK(x3_qhess_finalize(H, k0, k, 400, s, &h), "finalize 100x100 into 128");
@@ -178,7 +149,7 @@ static void test_finalize(void)
 static void test_regularize(void)
 {
 	int64_t n0 = 150, k0 = 100, k = 128, n = 256;
-	float *W = randn(n0 * k0, 0.02), su_s[128], sv_s[256];
+	float *W = test_randn(&rng, n0 * k0, 0.02), su_s[128], sv_s[256];
 	for (int64_t i = 0; i < k0; i++)
 		W[5 * k0 + i] = 0;             /* a zero output channel */
 	for (int64_t o = 0; o < n0; o++)
@@ -257,8 +228,8 @@ static void test_auto(void)
 static void test_quantize(void)
 {
 	int64_t n0 = 128, k0 = 256, k = 256, n = 128;
-	float *X = corr_acts(1024, k0, 3.0), *H = gram(X, 1024, k0), s[256], sv[128];
-	float *W = randn(n0 * k0, 0.05);
+	float *X = test_corr_acts(&rng, 1024, k0, 3.0), *H = test_gram(X, 1024, k0), s[256], sv[128];
+	float *W = test_randn(&rng, n0 * k0, 0.05);
 	x3_quant_signs(5, "h", k, s);
 	x3_quant_signs(5, "w/sv", n, sv);
 	x3_qhess *h, *hn;
@@ -415,12 +386,12 @@ static void test_sign_search(void)
 	CHECK(memcmp(a, b, sizeof a) && !memcmp(b, c, sizeof b), "sign draw 2: the stream of \"name#2\"");
 
 	int64_t k0 = 100, n0 = 200, rows = 600;
-	float *X = corr_acts(rows, k0, 3.0), *G = gram(X, rows, k0);
+	float *X = test_corr_acts(&rng, rows, k0, 3.0), *G = test_gram(X, rows, k0);
 	x3_tensor *Ht = x3_tensor_new2("blk.input", X3_F32, k0, k0);
 	x3_tensor *Wt = x3_tensor_new2("blk.w.weight", X3_F32, n0, k0);
 	memcpy(Ht->data, G, (size_t)(k0 * k0) * sizeof(float));
 	x3_meta_setf(Ht, "count", "%lld", (long long)rows);
-	float *W = randn(n0 * k0, 0.05);
+	float *W = test_randn(&rng, n0 * k0, 0.05);
 	memcpy(Wt->data, W, (size_t)(n0 * k0) * sizeof(float));
 
 	/* draws = 1: exactly the plain frame glue, no estimate */
@@ -498,8 +469,8 @@ static void test_sign_search(void)
 static void test_output_metric(void)
 {
 	int64_t k = 128, n = 128, rows = 500;
-	float *X = corr_acts(rows, k, 3.0), *G = gram(X, rows, k), s[128], sv[128];
-	float *W = randn(n * k, 0.05);
+	float *X = test_corr_acts(&rng, rows, k, 3.0), *G = test_gram(X, rows, k), s[128], sv[128];
+	float *W = test_randn(&rng, n * k, 0.05);
 	for (int64_t i = 0; i < k * n; i += 7)
 		W[i] *= 4.0f;   /* uneven rows: |su| matters */
 	x3_quant_signs(9, "h", k, s);

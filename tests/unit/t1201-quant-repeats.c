@@ -6,18 +6,11 @@
  * plain version that encodes every tile with x3_viterbi_encode. */
 #include <math.h>
 #include "test.h"
+#include "synth.h"
 #include "codec.h"
 #include "quant.h"
 
 static x3_rng rng;
-
-static float *randn(int64_t n, double scale)
-{
-	float *p = malloc((size_t)n * sizeof(float));
-	for (int64_t i = 0; i < n; i++)
-		p[i] = (float)(x3_rng_normal(&rng) * scale);
-	return p;
-}
 
 /* mse(s) of ExLlamaV3's scale search (exl3(5) §9.3), every tile encoded */
 static double plain_mse(const float *src, int64_t m, int64_t step, double s, int K, int cb)
@@ -87,7 +80,7 @@ static int same_tile(const float *W, int64_t n, int64_t tr, int64_t tc, int64_t 
 static x3_qweight *make_weight(int64_t n0, int64_t k0)
 {
 	int64_t k = x3_pad128(k0), n = x3_pad128(n0);
-	float *W = randn(n0 * k0, 0.02), *su = malloc((size_t)k * sizeof(float)), *sv = malloc((size_t)n * sizeof(float));
+	float *W = test_randn(&rng, n0 * k0, 0.02), *su = malloc((size_t)k * sizeof(float)), *sv = malloc((size_t)n * sizeof(float));
 	x3_quant_signs(3, "u", k, su);
 	x3_quant_signs(3, "v", n, sv);
 	x3_qhess *h;

@@ -5,33 +5,18 @@
  * strips must be a seeded, ordered choice of the right count, the estimate
  * near the whole weight's error, and the Viterbi work about the fraction. */
 #include <math.h>
-#include <cblas.h>
 #include "test.h"
+#include "synth.h"
 #include "codec.h"
 #include "quant.h"
 
 static x3_rng rng;
 
-static float *randn(int64_t n, double scale)
-{
-	float *p = malloc((size_t)n * sizeof(float));
-	for (int64_t i = 0; i < n; i++)
-		p[i] = (float)(x3_rng_normal(&rng) * scale);
-	return p;
-}
-
 /* H = X^T X for correlated activations X = Z (I + c R) (rows x k) */
 static float *corr_gram(int64_t rows, int64_t k, double c)
 {
-	float *Z = randn(rows * k, 1.0), *A = randn(k * k, c / sqrt((double)k));
-	for (int64_t i = 0; i < k; i++)
-		A[i * k + i] += 1.0f;
-	float *X = malloc((size_t)(rows * k) * sizeof(float)), *H = calloc((size_t)(k * k), sizeof(float));
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)k, (int)k, 1.0f, Z,
-	            (int)k, A, (int)k, 0.0f, X, (int)k);
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, (int)k, (int)rows, 1.0f, X,
-	            (int)k, X, (int)k, 0.0f, H, (int)k);
-	free(Z), free(A), free(X);
+	float *X = test_corr_acts(&rng, rows, k, c), *H = test_gram(X, rows, k);
+	free(X);
 	return H;
 }
 
@@ -87,7 +72,7 @@ static void test_sample(int fallback)
 {
 	int64_t n0 = 384, k0 = 256, k = 256, n = 384;
 	float *H = corr_gram(1024, k0, 3.0), s[256], sv[384];
-	float *W = randn(n0 * k0, 0.05);
+	float *W = test_randn(&rng, n0 * k0, 0.05);
 	x3_quant_signs(6, "h", k, s);
 	x3_quant_signs(6, "w/sv", n, sv);
 	x3_qhess *h;

@@ -8,18 +8,11 @@
  * and be a minimum (1% either way is worse in every column). */
 #include <math.h>
 #include "test.h"
+#include "synth.h"
 #include "codec.h"
 #include "quant.h"
 
 static x3_rng rng;
-
-static float *randn(int64_t n, double scale)
-{
-	float *p = malloc((size_t)n * sizeof(float));
-	for (int64_t i = 0; i < n; i++)
-		p[i] = (float)(x3_rng_normal(&rng) * scale);
-	return p;
-}
 
 /* (w - a r)^T H (w - a r) for columns of (k, n) arrays, in double; H NULL: identity */
 static double col_err(const float *Wt, const float *R, const double *H, int64_t k, int64_t n,
@@ -44,7 +37,7 @@ static void run(int with_h, int metric)
 {
 	int64_t k = 128, n = 256, rows = 400;
 	/* correlated activations X = Z (I + 0.5 S) with uneven input scales */
-	float *Z = randn(rows * k, 1.0), *X = malloc((size_t)(rows * k) * sizeof(float));
+	float *Z = test_randn(&rng, rows * k, 1.0), *X = malloc((size_t)(rows * k) * sizeof(float));
 	for (int64_t t = 0; t < rows; t++)
 		for (int64_t i = 0; i < k; i++)
 			X[t * k + i] = Z[t * k + i] * (1.0f + (float)(i % 5)) + 0.5f * Z[t * k + (i * 7 + 3) % k];
@@ -53,7 +46,7 @@ static void run(int with_h, int metric)
 		for (int64_t i = 0; i < k; i++)
 			for (int64_t l = 0; l < k; l++)
 				G[i * k + l] += X[t * k + i] * X[t * k + l];
-	float *W = randn(n * k, 0.05), s[128], sv[256];   /* HF (n, k) */
+	float *W = test_randn(&rng, n * k, 0.05), s[128], sv[256];   /* HF (n, k) */
 	for (int64_t j = 0; j < n; j++)
 		for (int64_t i = 0; i < k; i++)
 			W[j * k + i] = x3_f16_to_f32(x3_f32_to_f16(W[j * k + i] * (0.3f + (float)(j % 7))));
