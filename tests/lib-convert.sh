@@ -55,6 +55,24 @@ rtn_take() {
 	     "$(tensor-ls "$q" | jq -c --arg re "$re" 'select(.name | test($re)) | [.name, .dtype]' | sort)"
 }
 
+# kl_vs_rtn LABEL SRC Q B V [TAKE]: the EXL3 model Q of SRC at B bits,
+# whose validate report is V, against round to nearest at B bits
+# (rtn_model SRC into Q.rtn; with TAKE, a regex, those tensors taken from Q
+# as Q stores them: rtn_take, checked) on the held-out text "${ev[@]}"
+# (model-eval's report: Q.rtn.json). Checks, each named after LABEL, that
+# Q's KL is below RTN's and below the previous call's (kl_prev at
+# kl_prev_b bits: set kl_prev= to start a series); then sets both.
+kl_vs_rtn() {
+	local label=$1 src=$2 q=$3 b=$4 v=$5 take=${6:-} kl
+	rtn_model "$src" "$q.rtn" "$b"
+	[ -z "$take" ] || check "$label: RTN takes the EXL3 model's tensors matching '$take'" rtn_take "$q.rtn" "$q" "$take"
+	model-eval -q --model "$src" --quantized "$q.rtn" "${ev[@]}" >"$q.rtn.json"
+	kl=$(jq .eval.kl_divergence "$v")
+	check "$label: KL $kl below RTN's $(jq .kl_divergence "$q.rtn.json")" num_lt "$kl" "$(jq .kl_divergence "$q.rtn.json")"
+	[ -z "${kl_prev:-}" ] || check "$label: KL falls from $kl_prev_b to $b bpw ($kl_prev -> $kl)" num_lt "$kl" "$kl_prev"
+	kl_prev=$kl kl_prev_b=$b
+}
+
 # num_lt A B: A < B as numbers
 num_lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 # num_near A B TOL: |A - B| <= TOL

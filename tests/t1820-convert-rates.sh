@@ -32,7 +32,7 @@ row() { # row NAME REPORT RTN_REPORT
 	jq -r --arg n "$1" --slurpfile r "$3" '"# | \($n) | \(.bits) | \(.eval.kl_divergence | . * 1e5 | round / 1e5) | \(.eval.top1_agreement | . * 1e4 | round / 1e4) | \(.eval.perplexity | . * 100 | round / 100) | \(.eval.perplexity_quantized | . * 100 | round / 100) | \($r[0].kl_divergence | . * 1e5 | round / 1e5) |"' "$2"
 }
 echo "# | mode, target | bits | KL | top-1 | ppl orig | ppl EXL3 | KL RTN |"
-prev=
+kl_prev=
 for b in 2.5 3 4 5; do
 	convert "$M" q$b --bits "$b" --work w "${cal[@]}" -j 2 -q
 	check "convert --bits $b" test -f q$b/config.json
@@ -42,20 +42,15 @@ for b in 2.5 3 4 5; do
 	exl3-info -q --json q$b >i$b.json
 	check "$b bpw: exl3-info's bits, head bits and histogram are validate's" \
 		jqe --slurpfile v v$b.json '(.summary.bits - $v[0].bits | fabs) < 1e-9 and .summary.head_bits == $v[0].head_bits and (.summary.histogram | map_values(.linears)) == $v[0].histogram' i$b.json
-	rtn_model "$M" rtn$b "$b"
-	model-eval -q --model "$M" --quantized rtn$b "${ev[@]}" >r$b.json
-	kl=$(jq .eval.kl_divergence v$b.json)
-	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"
-	[ -z "$prev" ] || check "KL falls from $pb to $b bpw ($prev -> $kl)" num_lt "$kl" "$prev"
-	prev=$kl pb=$b
-	row "onepass $b" v$b.json r$b.json
+	kl_vs_rtn "$b bpw" "$M" q$b "$b" v$b.json
+	row "onepass $b" v$b.json q$b.rtn.json
 done
 
 convert "$M" s3 --bits 3 --mode sequential --work w "${cal[@]}" -j 2 -q
 validate s3 --model "$M" "${ev[@]}" -q >vs3.json
 check "sequential 3 bpw: validate ok" jqe '.ok' vs3.json
-check "sequential 3 bpw: KL below RTN" num_lt "$(jq .eval.kl_divergence vs3.json)" "$(jq .kl_divergence r3.json)"
-row "sequential 3" vs3.json r3.json
+check "sequential 3 bpw: KL below RTN" num_lt "$(jq .eval.kl_divergence vs3.json)" "$(jq .kl_divergence q3.rtn.json)"
+row "sequential 3" vs3.json q3.rtn.json
 if command -v gnuplot >/dev/null && command -v xmllint >/dev/null; then
 	plot-kl -o kl.svg onepass=v2.5.json onepass=v3.json onepass=v4.json onepass=v5.json sequential=vs3.json
 	check "plot-kl of the rates: two series" test "$(xmllint --xpath "count(//*[local-name()='g'][contains(@id, '_plot_')])" kl.svg)" = 2

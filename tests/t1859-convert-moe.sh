@@ -12,7 +12,7 @@ cd "$TMP"
 for i in $(seq 1 30); do echo "Held-out text number $i: the quick brown fox jumps over the lazy dog while the committee debates the budget."; done >eval.txt
 ev=(--text eval.txt --rows 8 --cols 128)
 build_rtn
-prev=
+kl_prev=
 for b in 2 4; do
 	convert M q$b --bits $b --work w --rows 40 --cols 128 -j 2 -q
 	check "convert --bits $b" test -f q$b/config.json
@@ -23,12 +23,6 @@ for b in 2 4; do
 		     '["model.layers.1.mlp.gate.weight",[4,64]]'
 	validate q$b --model M "${ev[@]}" -q >v$b.json
 	check "$b bpw: validate ok" jqe '.ok' v$b.json
-	rtn_model M rtn$b $b
-	check "$b bpw: RTN's router that of the EXL3 model (F16, unquantized)" rtn_take rtn$b q$b 'mlp\.gate\.'
-	model-eval -q --model M --quantized rtn$b "${ev[@]}" >r$b.json
-	kl=$(jq .eval.kl_divergence v$b.json)
-	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"
-	[ -z "$prev" ] || check "KL falls from 2 to 4 bpw ($prev -> $kl)" num_lt "$kl" "$prev"
-	prev=$kl
+	kl_vs_rtn "$b bpw" M q$b $b v$b.json 'mlp\.gate\.'
 done
 done_testing

@@ -42,7 +42,7 @@ ev=(--text eval.txt --rows 8 --cols 128)
 build_rtn
 # source keys of the model (the MTP layer's excepted), as module keys
 tensor-ls M | jq -r .name | grep -v '^model\.layers\.2\.' | sed -E 's/\.(weight|bias)$//' | sort >src.keys
-prev=
+kl_prev=
 for b in 2 4; do
 	convert M q$b --bits $b --work w$b --rows 40 --cols 128 -j 2 2>convert$b.err >/dev/null
 	check "convert --bits $b" test -f q$b/config.json
@@ -61,17 +61,6 @@ for b in 2 4; do
 	# round to nearest: every decoder linear (q_a/q_b/kv_a_proj_with_mqa/
 	# kv_b/o, MLPs, experts) at b bits, the head at 6; the router and its
 	# bias as the EXL3 model stores them (F16)
-	mkdir -p rtn$b && cp M/config.json M/tokenizer*.json rtn$b/
-	{
-		tensor-cat -q --regex M 'embed_tokens|norm'
-		tensor-cat -q --regex M 'layers\.[01]\..*(_proj|_proj_with_mqa)\.weight$' | "$TMP/rtn" $b
-		tensor-cat -q M lm_head.weight | "$TMP/rtn" 6
-		tensor-cat -q --regex q$b 'mlp\.gate\.'
-	} | tensor-cat -q -o rtn$b/model.safetensors -
-	model-eval -q --model M --quantized rtn$b "${ev[@]}" >r$b.json
-	kl=$(jq .eval.kl_divergence v$b.json)
-	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"
-	[ -z "$prev" ] || check "KL falls from 2 to 4 bpw ($prev -> $kl)" num_lt "$kl" "$prev"
-	prev=$kl
+	kl_vs_rtn "$b bpw" M q$b $b v$b.json 'mlp\.gate\.'
 done
 done_testing

@@ -49,7 +49,7 @@ for m in G2 MM; do
 	P=$([ $m = MM ] && echo language_model. || echo)
 	# the source's keys as module keys, and the head the conversion adds
 	{ tensor-ls $m | jq -r .name | sed -E 's/\.(weight|bias)$//'; echo "${P}lm_head"; } | sort -u >$m.keys
-	prev=
+	kl_prev=
 	for b in 2 4; do
 		q=$m.q$b
 		convert $m $q --bits $b --work $m.w$b --rows 40 --cols 128 -j 2 2>$q.err >/dev/null
@@ -77,13 +77,7 @@ for m in G2 MM; do
 		check "$m $b bpw: validate ok" jqe '.ok' $q.v.json
 		# round to nearest: every decoder linear at b bits, the tied head
 		# (the embedding) at 6 as a separate lm_head
-		r=$m.rtn$b
-		rtn_model $m $r $b
-		model-eval -q --model $m --quantized $r "${ev[@]}" >$r.json
-		kl=$(jq .eval.kl_divergence $q.v.json)
-		check "$m $b bpw: KL $kl below RTN's $(jq .kl_divergence $r.json)" num_lt "$kl" "$(jq .kl_divergence $r.json)"
-		[ -z "$prev" ] || check "$m: KL falls from 2 to 4 bpw ($prev -> $kl)" num_lt "$kl" "$prev"
-		prev=$kl
+		kl_vs_rtn "$m $b bpw" $m $q $b $q.v.json
 	done
 done
 

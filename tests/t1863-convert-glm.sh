@@ -45,7 +45,7 @@ ev=(--text eval.txt --rows 8 --cols 128)
 build_rtn
 # source keys of the model (the MTP layer's excepted), as module keys
 tensor-ls M | jq -r .name | grep -v '^model\.layers\.2\.' | sed -E 's/\.(weight|bias)$//' | sort -u >src.keys
-prev=
+kl_prev=
 for b in 2 4; do
 	convert M q$b --bits $b --work w$b --rows 40 --cols 128 -j 2 2>convert$b.err >/dev/null
 	check "convert --bits $b" test -f q$b/config.json
@@ -64,13 +64,7 @@ for b in 2 4; do
 	check "$b bpw: validate ok" jqe '.ok' v$b.json
 	# round to nearest: every decoder linear at b bits, the head at 6; the
 	# router and its bias as the EXL3 model stores them
-	rtn_model M rtn$b $b
-	check "$b bpw: RTN's router and correction bias those of the EXL3 model" rtn_take rtn$b q$b 'mlp\.gate\.'
-	model-eval -q --model M --quantized rtn$b "${ev[@]}" >r$b.json
-	kl=$(jq .eval.kl_divergence v$b.json)
-	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"
-	[ -z "$prev" ] || check "KL falls from 2 to 4 bpw ($prev -> $kl)" num_lt "$kl" "$prev"
-	prev=$kl
+	kl_vs_rtn "$b bpw" M q$b $b v$b.json 'mlp\.gate\.'
 done
 
 # bad inputs: exit 1 naming the key or tensor, nothing written

@@ -42,7 +42,7 @@ check_fail "tensor-cat --rows B <= A is a usage error" 2 "--rows: '5:5' is not A
 for i in $(seq 1 30); do echo "Held-out text number $i: the quick brown fox jumps over the lazy dog while the committee debates the budget."; done >eval.txt
 ev=(--text eval.txt --rows 8 --cols 128)
 build_rtn
-prev=
+kl_prev=
 for b in 2 4; do
 	convert M q$b --bits $b --work w$b --rows 40 --cols 128 -j 2 2>convert$b.err >/dev/null
 	check "convert --bits $b" test -f q$b/config.json
@@ -56,12 +56,7 @@ for b in 2 4; do
 	check "$b bpw: validate ok, every linear decoded against its fused rows" jqe '.ok and .check.tensors == 15' v$b.json
 	# round to nearest per output row: the fused tensors' rows are the
 	# linears' rows, so rounding them fused is rounding each slice
-	rtn_model M rtn$b $b
-	model-eval -q --model M --quantized rtn$b "${ev[@]}" >r$b.json
-	kl=$(jq .eval.kl_divergence v$b.json)
-	check "$b bpw: KL $kl below RTN's $(jq .kl_divergence r$b.json)" num_lt "$kl" "$(jq .kl_divergence r$b.json)"
-	[ -z "$prev" ] || check "KL falls from 2 to 4 bpw ($prev -> $kl)" num_lt "$kl" "$prev"
-	prev=$kl
+	kl_vs_rtn "$b bpw" M q$b $b v$b.json
 done
 
 # bad inputs: exit 1 naming the tensor or key, nothing written

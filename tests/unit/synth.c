@@ -102,6 +102,27 @@ float *test_gram(const float *X, int64_t rows, int64_t k)
 	return H;
 }
 
+double test_max_diff(const float *a, const float *b, size_t n)
+{
+	double d = 0;
+	for (size_t i = 0; i < n; i++)
+		d = fmax(d, fabs((double)a[i] - b[i]));
+	return d;
+}
+
+double test_max_rel(const float *a, const float *b, size_t n)
+{
+	double m = 0;
+	for (size_t i = 0; i < n; i++)
+		m = fmax(m, fabs((double)b[i]));
+	return test_max_diff(a, b, n) / (m > 0 ? m : 1);
+}
+
+int test_config_parse(const char *json, x3_model_config *c)
+{
+	return x3_config_parse(json, strlen(json), c);
+}
+
 /* ---- a synthetic checkpoint ------------------------------------------ */
 struct synth_tens synth_t[SYNTH_MAX];
 int synth_n;

@@ -10,8 +10,10 @@
  *     basic steps (RMS norm, matrix-vector product). */
 #ifndef X3_TEST_SYNTH_H
 #define X3_TEST_SYNTH_H
+#include <stddef.h>
 #include <stdint.h>
 #include "x3.h"
+#include "config.h"
 
 /* ---- scratch files and commands -------------------------------------- */
 /* mkdtemp $TMPDIR/NAME.XXXXXX (TMPDIR default /tmp); X3_OK or X3_EIO. */
@@ -34,6 +36,12 @@ float *test_randn(x3_rng *g, int64_t n, double scale);
 float *test_corr_acts(x3_rng *g, int64_t rows, int64_t k, double c);
 /* H = XᵀX (k, k) of X (rows, k), one SGEMM (calloc'd). */
 float *test_gram(const float *X, int64_t rows, int64_t k);
+
+/* max |a - b| over n values; the same over max |b| (1 where b is all 0). */
+double test_max_diff(const float *a, const float *b, size_t n);
+double test_max_rel(const float *a, const float *b, size_t n);
+/* x3_config_parse of a NUL-terminated config.json text. */
+int test_config_parse(const char *json, x3_model_config *c);
 
 /* ---- a synthetic checkpoint ------------------------------------------ */
 #define SYNTH_MAX 512

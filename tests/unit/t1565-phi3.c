@@ -288,19 +288,6 @@ static double ref_err(const float *lg, int rd)
 	return err / mag;
 }
 
-static double max_diff(const float *a, const float *b, size_t n)
-{
-	double d = 0;
-	for (size_t i = 0; i < n; i++)
-		d = fmax(d, fabs((double)a[i] - b[i]));
-	return d;
-}
-
-
-static int parse(const char *json, x3_model_config *c)
-{
-	return x3_config_parse(json, strlen(json), c);
-}
 
 int main(void)
 {
@@ -354,7 +341,7 @@ int main(void)
 	CHECK_OK(write_model(test_path("llama"), 0, 0.5, NULL), "write llama (split weights)");
 	CHECK_OK(logits_of(test_path("phi3"), lp), "phi3 forward");
 	CHECK_OK(logits_of(test_path("llama"), ll), "llama forward");
-	double d = max_diff(lp, ll, nl);
+	double d = test_max_diff(lp, ll, nl);
 	CHECK(d == 0, "phi3 logits == llama logits of the same split weights (max diff %.3g)", d);
 	double e = ref_err(lp, HD / 2);
 	CHECK(e < 1e-5, "phi3, partial rotary 0.5: == reference (rel err %.2g)", e);
@@ -362,7 +349,7 @@ int main(void)
 	CHECK_OK(logits_of(test_path("phi3-full"), lf), "phi3 full rotary forward");
 	e = ref_err(lf, HD);
 	CHECK(e < 1e-5, "phi3, full rotary: == reference (rel err %.2g)", e);
-	d = max_diff(lp, lf, nl);
+	d = test_max_diff(lp, lf, nl);
 	CHECK(d > 1e-3, "partial rotary changes the logits (max diff %.3g)", d);
 
 	/* longrope (Phi-3 128k): short factors for rows within the original
@@ -410,30 +397,30 @@ int main(void)
 	/* longrope factor lists that do not fit */
 	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1, 1, 1], "
 	         "\"short_factor\": [1, 1, 1]}}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "longrope") && strstr(x3_errmsg(), "3 factors"),
 	      "longrope with 3 factors for 8 rotated dims refused: %s", x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"su\", \"long_factor\": [1, 1, 1, 1], "
 	         "\"short_factor\": [1, 1, 1]}}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "4 long_factor and 3 short_factor"),
 	      "su with lists of unequal length refused: %s", x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1, 1, 1, 0], "
 	         "\"short_factor\": [1, 1, 1, 1]}}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'long_factor'[3]"), "a zero factor refused: %s",
 	      x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1, 1, 1]}}",
 	         base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'long_factor'"), "no long_factor refused: %s",
 	      x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"partial_rotary_factor\": 0.1}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "partial_rotary_factor"),
 	      "partial_rotary_factor 0.1 (0 dims of 8) refused: %s", x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"partial_rotary_factor\": 0.75}", base);
-	CHECK(parse(js, &c) == X3_OK && c.rot_dim == 6, "partial_rotary_factor 0.75 of 8: %lld dims",
+	CHECK(test_config_parse(js, &c) == X3_OK && c.rot_dim == 6, "partial_rotary_factor 0.75 of 8: %lld dims",
 	      (long long)c.rot_dim);
 
 	CHECK(!test_tmpdir_remove(), "the scratch directory removed");

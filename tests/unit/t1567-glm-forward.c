@@ -330,19 +330,6 @@ static void ref_forward(const void *ctx, const int32_t *tok, int n, double *logi
 	free(x), free(q), free(k), free(v), free(sc);
 }
 
-static double max_rel(const float *a, const float *b, size_t n)
-{
-	double d = 0, m = 0;
-	for (size_t i = 0; i < n; i++)
-		d = fmax(d, fabs((double)a[i] - b[i])), m = fmax(m, fabs((double)b[i]));
-	return d / (m > 0 ? m : 1);
-}
-
-static int parse(const char *json, x3_model_config *c)
-{
-	return x3_config_parse(json, strlen(json), c);
-}
-
 int main(void)
 {
 	if (test_tmpdir("t1567")) {
@@ -425,14 +412,14 @@ int main(void)
 	e = synth_compare(test_path("s"), ROWS, COLS, V, ref_forward, &rs, &ls);
 	CHECK(e < TOL, "identical experts: == reference (rel err %.2g)", e);
 	size_t nl = (size_t)ROWS * COLS * V;
-	e = ls && ld ? max_rel(ls, ld, nl) : 1;
+	e = ls && ld ? test_max_rel(ls, ld, nl) : 1;
 	CHECK(e < TOL, "identical experts, top k = all: the dense MLP's logits (rel diff %.2g)", e);
 	struct glm S2 = A;   /* distinct experts, top 2 */
 	CHECK_OK(write_glm(test_path("s2"), &S2, 1567), "write distinct experts");
 	struct refo r2 = { .g = &S2 };
 	e = synth_compare(test_path("s2"), ROWS, COLS, V, ref_forward, &r2, &l2);
 	CHECK(e < TOL, "distinct experts: == reference (rel err %.2g)", e);
-	e = l2 && ld ? max_rel(l2, ld, nl) : 0;
+	e = l2 && ld ? test_max_rel(l2, ld, nl) : 0;
 	CHECK(e > 1e-3, "distinct experts, top 2: not the dense MLP (rel diff %.2g; the check can fail)", e);
 	free(la), free(ls), free(ld), free(l2);
 
@@ -450,24 +437,24 @@ int main(void)
 	                   "\"num_key_value_heads\": 2, \"vocab_size\": 30";
 	char js[1024];
 	snprintf(js, sizeof js, "%s, \"n_routed_experts\": 4, \"num_experts_per_tok\": 5}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'num_experts_per_tok' = 5") &&
 	      strstr(x3_errmsg(), "'n_routed_experts' = 4"), "top k above the expert count: %s", x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"n_routed_experts\": 5, \"num_experts_per_tok\": 2, \"n_group\": 2}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'n_routed_experts' = 5"), "5 experts in 2 groups: %s",
 	      x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, \"num_experts\": 8}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc != X3_OK && strstr(x3_errmsg(), "\"num_experts\"") && strstr(x3_errmsg(), "n_routed_experts"),
 	      "a second, contradicting expert count (num_experts) refused: %s", x3_errmsg());
 	snprintf(js, sizeof js, "%s, \"use_qk_norm\": 1}", base);
-	rc = parse(js, &c);
+	rc = test_config_parse(js, &c);
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "'use_qk_norm'"), "use_qk_norm not a boolean: %s",
 	      x3_errmsg());
 	/* Hugging Face's Glm4MoeConfig defaults for what the config leaves out */
 	snprintf(js, sizeof js, "%s}", base);
-	CHECK(parse(js, &c) == X3_OK && c.rot_dim == 8 && c.n_experts == 128 && c.n_experts_tok == 8 &&
+	CHECK(test_config_parse(js, &c) == X3_OK && c.rot_dim == 8 && c.n_experts == 128 && c.n_experts_tok == 8 &&
 	      c.moe_inter == 1408 && c.n_group == 1 && c.topk_group == 1 && c.routed_scale == 1.0 &&
 	      c.first_dense == 1 && c.shared_inter == 1408 && c.norm_topk && !c.qk_norm && !c.qkv_bias &&
 	      c.rms_eps == 1e-5, "defaults: partial rotary 0.5 (%lld of 16 dims), 128 experts, top 8, 1 group, "
