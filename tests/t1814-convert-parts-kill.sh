@@ -4,7 +4,9 @@
 # parts 0-2 of each layer, layer 1's from the hidden states layer 0's parts
 # saved, then a merge per layer), its process group killed at 5 moments
 # inside the parts and merges, each run resuming what the killed one before
-# left, then a re-run: the output byte-identical to an uninterrupted run,
+# left (make -j 1, so that the order of the parts is make's and no part
+# after the stop can finish before the kill), then a re-run: the output
+# byte-identical to an uninterrupted -j 2 run,
 # and nothing left of the killed runs in the work directory (no part, hidden
 # state or temporary file). Then the same with 2 kills of a sequential
 # conversion (hs captures in parts too) whose parts GNU parallel fans out
@@ -91,14 +93,18 @@ rerun() {
 }
 
 # 5 kills in a row, each run resuming what the one before left, in the
-# order make reaches them (-j 2: parts 0 and 1 of a layer, then 2): inside
+# order make reaches them at -j 1 (parts 0, 1, 2 and the merge of layer 0,
+# then of layer 1; at -j 2 a part of the same layer could run to its end
+# in the other job slot before the kill, and the next stop would never be
+# reached, as happened on a CI machine): inside
 # layer 0's part 1, in the middle of layer 0's merge, after layer 1's part
 # 0 (its file whole but not renamed), in the middle of layer 1's part 2
 # (from the hidden states layer 0's part 2 saved), after layer 1's merge
+o1=("${opts[@]}" -j 1)
 for stop in before:h1/part.0.1 mid:h1/merge.0 after:h1/part.1.0 mid:h1/part.1.2 after:h1/merge.1; do
-	kill_at "$stop" "${opts[@]}"
+	kill_at "$stop" "${o1[@]}"
 done
-rerun "after 5 kills" "${opts[@]}"
+rerun "after 5 kills" "${o1[@]}"
 
 # sequential, the parts fanned out by GNU parallel (--gpus: one job slot
 # per GPU, here on the CPU): killed inside an h1 part of layer 1 and an hs
