@@ -63,6 +63,21 @@ static int cmp_ent(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+void x3_st_drop(const x3_tensor *t, const void *p, size_t n)
+{
+	if (!t || !t->data || t->owns_data || !n)
+		return;
+	const char *lo = t->data, *hi = lo + t->nbytes, *a = p, *b = a + n;
+	if (a < lo || b > hi || b < a)
+		return;
+	/* whole pages, outward: the mapping covers them (it starts on a page
+	 * and its last page is mapped whole), and a page of a neighbouring
+	 * tensor dropped with it is read again from the file when touched */
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t s0 = (uintptr_t)a & ~(pg - 1), s1 = ((uintptr_t)b + pg - 1) & ~(pg - 1);
+	(void)madvise((void *)s0, s1 - s0, MADV_DONTNEED);
+}
+
 static int open_file(x3_st *s, const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);

@@ -19,6 +19,14 @@ const x3_tensor *x3_st_get(const x3_st *s, int i);
 const x3_tensor *x3_st_find(const x3_st *s, const char *name);
 /* __metadata__ value of the (first) file, or NULL. */
 const char *x3_st_meta(const x3_st *s, const char *key);
+/* Drop the memory pages of the bytes [p, p + n) of a tensor's payload from
+ * this process (madvise MADV_DONTNEED on the read-only mapping; the next
+ * read of them faults them in from the file again, the same bytes): for a
+ * tensor that was converted to a copy of its own, so that the mapping does
+ * not keep a second copy resident, and a forward over many layers does not
+ * grow by every layer it has run. A tensor that owns its data (not
+ * mapped) is left alone. */
+void x3_st_drop(const x3_tensor *t, const void *p, size_t n);
 /* Which file holds tensor i (for messages). */
 const char *x3_st_file(const x3_st *s, int i);
 void x3_st_close(x3_st *s);

@@ -97,14 +97,18 @@ static float *rows_f32(const x3_tensor *t, int64_t row0, int64_t n, int64_t rows
 			x3_err(X3_ENOMEM, "out of memory converting '%s'", t->name);
 			return NULL;
 		}
-		if (x3_convert(r, X3_F32, (const char *)t->data + (size_t)(row0 * cols) * x3_dtype_size(t->dtype),
-		               t->dtype, (size_t)(n * cols))) {
+		const char *p = (const char *)t->data + (size_t)(row0 * cols) * x3_dtype_size(t->dtype);
+		size_t nb = (size_t)(n * cols) * x3_dtype_size(t->dtype);
+		if (x3_convert(r, X3_F32, p, t->dtype, (size_t)(n * cols))) {
 			free(r);
 			return NULL;
 		}
+		x3_st_drop(t, p, nb);   /* the copy is what is kept */
 		return r;
 	}
 	float *all = x3_tensor_f32(t);
+	if (all)
+		x3_st_drop(t, t->data, t->nbytes);
 	if (!all || n == rows)
 		return all;
 	float *r = malloc((size_t)(n * cols) * sizeof *r + 1);

@@ -110,6 +110,7 @@ static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
 	*out = x3_tensor_f32(t);
 	if (!*out)
 		return x3_errprefix(X3_ENOMEM, "tensor '%s'", name);
+	x3_st_drop(t, t->data, t->nbytes);
 	return X3_OK;
 }
 
@@ -195,6 +196,8 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			rc = x3_errprefix(X3_ENOMEM, "tensor '%s'", d->weight);
 			goto fail;
 		}
+		if (!check)
+			x3_st_drop(t, t->data, t->nbytes);
 	}
 	if (!mod(m, l, X3_SLOT_ROUTER)) {
 		rc = x3_err(X3_EINVAL, "layer %d: a mixture-of-experts layer without a router", l);
@@ -957,6 +960,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	for (int64_t t = 0; t < T && !o->hidden; t++)
 		x3_convert(x + t * H, X3_F32, (const char *)m->embed->data + (size_t)tokens[t] * H * es,
 		           m->embed->dtype, (size_t)H);
+	if (!o->hidden)   /* the rows read are in x now */
+		x3_st_drop(m->embed, m->embed->data, m->embed->nbytes);
 	if (c->gemma && !o->hidden) {
 		/* Gemma: times sqrt(hidden_size) rounded to the embedding's dtype
 		 * (Hugging Face's normalizer is a tensor of the model's dtype:
