@@ -118,23 +118,74 @@ void x3_gram_acc_f64(const double *x, int64_t rows, int64_t n, double *H)
 	GRAM_BODY(cblas_dgemm, double)
 }
 
+/* The packed blocks (blas.h): every block is B x B but those of the last
+ * row and column of blocks, which are as high or wide as what is left (e
+ * = n - (nb - 1) B), so a row of blocks bi holds h(bi) rows of n - bi*B
+ * elements. The offset of block (bi, bj), stored h(bi) x w(bj) row-major: */
+static int64_t tri_off(int64_t n, int64_t B, int64_t bi, int64_t bj)
+{
+	return B * (bi * n - B * bi * (bi - 1) / 2) + (n - bi * B < B ? n - bi * B : B) * (bj - bi) * B;
+}
+
+int64_t x3_tri_size(int64_t n)
+{
+	if (n <= 0)
+		return 0;
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B, e = n - (nb - 1) * B;
+	return tri_off(n, B, nb - 1, nb - 1) + e * e;
+}
+
+int64_t x3_tri_at(int64_t n, int64_t i, int64_t j)
+{
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS;
+	if (i > j) {
+		int64_t t = i;
+		i = j, j = t;
+	}
+	int64_t bi = i / B, bj = j / B, wj = n - bj * B < B ? n - bj * B : B;
+	return tri_off(n, B, bi, bj) + (i % B) * wj + j % B;
+}
+
+/* The blocks of the upper triangle in the order they are packed: pair p
+ * (bi <= bj) at rows i0..i0+wi, columns j0..j0+wj, stored from T + off
+ * with leading dimension wj. */
+#define TRI_BLOCK(p)                                                                    \
+	int64_t bi = 0, r = p;                                                              \
+	while (r >= nb - bi)                                                                \
+		r -= nb - bi, bi++;                                                             \
+	int64_t bj = bi + r, i0 = bi * B, j0 = bj * B;                                      \
+	int64_t wi = n - i0 < B ? n - i0 : B, wj = n - j0 < B ? n - j0 : B;                 \
+	int64_t off = tri_off(n, B, bi, bj);                                                \
+	(void)wi, (void)wj, (void)off
+
+void x3_gram_acc_tri_f64(const double *x, int64_t rows, int64_t n, double *T)
+{
+	if (rows <= 0 || n <= 0)
+		return;
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B, np = nb * (nb + 1) / 2;
+	int prev = x3_blas_serial_begin();
+	#pragma omp parallel for schedule(dynamic, 1) if(par_if(np, rows * n * n))
+	for (int64_t p = 0; p < np; p++) {
+		TRI_BLOCK(p);
+		cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)wj, (int)rows, 1.0,
+		            x + i0, (int)n, x + j0, (int)n, 1.0, T + off, (int)wj);
+	}
+	x3_blas_serial_end(prev);
+}
+
 /* The same blocks, each product in F32 (one SGEMM over all the rows, from
- * zero) and then added to H in double: the F32 sum never runs over more
+ * zero) and then added to T in double: the F32 sum never runs over more
  * rows than one call holds. */
-int x3_gram_acc_f32_f64(const float *x, int64_t rows, int64_t n, double *H)
+int x3_gram_acc_tri_f32_f64(const float *x, int64_t rows, int64_t n, double *T)
 {
 	if (rows <= 0 || n <= 0)
 		return X3_OK;
-	const int64_t W = X3_GEMM_COLS, nb = (n + W - 1) / W, np = nb * (nb + 1) / 2;
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B, np = nb * (nb + 1) / 2;
 	int fail = 0;
 	int prev = x3_blas_serial_begin();
 	#pragma omp parallel for schedule(dynamic, 1) if(par_if(np, rows * n * n))
 	for (int64_t p = 0; p < np; p++) {
-		int64_t bi = 0, r = p;
-		while (r >= nb - bi)
-			r -= nb - bi, bi++;
-		int64_t bj = bi + r, i0 = bi * W, j0 = bj * W;
-		int64_t wi = n - i0 < W ? n - i0 : W, wj = n - j0 < W ? n - j0 : W;
+		TRI_BLOCK(p);
 		float *c = malloc((size_t)(wi * wj) * sizeof *c);
 		if (!c) {
 			#pragma omp atomic write
@@ -143,14 +194,34 @@ int x3_gram_acc_f32_f64(const float *x, int64_t rows, int64_t n, double *H)
 		}
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)wj, (int)rows, 1.0f,
 		            x + i0, (int)n, x + j0, (int)n, 0.0f, c, (int)wj);
-		for (int64_t i = 0; i < wi; i++)
-			for (int64_t j = 0; j < wj; j++)
-				H[(i0 + i) * n + j0 + j] += c[i * wj + j];
+		double *t = T + off;
+		for (int64_t i = 0; i < wi * wj; i++)
+			t[i] += c[i];
 		free(c);
 	}
 	x3_blas_serial_end(prev);
 	if (fail)
-		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld Gram block", (long long)W,
-		              (long long)W);
+		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld Gram block", (long long)B,
+		              (long long)B);
 	return X3_OK;
+}
+
+void x3_tri_unpack(const double *T, int64_t n, int f64, void *out)
+{
+	if (n <= 0)
+		return;
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B, np = nb * (nb + 1) / 2;
+	#pragma omp parallel for schedule(dynamic, 1) if(np > 1 && n * n > (1 << 18))
+	for (int64_t p = 0; p < np; p++) {
+		TRI_BLOCK(p);
+		const double *t = T + off;
+		for (int64_t i = 0; i < wi; i++)
+			for (int64_t j = bi == bj ? i : 0; j < wj; j++) {
+				int64_t a = (i0 + i) * n + j0 + j, b = (j0 + j) * n + i0 + i;
+				if (f64)
+					((double *)out)[a] = ((double *)out)[b] = t[i * wj + j];
+				else
+					((float *)out)[a] = ((float *)out)[b] = (float)t[i * wj + j];
+			}
+	}
 }

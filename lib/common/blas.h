@@ -47,11 +47,26 @@ void x3_gemm_atb(int64_t m, int64_t n, int64_t kk, const float *A, int64_t lda,
  * lower triangle is left partly written and is not meaningful). */
 void x3_gram_acc_f32(const float *x, int64_t rows, int64_t n, float *H);
 void x3_gram_acc_f64(const double *x, int64_t rows, int64_t n, double *H);
-/* The same upper triangle, H (n, n) in double += xᵀx where each block's
- * product is an F32 sum over the rows of this call (from zero), rounded
- * once into H: the Hessians' default (hessian.c). Element (i, j) depends on
- * columns i and j of x alone. Returns X3_OK or X3_ENOMEM. */
-int x3_gram_acc_f32_f64(const float *x, int64_t rows, int64_t n, double *H);
+/* The upper triangle of a symmetric (n, n) matrix in about half the memory
+ * (the Hessian sums): the blocks (bi <= bj) of B = min(n, X3_GEMM_COLS)
+ * rows and columns (the last row and column of blocks what is left), in
+ * the order the Gram products below run them, each row-major (the lower
+ * half of a diagonal block not meaningful): n^2 / 2 + n B / 2 elements.
+ * x3_tri_size: the element count; x3_tri_at: the index of (i, j), either
+ * order. */
+int64_t x3_tri_size(int64_t n);
+int64_t x3_tri_at(int64_t n, int64_t i, int64_t j);
+/* The whole symmetric (n, n) matrix out (F64 when f64, else F32 rounded
+ * once) from its packed upper triangle T. */
+void x3_tri_unpack(const double *T, int64_t n, int f64, void *out);
+/* T (packed, n) += xᵀx: the blocks of x3_gram_acc_f64, each product the
+ * same DGEMM, so the same bits. */
+void x3_gram_acc_tri_f64(const double *x, int64_t rows, int64_t n, double *T);
+/* The same, each block's product an F32 sum over the rows of this call
+ * (from zero), rounded once into T in double: the Hessians' default
+ * (hessian.c). Element (i, j) depends on columns i and j of x alone.
+ * Returns X3_OK or X3_ENOMEM. */
+int x3_gram_acc_tri_f32_f64(const float *x, int64_t rows, int64_t n, double *T);
 
 /* Run OpenBLAS on one thread until x3_blas_serial_end(prev); for LAPACK
  * calls whose threaded form blocks differently. Not reentrant across

@@ -2,10 +2,65 @@
  * and counted, the 10% limit, F32 vs F64, adding frames. */
 #include <math.h>
 #include "test.h"
+#include "blas.h"
 #include "hessian.h"
+
+/* The packed upper triangle (blas.h x3_tri_*) at sizes around the block
+ * width: every (i, j) a distinct index inside x3_tri_size, (i, j) and (j,
+ * i) the same; the packed Gram products the same bits as the full ones
+ * (F64) and the plain double sum to rounding (F32 products); unpacked
+ * symmetric. */
+static void tri_case(int64_t n)
+{
+	const int64_t rows = 37, sz = x3_tri_size(n);
+	unsigned char *seen = calloc((size_t)sz, 1);
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS;
+	int ok = sz >= n * (n + 1) / 2 && sz <= n * (n + 1) / 2 + n * B / 2, bad = 0;
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = i; j < n; j++) {
+			int64_t k = x3_tri_at(n, i, j);
+			bad |= k < 0 || k >= sz || seen[k] || k != x3_tri_at(n, j, i);
+			if (k >= 0 && k < sz)
+				seen[k] = 1;
+		}
+	CHECK(ok && !bad, "n=%lld: %lld packed elements for %lld (at most n^2/2 + nB/2), one index per (i, j)", (long long)n,
+	      (long long)sz, (long long)(n * (n + 1) / 2));
+	x3_rng g;
+	x3_rng_seed(&g, 1553, (uint64_t)n);
+	float *x = malloc((size_t)(rows * n) * sizeof *x);
+	double *xd = malloc((size_t)(rows * n) * sizeof *xd);
+	for (int64_t i = 0; i < rows * n; i++)
+		xd[i] = x[i] = (float)x3_rng_normal(&g);
+	double *full = calloc((size_t)(n * n), sizeof *full), *T = calloc((size_t)sz, sizeof *T);
+	double *T2 = calloc((size_t)sz, sizeof *T2), *U = malloc((size_t)(n * n) * sizeof *U);
+	x3_gram_acc_f64(xd, rows, n, full);
+	x3_gram_acc_tri_f64(xd, rows, n, T);
+	CHECK_OK(x3_gram_acc_tri_f32_f64(x, rows, n, T2), "n=%lld: F32 products", (long long)n);
+	x3_tri_unpack(T, n, 1, U);
+	int same = 1, sym = 1;
+	double err = 0;
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = 0; j < n; j++) {
+			if (j >= i)
+				same &= !memcmp(&full[i * n + j], &T[x3_tri_at(n, i, j)], sizeof *T);
+			sym &= U[i * n + j] == U[j * n + i] && U[i * n + j] == T[x3_tri_at(n, i, j)];
+			double s = 0;
+			for (int64_t r = 0; r < rows; r++)
+				s += xd[r * n + i] * xd[r * n + j];
+			err = fmax(err, fabs(s - T2[x3_tri_at(n, i, j)]) / rows);
+		}
+	CHECK(same, "n=%lld: packed F64 Gram == the full one's upper triangle, bit for bit", (long long)n);
+	CHECK(sym, "n=%lld: unpacked: symmetric, each element the packed one", (long long)n);
+	CHECK(err < 1e-5, "n=%lld: packed F32 products == the plain double sum to F32 rounding (%.2g)",
+	      (long long)n, err);
+	free(seen), free(x), free(xd), free(full), free(T), free(T2), free(U);
+}
 
 int main(void)
 {
+	static const int64_t sizes[] = { 1, 7, 256, 257, 300, 600 };
+	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+		tri_case(sizes[i]);
 	/* X = [[1,2],[3,4],[5,6]]: XᵀX = [[35,44],[44,56]] */
 	const float x[6] = { 1, 2, 3, 4, 5, 6 };
 	x3_hess *h;
