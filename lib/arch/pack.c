@@ -367,7 +367,10 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 	for (int i = 0; i < nin; i++) {
 		if (used[i])
 			continue;
-		const x3_tensor *s = x3_st_find(p->src, in[i]->name);
+		char sn[X3_KEY_MAX + 16];
+		/* the source's name of it (a renamed module: x3_modules_src_name) */
+		x3_modules_src_name(p->mods, p->nmods, in[i]->name, sn, sizeof sn);
+		const x3_tensor *s = x3_st_find(p->src, sn);
 		if (!s) {
 			TRY(problem(L, "stray tensor '%s' (not a linear of the architecture and not in %s)",
 			            in[i]->name, src));
@@ -387,7 +390,10 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 	}
 	for (int i = 0; i < x3_st_count(p->src); i++) {
 		const x3_tensor *s = x3_st_get(p->src, i);
-		const char *name = s->name;
+		char name[X3_KEY_MAX + 16];
+		/* written under its output name (Mixtral v5's mlp.gate as
+		 * block_sparse_moe.gate: x3_modules_out_name) */
+		x3_modules_out_name(p->mods, p->nmods, s->name, name, sizeof name);
 		const x3_module *own = x3_modules_owner(p->mods, p->nmods, name);
 		size_t nl = strlen(name), rl = strlen("rotary_emb.inv_freq");
 		/* the RoPE buffer some writers store is not a weight */
