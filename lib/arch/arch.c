@@ -698,13 +698,14 @@ static int renamed_scan(const x3_model_config *c, const x3_st *st, const x3_modu
 		return x3_err(X3_EINVAL, "layer %d: a key pattern too long", l);
 	if (x3_st_find(st, want))
 		return X3_OK;
+	int has = x3_st_find(st, other) != NULL;
 	if (c->fused_experts)
 		return x3_err(X3_EFORMAT, "missing tensor '%s' (the checkpoint holds experts in fused 3-D "
-		              "tensors, Transformers v5's layout%s)", want,
-		              x3_st_find(st, other) ? ", but names this one by the per-expert layout" : "");
-	if (x3_st_find(st, other))
+		              "tensors, Transformers v5's layout%s%s%s)", want, has ? ", but has '" : "",
+		              has ? other : "", has ? "', its name with per-expert keys" : "");
+	if (has)
 		return x3_err(X3_EFORMAT, "missing tensor '%s' (the checkpoint holds experts per expert, "
-		              "but '%s' by Transformers v5's fused layout)", want, other);
+		              "but has '%s', its name with fused experts)", want, other);
 	return X3_OK;   /* missing altogether: reported by its reader */
 }
 
