@@ -7,7 +7,8 @@
 # --arch mixtral --fused-experts writes it from the same seeded weights as
 # the per-expert checkpoint. model-eval of the two gives KL 0; convert writes
 # byte-identical directories from both, under the block_sparse_moe keys
-# ExLlamaV3 loads, no mlp.gate and no fused tensor. A v5 checkpoint without
+# ExLlamaV3 loads, no mlp.gate and no fused tensor; pack-write takes the
+# router by either name. A v5 checkpoint without
 # mlp.gate.weight, with its router under the per-expert name, or with a
 # gate_up_proj of the wrong shape exits 1 naming the tensor, nothing written.
 . "$(dirname "$0")/lib.sh"
@@ -51,6 +52,13 @@ check "... the block_sparse_moe keys ExLlamaV3 loads: 2 routers, 24 expert trell
 	test "$(grep -c 'block_sparse_moe\.gate\.weight$' <<<"$names"):$(grep -c 'block_sparse_moe\.experts\.[0-9]*\.w[123]\.trellis$' <<<"$names")" = 2:24
 check "... no mlp.gate, no fused tensor" \
 	test "$(grep -c '\.mlp\.\|gate_up_proj\|experts\.down_proj' <<<"$names")" = 0
+tensor-cat -q qf | pack-write -q --model F r1
+check "pack-write --model F of qf's tensors (the router by its output key): qf again" \
+	cmp r1/model.safetensors qf/model.safetensors
+{ grep -v 'block_sparse_moe\.gate\.weight' <<<"$names" | xargs tensor-cat -q qf; tensor-cat -q F 'model.layers.*.mlp.gate.weight'; } |
+	pack-write -q --model F r2
+check "... the routers given by their v5 name mlp.gate: written as block_sparse_moe.gate, qf again" \
+	cmp r2/model.safetensors qf/model.safetensors
 validate qf --model F "${ev[@]}" -q >v.json
 check "validate against the v5 source: ok" jqe '.ok' v.json
 

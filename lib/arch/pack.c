@@ -367,9 +367,12 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 	for (int i = 0; i < nin; i++) {
 		if (used[i])
 			continue;
-		char sn[X3_KEY_MAX + 16];
-		/* the source's name of it (a renamed module: x3_modules_src_name) */
-		x3_modules_src_name(p->mods, p->nmods, in[i]->name, sn, sizeof sn);
+		char on[X3_KEY_MAX + 16], sn[X3_KEY_MAX + 16];
+		/* a renamed module's tensor (Mixtral v5's mlp.gate), given by
+		 * either name: written under the output's, found in SRC under
+		 * the source's */
+		x3_modules_out_name(p->mods, p->nmods, in[i]->name, on, sizeof on);
+		x3_modules_src_name(p->mods, p->nmods, on, sn, sizeof sn);
 		const x3_tensor *s = x3_st_find(p->src, sn);
 		if (!s) {
 			TRY(problem(L, "stray tensor '%s' (not a linear of the architecture and not in %s)",
@@ -385,7 +388,7 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			            x3_shape_str(in[i], a, sizeof a), x3_shape_str(s, b, sizeof b), src));
 			continue;
 		}
-		TRY(add_ent(L, in[i]->name, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
+		TRY(add_ent(L, on, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
 		used[i] = 1;
 	}
 	for (int i = 0; i < x3_st_count(p->src); i++) {
@@ -406,8 +409,11 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			continue;
 		}
 		int have = 0;
-		for (int k = 0; k < nin && !have; k++)
-			have = !strcmp(in[k]->name, name);
+		for (int k = 0; k < nin && !have; k++) {
+			char kn[X3_KEY_MAX + 16];
+			x3_modules_out_name(p->mods, p->nmods, in[k]->name, kn, sizeof kn);
+			have = !strcmp(kn, name);
+		}
 		if (have)
 			continue;
 		if (!p->passthrough) {
