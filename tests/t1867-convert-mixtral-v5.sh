@@ -8,9 +8,9 @@
 # the per-expert checkpoint. model-eval of the two gives KL 0; convert writes
 # byte-identical directories from both, under the block_sparse_moe keys
 # ExLlamaV3 loads, no mlp.gate and no fused tensor; pack-write takes the
-# router by either name. A v5 checkpoint without
-# mlp.gate.weight, with its router under the per-expert name, or with a
-# gate_up_proj of the wrong shape exits 1 naming the tensor, nothing written.
+# router by either name. A v5 checkpoint without mlp.gate.weight, with its
+# router under the per-expert name, or with a gate_up_proj of the wrong
+# shape exits 1 naming the tensor, nothing written.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"

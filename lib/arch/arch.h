@@ -24,7 +24,11 @@
  * reading their own Hessian groups (the tokens routed to that expert); the
  * router is a matrix passed through unquantized, as ExLlamaV3 keeps it.
  * Rows present only in the dense or only in the sparse layers of a model
- * (decoder_sparse_step, mlp_only_layers) say so in their "when".
+ * (decoder_sparse_step, mlp_only_layers) say so in their "when". Experts
+ * that Transformers v5 fuses in 3-D tensors are rows of them
+ * (x3_fused_expert); a module v5 renames as well (Mixtral's router,
+ * block_sparse_moe.gate, is its mlp.gate) names its v5 key in the row
+ * (fused_key): read from there, written under KEY.
  * Checkpoints that fuse linears (Phi3's self_attn.qkv_proj holds q, k and
  * v one below the other, mlp.gate_up_proj gate and up) are described by
  * the linears ExLlamaV3 loads and the EXL3 directory holds (q_proj,
