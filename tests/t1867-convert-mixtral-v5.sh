@@ -52,6 +52,11 @@ check "... the block_sparse_moe keys ExLlamaV3 loads: 2 routers, 24 expert trell
 	test "$(grep -c 'block_sparse_moe\.gate\.weight$' <<<"$names"):$(grep -c 'block_sparse_moe\.experts\.[0-9]*\.w[123]\.trellis$' <<<"$names")" = 2:24
 check "... no mlp.gate, no fused tensor" \
 	test "$(grep -c '\.mlp\.\|gate_up_proj\|experts\.down_proj' <<<"$names")" = 0
+# sequential: layer l's Hessians through the quantized layers before it,
+# whose files hold the router under the source's name (the overlay)
+convert A sa --mode sequential --bits 2 --work wsa --rows 4 --cols 32 -j 2 -q >/dev/null 2>&1
+convert F sf --mode sequential --bits 2 --work wsf --rows 4 --cols 32 -j 2 -q >/dev/null 2>&1
+check "--mode sequential: the same model.safetensors from both" cmp sa/model.safetensors sf/model.safetensors
 tensor-cat -q qf | pack-write -q --model F r1
 check "pack-write --model F of qf's tensors (the router by its output key): qf again" \
 	cmp r1/model.safetensors qf/model.safetensors
