@@ -9,8 +9,8 @@
 # byte-identical directories from both, under the block_sparse_moe keys
 # ExLlamaV3 loads, no mlp.gate and no fused tensor; pack-write takes the
 # router by either name. A v5 checkpoint without mlp.gate.weight, with its
-# router under the per-expert name, or with a gate_up_proj of the wrong
-# shape exits 1 naming the tensor, nothing written.
+# router under the per-expert name or under both, or with a gate_up_proj of
+# the wrong shape exits 1 naming the tensor, nothing written.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -90,6 +90,10 @@ check_fail "gate_up_proj of 3 experts, config 4: convert names it" 1 "$msg" \
 	convert b3 b3.out --bits 2 --rows 4 --cols 32 -q
 check "... nothing written" test ! -e b3.out
 check_fail "... model-eval names it" 1 "$msg" model-eval -q --model b3 --text eval.txt --rows 1 --cols 16
+{ tensor-cat -q F; tensor-cat -q A model.layers.1.block_sparse_moe.gate.weight; } | bad b5
+check_fail "the router under both names: named" 1 \
+	"tensors 'model.layers.1.mlp.gate.weight' and 'model.layers.1.block_sparse_moe.gate.weight': one module under both names" \
+	tensor-ls --modules b5
 mkdir b4 && cp A/config.json A/tokenizer*.json b4/
 { without A 'model\.layers\.0\.block_sparse_moe\.gate\.weight'; tensor-cat -q F model.layers.0.mlp.gate.weight; } |
 	tensor-cat -q -o b4/model.safetensors -

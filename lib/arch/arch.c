@@ -696,9 +696,12 @@ static int renamed_scan(const x3_model_config *c, const x3_st *st, const x3_modu
 	    expand(c->fused_experts ? d->key : d->fused_key, l, 0, k, sizeof k) ||
 	    snprintf(other, sizeof other, "%s%s", k, sfx) < 0)
 		return x3_err(X3_EINVAL, "layer %d: a key pattern too long", l);
+	int has = x3_st_find(st, other) != NULL;
+	if (x3_st_find(st, want) && has)
+		return x3_err(X3_EFORMAT, "tensors '%s' and '%s': one module under both names (the "
+		              "experts say '%s')", want, other, want);
 	if (x3_st_find(st, want))
 		return X3_OK;
-	int has = x3_st_find(st, other) != NULL;
 	if (c->fused_experts)
 		return x3_err(X3_EFORMAT, "missing tensor '%s' (the checkpoint holds experts in fused 3-D "
 		              "tensors, Transformers v5's layout%s%s%s)", want, has ? ", but has '" : "",

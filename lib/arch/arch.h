@@ -298,7 +298,8 @@ struct x3_st;
  * A checkpoint without them (per-expert keys, an EXL3 directory) leaves
  * fused_experts 0. A module that the fused layout names otherwise
  * (fused_key) must be under the name of the layout found: X3_EFORMAT
- * naming the missing tensor if the checkpoint has it under the other. x3_config_load calls it on the model directory. */
+ * naming the missing tensor if the checkpoint has it under the other, and
+ * naming both if it has it under both. x3_config_load calls it on the model directory. */
 int x3_arch_fused_scan(struct x3_model_config *c, const struct x3_st *st);
 
 /* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer;
