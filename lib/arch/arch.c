@@ -9,17 +9,17 @@
 #define L_(s) "model.layers.{L}." s
 #define LIN(key, slot, role, in, out, bias, hq, group, alloc) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc, 0, NULL, NULL }
+	  L_(group), alloc, 0, NULL, NULL, NULL }
 #define NORM(scope, key, slot, dim, when) \
 	{ key, scope, X3_KIND_VECTOR, slot, X3_ROLE_NORM, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0, NULL, NULL }
+	  NULL, NULL, 0, NULL, NULL, NULL }
 
 /* The Llama decoder, shared by Llama 2/3, Mistral, Qwen2/2.5 and Qwen3
  * (they differ in config rules: biases, q/k norms, sliding window). Model
  * order: the order of the rows. */
 static const x3_module_desc llama_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	    "self_attn.input", "qkv"),
@@ -41,18 +41,18 @@ static const x3_module_desc llama_mods[] = {
 	    "mlp.down_proj.input", "d"),
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL, NULL },
 };
 #define N_(a) (int)(sizeof a / sizeof *a)
 
 /* Rows of a module present only in some layers (WHEN) */
 #define LINW(key, slot, role, in, out, bias, hq, group, alloc, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, when, hq, -1, \
-	  L_(group), alloc, 0, NULL, NULL }
+	  L_(group), alloc, 0, NULL, NULL, NULL }
 /* an expert's linear that a fused checkpoint holds in a 3-D tensor */
 #define LINE(key, slot, role, in, out, hq, group, alloc, fused) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, X3_BIAS_NONE, X3_WHEN_SPARSE, hq, -1, \
-	  L_(group), alloc, 0, NULL, &fused }
+	  L_(group), alloc, 0, NULL, &fused, NULL }
 /* Transformers v5 (its "MoE kernels" checkpoint conversion) and the
  * checkpoints it writes hold a layer's experts as two 3-D tensors:
  * mlp.experts.gate_up_proj (experts, 2 * moe_inter, hidden), each expert's
@@ -64,11 +64,15 @@ static const x3_fused_expert fx_up = { L_("mlp.experts.gate_up_proj"), 2 };
 static const x3_fused_expert fx_down = { L_("mlp.experts.down_proj"), 0 };
 #define MAT(key, slot, role, in, out, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0, NULL, NULL }
+	  NULL, NULL, 0, NULL, NULL, NULL }
+/* ... named FKEY in a checkpoint with fused experts (x3_module_desc.fused_key) */
+#define MATF(key, slot, role, in, out, when, fkey) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
+	  NULL, NULL, 0, NULL, NULL, L_(fkey) }
 /* The attention block and the norms around it, shared by the decoders. */
 #define ATTN_ROWS \
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL }, \
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	    "self_attn.input", "qkv"), \
@@ -85,21 +89,23 @@ static const x3_fused_expert fx_down = { L_("mlp.experts.down_proj"), 0 };
 #define POST_ROWS \
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL, NULL }
 
 /* Mixtral: every layer a block_sparse_moe of num_local_experts experts
  * (w1 gate, w3 up, w2 down), softmax top-k routing renormalized; the
- * router block_sparse_moe.gate is kept unquantized. */
+ * router block_sparse_moe.gate is kept unquantized. Transformers v5 names
+ * the block mlp and fuses the experts (fx_gate, fx_up, fx_down: w1, w3,
+ * w2); the output keeps the block_sparse_moe keys ExLlamaV3 loads. */
 static const x3_module_desc mixtral_mods[] = {
 	ATTN_ROWS,
-	MAT("block_sparse_moe.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS,
-	    X3_WHEN_SPARSE),
-	LINW("block_sparse_moe.experts.{E}.w1", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN,
-	     X3_DIM_MOE_INTER, X3_BIAS_NONE, 0, "block_sparse_moe.experts.{E}.input", "gu", X3_WHEN_SPARSE),
-	LINW("block_sparse_moe.experts.{E}.w3", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN,
-	     X3_DIM_MOE_INTER, X3_BIAS_NONE, 0, "block_sparse_moe.experts.{E}.input", "gu", X3_WHEN_SPARSE),
-	LINW("block_sparse_moe.experts.{E}.w2", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER,
-	     X3_DIM_HIDDEN, X3_BIAS_NONE, 0, "block_sparse_moe.experts.{E}.w2.input", "d", X3_WHEN_SPARSE),
+	MATF("block_sparse_moe.gate", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS,
+	     X3_WHEN_SPARSE, "mlp.gate"),
+	LINE("block_sparse_moe.experts.{E}.w1", X3_SLOT_EXP_GATE, X3_ROLE_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_MOE_INTER, 0, "block_sparse_moe.experts.{E}.input", "gu", fx_gate),
+	LINE("block_sparse_moe.experts.{E}.w3", X3_SLOT_EXP_UP, X3_ROLE_EXPERT, X3_DIM_HIDDEN,
+	     X3_DIM_MOE_INTER, 0, "block_sparse_moe.experts.{E}.input", "gu", fx_up),
+	LINE("block_sparse_moe.experts.{E}.w2", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER,
+	     X3_DIM_HIDDEN, 0, "block_sparse_moe.experts.{E}.w2.input", "d", fx_down),
 	POST_ROWS,
 };
 
@@ -146,7 +152,7 @@ static const x3_module_desc qwen_moe_mods[] = {
  * attention +2, dense MLP +1, shared experts +2. */
 #define VECW(key, slot, role, dim, when, bare) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_VECTOR, slot, role, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, bare, NULL, NULL }
+	  NULL, NULL, bare, NULL, NULL, NULL }
 /* DeepSeek V3's MLP rows, shared by GLM-4 MoE: the first
  * first_k_dense_replace layers a dense mlp.*_proj (--hq +1), the others the
  * router mlp.gate and its e_score_correction_bias (unquantized), the
@@ -175,7 +181,7 @@ static const x3_module_desc qwen_moe_mods[] = {
 	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_experts.down_proj.input", "d", X3_WHEN_SHARED)
 static const x3_module_desc deepseek_v3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINW("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_NONE, 2,
 	     "self_attn.input", "qkv", X3_WHEN_NO_Q_LORA),
@@ -225,10 +231,10 @@ static const char glm4_moe_defaults[] =
 #define GL_(P, s) P "layers.{L}." s
 #define GLIN(P, key, slot, role, in, out, bias, hq, group, alloc) \
 	{ GL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  GL_(P, group), alloc, 0, NULL, NULL }
+	  GL_(P, group), alloc, 0, NULL, NULL, NULL }
 #define GEMMA_ROWS(P, HEAD) \
 	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL }, \
 	NORM(X3_SCOPE_LAYER, GL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	GLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	     "self_attn.input", "qkv"), \
@@ -254,7 +260,7 @@ static const char glm4_moe_defaults[] =
 	     X3_WHEN_ALWAYS), \
 	NORM(X3_SCOPE_POST, P "norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ HEAD, X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0, NULL, NULL }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0, NULL, NULL, NULL }
 static const x3_module_desc gemma_mods[] = { GEMMA_ROWS("model.", "lm_head") };
 static const x3_module_desc gemma3_mm_mods[] = { GEMMA_ROWS("language_model.model.", "language_model.lm_head") };
 /* Hugging Face's Gemma2Config / Gemma3TextConfig defaults: real Gemma3
@@ -289,10 +295,10 @@ static const x3_row_slice phi3_up = { L_("mlp.gate_up_proj"), { X3_DIM_INTER, X3
 /* a linear sliced from a fused source tensor */
 #define LINS(key, slot, role, in, out, bias, hq, group, alloc, slice) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc, 0, &slice, NULL }
+	  L_(group), alloc, 0, &slice, NULL, NULL }
 static const x3_module_desc phi3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINS("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	     "self_attn.input", "qkv", phi3_q),
@@ -537,6 +543,12 @@ static int instantiate(const x3_model_config *c, const x3_module_desc *d, int la
 			              (long long)m->row0, (long long)(m->row0 + m->out), (long long)m->src_rows,
 			              m->weight);
 	}
+	if (d->fused_key && c->fused_experts) {
+		/* the source's name of it; the output keeps KEY */
+		if ((rc = expand(d->fused_key, layer, expert, m->src, sizeof m->src)))
+			return rc;
+		snprintf(m->weight, sizeof m->weight, d->bare ? "%s" : "%s.weight", m->src);
+	}
 	return X3_OK;
 }
 
@@ -633,16 +645,78 @@ const x3_module *x3_modules_slice_of(const x3_module *m, int n, const char *name
 	return NULL;
 }
 
+/* Does module m read its own tensors under another name (fused_key)? */
+static int renamed(const x3_module *m)
+{
+	return !m->sliced && strcmp(m->src, m->key);
+}
+
+const x3_module *x3_modules_renamed(const x3_module *m, int n, const char *name)
+{
+	size_t sl;
+	for (int i = 0; i < n; i++)
+		if (renamed(&m[i]) && !strncmp(name, m[i].src, sl = strlen(m[i].src)) && name[sl] == '.')
+			return &m[i];
+	return NULL;
+}
+
+void x3_modules_out_name(const x3_module *m, int n, const char *name, char *buf, size_t len)
+{
+	const x3_module *r = x3_modules_renamed(m, n, name);
+	if (r)
+		snprintf(buf, len, "%s%s", r->key, name + strlen(r->src));
+	else
+		snprintf(buf, len, "%s", name);
+}
+
+void x3_modules_src_name(const x3_module *m, int n, const char *name, char *buf, size_t len)
+{
+	const x3_module *o = x3_modules_owner(m, n, name);
+	if (o && renamed(o))
+		snprintf(buf, len, "%s%s", o->src, name + strlen(o->key));
+	else
+		snprintf(buf, len, "%s", name);
+}
+
 /* The fused tensor of row d in layer l (NULL: absent), its name in name. */
 static const x3_tensor *fused_src(const x3_st *st, const x3_module_desc *d, int l, char *name, size_t n)
 {
 	return expand(d->fused->src, l, 0, name, n) ? NULL : x3_st_find(st, name);
 }
 
+/* A module of layer l the fused layout names otherwise (fused_key): the
+ * checkpoint must name it as its experts are stored (Mixtral v5's mlp.gate
+ * with fused experts, block_sparse_moe.gate with per-expert keys). */
+static int renamed_scan(const x3_model_config *c, const x3_st *st, const x3_module_desc *d, int l)
+{
+	char want[X3_KEY_MAX + 8], other[X3_KEY_MAX + 8], k[X3_KEY_MAX];
+	const char *sfx = d->bare ? "" : ".weight";
+	if (expand(c->fused_experts ? d->fused_key : d->key, l, 0, k, sizeof k) ||
+	    snprintf(want, sizeof want, "%s%s", k, sfx) < 0 ||
+	    expand(c->fused_experts ? d->key : d->fused_key, l, 0, k, sizeof k) ||
+	    snprintf(other, sizeof other, "%s%s", k, sfx) < 0)
+		return x3_err(X3_EINVAL, "layer %d: a key pattern too long", l);
+	int has = x3_st_find(st, other) != NULL;
+	if (x3_st_find(st, want) && has)
+		return x3_err(X3_EFORMAT, "tensors '%s' and '%s': one module under both names (the "
+		              "experts say '%s')", want, other, want);
+	if (x3_st_find(st, want))
+		return X3_OK;
+	if (c->fused_experts)
+		return x3_err(X3_EFORMAT, "missing tensor '%s' (the checkpoint holds experts in fused 3-D "
+		              "tensors, Transformers v5's layout%s%s%s)", want, has ? ", but has '" : "",
+		              has ? other : "", has ? "', its name with per-expert keys" : "");
+	if (has)
+		return x3_err(X3_EFORMAT, "missing tensor '%s' (the checkpoint holds experts per expert, "
+		              "but has '%s', its name with fused experts)", want, other);
+	return X3_OK;   /* missing altogether: reported by its reader */
+}
+
 int x3_arch_fused_scan(x3_model_config *c, const x3_st *st)
 {
 	const x3_arch_desc *a = c->desc;
 	char name[X3_KEY_MAX], b[64];
+	int rc;
 	c->fused_experts = 0;
 	if (!a || !(a->flags & X3_AF_MOE) || !st)
 		return X3_OK;
@@ -654,6 +728,11 @@ int x3_arch_fused_scan(x3_model_config *c, const x3_st *st)
 			if (a->mods[i].fused && x3_arch_sparse_layer(c, l) &&
 			    fused_src(st, &a->mods[i], l, name, sizeof name))
 				c->fused_experts = 1;
+	for (int l = 0; l < c->n_layers; l++)
+		for (int i = 0; i < a->nmods; i++)
+			if (a->mods[i].fused_key && x3_arch_sparse_layer(c, l) &&
+			    (rc = renamed_scan(c, st, &a->mods[i], l)))
+				return rc;
 	for (int l = 0; l < c->n_layers && c->fused_experts; l++)
 		for (int i = 0; i < a->nmods; i++) {
 			const x3_module_desc *d = &a->mods[i];

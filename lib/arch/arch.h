@@ -24,7 +24,11 @@
  * reading their own Hessian groups (the tokens routed to that expert); the
  * router is a matrix passed through unquantized, as ExLlamaV3 keeps it.
  * Rows present only in the dense or only in the sparse layers of a model
- * (decoder_sparse_step, mlp_only_layers) say so in their "when".
+ * (decoder_sparse_step, mlp_only_layers) say so in their "when". Experts
+ * that Transformers v5 fuses in 3-D tensors are rows of them
+ * (x3_fused_expert); a module v5 renames as well (Mixtral's router,
+ * block_sparse_moe.gate, is its mlp.gate) names its v5 key in the row
+ * (fused_key): read from there, written under KEY.
  * Checkpoints that fuse linears (Phi3's self_attn.qkv_proj holds q, k and
  * v one below the other, mlp.gate_up_proj gate and up) are described by
  * the linears ExLlamaV3 loads and the EXL3 directory holds (q_proj,
@@ -170,6 +174,11 @@ typedef struct x3_module_desc {
 	                              tensor (NULL: KEY.weight itself) */
 	const x3_fused_expert *fused; /* an expert's linear a fused checkpoint
 	                                 holds in a 3-D tensor (NULL: none) */
+	const char *fused_key;  /* pattern of the module's key in a checkpoint
+	                           with fused experts, where it has another name
+	                           (Mixtral's router: Transformers v5 stores
+	                           block_sparse_moe.gate as mlp.gate); it is read
+	                           from there and written under KEY. NULL: KEY */
 } x3_module_desc;
 
 /* Config rules of an architecture (x3_arch_desc.flags). */
@@ -268,6 +277,14 @@ const x3_module *x3_modules_owner(const x3_module *m, int n, const char *name);
  * src's .weight or .bias), or NULL: the fused tensors are consumed by the
  * linears sliced from them, never passed through. */
 const x3_module *x3_modules_slice_of(const x3_module *m, int n, const char *name);
+/* The module the source checkpoint holds under another name than its key
+ * (x3_module_desc.fused_key) whose tensors (SRC.<part>) include NAME, or
+ * NULL. */
+const x3_module *x3_modules_renamed(const x3_module *m, int n, const char *name);
+/* The output's name of the source tensor NAME (KEY.<part> for a renamed
+ * module's SRC.<part>, else NAME), and the reverse, into buf. */
+void x3_modules_out_name(const x3_module *m, int n, const char *name, char *buf, size_t len);
+void x3_modules_src_name(const x3_module *m, int n, const char *name, char *buf, size_t len);
 /* The comma list of the weights ("KEY.weight") that read Hessian group
  * GROUP, in model order, into buf. */
 int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len);
@@ -279,7 +296,10 @@ struct x3_st;
  * against the config: present, float, (experts, 2 * moe_inter, hidden)
  * and (experts, hidden, moe_inter). X3_EFORMAT naming the tensor if not.
  * A checkpoint without them (per-expert keys, an EXL3 directory) leaves
- * fused_experts 0. x3_config_load calls it on the model directory. */
+ * fused_experts 0. A module that the fused layout names otherwise
+ * (fused_key) must be under the name of the layout found: X3_EFORMAT
+ * naming the missing tensor if the checkpoint has it under the other, and
+ * naming both if it has it under both. x3_config_load calls it on the model directory. */
 int x3_arch_fused_scan(struct x3_model_config *c, const struct x3_st *st);
 
 /* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer;

@@ -367,7 +367,13 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 	for (int i = 0; i < nin; i++) {
 		if (used[i])
 			continue;
-		const x3_tensor *s = x3_st_find(p->src, in[i]->name);
+		char on[X3_KEY_MAX + 16], sn[X3_KEY_MAX + 16];
+		/* a renamed module's tensor (Mixtral v5's mlp.gate), given by
+		 * either name: written under the output's, found in SRC under
+		 * the source's */
+		x3_modules_out_name(p->mods, p->nmods, in[i]->name, on, sizeof on);
+		x3_modules_src_name(p->mods, p->nmods, on, sn, sizeof sn);
+		const x3_tensor *s = x3_st_find(p->src, sn);
 		if (!s) {
 			TRY(problem(L, "stray tensor '%s' (not a linear of the architecture and not in %s)",
 			            in[i]->name, src));
@@ -382,12 +388,15 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			            x3_shape_str(in[i], a, sizeof a), x3_shape_str(s, b, sizeof b), src));
 			continue;
 		}
-		TRY(add_ent(L, in[i]->name, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
+		TRY(add_ent(L, on, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
 		used[i] = 1;
 	}
 	for (int i = 0; i < x3_st_count(p->src); i++) {
 		const x3_tensor *s = x3_st_get(p->src, i);
-		const char *name = s->name;
+		char name[X3_KEY_MAX + 16];
+		/* written under its output name (Mixtral v5's mlp.gate as
+		 * block_sparse_moe.gate: x3_modules_out_name) */
+		x3_modules_out_name(p->mods, p->nmods, s->name, name, sizeof name);
 		const x3_module *own = x3_modules_owner(p->mods, p->nmods, name);
 		size_t nl = strlen(name), rl = strlen("rotary_emb.inv_freq");
 		/* the RoPE buffer some writers store is not a weight */
@@ -400,8 +409,11 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			continue;
 		}
 		int have = 0;
-		for (int k = 0; k < nin && !have; k++)
-			have = !strcmp(in[k]->name, name);
+		for (int k = 0; k < nin && !have; k++) {
+			char kn[X3_KEY_MAX + 16];
+			x3_modules_out_name(p->mods, p->nmods, in[k]->name, kn, sizeof kn);
+			have = !strcmp(kn, name);
+		}
 		if (have)
 			continue;
 		if (!p->passthrough) {

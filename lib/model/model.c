@@ -188,8 +188,9 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 		const x3_module *d = mod(m, l, mats[i]);
 		if (!d)
 			continue;
-		/* checked as a dense (out, in) weight */
-		if ((rc = x3_linear_open(norm_src(m, l, d->weight), d->key, d->in, d->out, 0, 1, NULL)))
+		/* checked as a dense (out, in) weight, under the source's name
+		 * of it (src: Mixtral v5's mlp.gate) */
+		if ((rc = x3_linear_open(norm_src(m, l, d->weight), d->src, d->in, d->out, 0, 1, NULL)))
 			goto fail;
 		const x3_tensor *t = x3_st_find(norm_src(m, l, d->weight), d->weight);
 		if (!check && !(w->vec[mats[i]] = x3_tensor_f32(t))) {

@@ -3,7 +3,8 @@
  * with dense layers (mlp_only_layers, decoder_sparse_step), Qwen2-MoE's
  * shared expert; per-expert modules and Hessian groups, the router kept
  * unquantized, model order, and configs whose expert counts contradict
- * each other refused naming the key. */
+ * each other refused naming the key. Mixtral in Transformers v5's layout
+ * (fused experts, the router as mlp.gate) under the same keys. */
 #include <string.h>
 #include "test.h"
 #include "arch.h"
@@ -63,6 +64,34 @@ int main(void)
 	CHECK(d && d->role == X3_ROLE_EXPERT && lay == 17, "classify an expert key");
 	CHECK(!x3_arch_classify("model.layers.1.block_sparse_moe.experts.05.w3", &lay),
 	      "an expert number with a leading zero is no expert");
+	CHECK(!x3_modules_renamed(m, n, "model.layers.1.block_sparse_moe.gate.weight") &&
+	      !strcmp(r->src, r->key), "per-expert keys: nothing renamed");
+	free(m);
+
+	/* Mixtral in Transformers v5's layout: the router read from mlp.gate,
+	 * the experts rows of the fused tensors, the keys unchanged */
+	c.fused_experts = 1;
+	CHECK_OK(x3_arch_modules(&c, &m, &n), "Mixtral v5 modules");
+	CHECK(n == 1 + 4 * (2 + 4 + 1 + 9) + 2, "Mixtral v5: the same %d modules", n);
+	r = find(m, n, "model.layers.1.block_sparse_moe.gate");
+	CHECK(r && !r->sliced && !strcmp(r->src, "model.layers.1.mlp.gate") &&
+	      !strcmp(r->weight, "model.layers.1.mlp.gate.weight"), "router: read from %s", r ? r->weight : "-");
+	const x3_module *w3 = find(m, n, "model.layers.1.block_sparse_moe.experts.1.w3");
+	CHECK(w3 && w3->fused && !strcmp(w3->weight, "model.layers.1.mlp.experts.gate_up_proj") &&
+	      w3->row0 == 320 + 160 && w3->src_rows == 3 * 320, "expert 1's w3: rows 480.. of gate_up_proj");
+	char nb[160];
+	CHECK(x3_modules_renamed(m, n, "model.layers.1.mlp.gate.weight") == r &&
+	      !x3_modules_renamed(m, n, "model.layers.1.mlp.gate_x.weight") &&
+	      !x3_modules_renamed(m, n, "model.layers.1.block_sparse_moe.gate.weight"), "renamed: by source name");
+	x3_modules_out_name(m, n, "model.layers.1.mlp.gate.weight", nb, sizeof nb);
+	CHECK(!strcmp(nb, "model.layers.1.block_sparse_moe.gate.weight"), "output name: %s", nb);
+	x3_modules_src_name(m, n, "model.layers.1.block_sparse_moe.gate.weight", nb, sizeof nb);
+	CHECK(!strcmp(nb, "model.layers.1.mlp.gate.weight"), "source name: %s", nb);
+	x3_modules_out_name(m, n, "model.layers.1.input_layernorm.weight", nb, sizeof nb);
+	CHECK(!strcmp(nb, "model.layers.1.input_layernorm.weight"), "others keep their names");
+	CHECK(x3_modules_slice_of(m, n, "model.layers.0.mlp.experts.down_proj") &&
+	      !x3_modules_slice_of(m, n, "model.layers.0.mlp.gate.weight"),
+	      "the fused tensors are the experts', the router no slice");
 	free(m);
 
 	/* Qwen3-MoE: layer 0 dense (mlp_only_layers), layers 1 and 3 sparse
