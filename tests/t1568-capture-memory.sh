@@ -7,7 +7,8 @@
 # Hessian) + the calibration hidden states + a constant (64 MiB here: the
 # program, its libraries and OpenBLAS's buffers). Before the pages were
 # dropped, layer 3 of this model peaked 214 MB above layer 0 (382 vs 168
-# MB), over the bound.
+# MB), over the bound. convert -n's estimate of the capture's memory
+# covers the measured peak.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -31,4 +32,9 @@ bound=$(( 2 * (H * I * 4 + I * I * 8) + R * C * H * 4 + (64 << 20) ))
 check "peak $((p3 >> 20)) MiB <= 2 x (down_proj F32 + its F64 Hessian) + hidden states + 64 MiB = $((bound >> 20)) MiB" \
 	test "$p3" -le "$bound"
 check "... and the Hessians are those of the layer: 4 groups" test "$(tensor-ls h.3-3 | wc -l)" -eq 4
+# convert -n's estimate of a capture's memory (README "Dry run"): above what
+# the capture of a layer took, and not more than twice it
+est=$(convert m out --bits 4 --rows $R --cols $C -n --json | jq .memory.capture)
+check "convert -n: capture memory estimate $((est >> 20)) MiB >= the measured $((p3 >> 20)) MiB, <= twice it" \
+	test "$est" -ge "$p3" -a "$est" -le $((2 * p3))
 done_testing
