@@ -48,7 +48,9 @@ static const char usage[] =
 	"                   save the hidden states entering layer A (one frame)\n"
 	"  --hidden-in FILE start from hidden states saved by --hidden-out (of the\n"
 	"                   same tokens, a layer <= A) instead of the embedding\n"
-	"  --chunk N        tokens per forward chunk (default 4096)\n"
+	"  --chunk N        tokens per forward chunk (default 4096, fewer where a\n"
+	"                   chunk's activations would pass 256 MiB: whole rows, at\n"
+	"                   least one)\n"
 	"  --moe-capture M  experts' Hessians (mixture-of-experts models): routed\n"
 	"                   (default: the rows the router sends to each), weighted\n"
 	"                   (those scaled by the routing weight) or all (every token\n"
@@ -599,7 +601,10 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	if (la > n || lb > n)
 		die("--layers: layer %d does not exist (the model has %d layers, 0-%d, and %d is the head)",
 		    la > n ? la : lb, n, n - 1, n);
-	struct x3_model_opts mo = { 0 };
+	/* one dense linear's F32 weight at a time (model.h): the capture's
+	 * peak memory is the Hessians and the hidden states, not a layer's
+	 * weights */
+	struct x3_model_opts mo = { .weights_on_use = 1 };
 	if (quant) {
 		mo.overlay_dir = quant;
 		mo.overlay_first = 0;
@@ -662,6 +667,14 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.hook_first = la;
 	fo.hook_last = lb;
 	fo.last_layer = lb;
+	/* a forward chunk's activations (about 4 * (4 hidden + 3 intermediate)
+	 * bytes a token) within 256 MiB, so that at an 8B Llama's width they
+	 * do not outgrow the Hessians: whole rows, at least one */
+	if (chunk <= 0) {
+		int64_t inter = cfg.intermediate > cfg.moe_inter ? cfg.intermediate : cfg.moe_inter;
+		int64_t per = 4 * (4 * cfg.hidden + 3 * inter), fit = per > 0 ? (256LL << 20) / per : 4096;
+		chunk = fit < 4096 ? (long)fit : 4096;
+	}
 	fo.chunk_tokens = chunk;
 	fo.seg_rows = crow;
 	fo.seg_done = cap_seg_done;
@@ -1055,7 +1068,7 @@ int main(int argc, char **argv)
 	int ntexts = 0, f64 = 0, merge = 0, act = 0, la = 0, lb = -1, have_layers = 0;
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
 	int want_device = X3_DEVICE_CPU, have_device = 0;
-	long rows = 0, cols = 0, chunk = 4096, min_tokens = -1, chunk_rows = 0, part = -1;
+	long rows = 0, cols = 0, chunk = 0, min_tokens = -1, chunk_rows = 0, part = -1;
 	int moe = MOE_ROUTED, have_moe = 0, lparts = 0;
 	const char *report = NULL;
 	int c;

@@ -19,6 +19,12 @@ struct x3_linear {
 	float *b;       /* (out) or NULL */
 	x3_exl3 *q;     /* EXL3 linear, or NULL */
 	char *key;
+	/* a dense weight's source: rows [row0, row0 + out) of the (rows, in)
+	 * tensor src, borrowed from the open checkpoint; with on_use the F32
+	 * weight is made from it for each x3_linear_apply and freed after */
+	const x3_tensor *src;
+	int64_t row0, rows;
+	int on_use;
 	/* on the device (x3_linear_set_device cuda): a dense weight, or an
 	 * EXL3 linear plus, made on the first batch of more than
 	 * GPU_GEMV_ROWS rows, its dense reconstruction */
@@ -154,6 +160,7 @@ static int open_dense(x3_st *st, const char *key, const char *src, int64_t row0,
 		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", wn);
 	}
 	l->in = in, l->out = out;
+	l->src = w, l->row0 = row0, l->rows = rows;
 	l->w = rows_f32(w, row0, out, rows, in);
 	if (!l->w || (b && !(l->b = rows_f32(b, row0, out, rows, 1)))) {
 		x3_linear_free(l);
@@ -287,6 +294,23 @@ static void gpu_release(x3_linear *l)
 	l->dev = X3_DEVICE_CPU;
 }
 
+int x3_linear_on_use(x3_linear *l)
+{
+	if (l->q || !l->src || l->dev != X3_DEVICE_CPU)
+		return X3_OK;
+	free(l->w);
+	l->w = NULL;
+	l->on_use = 1;
+	return X3_OK;
+}
+
+/* The F32 weight of an on_use linear, made now (the caller frees it). */
+static int use_weight(const x3_linear *l, float **w)
+{
+	*w = rows_f32(l->src, l->row0, l->out, l->rows, l->in);
+	return *w ? X3_OK : x3_errprefix(X3_ENOMEM, "linear '%s'", l->key);
+}
+
 int x3_linear_set_device(x3_linear *l, int dev)
 {
 	if (dev != X3_DEVICE_CPU && dev != X3_DEVICE_CUDA)
@@ -298,9 +322,13 @@ int x3_linear_set_device(x3_linear *l, int dev)
 	if (dev == X3_DEVICE_CPU)
 		return X3_OK;
 	int rc = x3_gpu_open(&l->gpu);
+	float *tw = NULL;
+	if (!rc && !l->q && l->on_use)
+		rc = use_weight(l, &tw);
 	if (!rc)
 		rc = l->q ? x3_exl3_upload(l->q, l->gpu, &l->gq)
-		          : l->gpu->dense_create(l->w, l->b, l->in, l->out, &l->gd);
+		          : l->gpu->dense_create(tw ? tw : l->w, l->b, l->in, l->out, &l->gd);
+	free(tw);
 	if (rc)
 		return x3_errprefix(rc, "linear '%s': upload to cuda", l->key);
 	l->dev = X3_DEVICE_CUDA;
@@ -330,9 +358,16 @@ int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, int64_t seg, flo
 			return x3_errprefix(rc, "linear '%s'", l->key);
 		}
 	}
+	float *tw = NULL;
+	if (l->on_use && !l->w) {
+		int rc = use_weight(l, &tw);
+		if (rc)
+			return rc;
+	}
 	/* fixed row blocks from each segment's start: a row's output does not
 	 * depend on the batch it is in or on the thread count (blas.h) */
-	int rc = x3_gemm_xwt(x, rows, seg, l->in, l->w, l->out, y);
+	int rc = x3_gemm_xwt(x, rows, seg, l->in, tw ? tw : l->w, l->out, y);
+	free(tw);
 	if (rc)
 		return x3_errprefix(rc, "linear '%s'", l->key);
 	if (l->b) {

@@ -26,6 +26,7 @@ struct x3_model {
 	int *slot;              /* (n_layers + 1, X3_SLOT_COUNT): index into
 	                           mods, -1 if absent; row n_layers: the modules
 	                           before and after the layers */
+	int on_use;             /* x3_model_opts.weights_on_use */
 };
 
 /* The module of a slot in layer l (l = n_layers: outside the layers). */
@@ -172,6 +173,10 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 		if ((rc = open_mod(m, l, d, check, &w->lin[d->d->slot])))
 			goto fail;
 	}
+	/* the layer's dense linears (not the experts) made F32 on each use */
+	for (int i = 0; i < X3_SLOT_COUNT && m->on_use && !check; i++)
+		if (w->lin[i] && (rc = x3_linear_on_use(w->lin[i])))
+			goto fail;
 	for (int i = 0; i < N_VEC; i++) {
 		const x3_module *d = mod(m, l, vec_slots[i]);
 		if (d && (rc = load_vec(norm_src(m, l, d->weight), d->weight, d->out,
@@ -256,6 +261,7 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		goto fail;
 	if ((rc = x3_st_open(dir, &m->st)))
 		goto fail;
+	m->on_use = opts && opts->weights_on_use;
 	if (opts && opts->overlay_dir) {
 		if ((rc = x3_st_open(opts->overlay_dir, &m->ov)))
 			goto fail;
@@ -1015,6 +1021,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	x3_linear *head = NULL;
 	const x3_module *fn = mod(m, n, X3_SLOT_FINAL_NORM);
 	if ((rc = load_vec(m->st, fn->weight, fn->out, &norm)) || (rc = head_open(m, 0, &head)) ||
+	    (m->on_use && (rc = x3_linear_on_use(head))) ||
 	    (o->device != X3_DEVICE_CPU && (rc = x3_linear_set_device(head, o->device)))) {
 		free(norm);
 		x3_linear_free(head);
