@@ -21,7 +21,7 @@
 static const char usage[] =
 	"usage: hessian-capture --model DIR (--text FILE... | --tokens FRAMES) [--rows R]\n"
 	"                       [--cols C] [--layers A-B] [--quantized DIR] [--split MODE]\n"
-	"                       [--hidden-in FILE] [--hidden-out FILE]\n"
+	"                       [--hidden-in FILE] [--hidden-out FILE] [--hidden-next FILE]\n"
 	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
 	"                       [--moe-capture routed|weighted|all] [--min-tokens N]\n"
 	"                       [--report FILE]\n"
@@ -46,6 +46,9 @@ static const char usage[] =
 	"  --quantized DIR  take layers < A from this EXL3 directory (sequential mode)\n"
 	"  --hidden-out FILE\n"
 	"                   save the hidden states entering layer A (one frame)\n"
+	"  --hidden-next FILE\n"
+	"                   save those entering layer B+1 (the output of B): the\n"
+	"                   next capture of the same layers starts there\n"
 	"  --hidden-in FILE start from hidden states saved by --hidden-out (of the\n"
 	"                   same tokens, a layer <= A) instead of the embedding\n"
 	"  --chunk N        tokens per forward chunk (default 4096, fewer where a\n"
@@ -411,39 +414,48 @@ static int cap_hook(void *ctx, const struct x3_capture *c)
 
 /* --hidden-out: the hidden states entering the first captured layer, as
  * one frame "hidden" (rows, cols, hidden) with the layer and a hash of the
- * token ids, for a later --hidden-in */
+ * token ids, for a later --hidden-in; --hidden-next: those entering the
+ * layer after the last captured one (the forward's output there) */
 struct hid {
-	const char *out;
-	int layer;
+	const char *out, *next;
+	int layer, next_layer;
 	int64_t rows, cols;
 	char tokens[17];
 };
+
+static const char *hid_next;   /* --hidden-next FILE, or NULL */
 
 static void tokens_hash(const int32_t *ids, int64_t n, char hex[17])
 {
 	snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits(ids, (size_t)n * sizeof *ids));
 }
 
-static int hid_save(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden)
+static void hid_write(const struct hid *h, const char *path, int layer, const float *x, int64_t hidden)
 {
-	struct hid *h = ctx;
-	if (layer != h->layer || !h->out)
-		return X3_OK;
 	int64_t shape[3] = { h->rows, h->cols, hidden };
 	x3_tensor *t = x3_tensor_new("hidden", X3_F32, 3, shape, 0);
 	if (!t || x3_meta_setf(t, "role", "hidden") || x3_meta_setf(t, "layer", "%d", layer) ||
 	    x3_meta_set(t, "tokens_xxh3", h->tokens))
-		die_x3("%s", h->out);
-	(void)ntok;
+		die_x3("%s", path);
 	t->data = (void *)x;
 	struct outfile of;
 	x3_writer *w;
-	if (x3_writer_open_fd(outfile_open(&of, h->out), 0, &w) || x3_writer_put(w, t) ||
+	if (x3_writer_open_fd(outfile_open(&of, path), 0, &w) || x3_writer_put(w, t) ||
 	    x3_writer_close(w))
-		die_x3("%s", h->out);
+		die_x3("%s", path);
 	outfile_commit(&of);
 	t->data = NULL;
 	x3_tensor_free(t);
+}
+
+static int hid_save(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden)
+{
+	struct hid *h = ctx;
+	(void)ntok;
+	if (layer == h->layer && h->out)
+		hid_write(h, h->out, layer, x, hidden);
+	if (layer == h->next_layer && h->next)
+		hid_write(h, h->next, layer, x, hidden);
 	return X3_OK;
 }
 
@@ -681,7 +693,8 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.seg_done_ctx = &k;
 	fo.layer_done = cap_layer_done;
 	fo.layer_done_ctx = &k;
-	struct hid hd = { .out = hid_out, .layer = la, .rows = rows, .cols = cols };
+	struct hid hd = { .out = hid_out, .next = hid_next, .layer = la, .next_layer = lb + 1,
+	                  .rows = rows, .cols = cols };
 	tokens_hash(pids, (int64_t)rows * cols, hd.tokens);
 	fo.layer_input = hid_save;
 	fo.layer_input_ctx = &hd;
@@ -1043,7 +1056,7 @@ int main(int argc, char **argv)
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
 	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN,
-	       O_HIN, O_HOUT, O_DEV, O_MOE, O_MINTOK, O_REPORT, O_CROWS, O_PART, O_LPARTS };
+	       O_HIN, O_HOUT, O_HNEXT, O_DEV, O_MOE, O_MINTOK, O_REPORT, O_CROWS, O_PART, O_LPARTS };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -1055,6 +1068,7 @@ int main(int argc, char **argv)
 		{ "strict", no_argument, 0, O_STRICT }, { "chunk", required_argument, 0, O_CHUNK },
 		{ "zstd", optional_argument, 0, O_ZSTD }, { "even-odd", no_argument, 0, O_EVEN },
 		{ "hidden-in", required_argument, 0, O_HIN }, { "hidden-out", required_argument, 0, O_HOUT },
+		{ "hidden-next", required_argument, 0, O_HNEXT },
 		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
 		{ "moe-capture", required_argument, 0, O_MOE }, { "min-tokens", required_argument, 0, O_MINTOK },
 		{ "report", required_argument, 0, O_REPORT },
@@ -1105,6 +1119,7 @@ int main(int argc, char **argv)
 		case O_LPARTS: lparts = 1; break;
 		case O_HIN: hid_in = optarg; break;
 		case O_HOUT: hid_out = optarg; break;
+		case O_HNEXT: hid_next = optarg; break;
 		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
 		case O_MOE:
 			for (moe = 0; moe < 3 && strcmp(optarg, moe_names[moe]); moe++)
@@ -1121,7 +1136,7 @@ int main(int argc, char **argv)
 	if (merge + act > 1)
 		usage_error(usage, "--merge and --activations exclude each other");
 	if (merge || act) {
-		if (model || tokens || ntexts || quant || have_layers || hid_in || hid_out ||
+		if (model || tokens || ntexts || quant || have_layers || hid_in || hid_out || hid_next ||
 		    chunk_rows || part >= 0 || lparts)
 			usage_error(usage, "--%s takes frames, not a model or text",
 			            merge ? "merge" : "activations");
@@ -1145,8 +1160,9 @@ int main(int argc, char **argv)
 			usage_error(usage, "--quantized needs --layers A-B with A > 0");
 	}
 	if (lparts) {   /* text on stdout, no frames */
-		if (part >= 0 || outfile || hid_out)
-			usage_error(usage, "--list-parts prints the chunks: not with --part, -o or --hidden-out");
+		if (part >= 0 || outfile || hid_out || hid_next)
+			usage_error(usage, "--list-parts prints the chunks: not with --part, -o, --hidden-out or "
+			            "--hidden-next");
 		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
 		           even_odd, strict, chunk, f64, chunk_rows, -2, hid_in, hid_out, moe,
 		           min_tokens, NULL, NULL);

@@ -50,6 +50,18 @@ check "layer 2 (head) from each part's hidden states, merged == one process" bas
 	'for i in 0 1 2; do hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --part $i --layers 2 --hidden-in hid$i >r$i || exit 1; done
 	 hessian-capture -q --merge r2 r1 r0 | cmp - <(hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --layers 2)'
 check_fail "another part's hidden states" 1 "other tokens" hc --tokens tok --chunk-rows 3 --part 1 --layers 2 --hidden-in hid0
+# --hidden-next: the states leaving the captured layer (convert's chain of
+# captures, each running its own layer alone), per part too
+for i in 0 1 2; do hc --tokens tok --chunk-rows 3 --part $i --layers 0-0 --hidden-next nx$i >/dev/null; done
+check "--hidden-next of layer 0: the states entering layer 1" \
+	test "$(tensor-ls nx0 | jq -r '[.meta.layer, (.shape | map(tostring) | join("x"))] | join(" ")')" = "1 3x16x32"
+check "layer 1 from them, parts merged == layer 1 from the embedding, byte for byte" bash -c \
+	'for i in 0 1 2; do hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --part $i --layers 1-1 --hidden-in nx$i >s$i || exit 1; done
+	 hessian-capture -q --merge s0 s1 s2 | cmp - <(hessian-capture -q --model m --chunk 32 --tokens tok --chunk-rows 3 --layers 1-1)'
+hc --tokens tok --chunk-rows 3 --part 0 --layers 1-1 --hidden-out ho0 >/dev/null
+check "... the same states --hidden-out of a capture of layer 1 saves" cmp ho0 nx0
+check_fail "states entering layer 1 refused for a capture of layer 0" 1 "after the first captured layer" \
+	hc --tokens tok --chunk-rows 3 --part 0 --layers 0-0 --hidden-in nx0
 
 # mixture of experts: an expert's rows are batched per forward chunk, which
 # never spans two calibration chunks. The routed sums only (--min-tokens 1),

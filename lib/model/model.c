@@ -1009,9 +1009,11 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		if (o->layer_done && (rc = o->layer_done(o->layer_done_ctx, l, n)))
 			goto out;
 	}
-	if (o->last_layer < n)
+	/* the states entering the layer after the last one run (its output),
+	 * also when the forward stops before that layer */
+	if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, last + 1, x, T, H)))
 		goto out;
-	if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, n, x, T, H)))
+	if (o->last_layer < n)
 		goto out;
 	int want_hook = o->hook && o->hook_first <= n && o->hook_last >= n;
 	if (!want_hook && o->logits_mode == X3_LOGITS_NONE)

@@ -121,8 +121,10 @@ struct x3_forward_opts {
 	float *hidden;
 	int first_layer;
 	/* Called with the hidden states (ntok, hidden) entering each layer
-	 * before it runs (layer n_layers: the final norm and head); may be
-	 * NULL. A non-zero return aborts the forward. */
+	 * before it runs (layer n_layers: the final norm and head), and with
+	 * those entering layer last_layer + 1 when the forward stops before
+	 * it (the output of the last layer run); may be NULL. A non-zero
+	 * return aborts the forward. */
 	int (*layer_input)(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden);
 	void *layer_input_ctx;
 	/* Where the linears multiply: X3_DEVICE_CPU (default) or
