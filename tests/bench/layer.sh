@@ -27,7 +27,8 @@
 #   BENCH_BITS                        rate (4)
 # A full-size run takes about 30-40 minutes on 2 cores; scale the layer
 # down (e.g. HIDDEN=1024 INTER=3584 HEADS=8 KV=2 ROWS=8 COLS=512) to try it.
-# Prints a table and one JSON line; exits 1 when the target is missed.
+# Also the peak RSS against the issue's memory bound. Prints a table and
+# one JSON line; exits 1 when the rate target is missed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
@@ -100,6 +101,13 @@ pct=$(awk -v a="$rate_core" -v b="$vit_core" 'BEGIN { printf "%.1f", (b > 0 ? 10
 printf 'layer: %d weights in %.1f s wall, %.1f s CPU on %d cores, peak RSS %.0f MiB\n' "$weights" "$wall" "$cpu" "$cores" "$(awk -v k="$kb" 'BEGIN { print k / 1024 }')"
 printf 'per core (CPU time): layer %d weights/s, Viterbi only %d weights/s (K=%d): %s%%\n' "$rate_core" "${vit_core%.*}" "$B" "$pct"
 echo "target: the whole layer at >= 70% of the Viterbi-only rate"
+# the issue's memory bound: 2 x (the largest weight, down_proj, and its
+# Hessian, intermediate^2, both F32) + the calibration hidden states (F32)
+# + a constant, 64 MiB (the program, its libraries, BLAS buffers: t1568's)
+bound_kib=$(awk -v h="$H" -v i="$I" -v r="$R" -v c="$C" 'BEGIN { printf "%.0f", (2 * (4 * h * i + 4 * i * i) + 4 * r * c * h) / 1024 + 65536 }')
+printf 'memory: peak %.0f MiB, bound 2 x (largest weight + its Hessian) + hidden states + 64 MiB = %.0f MiB: %s\n' \
+	"$(awk -v k="$kb" 'BEGIN { print k / 1024 }')" "$(awk -v k="$bound_kib" 'BEGIN { print k / 1024 }')" \
+	"$([ "$kb" -le "$bound_kib" ] && echo met || echo "missed (by $(( (kb - bound_kib) / 1024 )) MiB)")"
 printf '\n%-10s %12s %12s %12s\n' projection "2 cores" "16 cores" "64 cores"
 json_p=
 for m in "8B:32:1" "70B:80:3.333"; do
@@ -112,5 +120,5 @@ for m in "8B:32:1" "70B:80:3.333"; do
 	done
 	echo "$line"
 done
-echo "{\"bench\":\"layer\",\"hidden\":$H,\"inter\":$I,\"heads\":$NH,\"kv_heads\":$NKV,\"rows\":$R,\"cols\":$C,\"bits\":$B,\"weights\":$weights,\"cores\":$cores,\"wall_s\":$wall,\"cpu_s\":$cpu,\"peak_rss_kib\":$kb,\"stages_s\":{$json_s},\"layer_weights_per_core_s\":$rate_core,\"viterbi_weights_per_core_s\":${vit_core:-0},\"pct_of_viterbi\":$pct,\"target_pct\":70,\"projection\":[$json_p]}"
+echo "{\"bench\":\"layer\",\"hidden\":$H,\"inter\":$I,\"heads\":$NH,\"kv_heads\":$NKV,\"rows\":$R,\"cols\":$C,\"bits\":$B,\"weights\":$weights,\"cores\":$cores,\"wall_s\":$wall,\"cpu_s\":$cpu,\"peak_rss_kib\":$kb,\"memory_bound_kib\":$bound_kib,\"stages_s\":{$json_s},\"layer_weights_per_core_s\":$rate_core,\"viterbi_weights_per_core_s\":${vit_core:-0},\"pct_of_viterbi\":$pct,\"target_pct\":70,\"projection\":[$json_p]}"
 awk -v p="$pct" 'BEGIN { exit !(p >= 70) }'
