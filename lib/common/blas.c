@@ -225,3 +225,21 @@ void x3_tri_unpack(const double *T, int64_t n, int f64, void *out)
 			}
 	}
 }
+
+void x3_tri_add_full(double *T, int64_t n, const void *g, int f32, double w, int first)
+{
+	if (n <= 0)
+		return;
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B, np = nb * (nb + 1) / 2;
+	#pragma omp parallel for schedule(dynamic, 1) if(np > 1 && n * n > (1 << 18))
+	for (int64_t p = 0; p < np; p++) {
+		TRI_BLOCK(p);
+		double *t = T + off;
+		for (int64_t i = 0; i < wi; i++)
+			for (int64_t j = bi == bj ? i : 0; j < wj; j++) {
+				int64_t a = (i0 + i) * n + j0 + j;
+				double v = f32 ? (double)((const float *)g)[a] : ((const double *)g)[a];
+				t[i * wj + j] = first ? w * v : t[i * wj + j] + w * v;   /* exact when w is 1 */
+			}
+	}
+}

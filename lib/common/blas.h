@@ -59,6 +59,9 @@ int64_t x3_tri_at(int64_t n, int64_t i, int64_t j);
 /* The whole symmetric (n, n) matrix out (F64 when f64, else F32 rounded
  * once) from its packed upper triangle T. */
 void x3_tri_unpack(const double *T, int64_t n, int f64, void *out);
+/* T (packed) += w times the upper triangle of the full symmetric (n, n) g
+ * (F32 when f32, else F64); first: T = that instead. */
+void x3_tri_add_full(double *T, int64_t n, const void *g, int f32, double w, int first);
 /* T (packed, n) += xᵀx: the blocks of x3_gram_acc_f64, each product the
  * same DGEMM, so the same bits. */
 void x3_gram_acc_tri_f64(const double *x, int64_t rows, int64_t n, double *T);

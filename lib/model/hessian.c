@@ -168,19 +168,6 @@ static int gpu_fetch(const x3_hess *h, float **gh)
 	return X3_OK;
 }
 
-/* T (packed) += the upper triangle of the full symmetric (n, n) g, times
- * w (F32 when f32, else F64); first: T = that instead (T uninitialized). */
-static void tri_add_full(double *T, int64_t n, const void *g, int f32, double w, int first)
-{
-	#pragma omp parallel for schedule(static) if(n * n > (1 << 18))
-	for (int64_t i = 0; i < n; i++)
-		for (int64_t j = i; j < n; j++) {
-			double v = f32 ? (double)((const float *)g)[i * n + j] : ((const double *)g)[i * n + j];
-			int64_t k = x3_tri_at(n, i, j);
-			T[k] = first ? w * v : T[k] + w * v;   /* w * v: exact when w is 1 */
-		}
-}
-
 int x3_hess_end_chunk(x3_hess *h)
 {
 	int64_t nn = x3_tri_size(h->n);
@@ -192,7 +179,7 @@ int x3_hess_end_chunk(x3_hess *h)
 			free(gh);
 			return rc;
 		}
-		tri_add_full(h->part, h->n, gh, 1, 1.0, 0);
+		x3_tri_add_full(h->part, h->n, gh, 1, 1.0, 0);
 		free(gh);
 		h->popen = 1, h->gopen = 0;
 		h->gpu->hessian_free(h->g);
@@ -317,7 +304,7 @@ static int add_frame(x3_hess *h, const x3_tensor *t, double w, int64_t rows)
 	if (first && !(h->tot = calloc((size_t)x3_tri_size(h->n), sizeof *h->tot)))
 		return x3_err(X3_ENOMEM, "hessian '%s': out of memory for %lldx%lld", h->name,
 		              (long long)h->n, (long long)h->n);
-	tri_add_full(h->tot, h->n, t->data, t->dtype == X3_F32, w, first);
+	x3_tri_add_full(h->tot, h->n, t->data, t->dtype == X3_F32, w, first);
 	h->count += rows < 0 ? cnt : rows;
 	h->dropped += rows < 0 ? drop : 0;
 	return X3_OK;
@@ -352,7 +339,7 @@ x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
 		else
 			memset(sum, 0, (size_t)nn * sizeof *sum);
 		if (gh)
-			tri_add_full(sum, n, gh, 1, 1.0, 0);
+			x3_tri_add_full(sum, n, gh, 1, 1.0, 0);
 		if (h->tot)
 			for (int64_t i = 0; i < nn; i++)
 				sum[i] = h->tot[i] + sum[i];

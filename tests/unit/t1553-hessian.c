@@ -51,6 +51,16 @@ static void tri_case(int64_t n)
 		}
 	CHECK(same, "n=%lld: packed F64 Gram == the full one's upper triangle, bit for bit", (long long)n);
 	CHECK(sym, "n=%lld: unpacked: symmetric, each element the packed one", (long long)n);
+	/* packed back from the full matrix: the same; added with a weight of 2: 3x */
+	double *T3 = malloc((size_t)sz * sizeof *T3);
+	x3_tri_add_full(T3, n, U, 0, 1.0, 1);
+	x3_tri_add_full(T3, n, U, 0, 2.0, 0);
+	int back = 1;
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = i; j < n; j++)
+			back &= T3[x3_tri_at(n, i, j)] == 3 * T[x3_tri_at(n, i, j)];
+	CHECK(back, "n=%lld: x3_tri_add_full: the full matrix packed back, weights added", (long long)n);
+	free(T3);
 	CHECK(err < 1e-5, "n=%lld: packed F32 products == the plain double sum to F32 rounding (%.2g)",
 	      (long long)n, err);
 	free(seen), free(x), free(xd), free(full), free(T), free(T2), free(U);
