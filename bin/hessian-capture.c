@@ -679,14 +679,10 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.hook_first = la;
 	fo.hook_last = lb;
 	fo.last_layer = lb;
-	/* a forward chunk's activations (about 4 * (4 hidden + 3 intermediate)
-	 * bytes a token) within 256 MiB, so that at an 8B Llama's width they
-	 * do not outgrow the Hessians: whole rows, at least one */
-	if (chunk <= 0) {
-		int64_t inter = cfg.intermediate > cfg.moe_inter ? cfg.intermediate : cfg.moe_inter;
-		int64_t per = 4 * (4 * cfg.hidden + 3 * inter), fit = per > 0 ? (256LL << 20) / per : 4096;
-		chunk = fit < 4096 ? (long)fit : 4096;
-	}
+	/* a forward chunk's activations within 256 MiB, so that at an 8B
+	 * Llama's width they do not outgrow the Hessians */
+	if (chunk <= 0)
+		chunk = (long)x3_config_chunk_tokens(&cfg);
 	fo.chunk_tokens = chunk;
 	fo.seg_rows = crow;
 	fo.seg_done = cap_seg_done;

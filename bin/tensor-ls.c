@@ -218,6 +218,7 @@ static void describe(const char *dir, int what)
 		json_object_set_new(o, "head_size", json_integer(x3_arch_dim(&c, X3_DIM_HEAD_DIM)));
 		json_object_set_new(o, "vocab", json_integer(c.vocab));
 		json_object_set_new(o, "max_position_embeddings", json_integer(c.max_pos));
+		json_object_set_new(o, "forward_chunk", json_integer(x3_config_chunk_tokens(&c)));
 		json_object_set_new(o, "tied", json_boolean(c.tied));
 		json_object_set_new(o, "quantized", json_boolean(c.quantized));
 		json_object_set_new(o, "modules", json_integer(n));

@@ -759,3 +759,10 @@ int x3_config_load(const char *dir, x3_model_config *cfg)
 {
 	return x3_config_load_as(dir, X3_CONFIG_FORWARD, cfg);
 }
+
+int64_t x3_config_chunk_tokens(const x3_model_config *c)
+{
+	int64_t inter = c->intermediate > c->moe_inter ? c->intermediate : c->moe_inter;
+	int64_t per = 4 * (4 * c->hidden + 3 * inter), fit = per > 0 ? (256LL << 20) / per : 4096;
+	return fit < 4096 ? fit : 4096;
+}

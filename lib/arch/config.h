@@ -102,5 +102,10 @@ int x3_config_text(const char *dir, char **text, size_t *len);
 /* Read DIR/config.json. */
 int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg);
 int x3_config_load(const char *dir, x3_model_config *cfg);
+/* Tokens per forward chunk by default (hessian-capture --chunk, convert's
+ * memory estimate): 4096, fewer where a chunk's activations, about 4 (4
+ * hidden + 3 intermediate) bytes a token, would pass 256 MiB (the forward
+ * runs whole rows, at least one). */
+int64_t x3_config_chunk_tokens(const x3_model_config *c);
 
 #endif
