@@ -25,4 +25,22 @@ for b in 2 4; do
 	check "$b bpw: validate ok" jqe '.ok' v$b.json
 	kl_vs_rtn "$b bpw" M q$b $b v$b.json 'mlp\.gate\.'
 done
+# the experts' record (WORK/experts/h1.LAYER.jsonl, from the Hessians'
+# metadata before they are deleted) against hessian-capture's own --report
+# over the same tokens, and convert's summary of the fallback
+hessian-capture -q --model M --tokens w/cal/tokens.frames --cols 128 --layers 1-1 --report rep.jsonl >/dev/null
+check "the experts' record: one line per expert group (4 x 2), layer 1 only" \
+	test "$(ls w/experts)" = h1.1.jsonl -a "$(jq -s 'length' w/experts/h1.1.jsonl)" = 8
+check "the record's routed tokens and fallback are hessian-capture --report's" \
+	test "$(jq -sc 'map({expert, routed_tokens, fallback}) | unique' w/experts/h1.1.jsonl)" = \
+	     "$(jq -sc 'map({expert, routed_tokens, fallback}) | unique' rep.jsonl)"
+n=$(jq -s 'map(.routed_tokens) | max + 1' rep.jsonl)
+convert M qm --bits 2 --work w --rows 40 --cols 128 -j 2 --min-tokens "$n" 2>err.txt
+check "--min-tokens above every expert's count: all 4 fell back, in the record" \
+	test "$(jq -s 'map(select(.fallback and .fallback_tokens == '"$n"' - .routed_tokens)) | length' w/experts/h1.1.jsonl)" = 8
+check "... and convert's summary says so, naming them" \
+	grep -q "experts: 4 (routed capture), 4 routed fewer than $n tokens (--min-tokens) .*layer 1 expert 3" err.txt
+check "... the default (hidden size, 64): none fell back" \
+	grep -q '"fallback":false' rep.jsonl
+check_fail "--min-tokens: a count, else a usage error" 2 "min-tokens" convert M qx --bits 2 --min-tokens -3
 done_testing
