@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,14 @@ static const char help[] =
 	"  -o FILE          write FILE atomically: NAME.safetensors, an existing\n"
 	"                   directory (model.safetensors or shards + index), or frames\n"
 	"  --split DIR      one DIR/NAME.frames per tensor, each written atomically\n"
-	"  --dtype T        convert floating-point tensors to F32, F16 or BF16\n"
+	"  --dtype T        convert floating-point tensors to F32, F16 or BF16;\n"
+	"                   F8_E4M3: each selected tensor (2-D, float) block-scaled\n"
+	"                   as DeepSeek V3's FP8 checkpoints: E4M3 values (nearest,\n"
+	"                   ties to even) and NAME_scale_inv, F32 (ceil(rows/128),\n"
+	"                   ceil(cols/128)), per 128x128 block the smallest power\n"
+	"                   of two that brings the block's largest |w| to 448 or\n"
+	"                   less: the values the F8 weight dequantizes to are\n"
+	"                   exact in F32 and BF16\n"
 	"  --zstd[=LEVEL]   compress the output (level 1..22, default 3)\n"
 	"  --regex          patterns are POSIX extended regexes, unanchored\n"
 	"  --meta KEY=VAL   add metadata to every frame (repeatable; UTF-8)\n"
@@ -90,6 +98,69 @@ static void convert(void *dst, x3_dtype dt, const void *src, x3_dtype st, size_t
 	if (x3_convert(tmp, X3_F32, src, st, n) || x3_convert(dst, dt, tmp, X3_F32, n))
 		die_x3("tensor '%s'", name);
 	free(tmp);
+}
+
+/* The E4M3 ("fn": bias 7, max 448, no infinities) byte of v, |v| <= 448,
+ * rounded to the nearest value, ties to even. */
+static unsigned char f32_to_e4m3(float v)
+{
+	unsigned char sign = signbit(v) ? 0x80 : 0;
+	double a = fabs((double)v);
+	if (a == 0)
+		return sign;
+	int e;
+	frexp(a, &e);   /* a = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1) */
+	if (e - 1 < -6)   /* subnormal: multiples of 2^-9; 8 of them is 0x08, the least normal */
+		return sign | (unsigned char)nearbyint(ldexp(a, 9));
+	int q = (int)nearbyint(ldexp(a, 4 - e));   /* 8..16: 1.mmm in eighths */
+	if (q == 16)
+		q = 8, e++;
+	return sign | (unsigned char)(((e - 1 + 7) << 3) | (q - 8));
+}
+
+/* --dtype F8_E4M3: t as E4M3 bytes and its per-block scales (NAME_scale_inv) */
+static void emit_whole(x3_tensor *t);
+static void emit_f8(const x3_tensor *t)
+{
+	if (t->rank != 2 || !x3_dtype_info(t->dtype)->is_float)
+		die("--dtype F8_E4M3: tensor '%s' is not a 2-D float tensor (select only the weights to block-scale)",
+		    t->name);
+	int64_t R = t->shape[0], C = t->shape[1], br = (R + 127) / 128, bc = (C + 127) / 128;
+	float *f = x3_tensor_f32(t);
+	char sn[1024];
+	snprintf(sn, sizeof sn, "%s_scale_inv", t->name);
+	x3_tensor *q = x3_tensor_new2(t->name, X3_F8_E4M3, R, C), *sc = x3_tensor_new2(sn, X3_F32, br, bc);
+	if (!f || !q || !sc)
+		die_x3("tensor '%s'", t->name);
+	x3_meta_copy(q, t);
+	unsigned char *b = q->data;
+	float *s = sc->data;
+	for (int64_t bi = 0; bi < br; bi++)
+		for (int64_t bj = 0; bj < bc; bj++) {
+			int64_t i1 = bi * 128 + 128 < R ? bi * 128 + 128 : R, j1 = bj * 128 + 128 < C ? bj * 128 + 128 : C;
+			double mx = 0;
+			for (int64_t i = bi * 128; i < i1; i++)
+				for (int64_t j = bj * 128; j < j1; j++) {
+					if (!isfinite(f[i * C + j]))
+						die("--dtype F8_E4M3: tensor '%s': element (%lld, %lld) is not finite", t->name,
+						    (long long)i, (long long)j);
+					mx = fmax(mx, fabs((double)f[i * C + j]));
+				}
+			int k = 0;   /* the smallest 2^k with mx / 2^k <= 448 */
+			while (mx > ldexp(448, k))
+				k++;
+			while (mx > 0 && mx <= ldexp(448, k - 1))
+				k--;
+			s[bi * bc + bj] = ldexpf(1, k);
+			for (int64_t i = bi * 128; i < i1; i++)
+				for (int64_t j = bj * 128; j < j1; j++)
+					b[i * C + j] = f32_to_e4m3(ldexpf(f[i * C + j], -k));
+		}
+	free(f);
+	emit_whole(q);
+	emit_whole(sc);
+	x3_tensor_free(q);
+	x3_tensor_free(sc);
 }
 
 static void add_metas(x3_tensor *t)
@@ -247,6 +318,10 @@ static void emit_whole(x3_tensor *t)
  * copying, converting in chunks (two passes: hash, then write). */
 static void emit_mapped(const x3_tensor *src)
 {
+	if (to_dtype == X3_F8_E4M3) {
+		emit_f8(src);
+		return;
+	}
 	x3_dtype dt = out_dtype(src->dtype);
 	if (row_a >= 0) {
 		x3_tensor *c = slice_rows(src, src->scale_inv && dt == src->dtype ? X3_F32 : dt);
@@ -337,7 +412,7 @@ static void from_frames(const char *path)
 		if (split_dir)
 			split_open(t->name);
 		x3_dtype dt = out_dtype(t->dtype);
-		if (!sw && dt == t->dtype && row_a < 0) {
+		if (!sw && dt == t->dtype && row_a < 0 && to_dtype != X3_F8_E4M3) {
 			/* pass-through: re-declare the input's checksum and stream the
 			 * payload in chunks (bounded memory). The reader verifies the
 			 * checksum when the payload ends; so does the next reader. */
@@ -360,6 +435,13 @@ static void from_frames(const char *path)
 		}
 		if (x3_reader_load(r, t))
 			die("%s", x3_errmsg());
+		if (to_dtype == X3_F8_E4M3) {
+			emit_f8(t);
+			x3_tensor_free(t);
+			if (split_dir)
+				split_close();
+			continue;
+		}
 		if (row_a >= 0) {
 			x3_tensor *c = slice_rows(t, dt);
 			x3_tensor_free(t);
@@ -425,8 +507,8 @@ int main(int argc, char **argv)
 		case 'h': printf("%s\n%s", usage, help); return 0;
 		case O_DTYPE:
 			if (x3_dtype_parse(optarg, &to_dtype) || !x3_dtype_info(to_dtype)->is_float ||
-			    to_dtype == X3_F64 || to_dtype == X3_F8_E4M3 || to_dtype == X3_F8_E5M2)
-				usage_error(usage, "--dtype: '%s' is not one of F32, F16, BF16", optarg);
+			    to_dtype == X3_F64 || to_dtype == X3_F8_E5M2)
+				usage_error(usage, "--dtype: '%s' is not one of F32, F16, BF16, F8_E4M3", optarg);
 			break;
 		case O_ZSTD: zlevel = optarg ? (int)parse_long(usage, "--zstd", optarg, 1, 22) : 3; break;
 		case O_REGEX: use_regex = 1; break;
@@ -505,6 +587,8 @@ int main(int argc, char **argv)
 
 	if (fuse_name && (row_a >= 0 || split_dir))
 		usage_error(usage, "--fuse excludes --rows and --split");
+	if (to_dtype == X3_F8_E4M3 && (fuse_name || row_a >= 0 || split_dir))
+		usage_error(usage, "--dtype F8_E4M3 excludes --fuse, --rows and --split");
 	if (kind == X3_SRC_FRAMES)
 		from_frames(src);
 	else

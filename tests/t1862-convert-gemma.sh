@@ -2,8 +2,9 @@
 # t1862-convert-gemma: tiny seeded Gemma models (examples/make-tiny-llama
 # --arch gemma2|gemma3|gemma3-mm: hidden 64, intermediate 80 (not a
 # multiple of 128), 4 heads of 24 (head_dim independent of hidden/heads),
-# window 32 under rows of 128 tokens, tied heads) described, and Gemma2 and
-# Gemma3ForConditionalGeneration converted end to end by pipelines/convert
+# window 32 under rows of 128 tokens, tied heads) described, and Gemma2,
+# Gemma3ForCausalLM and Gemma3ForConditionalGeneration converted end to end
+# by pipelines/convert
 # at two rates: the written directory holds the source's keys (the tied
 # head as ExLlamaV3's lm_head key), every norm unquantized, the vision
 # tower and the multimodal projector byte for byte; validate accepts each;
@@ -45,7 +46,7 @@ for i in $(seq 1 30); do echo "Held-out text number $i: the quick brown fox jump
 ev=(--text eval.txt --rows 8 --cols 128)
 build_rtn
 vis='^(vision_tower|multi_modal_projector)\.'
-for m in G2 MM; do
+for m in G2 G3 MM; do
 	P=$([ $m = MM ] && echo language_model. || echo)
 	# the source's keys as module keys, and the head the conversion adds
 	{ tensor-ls $m | jq -r .name | sed -E 's/\.(weight|bias)$//'; echo "${P}lm_head"; } | sort -u >$m.keys

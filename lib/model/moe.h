@@ -10,8 +10,8 @@
  *
  * The batched form gathers the rows routed to each expert and multiplies
  * them through a callback (the model's linears: dense or EXL3, and the
- * place the per-expert Hessian capture reads the routed rows); the
- * reference loops over tokens with plain double-precision sums. */
+ * place the per-expert Hessian capture reads the routed rows).
+ * tests/t1558 checks it against a reference of its own. */
 #ifndef X3_MOE_H
 #define X3_MOE_H
 
@@ -50,11 +50,5 @@ struct x3_moe {
 int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, int32_t *idx, float *w);
 /* y (nt, hidden) = the block's output (overwritten). */
 int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, float *y);
-
-/* The reference, token by token, from dense weights: gate[e], up[e]
- * (inter, hidden), down[e] (hidden, inter). idx/w as x3_moe_route (may be
- * NULL). */
-void x3_moe_ref(const struct x3_moe *p, const float *const *gate, const float *const *up,
-                const float *const *down, const float *x, int64_t nt, float *y, int32_t *idx, float *w);
 
 #endif
