@@ -202,12 +202,16 @@ struct cap {
 	int moe;            /* MOE_* */
 	int64_t top_k;      /* num_experts_per_tok */
 	long min_tokens;    /* the fallback's threshold */
-	struct exg *ex;     /* this layer's expert groups */
+	struct exg *ex;     /* the expert groups open (the expert being run) */
 	int nex, capex;
-	struct hset shadow; /* this layer's all-token accumulators */
-	x3_hess *shared_in; /* ... the one of the experts' gate/up input */
+	struct hset exset;  /* ... their accumulators, in first-seen order */
+	struct hset shadow; /* the all-token accumulators open */
+	x3_hess *shared_in; /* ... the one of the experts' gate/up input (the
+	                     * layer's: from expert 0's rows, read by all) */
 	FILE *report;       /* --report: JSON lines, or NULL */
 	int nstarved;
+	char starved[1024]; /* this layer's experts that used the fallback */
+	size_t so;
 };
 
 static struct exg *exg_get(struct cap *k, const struct x3_capture *c)
@@ -222,10 +226,10 @@ static struct exg *exg_get(struct cap *k, const struct x3_capture *c)
 			die("out of memory");
 	}
 	struct exg *g = &k->ex[k->nex++];
-	/* the output accumulator now, so that frames keep model order and an
-	 * expert no token reaches still gets one */
-	x3_hess *h = hset_find(&k->set, c->name);
-	*g = (struct exg){ h ? h : hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer),
+	/* the output accumulator now, so that an expert no token reaches
+	 * still gets one (from its all-token rows) */
+	x3_hess *h = hset_find(&k->exset, c->name);
+	*g = (struct exg){ h ? h : hset_add(&k->exset, c->name, c->in, k->f64, c->members, c->layer),
 	                   NULL, c->expert, 0, 0, 0 };
 	return g;
 }
@@ -296,17 +300,48 @@ static long long expert_blend(x3_hess *h, const x3_hess *sh, int expert, long lo
 	return m - n;
 }
 
-/* The experts' Hessians of the layer just run: the all-token Hessian
- * (--moe-capture all), or the routed one blended with it below
- * --min-tokens m: H = H_routed + (m - n)/T · H_all, count m (the mean
- * of n routed rows and m - n rows of the all-token mean); weighted, the
- * all-token part at the expert's mean w² (1/k² without rows: an even
- * split of the top k), the scale of its weighted rows. */
-static void cap_experts_done(struct cap *k, int layer)
+/* Write the all-token accumulators of the shadow set (a part's, for the
+ * merge's fallback: exact, F64) and free them: every one with all set,
+ * else all but the layer's shared gate/up one (the experts' still to come
+ * read it). */
+static void shadow_flush(struct cap *k, int all)
 {
-	char starved[1024];
-	size_t so = 0;
-	starved[0] = 0;
+	int keep = 0;
+	for (int i = 0; i < k->shadow.n; i++) {
+		x3_hess *h = k->shadow.h[i];
+		if (!all && h == k->shared_in) {
+			k->shadow.h[keep++] = h;
+			continue;
+		}
+		if (k->pv && k->moe != MOE_ALL) {
+			x3_tensor *t = x3_hess_frame(h, X3_F64);
+			int e = !t || x3_meta_set(t, "part_role", "all_tokens");
+			for (int j = 0; !e && j < N_PROV; j++)
+				e = x3_meta_set(t, prov_keys[j], k->pv->val[j]) != 0;
+			if (e)
+				die_x3("'%s'", x3_hess_name(h));
+			if (x3_writer_put(k->w, t))
+				die_x3("writing '%s'", x3_hess_name(h));
+			x3_tensor_free(t);
+		}
+		x3_hess_free(h);
+	}
+	k->shadow.n = keep;
+	if (all)
+		k->shared_in = NULL;
+}
+
+/* The Hessians of the expert just run (the forward runs the experts one
+ * at a time, model.h x3_forward_opts.expert_done; chunk-major: every
+ * expert of the layer): the all-token Hessian (--moe-capture all), or
+ * the routed one blended with it below --min-tokens m: H = H_routed +
+ * (m - n)/T · H_all, count m (the mean of n routed rows and m - n rows of
+ * the all-token mean); weighted, the all-token part at the expert's mean
+ * w² (1/k² without rows: an even split of the top k), the scale of its
+ * weighted rows. Written and freed, with the expert's own all-token sums:
+ * one expert's sums are held at a time. */
+static void cap_experts_finish(struct cap *k, int layer)
+{
 	for (int i = 0; i < k->nex; i++) {
 		struct exg *g = &k->ex[i];
 		const char *name = x3_hess_name(g->h);
@@ -366,36 +401,33 @@ static void cap_experts_done(struct cap *k, int layer)
 			continue;
 		if (fb) {
 			k->nstarved++;
-			if (so < sizeof starved - 32)
-				so += (size_t)snprintf(starved + so, sizeof starved - so, "%s%d (%lld)",
-				                       so ? ", " : "", g->expert, n);
+			if (k->so < sizeof k->starved - 32)
+				k->so += (size_t)snprintf(k->starved + k->so, sizeof k->starved - k->so, "%s%d (%lld)",
+				                          k->so ? ", " : "", g->expert, n);
 		}
 		if (k->report)
 			fprintf(k->report, "{\"layer\":%d,\"expert\":%d,\"capture\":\"%s\",\"routed_tokens\":%lld,"
 			        "\"fallback\":%s,\"fallback_tokens\":%lld}\n", layer, g->expert,
 			        moe_names[k->moe], n, fb ? "true" : "false", fb);
 	}
-	if (so)
-		warnx("layer %d: experts below %ld routed tokens, blended with the all-token Hessian "
-		      "(expert (tokens)): %s", layer, k->min_tokens, starved);
+	k->nex = 0;
+	/* a part's sums are written exactly (F64) for the merge */
+	hset_flush(&k->exset, k->w, k->f64 || k->pv ? X3_F64 : X3_F32, k->pv);
 	/* a part with the layer's all-token Hessians (part 0) passes them on,
 	 * exact, for the merge's fallback */
-	for (int i = 0; k->pv && k->moe != MOE_ALL && i < k->shadow.n; i++) {
-		x3_tensor *t = x3_hess_frame(k->shadow.h[i], X3_F64);
-		int e = !t || x3_meta_set(t, "part_role", "all_tokens");
-		for (int j = 0; !e && j < N_PROV; j++)
-			e = x3_meta_set(t, prov_keys[j], k->pv->val[j]) != 0;
-		if (e)
-			die_x3("'%s'", x3_hess_name(k->shadow.h[i]));
-		if (x3_writer_put(k->w, t))
-			die_x3("writing '%s'", x3_hess_name(k->shadow.h[i]));
-		x3_tensor_free(t);
-	}
-	for (int i = 0; i < k->shadow.n; i++)
-		x3_hess_free(k->shadow.h[i]);
-	k->shadow.n = 0;
-	k->shared_in = NULL;
-	k->nex = 0;
+	shadow_flush(k, 0);
+}
+
+/* The forward's expert_done: expert -1, the groups before the experts are
+ * complete (written now, before the experts'); else expert e is done. */
+static int cap_expert_done(void *ctx, int layer, int expert)
+{
+	struct cap *k = ctx;
+	if (expert < 0)
+		hset_flush(&k->set, k->w, k->f64 || k->pv ? X3_F64 : X3_F32, k->pv);
+	else
+		cap_experts_finish(k, layer);
+	return X3_OK;
 }
 
 static int cap_hook(void *ctx, const struct x3_capture *c)
@@ -500,8 +532,15 @@ static int cap_seg_done(void *ctx, int layer, int64_t seg)
 		k->ex[i].w2 += k->ex[i].w2c;
 		k->ex[i].w2c = 0;
 	}
+	/* (an expert-major layer calls this once per pass over the rows:
+	 * ending the chunk of a sum that got no rows since does nothing) */
 	for (int i = 0; i < k->set.n; i++) {
 		int rc = x3_hess_end_chunk(k->set.h[i]);
+		if (rc)
+			return rc;
+	}
+	for (int i = 0; i < k->exset.n; i++) {
+		int rc = x3_hess_end_chunk(k->exset.h[i]);
 		if (rc)
 			return rc;
 	}
@@ -518,8 +557,15 @@ static int cap_seg_done(void *ctx, int layer, int64_t seg)
 static int cap_layer_done(void *ctx, int layer, int n)
 {
 	struct cap *k = ctx;
-	cap_experts_done(k, layer);
-	/* a part's sums are written exactly (F64) for the merge */
+	cap_experts_finish(k, layer);   /* none left but in chunk-major order */
+	if (k->so)
+		warnx("layer %d: experts below %ld routed tokens, blended with the all-token Hessian "
+		      "(expert (tokens)): %s", layer, k->min_tokens, k->starved);
+	k->so = 0;
+	k->starved[0] = 0;
+	shadow_flush(k, 1);
+	/* the groups after the experts (the shared expert's), or all of a
+	 * dense layer's; a part's sums are written exactly (F64) for the merge */
 	hset_flush(&k->set, k->w, k->f64 || k->pv ? X3_F64 : X3_F32, k->pv);
 	double dt = now_seconds() - k->t0;
 	progress("layer %d/%d done, %.0f tokens/s", layer, n,
@@ -690,6 +736,9 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.seg_done_ctx = &k;
 	fo.layer_done = cap_layer_done;
 	fo.layer_done_ctx = &k;
+	/* a mixture-of-experts layer's experts written one by one */
+	fo.expert_done = cap_expert_done;
+	fo.expert_done_ctx = &k;
 	struct hid hd = { .out = hid_out, .next = hid_next, .layer = la, .next_layer = lb + 1,
 	                  .rows = rows, .cols = cols };
 	tokens_hash(pids, (int64_t)rows * cols, hd.tokens);
@@ -714,6 +763,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		free(rbuf);
 	}
 	free(k.ex);
+	free(k.exset.h);
 	free(k.shadow.h);
 	free(fo.hidden);
 	free(ids);

@@ -219,6 +219,7 @@ static void describe(const char *dir, int what)
 		json_object_set_new(o, "vocab", json_integer(c.vocab));
 		json_object_set_new(o, "max_position_embeddings", json_integer(c.max_pos));
 		json_object_set_new(o, "forward_chunk", json_integer(x3_config_chunk_tokens(&c)));
+		json_object_set_new(o, "experts_per_token", json_integer(c.n_experts > 0 ? c.n_experts_tok : 0));
 		json_object_set_new(o, "tied", json_boolean(c.tied));
 		json_object_set_new(o, "quantized", json_boolean(c.quantized));
 		json_object_set_new(o, "modules", json_integer(n));
@@ -267,6 +268,8 @@ static void describe(const char *dir, int what)
 		}
 		json_object_set_new(o, "layer", json_integer(d->layer));
 		json_object_set_new(o, "role", json_string(x3_role_name(d->d->role)));
+		if (d->expert >= 0)
+			json_object_set_new(o, "expert", json_integer(d->expert));
 		if (lin)
 			json_object_set_new(o, "hq", json_integer(d->d->hq));
 		json_object_set_new(o, "bias", json_boolean(d->bias));

@@ -150,8 +150,10 @@ static int open_mod(const x3_model *m, int l, const x3_module *d, int check, x3_
 	                           d->src_rows, d->in, d->out, d->bias, check, lin);
 }
 
-/* Load (or with check set, only validate) the weights of layer l. */
-static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
+/* Load (or with check set, only validate) the weights of layer l; the
+ * experts' linears too with all_ex, else their modules only (expert_open
+ * opens them one expert at a time). */
+static int layer_load(const x3_model *m, int l, int check, int all_ex, struct layer_w *w)
 {
 	int rc;
 	memset(w, 0, sizeof *w);
@@ -222,13 +224,37 @@ static int layer_load(const x3_model *m, int l, int check, struct layer_w *w)
 			continue;
 		int j = d->d->slot - X3_SLOT_EXP_GATE;
 		w->exm[d->expert * 3 + j] = d;
-		if ((rc = open_mod(m, l, d, check, &w->ex[d->expert * 3 + j])))
+		if ((check || all_ex) && (rc = open_mod(m, l, d, check, &w->ex[d->expert * 3 + j])))
 			goto fail;
 	}
 	return X3_OK;
 fail:
 	layer_free(w);
 	return rc;
+}
+
+static void expert_free(struct layer_w *w, int e)
+{
+	for (int j = 0; j < 3; j++) {
+		x3_linear_free(w->ex[e * 3 + j]);
+		w->ex[e * 3 + j] = NULL;
+	}
+}
+
+/* Open the three linears of expert e of layer l (gate, up, down: F32
+ * copies of a dense checkpoint's weights, or EXL3). */
+static int expert_open(const x3_model *m, int l, struct layer_w *w, int e)
+{
+	for (int j = 0; j < 3; j++) {
+		const x3_module *d = w->exm[e * 3 + j];
+		int rc = d ? open_mod(m, l, d, 0, &w->ex[e * 3 + j])
+		           : x3_err(X3_EINVAL, "layer %d: expert %d has no linear %d", l, e, j);
+		if (rc) {
+			expert_free(w, e);
+			return rc;
+		}
+	}
+	return X3_OK;
 }
 
 /* The head: its own weight (dense or EXL3: an EXL3 conversion of a tied
@@ -336,7 +362,7 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 	}
 	for (int l = 0; l < c->n_layers; l++) {
 		struct layer_w w;
-		if ((rc = layer_load(m, l, 1, &w))) {
+		if ((rc = layer_load(m, l, 1, 1, &w))) {
 			x3_errprefix(rc, "%s", layer_src(m, l) == m->ov ? opts->overlay_dir : dir);
 			goto fail;
 		}
@@ -685,24 +711,41 @@ static int moe_all_tokens(struct fwd *f, int l, const struct layer_w *w, int64_t
 	return rc;
 }
 
-/* The MLP of a mixture-of-experts layer on xn (nt, hidden): into f->xn... */
+/* The routing parameters of a mixture-of-experts layer (moe.h). */
+static struct x3_moe moe_params(const x3_model_config *c, const struct layer_w *w)
+{
+	return (struct x3_moe){ .n_experts = c->n_experts, .top_k = c->n_experts_tok, .hidden = c->hidden,
+	                        .inter = c->moe_inter, .renorm = c->norm_topk,
+	                        .router = w->vec[X3_SLOT_ROUTER], .sigmoid = c->sigmoid_route,
+	                        .score_bias = w->vec[X3_SLOT_ROUTER_BIAS], .n_group = c->n_group,
+	                        .topk_group = c->topk_group, .scale = c->routed_scale };
+}
+
+static int shared_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt, float *mo);
+
+/* The MLP of a mixture-of-experts layer on xn (nt, hidden), chunk-major
+ * (x3_forward_opts.moe_chunk_major): into f->mo. */
 static int moe_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
 {
-	const x3_model_config *c = &f->m->cfg;
-	int64_t H = c->hidden, si = c->shared_inter;
 	struct moe_ctx mc = { f, w, l, NULL };
-	struct x3_moe p = { .n_experts = c->n_experts, .top_k = c->n_experts_tok, .hidden = H,
-	                    .inter = c->moe_inter, .renorm = c->norm_topk, .router = w->vec[X3_SLOT_ROUTER],
-	                    .apply = moe_apply, .ctx = &mc, .weights = moe_weights,
-	                    .sigmoid = c->sigmoid_route,
-	                    .score_bias = w->vec[X3_SLOT_ROUTER_BIAS], .n_group = c->n_group,
-	                    .topk_group = c->topk_group, .scale = c->routed_scale };
+	struct x3_moe p = moe_params(&f->m->cfg, w);
+	p.apply = moe_apply, p.ctx = &mc, p.weights = moe_weights;
 	int rc;
 	if ((rc = moe_all_tokens(f, l, w, nt)) || (rc = x3_moe_forward(&p, f->xn, nt, f->cols, f->mo)))
 		return rc;
+	return shared_chunk(f, l, w, nt, f->mo);
+}
+
+/* The shared expert (if the layer has one) over the chunk's every token
+ * f->xn (nt, hidden), scaled by sigmoid(gate · x) (Qwen2-MoE's
+ * shared_expert_gate), added to the experts' sum mo (nt, hidden). */
+static int shared_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt, float *mo)
+{
+	const x3_model_config *c = &f->m->cfg;
+	int64_t H = c->hidden, si = c->shared_inter;
+	int rc;
 	if (!w->lin[X3_SLOT_SHX_GATE])
 		return X3_OK;
-	/* the shared expert over every token, scaled by sigmoid(gate · x) */
 	if ((rc = hook(f, l, X3_SLOT_SHX_GATE, f->xn, nt, H)) ||
 	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_GATE], f->xn, nt, f->cols, f->g)) ||
 	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_UP], f->xn, nt, f->cols, f->u)))
@@ -717,7 +760,7 @@ static int moe_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
 	for (int64_t t = 0; t < nt; t++) {
 		float s = w->vec[X3_SLOT_SHX_SCALE] ? 1.0f / (1.0f + expf(-sc[t])) : 1.0f;
 		for (int64_t i = 0; i < H; i++)
-			f->mo[t * H + i] += s * f->a[t * H + i];
+			mo[t * H + i] += s * f->a[t * H + i];
 	}
 	return X3_OK;
 }
@@ -770,12 +813,13 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 	return attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale, 0, 0);
 }
 
-/* One layer on a chunk of nrows rows: x (ntok, hidden) updated in place. */
-static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, int64_t nrows)
+/* The attention of a layer on a chunk of nrows rows and its residual: x
+ * (ntok, hidden) updated in place. */
+static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, int64_t nrows)
 {
 	const x3_model_config *c = &f->m->cfg;
 	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, hd = c->head_dim;
-	int64_t nq = c->n_heads, nkv = c->n_kv_heads, inter = c->intermediate;
+	int64_t nq = c->n_heads, nkv = c->n_kv_heads;
 	int rc;
 
 	rmsnorm(f->xn, x, w->vec[X3_SLOT_IN_NORM], nt, H, c->rms_eps);
@@ -813,7 +857,19 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
 	for (int64_t i = 0; i < nt * H; i++)
 		x[i] += f->xn[i];
+	return X3_OK;
+}
 
+/* One layer on a chunk of nrows rows: x (ntok, hidden) updated in place
+ * (a mixture-of-experts layer: chunk-major, x3_forward_opts.moe_chunk_major). */
+static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, int64_t nrows)
+{
+	const x3_model_config *c = &f->m->cfg;
+	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, inter = c->intermediate;
+	int rc;
+
+	if ((rc = attn_chunk(f, l, w, x, nrows)))
+		return rc;
 	rmsnorm(f->xn, x, w->vec[X3_SLOT_POST_NORM], nt, H, c->rms_eps);
 	if (w->sparse) {
 		if ((rc = moe_chunk(f, l, w, nt)))
@@ -873,6 +929,116 @@ static int seg_after(const struct x3_forward_opts *o, int l, int64_t e, int64_t 
 	if (!o->seg_done || (e % seg && e != rows))
 		return X3_OK;
 	return o->seg_done(o->seg_done_ctx, l, (e - 1) / seg);
+}
+
+/* A mixture-of-experts layer l over all rows x (rows * cols, hidden),
+ * expert-major (model.h x3_forward_opts.expert_done): A, the attention
+ * and the routing of every chunk; B, each expert over every chunk into
+ * the sum mo; C, the shared expert and the residual. The chunks are those
+ * of the chunk-major order, and within a chunk an expert multiplies the
+ * same batch (x3_moe_rows) on the same rows: the MLP's input of a row is
+ * its RMSNorm, recomputed from the residual x kept unchanged until C (a
+ * row's norm does not depend on the rows beside it). */
+static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t rows,
+                     int64_t chunk_rows, int64_t seg)
+{
+	const x3_model_config *c = &f->m->cfg;
+	const struct x3_forward_opts *o = f->o;
+	int64_t cols = f->cols, T = rows * cols, ct = chunk_rows * cols, H = c->hidden;
+	int64_t I = c->moe_inter, K = c->n_experts_tok, nr;
+	const float *pn = w->vec[X3_SLOT_POST_NORM];
+	struct x3_moe p = moe_params(c, w);
+	int hooked = o->hook && l >= o->hook_first && l <= o->hook_last;
+	int32_t *idx = malloc((size_t)(T * K) * sizeof *idx);
+	float *rw = malloc((size_t)(T * K) * sizeof *rw);
+	float *mo = calloc((size_t)(T * H), sizeof *mo);
+	int64_t *er = malloc((size_t)ct * sizeof *er);
+	float *ew = malloc((size_t)ct * sizeof *ew);
+	float *xe = malloc((size_t)(ct * H) * sizeof *xe), *ye = malloc((size_t)(ct * H) * sizeof *ye);
+	float *g = malloc((size_t)(ct * I) * sizeof *g), *u = malloc((size_t)(ct * I) * sizeof *u);
+	int rc = X3_OK;
+	if (!idx || !rw || !mo || !er || !ew || !xe || !ye || !g || !u) {
+		rc = x3_err(X3_ENOMEM, "moe: out of memory for %lld tokens", (long long)T);
+		goto out;
+	}
+	/* A: attention, residual, the routing of every token */
+	for (int64_t r0 = 0; r0 < rows && !rc; r0 += nr) {
+		nr = chunk_len(r0, chunk_rows, seg, rows);
+		int64_t t0 = r0 * cols, nt = nr * cols;
+		f->tok0 = t0;
+		if ((rc = attn_chunk(f, l, w, x + t0 * H, nr)))
+			break;
+		rmsnorm(f->xn, x + t0 * H, pn, nt, H, c->rms_eps);
+		if (!(rc = x3_moe_route(&p, f->xn, nt, cols, idx + t0 * K, rw + t0 * K)))
+			rc = seg_after(o, l, r0 + nr, seg, rows);
+	}
+	if (!rc && o->expert_done)
+		rc = o->expert_done(o->expert_done_ctx, l, -1);
+	/* B: expert by expert, the chunks in order */
+	for (int e = 0; e < w->nex && !rc; e++) {
+		const x3_module *dg = w->exm[e * 3], *dd = w->exm[e * 3 + 2];
+		if ((rc = expert_open(f->m, l, w, e)))
+			break;
+		x3_linear *lg = w->ex[e * 3], *lu = w->ex[e * 3 + 1], *ld = w->ex[e * 3 + 2];
+		for (int64_t r0 = 0; r0 < rows && !rc; r0 += nr) {
+			nr = chunk_len(r0, chunk_rows, seg, rows);
+			int64_t t0 = r0 * cols, nt = nr * cols;
+			const float *xc = x + t0 * H;
+			f->tok0 = t0;
+			if (hooked && t0 < o->moe_all_tokens) {
+				/* the all-token capture (moe_all_tokens): the hook only */
+				rmsnorm(f->xn, xc, pn, nt, H, c->rms_eps);
+				if ((rc = hook_ex(f, l, dg, f->xn, nt, dg->in, 2, NULL)) ||
+				    (rc = x3_linear_apply(lg, f->xn, nt, cols, g)) ||
+				    (rc = x3_linear_apply(lu, f->xn, nt, cols, u)))
+					break;
+				for (int64_t i = 0; i < nt * I; i++)
+					g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+				if ((rc = hook_ex(f, l, dd, g, nt, dd->in, 1, NULL)))
+					break;
+			}
+			int64_t n = x3_moe_rows(&p, idx + t0 * K, rw + t0 * K, nt, e, er, ew);
+			if (n) {
+				for (int64_t r = 0; r < n; r++)
+					memcpy(xe + r * H, xc + er[r] * H, (size_t)H * sizeof *xe);
+				rmsnorm(xe, xe, pn, n, H, c->rms_eps);
+				if ((rc = hook_ex(f, l, dg, xe, n, dg->in, 0, ew)) ||
+				    (rc = x3_linear_apply(lg, xe, n, 0, g)) || (rc = x3_linear_apply(lu, xe, n, 0, u)))
+					break;
+				for (int64_t i = 0; i < n * I; i++)
+					g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+				if ((rc = hook_ex(f, l, dd, g, n, dd->in, 0, ew)) || (rc = x3_linear_apply(ld, g, n, 0, ye)))
+					break;
+				float *mc = mo + t0 * H;
+				for (int64_t r = 0; r < n; r++)
+					for (int64_t i = 0; i < H; i++)
+						mc[er[r] * H + i] += ew[r] * ye[r * H + i];
+			}
+			rc = seg_after(o, l, r0 + nr, seg, rows);
+		}
+		expert_free(w, e);
+		if (!rc && o->expert_done)
+			rc = o->expert_done(o->expert_done_ctx, l, e);
+	}
+	/* C: the shared expert, then the residual */
+	for (int64_t r0 = 0; r0 < rows && !rc; r0 += nr) {
+		nr = chunk_len(r0, chunk_rows, seg, rows);
+		int64_t t0 = r0 * cols, nt = nr * cols;
+		float *xc = x + t0 * H, *mc = mo + t0 * H;
+		f->tok0 = t0;
+		if (w->lin[X3_SLOT_SHX_GATE]) {
+			rmsnorm(f->xn, xc, pn, nt, H, c->rms_eps);
+			if ((rc = shared_chunk(f, l, w, nt, mc)))
+				break;
+		}
+		#pragma omp parallel for if(nt * H > (1 << 16)) schedule(static)
+		for (int64_t i = 0; i < nt * H; i++)
+			xc[i] += mc[i];
+		rc = seg_after(o, l, r0 + nr, seg, rows);
+	}
+out:
+	free(idx), free(rw), free(mo), free(er), free(ew), free(xe), free(ye), free(g), free(u);
+	return rc;
 }
 
 int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t cols,
@@ -987,7 +1153,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		struct layer_w w;
 		if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, l, x, T, H)))
 			goto out;
-		if ((rc = layer_load(m, l, 0, &w))) {
+		int ex_major = x3_arch_sparse_layer(c, l) && !o->moe_chunk_major;
+		if ((rc = layer_load(m, l, 0, !ex_major, &w))) {
 			x3_errprefix(rc, "layer %d", l);
 			goto out;
 		}
@@ -997,7 +1164,9 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 				x3_errprefix(rc, "layer %d", l);
 				goto out;
 			}
-		for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
+		if (ex_major)
+			rc = moe_layer(&f, l, &w, x, rows, chunk_rows, seg);
+		for (int64_t r0 = 0, nr; r0 < rows && !rc && !ex_major; r0 += nr) {
 			nr = chunk_len(r0, chunk_rows, seg, rows);
 			f.tok0 = r0 * cols;
 			if (!(rc = layer_chunk(&f, l, &w, x + r0 * cols * H, nr)))

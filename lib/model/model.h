@@ -105,7 +105,13 @@ struct x3_forward_opts {
 	 * so the batches a segment's rows run in (the MoE experts' batches
 	 * among them) do not depend on the rows around it. seg_done (may be
 	 * NULL) is called when a layer (n_layers: the head) has run over
-	 * segment seg (0, 1, ...); a non-zero return aborts the forward. */
+	 * segment seg (0, 1, ...); a non-zero return aborts the forward. A
+	 * mixture-of-experts layer runs in passes over its rows (below) and
+	 * calls it in each pass, so more than once per segment: each call
+	 * closes the segment for the groups the hook saw since the call
+	 * before (a consumer that ends the open chunk of every sum it holds,
+	 * as x3_hess_end_chunk does nothing for a sum without rows since,
+	 * gets each group's chunks exactly at the segment boundaries). */
 	int64_t seg_rows;
 	int (*seg_done)(void *ctx, int layer, int64_t seg);
 	void *seg_done_ctx;
@@ -141,6 +147,32 @@ struct x3_forward_opts {
 	 * activations of every token, as ExLlamaV3 captures experts. The
 	 * forward's output does not change. */
 	int64_t moe_all_tokens;
+	/* Mixture-of-experts layers run expert-major: (A) for every chunk,
+	 * the attention, the residual, the MLP's norm and the routing (kept
+	 * for every token: top_k indices and weights); then (B) for each
+	 * expert in number order: its weights made F32 (or read from EXL3),
+	 * the chunks in order, each over the rows routed to the expert in that
+	 * chunk (the batches of the chunk-major order, x3_moe_rows: the same
+	 * products), its output weighted into an (ntok, hidden) sum kept for
+	 * the layer, its weights freed; then (C) for every chunk, the shared
+	 * expert (if any) added to that sum, and the sum to the residual: each
+	 * token's output summed in expert order, then the shared expert, as
+	 * the chunk-major order sums it: the same bits. The forward holds one
+	 * expert's weights at a time (not every expert's), plus the sum (one
+	 * more hidden-states-sized buffer, rows*cols*hidden floats) and the
+	 * routing (rows*cols*top_k*8 bytes). The hook sees an expert's
+	 * groups over every chunk before the next expert's, and the shared
+	 * expert's after the last expert's. expert_done (may be NULL) is called
+	 * with expert -1 once pass A is over every row (the groups before the
+	 * experts are complete), and with e after expert e's pass (its groups
+	 * are complete); a non-zero return aborts the forward.
+	 * moe_chunk_major: the chunk-major order instead (each chunk through the
+	 * whole layer, every expert's weights in F32 for the layer, expert_done
+	 * not called): the same output and hook rows in another order; kept as
+	 * the reference the expert-major order is tested against. */
+	int (*expert_done)(void *ctx, int layer, int expert);
+	void *expert_done_ctx;
+	int moe_chunk_major;
 };
 /* Set defaults: no hook, all layers, no logits. */
 void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m);

@@ -107,6 +107,17 @@ int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg
 	return rc;
 }
 
+int64_t x3_moe_rows(const struct x3_moe *p, const int32_t *idx, const float *w, int64_t nt, int64_t e,
+                    int64_t *rows, float *rw)
+{
+	int64_t n = 0, K = p->top_k;
+	for (int64_t t = 0; t < nt; t++)
+		for (int64_t j = 0; j < K; j++)
+			if (idx[t * K + j] == e)
+				rows[n] = t, rw[n] = w[t * K + j], n++;
+	return n;
+}
+
 int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, float *y)
 {
 	int64_t H = p->hidden, I = p->inter, K = p->top_k;
@@ -125,16 +136,11 @@ int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t s
 		goto out;
 	memset(y, 0, (size_t)(nt * H) * sizeof *y);
 	for (int64_t e = 0; e < p->n_experts && !rc; e++) {
-		int64_t n = 0;
-		for (int64_t t = 0; t < nt; t++)
-			for (int64_t j = 0; j < K; j++)
-				if (idx[t * K + j] == e) {
-					rows[n] = t, rw[n] = w[t * K + j];
-					memcpy(xe + n * H, x + t * H, (size_t)H * sizeof *xe);
-					n++;
-				}
+		int64_t n = x3_moe_rows(p, idx, w, nt, e, rows, rw);
 		if (!n)
 			continue;
+		for (int64_t r = 0; r < n; r++)
+			memcpy(xe + r * H, x + rows[r] * H, (size_t)H * sizeof *xe);
 		if (p->weights && (rc = p->weights(p->ctx, e, rw, n)))
 			break;
 		if ((rc = p->apply(p->ctx, e, 0, xe, n, g)) || (rc = p->apply(p->ctx, e, 1, xe, n, u)))

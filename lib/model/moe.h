@@ -48,6 +48,14 @@ struct x3_moe {
  * (nt, top_k), best first. seg: rows per sequence for the router product
  * (blas.h). */
 int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, int32_t *idx, float *w);
+/* The batch of expert e among nt routed tokens (idx, w as x3_moe_route):
+ * the tokens routed to it in token order, rows (n) their indices and rw
+ * (n) their routing weights; returns n (at most nt). x3_moe_forward
+ * multiplies exactly these batches, so a caller that runs the experts
+ * one at a time over the same tokens (the model's expert-major forward)
+ * gets the same products. */
+int64_t x3_moe_rows(const struct x3_moe *p, const int32_t *idx, const float *w, int64_t nt, int64_t e,
+                    int64_t *rows, float *rw);
 /* y (nt, hidden) = the block's output (overwritten). */
 int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg, float *y);
 
