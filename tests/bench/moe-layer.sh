@@ -19,7 +19,7 @@
 # bound of the README (2 x (largest weight F32 + its Hessian F64) + the
 # calibration's hidden states + a constant, the largest weight being the
 # 129280 x 7168 head) and its peak disk from the README's formula (the
-# output + the Hessians of two layers + the hidden states).
+# output + the Hessian files (F32) of two layers + the hidden states).
 #   BENCH_MOE_HIDDEN/INTER/EXPERTS/HEADS  the layer (7168, 2048, 8, 128)
 #   BENCH_MOE_TINY_ONLY=1                 only the tiny model
 # The real-width layer is ~580 M weights (an 8B Llama layer is 218 M): about
@@ -94,14 +94,18 @@ if [ -z "${BENCH_MOE_TINY_ONLY:-}" ]; then
 		printf "  %-8s %12s\n", "cores", "hours"
 		split("2 16 64", nc, " ")
 		for (i = 1; i <= 3; i++) { t = spw * total / nc[i] / 3600; printf "  %-8d %12.1f\n", nc[i], t; js = js sprintf("%s{\"cores\":%d,\"hours\":%.2f}", i > 1 ? "," : "", nc[i], t) }
-		# memory: 2 x (the head F32 + its Hessian F64) + hidden states + 64 MiB
+		# memory: the bound of issue 12 and the README, 2 x (the largest
+		# weight F32, the head, + its Hessian F64) + hidden states + 64 MiB;
+		# the capture of a MoE layer holds the weights and sums of one expert at
+		# a time (README, "Memory of a MoE layer"), far below it
 		mem = 2 * (V * h * 4 + h * h * 8) + R * C * h * 4 + 64 * 1048576
-		# disk: the output (B bits a decoder weight, the head at 6, the
-		# embedding and norms 16) + two MoE layers of Hessians (F64: per
-		# expert its gate/up input h x h and its down input mi x mi; the
-		# attention inputs h x h, 1536^2 and 512^2) + hidden states x 2
+		# disk: the formula of the README: the output (B bits a decoder weight,
+		# the head at 6, the embedding and norms 16) + two MoE layers of
+		# Hessian files (F32, in^2 x 4 a group: per expert its gate/up
+		# input h x h and its down input mi x mi; the attention inputs
+		# h x h, 1536^2, 512^2 and the o_proj input 16384^2) + hidden states x 2
 		outb = total * B / 8 + V * h * (6 + 16) / 8 + 58 * 256 * h * 2
-		hl = 257 * (h * h + mi * mi) * 8 + (h * h + 1536 * 1536 + 512 * 512 + 16384 * 16384) * 8
+		hl = 257 * (h * h + mi * mi) * 4 + (h * h + 1536 * 1536 + 512 * 512 + 16384 * 16384) * 4
 		disk = outb + 2 * hl + 2 * R * C * h * 4
 		printf "  memory bound %.1f GiB (measured here: largest process %.1f GiB)\n", mem / 2^30, kb / 2^20
 		printf "  peak disk %.0f GiB = output %.0f GiB + two layers of Hessians %.0f GiB + hidden states\n", disk / 2^30, outb / 2^30, 2 * hl / 2^30
