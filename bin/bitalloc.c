@@ -11,6 +11,7 @@
 #include "util.h"
 #include "arch.h"
 #include "bitalloc.h"
+#include "jsonw.h"
 #include "pack.h"
 #include "safetensors.h"
 
@@ -257,6 +258,7 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 	/* the encodes: every decoder linear at each K (the stored tensors of
 	 * one linear: trellis, suh, svh, marker, bias; frame headers not
 	 * counted), and the head at head_bits */
+	x3_jw w = X3_JW_INIT;
 	json_t *o = json_object(), *eb = json_object(), *meas = json_array(), *tgt = json_object();
 	for (int K = 1; K <= X3_BA_KMAX; K++) {
 		int64_t b = 0;
@@ -267,7 +269,7 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 		}
 		char key[4];
 		snprintf(key, sizeof key, "%d", K);
-		json_object_set_new(eb, key, json_integer(b));
+		x3_jw_set(&w, eb, key, json_integer(b));
 	}
 	int64_t head_enc = 0;
 	for (int j = 0; j < x->nmods; j++) {
@@ -279,35 +281,35 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 	int kl = (int)floor(k), kh = (int)ceil(k);
 	if (kl < 1)
 		kl = 1;
-	json_array_append_new(meas, json_integer(kl));
+	x3_jw_append(&w, meas, "measure", json_integer(kl));
 	if (kh > kl)
-		json_array_append_new(meas, json_integer(kh));
+		x3_jw_append(&w, meas, "measure", json_integer(kh));
 	if (size)
-		json_object_set_new(tgt, "size", json_integer((json_int_t)size));
+		x3_jw_set(&w, tgt, "size", json_integer((json_int_t)size));
 	else
-		json_object_set_new(tgt, "bits", json_real(bits));
-	json_object_set_new(o, "model", json_string(model));
-	json_object_set_new(o, "target", tgt);
-	json_object_set_new(o, "head_bits", json_integer(head_bits));
-	json_object_set_new(o, "codebook", json_string(codebook));
-	json_object_set_new(o, "decoder_linears", json_integer(ba->n));
-	json_object_set_new(o, "numel", json_integer(N));
-	json_object_set_new(o, "size_min", json_integer((json_int_t)lo));
-	json_object_set_new(o, "size_max", json_integer((json_int_t)hi));
-	json_object_set_new(o, "fixed_bytes", json_integer(fixed));
-	json_object_set_new(o, "trellis_bytes_per_bit", json_integer(cf));
-	json_object_set_new(o, "k", json_real(k));
-	json_object_set_new(o, "bits", json_real(pbits));
-	json_object_set_new(o, "measure", meas);
-	json_object_set_new(o, "bytes", json_integer((json_int_t)pred));
-	json_object_set_new(o, "bytes_lo", json_integer((json_int_t)plo));
-	json_object_set_new(o, "bytes_hi", json_integer((json_int_t)phi));
-	json_object_set_new(o, "encode_bytes", eb);
-	json_object_set_new(o, "head_encode_bytes", json_integer(head_enc));
-	char *js = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(10));
+		x3_jw_set(&w, tgt, "bits", json_real(bits));
+	x3_jw_set_str(&w, o, "model", model);
+	x3_jw_set(&w, o, "target", tgt);
+	x3_jw_set(&w, o, "head_bits", json_integer(head_bits));
+	x3_jw_set_str(&w, o, "codebook", codebook);
+	x3_jw_set(&w, o, "decoder_linears", json_integer(ba->n));
+	x3_jw_set(&w, o, "numel", json_integer(N));
+	x3_jw_set(&w, o, "size_min", json_integer((json_int_t)lo));
+	x3_jw_set(&w, o, "size_max", json_integer((json_int_t)hi));
+	x3_jw_set(&w, o, "fixed_bytes", json_integer(fixed));
+	x3_jw_set(&w, o, "trellis_bytes_per_bit", json_integer(cf));
+	x3_jw_set(&w, o, "k", json_real(k));
+	x3_jw_set(&w, o, "bits", json_real(pbits));
+	x3_jw_set(&w, o, "measure", meas);
+	x3_jw_set(&w, o, "bytes", json_integer((json_int_t)pred));
+	x3_jw_set(&w, o, "bytes_lo", json_integer((json_int_t)plo));
+	x3_jw_set(&w, o, "bytes_hi", json_integer((json_int_t)phi));
+	x3_jw_set(&w, o, "encode_bytes", eb);
+	x3_jw_set(&w, o, "head_encode_bytes", json_integer(head_enc));
+	char *js = x3_jw_dump(&w, o, JSON_COMPACT | JSON_REAL_PRECISION(10), "--predict", NULL);
 	json_decref(o);
 	if (!js)
-		die("out of memory");
+		die_x3("--predict");
 	puts(js);
 	free(js);
 	check_stdout();
@@ -512,14 +514,15 @@ int main(int argc, char **argv)
 	char *js = x3_ba_plan_json(ba);
 	if (!js)
 		die_x3("plan");
-	if (mj) {
+	if (mj) {   /* the plan with --measurement's object added */
+		x3_jw w = X3_JW_INIT;
 		json_t *po = json_loads(js, 0, NULL);
-		if (!po || json_object_set(po, "measurement", mj))
-			die("out of memory");
+		x3_jw_set(&w, po, "measurement", json_incref(mj));
 		free(js);
-		if (!(js = json_dumps(po, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))))
-			die("out of memory");
+		js = x3_jw_dump(&w, po, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10), "plan", NULL);
 		json_decref(po);
+		if (!js)
+			die_x3("plan");
 	}
 	if (out) {
 		size_t n = strlen(js);

@@ -5,6 +5,9 @@ T_N=0
 T_FAIL=0
 ROOT=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 PATH="$ROOT/bin:$ROOT/pipelines:$PATH"
+# blas_kernels, blas_core, blas_other, blas_pair, blas_under: the OpenBLAS
+# kernels a determinism test forces
+. "$ROOT/tests/lib-blas.sh"
 SHARED=${X3_SHARED:-$ROOT/../shared}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/x3test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT

@@ -147,4 +147,11 @@ bitalloc -q --bits 3.5 --hq --model dsk -o dsk2.json dsk.jsonl
 check "DeepSeek V3 --hq with --model: the dense MLP floored at 3+1 (without: Llama's table, 3)" \
 	test "$(jq -c '[.tensors["model.layers.0.mlp.gate_proj"], .tensors["model.layers.0.mlp.down_proj"]]' dsk1.json dsk2.json | paste -sd' ')" = '[3,3] [4,4]'
 
+# --predict names the model in its JSON line: a path that is not UTF-8
+# cannot be written there, and the line is not printed without it
+check "--predict: the model's path in the line" jqt -n "$(bitalloc --predict --model dsk --bits 3.5 | jq '.model == "dsk"')"
+ln -s dsk $'d\xff'
+check_fail "--predict with a model path that is not UTF-8: an error naming 'model'" 1 \
+	"^bitalloc: --predict: cannot write 'model': the value is not UTF-8$" bitalloc --predict --model $'d\xff' --bits 3.5
+
 done_testing

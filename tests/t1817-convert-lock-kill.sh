@@ -3,7 +3,9 @@
 # the same OUT or work directory refuses, naming the holder; kill -9 of
 # convert alone ends its make; 20 kills at seeded random moments of a small
 # conversion (convert alone, or its whole process group), each followed by
-# a re-run, give directories byte-identical to an uninterrupted run.
+# a re-run, give directories byte-identical to an uninterrupted run; most
+# of those kills hit a running conversion, and none leaves a process of
+# the killed conversion running once its re-run is done.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -16,6 +18,26 @@ opts=(--bits 2 --head-bits 16 --rows 2 --cols 16 -j 2 -q)
 wait_for() { local n=$(($1 * 20)); shift; while ! "$@"; do n=$((n - 1)); [ $n -gt 0 ] || return 1; sleep 0.05; done; }
 # no process is left that runs a recipe of work directory $1
 gone() { ! pgrep -f -- "$1/Makefile" >/dev/null && ! pgrep -f -- "$1/enc/" >/dev/null; }
+# stat_of PID: /proc/PID/stat from its third field, the state, on (the
+# command name before it may hold spaces); empty when PID is gone
+stat_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null; }
+# procs PID: "PID START" of PID and of every process below it (START, the
+# start time, field 22: a PID used again later is not taken for one of them)
+procs() {
+	ps -eo pid=,ppid= | awk -v root="$1" '{ up[$1] = $2 }
+		END { for (p in up) for (q = p; q > 1; q = up[q]) if (q == root) { print p; break } }' |
+	while read -r p; do echo "$p $(stat_of "$p" | cut -d' ' -f20)"; done
+}
+# running: the PIDs of the "PID START" lines on stdin that still run (the
+# same start time, not a zombie)
+running() {
+	local p s t
+	while read -r p s; do
+		t=$(stat_of "$p")
+		[ -n "$s" ] && [ "$(cut -d' ' -f20 <<<"$t")" = "$s" ] && [ "${t:0:1}" != Z ] && echo "$p"
+	done
+	return 0
+}
 
 t0=$(date +%s%N)
 check "uninterrupted conversion" convert m ref "${opts[@]}"
@@ -46,8 +68,12 @@ check "an immediate re-run takes over the stale lock and completes" convert m k 
 check "... byte-identical" diff -r ref k
 
 # ---- 20 kills at seeded random moments ---------------------------------------
+# A kill hit a running conversion when convert died of it (status 137, not
+# 0: it had not finished). Each kill is followed by a re-run; after it, no
+# process of the killed conversion (those running at the kill: convert,
+# its watchdog, make and the programs) may be left.
 RANDOM=1817
-bad=0 took=0
+bad=0 hit=0 stray=0 sts=
 for i in $(seq 1 20); do
 	rm -rf r r.work r.lock
 	ms=$((RANDOM * 32768 + RANDOM))
@@ -58,14 +84,27 @@ for i in $(seq 1 20); do
 		setsid convert m r "${opts[@]}" & pid=$!; tgt=-$pid how="its process group"
 	fi
 	sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
-	kill -9 -- "$tgt" 2>/dev/null && took=$((took + 1))
-	wait "$pid" 2>/dev/null
+	tree=$(procs "$pid")
+	kill -9 -- "$tgt" 2>/dev/null
+	wait "$pid" 2>/dev/null; st=$?
+	[ "$st" -eq 137 ] && hit=$((hit + 1))
+	sts+=" $st"
 	if ! convert m r "${opts[@]}" 2>r.err || ! diff -r ref r >r.diff; then
 		bad=$((bad + 1))
 		echo "# kill $i ($how at ${ms} ms of ${tref}): re-run or diff failed:"
 		sed 's/^/#   /' r.err r.diff 2>/dev/null | head -8
 	fi
+	left=$(running <<<"$tree")
+	if [ -n "$left" ] || ! gone "$TMP/r.work"; then
+		stray=$((stray + 1))
+		echo "# kill $i ($how at ${ms} ms): still running after the re-run:"
+		ps -o pid=,args= -p "$(echo $left | tr ' ' ,)" 2>/dev/null | sed 's/^/#   /'
+		pgrep -af -- "$TMP/r.work/" | sed 's/^/#   /'
+	fi
 done
-echo "# $took of 20 kills hit a running convert"
+echo "# exit statuses of the killed conversions:$sts"
 check "20 kill -9 at random moments, each re-run: byte-identical to the uninterrupted run" test "$bad" -eq 0
+check "most kills hit a running conversion ($hit of 20 died of the kill)" test "$hit" -gt 10
+check "after each re-run no process of the killed conversion is left running ($stray times some were)" \
+	test "$stray" -eq 0
 done_testing

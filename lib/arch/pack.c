@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include "x3.h"
 #include "codec.h"
+#include "jsonw.h"
 #include "pack.h"
 
 int64_t x3_pack_pad128(int64_t n)
@@ -450,27 +451,28 @@ out:
 	return rc;
 }
 
-static json_t *qcfg_block(const x3_pack_qcfg *q)
+static json_t *qcfg_block(x3_jw *w, const x3_pack_qcfg *q)
 {
 	json_t *b = json_object(), *cal = json_object();
-	json_object_set_new(b, "quant_method", json_string("exl3"));
-	json_object_set_new(b, "version", json_string(q->version));
-	json_object_set_new(b, "bits", json_real(round(q->bits * 100) / 100));
-	json_object_set_new(b, "head_bits", json_integer(q->head_bits));
-	json_object_set_new(cal, "rows", json_integer(q->cal_rows));
-	json_object_set_new(cal, "cols", json_integer(q->cal_cols));
-	json_object_set_new(b, "calibration", cal);
-	json_object_set_new(b, "out_scales", json_string(q->out_scales));
-	json_object_set_new(b, "codebook", json_string(q->codebook));
+	x3_jw_set_str(w, b, "quant_method", "exl3");
+	x3_jw_set_str(w, b, "version", q->version);
+	x3_jw_set(w, b, "bits", json_real(round(q->bits * 100) / 100));
+	x3_jw_set(w, b, "head_bits", json_integer(q->head_bits));
+	x3_jw_set(w, cal, "rows", json_integer(q->cal_rows));
+	x3_jw_set(w, cal, "cols", json_integer(q->cal_cols));
+	x3_jw_set(w, b, "calibration", cal);
+	x3_jw_set_str(w, b, "out_scales", q->out_scales);
+	x3_jw_set_str(w, b, "codebook", q->codebook);
 	return b;
 }
 
-static char *dump(json_t *o)
+/* the text of o, or NULL with the error naming doc and what failed */
+static int dump(const x3_jw *w, json_t *o, const char *doc, char **out)
 {
-	char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
-	if (!s)
-		x3_err(X3_ENOMEM, "cannot encode JSON");
-	return s;
+	int rc;
+	*out = x3_jw_dump(w, o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15), doc, &rc);
+	json_decref(o);
+	return rc;
 }
 
 int x3_pack_config_json(const char *src, const x3_pack_qcfg *q, char **out)
@@ -482,24 +484,23 @@ int x3_pack_config_json(const char *src, const x3_pack_qcfg *q, char **out)
 		json_decref(o);
 		return x3_err(X3_EFORMAT, "config.json: %s", o ? "not an object" : je.text);
 	}
+	x3_jw w = X3_JW_INIT;
 	json_t *old = json_object_get(o, "quantization_config");
 	json_t *qm = json_is_object(old) ? json_object_get(old, "quant_method") : NULL;
 	if (json_is_string(qm) && !strcmp(json_string_value(qm), "exl3")) {
 		/* re-compile: keep the block, update what changed */
-		json_object_set_new(old, "bits", json_real(round(q->bits * 100) / 100));
-		json_object_set_new(old, "head_bits", json_integer(q->head_bits));
-		json_object_set_new(old, "codebook", json_string(q->codebook));
+		x3_jw_set(&w, old, "bits", json_real(round(q->bits * 100) / 100));
+		x3_jw_set(&w, old, "head_bits", json_integer(q->head_bits));
+		x3_jw_set_str(&w, old, "codebook", q->codebook);
 	} else {
-		json_t *b = qcfg_block(q);
+		json_t *b = qcfg_block(&w, q);
 		if (old)
-			json_object_set(b, "original_quantization_config", old);
-		json_object_set_new(o, "quantization_config", b);
+			x3_jw_set(&w, b, "original_quantization_config", json_incref(old));
+		x3_jw_set(&w, o, "quantization_config", b);
 	}
 	if (json_object_get(o, "tied_word_embeddings"))
-		json_object_set_new(o, "tied_word_embeddings", json_true());
-	*out = dump(o);
-	json_decref(o);
-	return *out ? X3_OK : X3_ENOMEM;
+		x3_jw_set(&w, o, "tied_word_embeddings", json_true());
+	return dump(&w, o, "config.json", out);
 }
 
 static void torch_names(x3_dtype t, const char **torch, const char **plain)
@@ -523,7 +524,7 @@ static void torch_names(x3_dtype t, const char **torch, const char **plain)
 
 /* tensor_storage over t[0..n), grouped by leaf module (the tensor name
  * without its last component). exl3_only: only modules with a trellis. */
-static json_t *tensor_storage(x3_tensor *const *t, int n, int exl3_only)
+static json_t *tensor_storage(x3_jw *w, x3_tensor *const *t, int n, int exl3_only)
 {
 	json_t *ts = json_object();
 	for (int i = 0; i < n; i++) {
@@ -540,27 +541,27 @@ static json_t *tensor_storage(x3_tensor *const *t, int n, int exl3_only)
 		json_t *m = json_object_get(ts, mod);
 		if (!m) {
 			m = json_object();
-			json_object_set_new(m, "stored_tensors", json_object());
-			json_object_set_new(ts, mod, m);
+			x3_jw_set(w, m, "stored_tensors", json_object());
+			x3_jw_set(w, ts, mod, m);
 		}
 		json_t *e = json_object(), *shape = json_array();
 		for (int d = 0; d < t[i]->rank; d++)
-			json_array_append_new(shape, json_integer(t[i]->shape[d]));
+			x3_jw_append(w, shape, "shape", json_integer(t[i]->shape[d]));
 		const char *torch, *plain;
 		torch_names(t[i]->dtype, &torch, &plain);
-		json_object_set_new(e, "shape", shape);
-		json_object_set_new(e, "n_bytes", json_integer((json_int_t)t[i]->nbytes));
-		json_object_set_new(e, "dtype", json_string(torch));        /* ExLlamaV3 */
-		json_object_set_new(e, "torch_dtype", json_string(plain));  /* GPTQModel */
-		json_object_set_new(json_object_get(m, "stored_tensors"), name, e);
+		x3_jw_set(w, e, "shape", shape);
+		x3_jw_set(w, e, "n_bytes", json_integer((json_int_t)t[i]->nbytes));
+		x3_jw_set_str(w, e, "dtype", torch);        /* ExLlamaV3 */
+		x3_jw_set_str(w, e, "torch_dtype", plain);  /* GPTQModel */
+		x3_jw_set(w, json_object_get(m, "stored_tensors"), name, e);
 		const char *leaf = dot ? dot + 1 : name;
 		if (!strcmp(leaf, "trellis") && t[i]->rank == 3) {
-			json_object_set_new(m, "quant_format", json_string("exl3"));
-			json_object_set_new(m, "bits_per_weight", json_integer(t[i]->shape[2] / 16));
+			x3_jw_set_str(w, m, "quant_format", "exl3");
+			x3_jw_set(w, m, "bits_per_weight", json_integer(t[i]->shape[2] / 16));
 		} else if (!strcmp(leaf, "mul1")) {
-			json_object_set_new(m, "mul1_multiplier", json_integer(X3_MUL1_MULT));
+			x3_jw_set(w, m, "mul1_multiplier", json_integer(X3_MUL1_MULT));
 		} else if (!strcmp(leaf, "mcg")) {
-			json_object_set_new(m, "mcg_multiplier", json_integer(X3_MCG_MULT));
+			x3_jw_set(w, m, "mcg_multiplier", json_integer(X3_MCG_MULT));
 		}
 	}
 	return ts;
@@ -568,28 +569,33 @@ static json_t *tensor_storage(x3_tensor *const *t, int n, int exl3_only)
 
 int x3_pack_qconfig_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out)
 {
-	json_t *root = qcfg_block(q), *fb = q->nfallback ? json_object() : NULL;
-	int bad = !root || json_object_set_new(root, "tensor_storage", tensor_storage(t, n, 0));
+	x3_jw w = X3_JW_INIT;
+	json_t *root = qcfg_block(&w, q), *fb = q->nfallback ? json_object() : NULL;
+	x3_jw_set(&w, root, "tensor_storage", tensor_storage(&w, t, n, 0));
 	for (int i = 0; i < q->nfallback; i++)
-		bad |= json_object_set_new(fb, q->fallback_key[i], json_string(q->fallback_why[i]));
+		x3_jw_set_str(&w, fb, q->fallback_key[i], q->fallback_why[i]);
 	if (fb)
-		bad |= json_object_set_new(root, "fallback", fb);
-	if (q->measurement && !bad) {
-		json_t *m = json_loads(q->measurement, 0, NULL);
-		bad |= !m || json_object_set_new(root, "measurement", m);
+		x3_jw_set(&w, root, "fallback", fb);
+	if (q->measurement) {
+		json_error_t je;
+		json_t *m = json_loads(q->measurement, 0, &je);
+		if (!json_is_object(m)) {
+			json_decref(root);
+			json_decref(m);
+			return x3_err(X3_EFORMAT, "quantization_config.json: the plan's measurement: %s",
+			              m ? "not an object" : je.text);
+		}
+		x3_jw_set(&w, root, "measurement", m);
 	}
-	*out = bad ? NULL : dump(root);
-	json_decref(root);
-	return *out ? X3_OK : X3_ENOMEM;
+	return dump(&w, root, "quantization_config.json", out);
 }
 
 int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, char **out)
 {
-	json_t *root = qcfg_block(q);
-	json_object_set_new(root, "tensor_storage", tensor_storage(t, n, 1));
-	*out = dump(root);
-	json_decref(root);
-	return *out ? X3_OK : X3_ENOMEM;
+	x3_jw w = X3_JW_INIT;
+	json_t *root = qcfg_block(&w, q);
+	x3_jw_set(&w, root, "tensor_storage", tensor_storage(&w, t, n, 1));
+	return dump(&w, root, "quantize_config.json", out);
 }
 
 /* ---- roles by key name ------------------------------------------------ */

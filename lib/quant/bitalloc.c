@@ -10,6 +10,7 @@
 #include "x3.h"
 #include "arch.h"
 #include "bitalloc.h"
+#include "jsonw.h"
 
 int64_t x3_ba_dp_max_cells = 64 * 1000 * 1000;
 
@@ -930,28 +931,27 @@ void x3_ba_role_bits(const x3_ba *ba, int nroles, int *linears, int64_t *numel, 
 
 char *x3_ba_plan_json(const x3_ba *ba)
 {
+	x3_jw w = X3_JW_INIT;
 	json_t *o = json_object(), *tens = json_object(), *hist = json_object(),
-	       *histn = json_object();
-	if (!o || !tens || !hist || !histn)
-		goto oom;
+	       *histn = json_object(), *roles = json_object();
 	int64_t cnt[X3_BA_KMAX + 1] = {0}, num[X3_BA_KMAX + 1] = {0};
 	for (int i = 0; i < ba->n; i++) {
 		const x3_ba_tensor *t = &ba->t[i];
-		json_object_set_new(tens, t->name, json_integer(t->K));
+		x3_jw_set(&w, tens, t->name, json_integer(t->K));
 		if (t->K >= 1 && t->K <= X3_BA_KMAX) {
 			cnt[t->K]++;
 			num[t->K] += t->numel;
 		}
 	}
 	if (ba->has_head)
-		json_object_set_new(tens, ba->head.name, json_integer(ba->head_bits));
+		x3_jw_set(&w, tens, ba->head.name, json_integer(ba->head_bits));
 	for (int K = 1; K <= X3_BA_KMAX; K++) {
 		if (!cnt[K])
 			continue;
 		char k[4];
 		snprintf(k, sizeof k, "%d", K);
-		json_object_set_new(hist, k, json_integer(cnt[K]));
-		json_object_set_new(histn, k, json_integer(num[K]));
+		x3_jw_set(&w, hist, k, json_integer(cnt[K]));
+		x3_jw_set(&w, histn, k, json_integer(num[K]));
 	}
 	int ku = (int)floor(ba->target);
 	double ub = 0, un = 0;
@@ -961,52 +961,45 @@ char *x3_ba_plan_json(const x3_ba *ba)
 		ub += (double)t->numel * k;
 		un += (double)t->numel;
 	}
-	json_object_set_new(o, "tensors", tens);
-	json_object_set_new(o, "bits", json_real(x3_ba_bits(ba)));
-	json_object_set_new(o, "target", json_real(ba->target));
-	json_object_set_new(o, "head_bits", json_integer(ba->head_bits));
+	x3_jw_set(&w, o, "tensors", tens);
+	x3_jw_set(&w, o, "bits", json_real(x3_ba_bits(ba)));
+	x3_jw_set(&w, o, "target", json_real(ba->target));
+	x3_jw_set(&w, o, "head_bits", json_integer(ba->head_bits));
 	int rl[X3_ROLE_COUNT];
 	int64_t rn[X3_ROLE_COUNT];
 	double rb[X3_ROLE_COUNT];
 	x3_ba_role_bits(ba, X3_ROLE_COUNT, rl, rn, rb);
-	json_t *roles = json_object();
-	for (int r = 0; r < X3_ROLE_COUNT && roles; r++)
+	for (int r = 0; r < X3_ROLE_COUNT; r++)
 		if (rl[r])
-			json_object_set_new(roles, x3_role_name(r), json_pack("{s:i, s:I, s:f}", "linears", rl[r],
-			                    "numel", (json_int_t)rn[r], "bits", rb[r]));
-	json_object_set_new(o, "roles", roles);
-	json_object_set_new(o, "histogram", hist);
-	json_object_set_new(o, "histogram_numel", histn);
-	json_object_set_new(o, "expected_error", num_or_null(x3_ba_error(ba)));
-	json_object_set_new(o, "uniform_error", num_or_null(x3_ba_uniform_error(ba, ku)));
-	json_object_set_new(o, "uniform_bits", json_real(un > 0 ? ub / un : 0));
+			x3_jw_set(&w, roles, x3_role_name(r), json_pack("{s:i, s:I, s:f}", "linears", rl[r],
+			          "numel", (json_int_t)rn[r], "bits", rb[r]));
+	x3_jw_set(&w, o, "roles", roles);
+	x3_jw_set(&w, o, "histogram", hist);
+	x3_jw_set(&w, o, "histogram_numel", histn);
+	x3_jw_set(&w, o, "expected_error", num_or_null(x3_ba_error(ba)));
+	x3_jw_set(&w, o, "uniform_error", num_or_null(x3_ba_uniform_error(ba, ku)));
+	x3_jw_set(&w, o, "uniform_bits", json_real(un > 0 ? ub / un : 0));
 	if (ba->has_exl3) {
-		json_object_set_new(o, "exllamav3_error", num_or_null(ba->exl3_error));
-		json_object_set_new(o, "exllamav3_bits", json_real(ba->exl3_bits));
+		x3_jw_set(&w, o, "exllamav3_error", num_or_null(ba->exl3_error));
+		x3_jw_set(&w, o, "exllamav3_bits", json_real(ba->exl3_bits));
 	}
-	json_object_set_new(o, "strategy", json_string(strcmp(ba->method, "exllamav3") ? "optimal" : "exllamav3"));
-	json_object_set_new(o, "method", json_string(ba->method));
-	json_object_set_new(o, "importance", json_string(ba->has_importance ? "measured" : "numel"));
-	json_object_set_new(o, "numel", json_integer(ba->total_numel));
+	x3_jw_set_str(&w, o, "strategy", strcmp(ba->method, "exllamav3") ? "optimal" : "exllamav3");
+	x3_jw_set_str(&w, o, "method", ba->method);
+	x3_jw_set_str(&w, o, "importance", ba->has_importance ? "measured" : "numel");
+	x3_jw_set(&w, o, "numel", json_integer(ba->total_numel));
 	if (ba->size_mode) {
 		/* the budget is bytes of trellis; the sizes are the whole output */
-		json_object_set_new(o, "budget_bytes", json_integer(ba->budget));
-		json_object_set_new(o, "size", json_integer((json_int_t)ba->size_target));
-		json_object_set_new(o, "bytes", json_integer((json_int_t)ba->size_bytes));
-		json_object_set_new(o, "size_min", json_integer((json_int_t)ba->size_min));
-		json_object_set_new(o, "size_max", json_integer((json_int_t)ba->size_max));
+		x3_jw_set(&w, o, "budget_bytes", json_integer(ba->budget));
+		x3_jw_set(&w, o, "size", json_integer((json_int_t)ba->size_target));
+		x3_jw_set(&w, o, "bytes", json_integer((json_int_t)ba->size_bytes));
+		x3_jw_set(&w, o, "size_min", json_integer((json_int_t)ba->size_min));
+		x3_jw_set(&w, o, "size_max", json_integer((json_int_t)ba->size_max));
 	} else {
-		json_object_set_new(o, "budget_bits", json_integer(ba->budget));
+		x3_jw_set(&w, o, "budget_bits", json_integer(ba->budget));
 		if (ba->size_bytes)   /* the caller's prediction of the output */
-			json_object_set_new(o, "bytes", json_integer((json_int_t)ba->size_bytes));
+			x3_jw_set(&w, o, "bytes", json_integer((json_int_t)ba->size_bytes));
 	}
-	char *s = json_dumps(o, JSON_INDENT(1) | JSON_REAL_PRECISION(10));
+	char *s = x3_jw_dump(&w, o, JSON_INDENT(1) | JSON_REAL_PRECISION(10), "plan", NULL);
 	json_decref(o);
-	if (!s)
-		x3_err(X3_ENOMEM, "out of memory");
 	return s;
-oom:
-	json_decref(o); json_decref(tens); json_decref(hist); json_decref(histn);
-	x3_err(X3_ENOMEM, "out of memory");
-	return NULL;
 }

@@ -133,7 +133,9 @@ void x3_ba_role_bits(const x3_ba *ba, int nroles, int *linears, int64_t *numel, 
  * "head_bits", "roles" ({ROLE: {linears, numel, bits}} of the roles
  * present), "histogram", "histogram_numel", "expected_error",
  * "uniform_error", "uniform_bits", "strategy", "method", ...;
- * "exllamav3_error", "exllamav3_bits" when has_exl3}. */
+ * "exllamav3_error", "exllamav3_bits" when has_exl3}. NULL with the error
+ * naming what could not be written (a tensor name that is not UTF-8, no
+ * memory): a plan never lacks a key silently. */
 char *x3_ba_plan_json(const x3_ba *ba);
 
 #endif

@@ -2,7 +2,8 @@
  * (README "Reproducibility", lib/common/blas.h).
  *
  * The test runs itself as a child under several OpenBLAS kernels
- * (OPENBLAS_CORETYPE, those this CPU can run) and 1 or 2 BLAS and OpenMP
+ * (OPENBLAS_CORETYPE: those this CPU can run, tests/lib-blas.sh's list,
+ * so run it from the top of the checkout) and 1 or 2 BLAS and OpenMP
  * threads. Each child computes, from fixed seeded inputs: the proxy error
  * (our fixed-order loops), the dense linear (x3_gemm_xwt), the Hessian sums
  * (x3_gram_acc_*), the block LDL and an LDLQ encode, and prints them. The
@@ -173,18 +174,19 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--child"))
 		return child();
-	/* the kernels this CPU can run (OpenBLAS would fault on the others) */
-	const char *cores[8];
+	/* the kernels this CPU can run (OpenBLAS would fault on the others):
+	 * the list of tests/lib-blas.sh, which the command-line tests use too */
+	char cores[8][32];
 	int nc = 0;
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-		cores[nc++] = "SkylakeX";
-	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-		cores[nc++] = "Haswell";
-	if (__builtin_cpu_supports("avx"))
-		cores[nc++] = "Sandybridge";
-	cores[nc++] = "Prescott";   /* SSE3: every x86-64 OpenBLAS runs it */
+	FILE *kl = popen("bash tests/lib-blas.sh", "r");
+	while (kl && nc < 8 && fgets(cores[nc], sizeof cores[nc], kl)) {
+		cores[nc][strcspn(cores[nc], "\n")] = 0;
+		nc += cores[nc][0] != 0;
+	}
+	int krc = kl ? pclose(kl) : -1;
+	CHECK(krc == 0 && nc > 0, "the OpenBLAS kernels this CPU runs, from tests/lib-blas.sh: %d", nc);
+	if (krc || !nc)
+		TEST_DONE();
 	struct run runs[16];
 	int nr = 0, ok = 1;
 	for (int c = 0; c < nc; c++)

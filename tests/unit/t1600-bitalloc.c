@@ -337,5 +337,20 @@ int main(void)
 		      "size above the largest plan: %s", x3_errmsg());
 		x3_ba_free(ba);
 	}
+	/* a tensor name jansson cannot write: no plan (it used to be left out
+	 * of "tensors", and pack-write then missed the tensor) */
+	{
+		x3_ba *ba = x3_ba_create();
+		int rc = 0;
+		for (int K = 2; K <= 4; K++)
+			rc |= x3_ba_add(ba, "model.layers.0.mlp.up_proj", K, pow(4, -K), 4096) |
+			      x3_ba_add(ba, "model.layers.0.mlp.\xff" "down_proj", K, pow(4, -K), 4096);
+		CHECK(!rc && !x3_ba_solve(ba, 3, X3_BA_DP, 0), "a plan over a tensor name that is not UTF-8: solved");
+		char *js = x3_ba_plan_json(ba);
+		CHECK(!js && strstr(x3_errmsg(), "plan: cannot write 'model.layers.0.mlp.\xef\xbf\xbd" "down_proj': "
+		                    "the key is not UTF-8"), "... no plan JSON, an error naming the tensor (%s)", x3_errmsg());
+		free(js);
+		x3_ba_free(ba);
+	}
 	TEST_DONE();
 }

@@ -167,5 +167,30 @@ int main(void)
 	CHECK(!json_object_get(o, "tied_word_embeddings"), "tied_word_embeddings not added");
 	json_decref(o);
 	free(out);
+
+	/* a value jansson cannot write fails the whole document, naming it
+	 * (it used to be dropped: a config without its codebook) */
+	x3_pack_qcfg qb = q;
+	qb.codebook = "mc\xffg";
+	CHECK(x3_pack_config_json("{}", &qb, &out) == X3_EFORMAT && !out &&
+	      strstr(x3_errmsg(), "config.json: cannot write 'codebook': the value is not UTF-8"),
+	      "config.json with a codebook that is not UTF-8: an error naming it (%s)", x3_errmsg());
+	CHECK(x3_pack_config_json("{\"quantization_config\": {\"quant_method\": \"exl3\"}}", &qb, &out) == X3_EFORMAT &&
+	      !out && strstr(x3_errmsg(), "'codebook'"), "... also when it updates an exl3 block (%s)", x3_errmsg());
+	const char *fk[] = { "model.layers.0.mlp.up_proj" }, *fw[] = { "no usable \xfe Hessian" };
+	qb = q;
+	qb.nfallback = 1, qb.fallback_key = fk, qb.fallback_why = fw;
+	CHECK(x3_pack_qconfig_json(&qb, NULL, 0, &out) == X3_EFORMAT && !out &&
+	      strstr(x3_errmsg(), "quantization_config.json: cannot write 'model.layers.0.mlp.up_proj': the value is not UTF-8"),
+	      "quantization_config.json with a fallback reason that is not UTF-8: an error naming the key (%s)",
+	      x3_errmsg());
+	qb.fallback_why = fk;
+	CHECK_OK(x3_pack_qconfig_json(&qb, NULL, 0, &out), "... and a valid one is written");
+	free(out);
+	qb = q;
+	qb.version = NULL;
+	CHECK(x3_pack_gptqmodel_json(&qb, NULL, 0, &out) && !out &&
+	      strstr(x3_errmsg(), "quantize_config.json: cannot write 'version'"),
+	      "quantize_config.json without a version: an error naming it (%s)", x3_errmsg());
 	TEST_DONE();
 }
