@@ -40,6 +40,13 @@ jq '.post_processor={"type":"Sequence","processors":[{"type":"ByteLevel","add_pr
   "$LM/tokenizer-llama3/models/tokenizer.json" >"$TMP/llama31-template.json"
 
 
+# the "llama2" package carries Mistral 7B v0.1's vocabulary, which Mixtral 8x7B
+# shares (32000 pieces; the lone "▁" is 28705 there, 29871 in Llama 2's): so
+# the llama2-mistral case below is Mixtral's tokenizer
+if [ -f "$L2" ]; then
+	check "llama2-mistral is Mistral's / Mixtral's vocabulary (32000 pieces, \"▁\" = 28705, \"<0x0A>\" = 13)" \
+		test "$(jq -c '[(.model.vocab | length), .model.vocab["▁"], .model.vocab["<0x0A>"]]' "$L2")" = '[32000,28705,13]'
+fi
 for spec in "stories260K:$SHARED/models/stories260K/tokenizer.json" "llama2-mistral:$L2" \
             "llama3:$LM/tokenizer-llama3/models/tokenizer.json" "qwen3:$Q3"; do
 	name=${spec%%:*} tj=${spec#*:}
