@@ -1102,11 +1102,15 @@ static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
 			if (f->t && f->layer == p0->layer && !strcmp(f->t->name, t0->name)) {
 				merge_frame(&s, f->file, f->t);
 				part_next(f);
+			} else if (!expert && !f->t) {
+				die("%s: ends where %s (chunk 0) has frame '%s' of layer %lld: the parts of a "
+				    "layer list the same frames in the same order", f->file, p0->file, t0->name,
+				    (long long)p0->layer);
 			} else if (!expert) {
 				die("%s: frame '%s' of layer %lld where %s (chunk 0) has '%s' of layer %lld: "
 				    "the parts of a layer list the same frames in the same order",
-				    f->file, f->t ? f->t->name : "(end of file)", (long long)(f->t ? f->layer : -1),
-				    p0->file, t0->name, (long long)p0->layer);
+				    f->file, f->t->name, (long long)f->layer, p0->file, t0->name,
+				    (long long)p0->layer);
 			}
 		}
 		part_next(p0);
