@@ -208,6 +208,7 @@ struct cap {
 	struct hset shadow; /* the all-token accumulators open */
 	x3_hess *shared_in; /* ... the one of the experts' gate/up input (the
 	                     * layer's: from expert 0's rows, read by all) */
+	int shared_put;     /* ... written (a part's) */
 	FILE *report;       /* --report: JSON lines, or NULL */
 	int nstarved;
 	char starved[1024]; /* this layer's experts that used the fallback */
@@ -303,19 +304,23 @@ static long long expert_blend(x3_hess *h, const x3_hess *sh, int expert, long lo
 /* Write the all-token accumulators of the shadow set (a part's, for the
  * merge's fallback: exact, F64) and free them: every one with all set,
  * else all but the layer's shared gate/up one (the experts' still to come
- * read it). */
+ * read it). Called before the expert's groups are written, so that part 0
+ * carries each all-token frame before the groups that use it and the
+ * merge, reading the parts in lockstep, holds it only as long as needed:
+ * the shared one (complete once expert 0, whose rows it sums, is done) is
+ * written once, with the first expert's, and marked all_tokens_scope=layer
+ * (read by every expert's gate/up group), an expert's own ones
+ * all_tokens_scope=group (read by its group of the same name alone). */
 static void shadow_flush(struct cap *k, int all)
 {
 	int keep = 0;
 	for (int i = 0; i < k->shadow.n; i++) {
 		x3_hess *h = k->shadow.h[i];
-		if (!all && h == k->shared_in) {
-			k->shadow.h[keep++] = h;
-			continue;
-		}
-		if (k->pv && k->moe != MOE_ALL) {
+		int shared = h == k->shared_in;
+		if (k->pv && k->moe != MOE_ALL && !(shared && k->shared_put)) {
 			x3_tensor *t = x3_hess_frame(h, X3_F64);
-			int e = !t || x3_meta_set(t, "part_role", "all_tokens");
+			int e = !t || x3_meta_set(t, "part_role", "all_tokens") ||
+			        x3_meta_set(t, "all_tokens_scope", shared ? "layer" : "group");
 			for (int j = 0; !e && j < N_PROV; j++)
 				e = x3_meta_set(t, prov_keys[j], k->pv->val[j]) != 0;
 			if (e)
@@ -323,12 +328,19 @@ static void shadow_flush(struct cap *k, int all)
 			if (x3_writer_put(k->w, t))
 				die_x3("writing '%s'", x3_hess_name(h));
 			x3_tensor_free(t);
+			k->shared_put |= shared;
+		}
+		if (!all && shared) {
+			k->shadow.h[keep++] = h;
+			continue;
 		}
 		x3_hess_free(h);
 	}
 	k->shadow.n = keep;
-	if (all)
+	if (all) {
 		k->shared_in = NULL;
+		k->shared_put = 0;
+	}
 }
 
 /* The Hessians of the expert just run (the forward runs the experts one
@@ -411,11 +423,11 @@ static void cap_experts_finish(struct cap *k, int layer)
 			        moe_names[k->moe], n, fb ? "true" : "false", fb);
 	}
 	k->nex = 0;
+	/* a part with the layer's all-token Hessians (part 0) passes them on,
+	 * exact, for the merge's fallback, before the groups that use them */
+	shadow_flush(k, 0);
 	/* a part's sums are written exactly (F64) for the merge */
 	hset_flush(&k->exset, k->w, k->f64 || k->pv ? X3_F64 : X3_F32, k->pv);
-	/* a part with the layer's all-token Hessians (part 0) passes them on,
-	 * exact, for the merge's fallback */
-	shadow_flush(k, 0);
 }
 
 /* The forward's expert_done: expert -1, the groups before the experts are
@@ -800,58 +812,90 @@ static void merge_expert_meta(x3_hess *h, const x3_tensor *t)
 	}
 }
 
-/* After the merge of a layer's parts: the fallback of every expert group
- * routed fewer than min_tokens tokens in all, with the all-token Hessian
- * that part 0 carried (sh), as one process makes it (expert_blend). */
-static void merge_blend(struct hset *s, struct hset *sh, int f64, int layer)
-{
+/* A layer being merged from parts: the starved experts named on standard
+ * error at its end, as one process names them. */
+struct mlayer {
+	int64_t layer;   /* -1: none yet */
+	long long m;     /* the threshold */
+	int last;        /* the expert of the group before (-1: none) */
 	char starved[1024];
-	size_t so = 0;
-	long long m = 0;
-	starved[0] = 0;
-	for (int i = 0; i < s->n; i++) {
-		x3_hess *h = s->h[i];
-		const char *mt = x3_hess_get_meta(h, "min_tokens");
-		if (!mt)
-			continue;
-		const char *cap = x3_hess_get_meta(h, "capture"), *an = x3_hess_get_meta(h, "all_tokens");
-		const char *w2 = x3_hess_get_meta(h, "routed_w2"), *kk = x3_hess_get_meta(h, "top_k");
-		const char *ex = x3_hess_get_meta(h, "expert"), *rt = x3_hess_get_meta(h, "routed_tokens");
-		long long n = rt ? atoll(rt) : 0, fb = 0;
-		int expert = ex ? atoi(ex) : -1;
-		m = atoll(mt);
-		if (n < m) {
-			x3_hess *a = an ? hset_find(sh, an) : NULL;
-			if (an && !a)
-				die("'%s': expert %d fell short of %lld tokens, but no part carries the all-token "
-				    "Hessian '%s' (part 0's)", x3_hess_name(h), expert, m, an);
-			fb = expert_blend(h, a, expert, n, m, cap && !strcmp(cap, "weighted"),
-			                  w2 ? strtod(w2, NULL) : 0, kk ? atoll(kk) : 1, f64);
-		}
-		char v[32];
-		int e = x3_hess_set_meta(h, "expert_fallback", fb ? "1" : "0");
-		if (fb) {
-			snprintf(v, sizeof v, "%lld", fb);
-			e |= x3_hess_set_meta(h, "fallback_tokens", v);
-		}
-		if (e)
-			die_x3("'%s'", x3_hess_name(h));
-		/* named once per expert (its first group) */
-		int first = 1;
-		for (int j = 0; j < i && first; j++) {
-			const char *ej = x3_hess_get_meta(s->h[j], "expert");
-			first = !ej || !x3_hess_get_meta(s->h[j], "min_tokens") || atoi(ej) != expert;
-		}
-		if (fb && first && so < sizeof starved - 32)
-			so += (size_t)snprintf(starved + so, sizeof starved - so, "%s%d (%lld)", so ? ", " : "",
-			                       expert, n);
+	size_t so;
+	char **names;    /* the groups written, to refuse a name twice */
+	int nnames, capnames;
+};
+
+/* After the merge of an expert group's parts (h): its fallback when it was
+ * routed fewer than min_tokens tokens in all, with the all-token Hessian
+ * that part 0 carried before it (in sh), as one process makes it
+ * (expert_blend). */
+static void merge_blend(x3_hess *h, struct hset *sh, int f64, struct mlayer *ml)
+{
+	const char *mt = x3_hess_get_meta(h, "min_tokens");
+	if (!mt)
+		return;
+	const char *cap = x3_hess_get_meta(h, "capture"), *an = x3_hess_get_meta(h, "all_tokens");
+	const char *w2 = x3_hess_get_meta(h, "routed_w2"), *kk = x3_hess_get_meta(h, "top_k");
+	const char *ex = x3_hess_get_meta(h, "expert"), *rt = x3_hess_get_meta(h, "routed_tokens");
+	long long n = rt ? atoll(rt) : 0, fb = 0, m = atoll(mt);
+	int expert = ex ? atoi(ex) : -1;
+	ml->m = m;
+	if (n < m) {
+		x3_hess *a = an ? hset_find(sh, an) : NULL;
+		if (an && !a)
+			die("'%s': expert %d fell short of %lld tokens, but no part carries the all-token "
+			    "Hessian '%s' (part 0's, before the group: parts of an older hessian-capture "
+			    "are captured again)", x3_hess_name(h), expert, m, an);
+		fb = expert_blend(h, a, expert, n, m, cap && !strcmp(cap, "weighted"),
+		                  w2 ? strtod(w2, NULL) : 0, kk ? atoll(kk) : 1, f64);
 	}
-	if (so)
-		warnx("layer %d: experts below %lld routed tokens, blended with the all-token Hessian "
-		      "(expert (tokens)): %s", layer, m, starved);
+	char v[32];
+	int e = x3_hess_set_meta(h, "expert_fallback", fb ? "1" : "0");
+	if (fb) {
+		snprintf(v, sizeof v, "%lld", fb);
+		e |= x3_hess_set_meta(h, "fallback_tokens", v);
+	}
+	if (e)
+		die_x3("'%s'", x3_hess_name(h));
+	/* named once per expert (its first group: an expert's are adjacent) */
+	if (fb && expert != ml->last && ml->so < sizeof ml->starved - 32)
+		ml->so += (size_t)snprintf(ml->starved + ml->so, sizeof ml->starved - ml->so, "%s%d (%lld)",
+		                           ml->so ? ", " : "", expert, n);
+	ml->last = expert;
+}
+
+/* The end of a merged layer: its starved experts named, the all-token
+ * Hessians it kept freed. */
+static void mlayer_end(struct mlayer *ml, struct hset *sh)
+{
+	if (ml->so)
+		warnx("layer %lld: experts below %lld routed tokens, blended with the all-token Hessian "
+		      "(expert (tokens)): %s", (long long)ml->layer, ml->m, ml->starved);
 	for (int i = 0; i < sh->n; i++)
 		x3_hess_free(sh->h[i]);
 	sh->n = 0;
+	for (int i = 0; i < ml->nnames; i++)
+		free(ml->names[i]);
+	ml->nnames = 0;
+	ml->so = 0;
+	ml->starved[0] = 0;
+	ml->last = -1;
+	ml->layer = -1;
+}
+
+/* Remember that group name of the layer is written; a name twice dies. */
+static void mlayer_name(struct mlayer *ml, const char *file, const char *name)
+{
+	for (int i = 0; i < ml->nnames; i++)
+		if (!strcmp(ml->names[i], name))
+			die("%s: frame '%s' twice in layer %lld", file, name, (long long)ml->layer);
+	if (ml->nnames == ml->capnames) {
+		ml->capnames = ml->capnames ? 2 * ml->capnames : 64;
+		ml->names = realloc(ml->names, (size_t)ml->capnames * sizeof *ml->names);
+		if (!ml->names)
+			die("out of memory");
+	}
+	if (!(ml->names[ml->nnames++] = strdup(name)))
+		die("out of memory");
 }
 
 /* One input of --merge and its next frame (NULL at its end). */
@@ -931,10 +975,61 @@ static int64_t frame_layer(const struct min *f)
 	return l;
 }
 
+static int is_all_tokens(const x3_tensor *t)
+{
+	const char *role = x3_meta_get(t, "part_role");
+	return role && !strcmp(role, "all_tokens");
+}
+
+/* A part's frame just read: of its chunk, in layer order (after layer l),
+ * all-token frames in part 0 only. */
+static void part_check(struct min *f, int64_t l)
+{
+	if (!f->t)
+		return;
+	const char *v = x3_meta_get(f->t, "chunk");
+	if (!v || strtol(v, NULL, 10) != f->chunk)
+		die("%s: frame '%s' is not of chunk %ld like the file's first frame", f->file, f->t->name,
+		    f->chunk);
+	if (f->chunk != 0 && is_all_tokens(f->t))
+		die("%s: all-token frame '%s' not of chunk 0", f->file, f->t->name);
+	int64_t nl = frame_layer(f);
+	if (nl < l)
+		die("%s: frame '%s' of layer %lld comes after layer %lld", f->file, f->t->name,
+		    (long long)nl, (long long)l);
+	f->layer = nl;
+}
+
+static void part_next(struct min *f)
+{
+	int64_t l = f->layer;
+	x3_tensor_free(f->t);
+	min_next(f);
+	part_check(f, l);
+}
+
+/* Part 0 is past layer ml->layer (next: layer next): no other part may
+ * have a frame of it left, one part 0 does not list in that order. */
+static void merge_layer_end(struct min **c, int nin, struct mlayer *ml, struct hset *sh, int64_t next)
+{
+	for (int i = 1; i < nin; i++)
+		if (c[i]->t && c[i]->layer < next)
+			die("%s: frame '%s' of layer %lld is not in %s (chunk 0), or not in its order: "
+			    "the parts of a layer list the same frames in the same order",
+			    c[i]->file, c[i]->t->name, (long long)c[i]->layer, c[0]->file);
+	if (ml->layer >= 0)
+		mlayer_end(ml, sh);
+}
+
 /* The partial sums of --part runs: every chunk of one calibration exactly
  * once, added in chunk order (whatever the order of the files), so the
- * result is the single capture's bit for bit. Read layer by layer, so
- * that only one layer's Hessians are held. */
+ * result is the single capture's bit for bit. The parts list a layer's
+ * groups in the same order (a later part leaves out an expert routed none
+ * of its rows) and are read in lockstep, one group at a time: its sums
+ * added, blended, written and freed before the next is read, so that the
+ * merge holds one group's Hessian (beside the all-token Hessians part 0
+ * carries for the fallback: the layer's shared gate/up one for the layer,
+ * an expert's own until its group is written), not a layer's. */
 static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
 {
 	struct min **c = malloc((size_t)nin * sizeof *c);
@@ -974,44 +1069,67 @@ static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
 	const char *pr = x3_meta_get(in[0].t, "products");
 	x3_dtype out = f64 || !strcmp(pr, "f64") ? X3_F64 : X3_F32;
 	for (int i = 0; i < nin; i++)
-		c[i]->layer = frame_layer(c[i]);
+		part_check(c[i], -1);
 	struct hset s = { 0 }, sh = { 0 };
+	struct mlayer ml = { .layer = -1, .last = -1 };
+	struct min *p0 = c[0];
 	for (;;) {
-		int64_t l = -1;
-		for (int i = 0; i < nin; i++)
-			if (c[i]->t && (l < 0 || c[i]->layer < l))
-				l = c[i]->layer;
-		if (l < 0)
+		/* part 0's all-token frames, carried before the groups using them */
+		for (; p0->t && is_all_tokens(p0->t); part_next(p0)) {
+			if (p0->layer != ml.layer) {
+				merge_layer_end(c, nin, &ml, &sh, p0->layer);
+				ml.layer = p0->layer;
+			}
+			if (hset_find(&sh, p0->t->name))
+				die("%s: all-token frame '%s' twice in layer %lld", p0->file, p0->t->name,
+				    (long long)p0->layer);
+			merge_frame(&sh, p0->file, p0->t);
+		}
+		if (!p0->t)
 			break;
-		for (int i = 0; i < nin; i++) {
+		const x3_tensor *t0 = p0->t;
+		if (p0->layer != ml.layer) {
+			merge_layer_end(c, nin, &ml, &sh, p0->layer);
+			ml.layer = p0->layer;
+		}
+		mlayer_name(&ml, p0->file, t0->name);
+		/* the group's sums, in chunk order; a later part has no frame for
+		 * an expert the router sent none of its rows (it has the next) */
+		int expert = x3_meta_get(t0, "expert") != NULL;
+		merge_frame(&s, p0->file, t0);
+		for (int i = 1; i < nin; i++) {
 			struct min *f = c[i];
-			while (f->t && f->layer == l) {
-				const char *v = x3_meta_get(f->t, "chunk");
-				if (!v || strtol(v, NULL, 10) != f->chunk)
-					die("%s: frame '%s' is not of chunk %ld like the file's first frame",
-					    f->file, f->t->name, f->chunk);
-				const char *role = x3_meta_get(f->t, "part_role");
-				if (role && !strcmp(role, "all_tokens")) {
-					if (f->chunk != 0 || hset_find(&sh, f->t->name))
-						die("%s: all-token frame '%s' not of chunk 0", f->file, f->t->name);
-					merge_frame(&sh, f->file, f->t);
-				} else {
-					merge_frame(&s, f->file, f->t);
-				}
-				x3_tensor_free(f->t);
-				min_next(f);
-				if (f->t) {
-					int64_t nl = frame_layer(f);
-					if (nl < l)
-						die("%s: frame '%s' of layer %lld comes after layer %lld",
-						    f->file, f->t->name, (long long)nl, (long long)l);
-					f->layer = nl;
-				}
+			if (f->t && f->layer == p0->layer && !strcmp(f->t->name, t0->name)) {
+				merge_frame(&s, f->file, f->t);
+				part_next(f);
+			} else if (!expert && !f->t) {
+				die("%s: ends where %s (chunk 0) has frame '%s' of layer %lld: the parts of a "
+				    "layer list the same frames in the same order", f->file, p0->file, t0->name,
+				    (long long)p0->layer);
+			} else if (!expert) {
+				die("%s: frame '%s' of layer %lld where %s (chunk 0) has '%s' of layer %lld: "
+				    "the parts of a layer list the same frames in the same order",
+				    f->file, f->t->name, (long long)f->layer, p0->file, t0->name,
+				    (long long)p0->layer);
 			}
 		}
-		merge_blend(&s, &sh, out == X3_F64, (int)l);
+		part_next(p0);
+		x3_hess *h = s.h[0];
+		merge_blend(h, &sh, out == X3_F64, &ml);
+		/* an expert's own all-token Hessian is read by its group alone */
+		const char *an = x3_hess_get_meta(h, "all_tokens");
+		for (int i = 0; an && i < sh.n; i++) {
+			const char *sc = x3_hess_get_meta(sh.h[i], "all_tokens_scope");
+			if (sc && !strcmp(sc, "group") && !strcmp(x3_hess_name(sh.h[i]), an)) {
+				x3_hess_free(sh.h[i]);
+				sh.h[i] = sh.h[--sh.n];
+				break;
+			}
+		}
 		hset_flush(&s, w, out, NULL);
 	}
+	merge_layer_end(c, nin, &ml, &sh, INT64_MAX);
+	free(ml.names);
 	free(s.h);
 	free(sh.h);
 	free(c);

@@ -117,6 +117,43 @@ check "MoE all: the experts' Hessians are the all-token one (not the routed rows
 check_fail "a starved expert's merge without part 0's all-token Hessian" 1 "chunk 0 of 3 is missing" \
 	hessian-capture --merge sp1 sp2
 
+# the merge streams: the parts are read in lockstep, one group at a time
+# (tests/t1573: its memory), so they list a layer's groups in the same
+# order, but for an expert the router sent none of a later chunk's rows
+# (no frame in that part), and part 0 carries each all-token Hessian
+# before the groups that use it. DeepSeek V3 (dense layer 0, then 16
+# experts, top 1, and a shared expert) in chunks of one row: some experts
+# get no rows in some chunks; under and over the threshold, F32 and F64.
+"$ROOT/examples/make-tiny-llama" --arch deepseek_v3 --experts 16 --top-k 1 ds 2 >/dev/null
+for mode in routed weighted; do
+	for m in 1 40; do
+		for prec in "" --f64; do
+			dc() { hessian-capture -q --model ds --tokens mt --chunk-rows 1 --chunk 32 --min-tokens $m --moe-capture $mode $prec "$@" 2>/dev/null; }
+			dc >dw
+			for i in 0 1 2 3 4; do dc --part $i >dp$i; done
+			check "DeepSeek V3 $mode --min-tokens $m ${prec:-F32}: 5 parts merged (shuffled) == one process, byte for byte" \
+				bash -c 'hessian-capture -q --merge dp3 dp0 dp4 dp2 dp1 2>/dev/null | cmp - dw'
+		done
+	done
+done
+check "... some expert has no frame in some later part (none of its rows), and some expert was blended" \
+	bash -c 'n0=$(tensor-ls dp0 | jq -r "select(.meta.part_role == null) | .name" | wc -l)
+	         for i in 1 2 3 4; do [ $(tensor-ls dp$i | wc -l) -lt $n0 ] && exit 0; done; exit 1' &&
+	jqe -s 'any(.[]; .meta.expert_fallback == "1")' <(tensor-ls dw)
+check "... part 0: every all-token frame comes before the groups reading it (scope layer: the shared gate/up one, group: an expert's own)" \
+	jqe -s '. as $f | [range(length)] | map(select($f[.].meta.all_tokens)) |
+	        all(. as $i | [range($i)] | any($f[.].meta.part_role == "all_tokens" and $f[.].name == $f[$i].meta.all_tokens))
+	        and ([$f[] | select(.meta.part_role) | .meta.all_tokens_scope] | unique == ["group", "layer"])' <(tensor-ls dp0)
+{ tensor-cat dp1 '*.layers.0.*'; tensor-cat dp1 '*.layers.1.mlp.shared_experts.*'; tensor-cat dp1 '*.layers.1.self*' '*.layers.1.mlp.experts.*' 'lm_head*'; } >dx1
+check_fail "a part's groups out of part 0's order" 1 "dx1: frame 'model.layers.1.mlp.shared_experts.input' of layer 1 where dp0 \(chunk 0\) has 'model.layers.1.self_attn.input'" \
+	hessian-capture --merge dp0 dx1 dp2 dp3 dp4
+tensor-cat dp2 '*.layers.[01].*' >dx2
+check_fail "a part that ends early" 1 "dx2: ends where dp0 \(chunk 0\) has frame 'lm_head.input'" \
+	hessian-capture --merge dp0 dp1 dx2 dp3 dp4
+{ tensor-cat dp3 '*.layers.0.*' '*.layers.1.self*' '*.layers.1.mlp.experts.*'; tensor-cat dp3 '*.layers.1.self_attn.input'; tensor-cat dp3 '*shared*' 'lm_head*'; } >dx3
+check_fail "a group twice in a part" 1 "dx3: frame 'model.layers.1.self_attn.input' of layer 1 where dp0 \(chunk 0\) has 'model.layers.1.mlp.shared_experts.input'" \
+	hessian-capture --merge dp0 dp1 dp2 dx3 dp4
+
 # provenance
 check_fail "a chunk missing" 1 "chunk 1 of 3 is missing" hessian-capture --merge p0 p2
 check_fail "the last chunk missing" 1 "chunk 2 of 3 is missing" hessian-capture --merge p1 p0
