@@ -23,7 +23,7 @@
 #   BENCH_MOE_HIDDEN/INTER/EXPERTS/HEADS  the layer (7168, 2048, 8, 128)
 #   BENCH_MOE_TINY_ONLY=1                 only the tiny model
 # The real-width layer is ~580 M weights (an 8B Llama layer is 218 M): about
-# 1.5-2 h on 2 cores; scale it down (e.g. BENCH_MOE_HIDDEN=1024
+# an hour of 2 free cores (6324 CPU s, 2026-12-03); scale it down (e.g. BENCH_MOE_HIDDEN=1024
 # BENCH_MOE_INTER=512 BENCH_MOE_HEADS=16) to try it. The baseline, measured
 # in the same run: tests/bench/viterbi's best-path rate at this K per core
 # on CPU time, against each conversion's weights per CPU second ("% of
