@@ -206,27 +206,12 @@ int x3_gram_acc_tri_f32_f64(const float *x, int64_t rows, int64_t n, double *T)
 	return X3_OK;
 }
 
-void x3_tri_unpack(const double *T, int64_t n, int f64, void *out)
-{
-	if (n <= 0)
-		return;
-	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B, np = nb * (nb + 1) / 2;
-	#pragma omp parallel for schedule(dynamic, 1) if(np > 1 && n * n > (1 << 18))
-	for (int64_t p = 0; p < np; p++) {
-		TRI_BLOCK(p);
-		const double *t = T + off;
-		for (int64_t i = 0; i < wi; i++)
-			for (int64_t j = bi == bj ? i : 0; j < wj; j++) {
-				int64_t a = (i0 + i) * n + j0 + j, b = (j0 + j) * n + i0 + i;
-				if (f64)
-					((double *)out)[a] = ((double *)out)[b] = t[i * wj + j];
-				else
-					((float *)out)[a] = ((float *)out)[b] = (float)t[i * wj + j];
-			}
-	}
-}
-
-void x3_tri_add_full(double *T, int64_t n, const void *g, int f32, double w, int first)
+/* Between the packed T and a full symmetric (n, n) matrix F (F32 when f32,
+ * else F64), block by block in the packed order: TRI_UNPACK writes both
+ * halves of F from T; TRI_SET sets T to w times F's upper triangle;
+ * TRI_ADD adds that to T (exact when w is 1). */
+enum { TRI_UNPACK, TRI_SET, TRI_ADD };
+static void tri_walk(double *T, int64_t n, void *F, int f32, double w, int op)
 {
 	if (n <= 0)
 		return;
@@ -237,9 +222,27 @@ void x3_tri_add_full(double *T, int64_t n, const void *g, int f32, double w, int
 		double *t = T + off;
 		for (int64_t i = 0; i < wi; i++)
 			for (int64_t j = bi == bj ? i : 0; j < wj; j++) {
-				int64_t a = (i0 + i) * n + j0 + j;
-				double v = f32 ? (double)((const float *)g)[a] : ((const double *)g)[a];
-				t[i * wj + j] = first ? w * v : t[i * wj + j] + w * v;   /* exact when w is 1 */
+				int64_t a = (i0 + i) * n + j0 + j, b = (j0 + j) * n + i0 + i;
+				double *d = &t[i * wj + j];
+				if (op == TRI_UNPACK) {
+					if (f32)
+						((float *)F)[a] = ((float *)F)[b] = (float)*d;
+					else
+						((double *)F)[a] = ((double *)F)[b] = *d;
+					continue;
+				}
+				double v = f32 ? (double)((const float *)F)[a] : ((const double *)F)[a];
+				*d = op == TRI_SET ? w * v : *d + w * v;
 			}
 	}
+}
+
+void x3_tri_unpack(const double *T, int64_t n, int f64, void *out)
+{
+	tri_walk((double *)T, n, out, !f64, 1.0, TRI_UNPACK);   /* T is only read */
+}
+
+void x3_tri_add_full(double *T, int64_t n, const void *g, int f32, double w, int first)
+{
+	tri_walk(T, n, (void *)g, f32, w, first ? TRI_SET : TRI_ADD);   /* g is only read */
 }
