@@ -69,8 +69,8 @@ check "... byte-identical" diff -r ref k
 
 # ---- 20 kills at seeded random moments ---------------------------------------
 # A kill hit a running conversion when convert died of it (status 137, not
-# 0: it had not finished). Each kill is followed by a re-run; 10 s after it,
-# no process of the killed conversion (those running at the kill: convert,
+# 0: it had not finished). Each kill is followed by a re-run; after it, no
+# process of the killed conversion (those running at the kill: convert,
 # its watchdog, make and the programs) may be left.
 RANDOM=1817
 bad=0 hit=0 stray=0 sts=
@@ -94,10 +94,11 @@ for i in $(seq 1 20); do
 		echo "# kill $i ($how at ${ms} ms of ${tref}): re-run or diff failed:"
 		sed 's/^/#   /' r.err r.diff 2>/dev/null | head -8
 	fi
-	# (the killed conversion's watchdog ends its session's stragglers and
-	# then itself: give it 10 s after the re-run, on a loaded machine, to be
-	# gone; what still runs then is left behind)
-	for w in $(seq 1 100); do
+	# (the killed conversion's watchdog holds its locks, so the re-run got
+	# them only after every process of the killed run that holds them had
+	# ended; a process that has closed its files at exit may still take a
+	# moment to become a zombie: 2 s for that, on a loaded machine)
+	for w in $(seq 1 20); do
 		left=$(running <<<"$tree")
 		[ -n "$left" ] || ! gone "$TMP/r.work" || break
 		sleep 0.1

@@ -26,6 +26,12 @@ user=$(id -un)
 # package's init script creates at boot (not there in a container)
 [ "$(id -u)" -ne 0 ] || [ -d /run/sshd ] || mkdir -p -m 0755 /run/sshd 2>/dev/null || true
 
+# every command over ssh runs under a login that stays its parent (no exec),
+# as a login shell may: then nothing on the host sees the ssh connection
+# end, so GNU parallel's remote wrapper (which watches its parent) does not
+# end a job when its ssh is killed, and only convert's remote kill can
+printf '#!/bin/sh\n/bin/sh -c "$SSH_ORIGINAL_COMMAND"\n' >"$d/login"
+chmod +x "$d/login"
 # a free port: sshd fails to bind a taken one, then the next is tried
 started=0
 for try in 1 2 3 4 5; do
@@ -44,6 +50,7 @@ PubkeyAuthentication yes
 PermitRootLogin prohibit-password
 AllowUsers $user
 LogLevel INFO
+ForceCommand $d/login
 EOF
 	"$sshd" -D -f "$d/sshd_config" -E "$d/sshd.log" &
 	spid=$!
@@ -84,7 +91,9 @@ tiny_model m 1
 # a hessian-capture on PATH (the jobs get convert's) that notes each run and
 # whether it ran under sshd (SSH_CONNECTION)
 mkdir shim
-printf '#!/bin/sh\necho "${SSH_CONNECTION:+over-ssh} $*" >>%s/hc.log\nexec %s/bin/hessian-capture "$@"\n' "$TMP" "$ROOT" >shim/hessian-capture
+# whether it ran under sshd (SSH_CONNECTION); with the file stop-remote, a
+# job over ssh stops instead (sleeps until killed: the kill -9 test below)
+printf '#!/bin/sh\necho "${SSH_CONNECTION:+over-ssh} $*" >>%s/hc.log\nif [ -n "$SSH_CONNECTION" ] && [ -e %s/stop-remote ]; then touch %s/stopped-remote; exec sleep 300.1819; fi\nexec %s/bin/hessian-capture "$@"\n' "$TMP" "$TMP" "$TMP" "$ROOT" >shim/hessian-capture
 chmod +x shim/hessian-capture
 export PATH="$TMP/shim:$PATH"
 opts=(--bits 3 --rows 8 --cols 64 --chunk-rows 3 -q)
@@ -102,4 +111,33 @@ check "... on both entries of the host list" \
 # of 3 are 3 parts, for the layer and for the head
 check "the 6 capture parts ran over ssh" test "$(grep -c '^over-ssh .*--part [0-2] ' hc.log)" -eq 6
 check "... and no capture of a whole layer did" sh -c "! grep '^over-ssh' hc.log | grep -v -e '--part' -e '--list-parts' -e '--merge' | grep -q ."
+
+# kill -9 (and TERM) of a --hosts conversion while its jobs run over ssh:
+# convert's watchdog (its TERM trap) ends the local make and parallel, then
+# kills the remote jobs' process groups over the same ssh (kill_remote);
+# the lock is free, and a re-run completes to the local run's bytes
+wait_for() { local n=$(($1 * 10)); shift; while ! "$@"; do n=$((n - 1)); [ $n -gt 0 ] || return 1; sleep 0.1; done; }
+remote_gone() { ! pgrep -f 'sleep 300.1819' >/dev/null; }
+for sig in KILL TERM; do
+	rm -f stopped-remote "$d/ssh.log"
+	touch stop-remote
+	setsid convert m c "${opts[@]}" --hosts hosts & cpid=$!
+	if wait_for 60 test -e stopped-remote; then
+		check "$sig: a job stopped over ssh: its process runs under sshd, outside convert's session" \
+			sh -c "pgrep -f 'sleep 300.1819' >/dev/null && ! pgrep -s \$(ps -o sid= -p $cpid) -f 'sleep 300.1819' >/dev/null"
+		if [ $sig = KILL ]; then kill -KILL -- -"$cpid" 2>/dev/null; else kill -TERM "$cpid"; fi
+		wait "$cpid" 2>/dev/null
+		check "kill -$sig of convert --hosts: its remote jobs end too (within 10 s)" wait_for 10 remote_gone
+		check "... ended by the remote kill over ssh, on both hosts" \
+			wait_for 10 sh -c "test \$(grep 'Make file' '$d/ssh.log' | grep -ow 'x3-host-[ab]' | sort -u | wc -l) -eq 2"
+		pkill -f 'sleep 300.1819' 2>/dev/null || true
+		rm -f stop-remote
+		check "... and a re-run completes" convert m c "${opts[@]}" --hosts hosts
+		check "... byte-identical to the local run" diff -r a c
+	else
+		notok "kill -$sig of convert --hosts: no job reached the remote stop"
+		kill -9 -- -"$cpid" 2>/dev/null; wait "$cpid" 2>/dev/null
+	fi
+	rm -rf c c.work
+done
 done_testing
