@@ -12,17 +12,19 @@
  * trellis's shape, which holds K, its dtype, and which of the codebook
  * markers, sign vectors and bias are there): a model's many linears of
  * one shape and width repeat the same paths on other numbers. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "exl3.h"
 #include "model.h"
 #include "safetensors.h"
 
-static char dir[64], cfgp[96], stp[96];
+static char dir[512], cfgp[560], stp[560];
 
 static int put(const char *path, const uint8_t *p, size_t n)
 {
@@ -99,12 +101,11 @@ static void linears(x3_st *st)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!dir[0]) {
-		snprintf(dir, sizeof dir, "/tmp/x3fuzz-dir-%d", (int)getpid());
+		const char *tmp = getenv("TMPDIR");   /* tests/fuzz/run: one per run */
+		snprintf(dir, sizeof dir, "%s/x3fuzz-dir-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
 		snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
 		snprintf(stp, sizeof stp, "%s/model.safetensors", dir);
-		char cmd[128];
-		snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-		if (system(cmd))
+		if (mkdir(dir, 0700) && errno != EEXIST)
 			abort();
 	}
 	const uint8_t *nul = memchr(data, 0, size);

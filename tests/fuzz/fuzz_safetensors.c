@@ -7,9 +7,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static char path[64];
-	if (!path[0])
-		snprintf(path, sizeof path, "/tmp/x3fuzz-%d.safetensors", (int)getpid());
+	static char path[512];
+	if (!path[0]) {   /* tests/fuzz/run gives each run a TMPDIR of its own */
+		const char *tmp = getenv("TMPDIR");
+		snprintf(path, sizeof path, "%s/x3fuzz-%d.safetensors", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+	}
 	FILE *f = fopen(path, "wb");
 	if (!f)
 		return 0;
