@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include "synth.h"
 #include "frame.h"
+#include "io.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -212,6 +213,21 @@ int synth_write_as(const char *dir, x3_dtype dt0, x3_dtype (*dt_of)(const char *
 		return rc;
 	}
 	return x3_stw_commit(w);
+}
+
+int synth_write_config(const char *dir, const char *fmt, ...)
+{
+	char *js = NULL, p[600];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vasprintf(&js, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return x3_err(X3_ENOMEM, "%s: config.json", dir);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	int rc = x3_write_file_atomic(p, js, (size_t)n);
+	free(js);
+	return rc;
 }
 
 void synth_rms(double *y, const double *x, const double *w, int n, double eps)

@@ -68,6 +68,9 @@ int synth_write(const char *dir, x3_dtype dt, uint64_t shard_bytes);
 /* The same with each tensor's dtype dt_of(name, dt) (dt_of NULL: dt). */
 int synth_write_as(const char *dir, x3_dtype dt, x3_dtype (*dt_of)(const char *name, x3_dtype dt),
                    uint64_t shard_bytes);
+/* The formatted text as dir/config.json (written atomically); X3_OK or the
+ * error. */
+int synth_write_config(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* y = x / sqrt(mean(x^2) + eps) * w, n values (y may be x). */
 void synth_rms(double *y, const double *x, const double *w, int n, double eps);

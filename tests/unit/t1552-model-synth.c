@@ -61,9 +61,7 @@ static int write_model(const struct synth *s, const char *dir, const char *extra
 	int rc = synth_write(dir, s->dt, s->shard);
 	if (rc)
 		return rc;
-	char p[600], js[2048];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_config(dir,
 	         "{\"architectures\": [\"%s\"], \"hidden_size\": %d, \"intermediate_size\": %d, "
 	         "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
 	         "\"head_dim\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 100.0, "
@@ -74,7 +72,6 @@ static int write_model(const struct synth *s, const char *dir, const char *extra
 	                     "\"low_freq_factor\": 1.0, \"high_freq_factor\": 2.0, "
 	                     "\"original_max_position_embeddings\": 8}" : "",
 	         extra_json ? extra_json : "");
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* ---- plain reference forward (double) -------------------------------- */

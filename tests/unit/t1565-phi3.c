@@ -106,12 +106,9 @@ static int write_bad(const char *dir, int extra)
 	}
 	if ((rc = x3_stw_commit(w)))
 		return rc;
-	char p[600], js[1024];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js, "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": %d, "
+	return synth_write_config(dir, "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": 1, \"num_attention_heads\": %d, "
 	         "\"num_key_value_heads\": %d, \"vocab_size\": %d}", H, I, NH, NKV, V);
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* fused: Phi3's tensors, else Llama's */
@@ -156,9 +153,7 @@ static int write_model(const char *dir, int fused, double prf, const char *rope_
 	}
 	if ((rc = x3_stw_commit(w)))
 		return rc;
-	char p[600], js[2048];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_config(dir,
 	         "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
 	         "\"num_key_value_heads\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, "
@@ -167,7 +162,6 @@ static int write_model(const char *dir, int fused, double prf, const char *rope_
 	         "\"hidden_act\": \"silu\"}",
 	         fused ? "Phi3ForCausalLM" : "LlamaForCausalLM", fused ? "phi3" : "llama", H, I, NL, NH, NKV, V,
 	         prf, rope_scaling ? rope_scaling : "null");
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* ---- plain reference forward (double), RoPE on the first rd dims ------ */

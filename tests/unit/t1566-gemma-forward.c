@@ -148,19 +148,16 @@ static int write_model(const struct gm *s, const char *dir, const char *extra)
 	int rc;
 	if ((rc = synth_write_as(dir, X3_F32, s->bf16 ? embed_bf16 : NULL, 0)))
 		return rc;
-	char p[600], js[4096], tk[2048];
+	char tk[2048];
 	text_keys(s, tk, sizeof tk);
 	if (s->mm)
-		snprintf(js, sizeof js, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
+		return synth_write_config(dir, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
 		         "\"gemma3\", \"mm_tokens_per_image\": 4, \"text_config\": {\"model_type\": \"gemma3_text\", "
 		         "%s}, \"vision_config\": {\"hidden_size\": 8, \"num_attention_heads\": 2, \"patch_size\": 14}%s}",
 		         tk, extra ? extra : "");
-	else
-		snprintf(js, sizeof js, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", %s%s}",
-		         s->g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM", s->g3 ? "gemma3_text" : "gemma2", tk,
-		         extra ? extra : "");
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	return x3_write_file_atomic(p, js, strlen(js));
+	return synth_write_config(dir, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", %s%s}",
+	                          s->g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM", s->g3 ? "gemma3_text" : "gemma2",
+	                          tk, extra ? extra : "");
 }
 
 /* ---- the reference (double, token by token) -------------------------- */
@@ -430,14 +427,9 @@ int main(void)
 	      "layer_types of the wrong length: named");
 	CHECK(bad(&a, "x3", ", \"query_pre_attn_scalar\": 0", "query_pre_attn_scalar"),
 	      "query_pre_attn_scalar 0: named");
-	{
-		char p[600], js[256];
-		write_model(&a, test_path("x4"), NULL);
-		snprintf(p, sizeof p, "%s/config.json", test_path("x4"));
-		snprintf(js, sizeof js, "{\"model_type\": \"gemma4\", \"hidden_size\": 40}");
-		x3_write_file_atomic(p, js, strlen(js));
-		CHECK(bad_open(test_path("x4"), "'gemma4' is not supported"), "unknown model_type gemma4: named");
-	}
+	write_model(&a, test_path("x4"), NULL);
+	synth_write_config(test_path("x4"), "{\"model_type\": \"gemma4\", \"hidden_size\": 40}");
+	CHECK(bad_open(test_path("x4"), "'gemma4' is not supported"), "unknown model_type gemma4: named");
 	/* a missing tensor and one of the wrong shape */
 	for (int i = 0; i < synth_n; i++)
 		if (!strcmp(synth_t[i].name, "model.layers.1.post_feedforward_layernorm.weight"))

@@ -26,7 +26,6 @@
 #include "test.h"
 #include "arch.h"
 #include "config.h"
-#include "io.h"
 #include "model.h"
 #include "synth.h"
 
@@ -155,9 +154,7 @@ static int write_glm(const char *dir, const struct glm *g, uint64_t seed)
 	int rc = synth_write(dir, X3_F32, 0);
 	if (rc)
 		return rc;
-	char p[600], js[2048];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_config(dir,
 	         "{\"architectures\": [\"Glm4MoeForCausalLM\"], \"model_type\": \"glm4_moe\", \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
 	         "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, "
@@ -170,7 +167,6 @@ static int write_glm(const char *dir, const struct glm *g, uint64_t seed)
 	         H, g->dense ? 2 * MI : I, NL, NH, NKV, HD, V, g->prf, g->bias ? "true" : "false",
 	         g->qk_norm ? "true" : "false", E, g->top_k, MI, g->dense ? NL : 1, g->n_group, g->topk_group,
 	         g->scale);
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* ---- plain reference forward (double) --------------------------------- */
