@@ -215,18 +215,36 @@ int synth_write_as(const char *dir, x3_dtype dt0, x3_dtype (*dt_of)(const char *
 	return x3_stw_commit(w);
 }
 
-int synth_write_config(const char *dir, const char *fmt, ...)
+static int write_vconfig(const char *dir, const char *fmt, va_list ap)
 {
 	char *js = NULL, p[600];
-	va_list ap;
-	va_start(ap, fmt);
 	int n = vasprintf(&js, fmt, ap);
-	va_end(ap);
 	if (n < 0)
 		return x3_err(X3_ENOMEM, "%s: config.json", dir);
 	snprintf(p, sizeof p, "%s/config.json", dir);
 	int rc = x3_write_file_atomic(p, js, (size_t)n);
 	free(js);
+	return rc;
+}
+
+int synth_write_config(const char *dir, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = write_vconfig(dir, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int synth_write_model(const char *dir, x3_dtype dt, uint64_t shard_bytes, const char *fmt, ...)
+{
+	int rc = synth_write(dir, dt, shard_bytes);
+	if (rc)
+		return rc;
+	va_list ap;
+	va_start(ap, fmt);
+	rc = write_vconfig(dir, fmt, ap);
+	va_end(ap);
 	return rc;
 }
 

@@ -71,6 +71,9 @@ int synth_write_as(const char *dir, x3_dtype dt, x3_dtype (*dt_of)(const char *n
 /* The formatted text as dir/config.json (written atomically); X3_OK or the
  * error. */
 int synth_write_config(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* synth_write(dir, dt, shard_bytes), then the formatted config.json. */
+int synth_write_model(const char *dir, x3_dtype dt, uint64_t shard_bytes, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* y = x / sqrt(mean(x^2) + eps) * w, n values (y may be x). */
 void synth_rms(double *y, const double *x, const double *w, int n, double eps);

@@ -58,10 +58,7 @@ static void build(const struct synth *s, uint64_t seed)
 
 static int write_model(const struct synth *s, const char *dir, const char *extra_json)
 {
-	int rc = synth_write(dir, s->dt, s->shard);
-	if (rc)
-		return rc;
-	return synth_write_config(dir,
+	return synth_write_model(dir, s->dt, s->shard,
 	         "{\"architectures\": [\"%s\"], \"hidden_size\": %d, \"intermediate_size\": %d, "
 	         "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
 	         "\"head_dim\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 100.0, "

@@ -99,12 +99,9 @@ static void build(const struct ds *s, uint64_t seed)
 
 static int write_model(const struct ds *s, const char *dir, const char *extra)
 {
-	int rc = synth_write(dir, X3_F32, 0);
-	if (rc)
-		return rc;
 	char ql[32];
 	snprintf(ql, sizeof ql, s->q_lora ? "%d" : "null", s->q_lora);
-	return synth_write_config(dir,
+	return synth_write_model(dir, X3_F32, 0,
 	         "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", "
 	         "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
 	         "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"vocab_size\": %d, "

@@ -160,10 +160,7 @@ static void q2_build(uint64_t seed)
 
 static int q2_write(const char *dir, int renorm)
 {
-	int rc = synth_write(dir, X3_F32, 0);
-	if (rc)
-		return rc;
-	return synth_write_config(dir,
+	return synth_write_model(dir, X3_F32, 0,
 	         "{\"architectures\": [\"Qwen2MoeForCausalLM\"], \"model_type\": \"qwen2_moe\", "
 	         "\"hidden_size\": %d, \"intermediate_size\": 96, \"num_hidden_layers\": %d, "
 	         "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"vocab_size\": %d, "

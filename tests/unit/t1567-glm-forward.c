@@ -151,10 +151,7 @@ static void build(const struct glm *g, uint64_t seed)
 static int write_glm(const char *dir, const struct glm *g, uint64_t seed)
 {
 	build(g, seed);
-	int rc = synth_write(dir, X3_F32, 0);
-	if (rc)
-		return rc;
-	return synth_write_config(dir,
+	return synth_write_model(dir, X3_F32, 0,
 	         "{\"architectures\": [\"Glm4MoeForCausalLM\"], \"model_type\": \"glm4_moe\", \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
 	         "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, "
