@@ -268,6 +268,31 @@ void synth_mv(double *y, const double *W, const double *b, const double *x, int 
 	}
 }
 
+void synth_attn(double *a, const double *q, const double *k, const double *v, int n, int nh, int nkv, int hd,
+                double *sc)
+{
+	int kvd = nkv * hd;
+	for (int h = 0; h < nh; h++) {
+		int kh = h / (nh / nkv);
+		double mx = -1e300, sum = 0;
+		for (int j = 0; j < n; j++) {
+			double d = 0;
+			for (int e = 0; e < hd; e++)
+				d += q[h * hd + e] * k[j * kvd + kh * hd + e];
+			sc[j] = d / sqrt(hd);
+			mx = fmax(mx, sc[j]);
+		}
+		for (int j = 0; j < n; j++)
+			sum += sc[j] = exp(sc[j] - mx);
+		for (int e = 0; e < hd; e++) {
+			double acc = 0;
+			for (int j = 0; j < n; j++)
+				acc += sc[j] * v[j * kvd + kh * hd + e];
+			a[h * hd + e] = acc / sum;
+		}
+	}
+}
+
 double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref_fn, const void *ctx,
                      float **lgo)
 {

@@ -79,6 +79,12 @@ int synth_write_model(const char *dir, x3_dtype dt, uint64_t shard_bytes, const 
 void synth_rms(double *y, const double *x, const double *w, int n, double eps);
 /* y (out) = W (out, in) x (in) + b (out, or NULL). */
 void synth_mv(double *y, const double *W, const double *b, const double *x, int out, int in);
+/* Causal softmax attention of the query row q (nh heads of hd values) at
+ * position n - 1 over rows 0 .. n - 1 of k and v (nkv heads of hd values a
+ * row; query head h reads kv head h / (nh / nkv)), scores scaled by
+ * 1 / sqrt(hd): a (nh * hd). sc: scratch of n values. */
+void synth_attn(double *a, const double *q, const double *k, const double *v, int n, int nh, int nkv, int hd,
+                double *sc);
 
 /* The model library's forward of the checkpoint in dir against a reference:
  * rows x cols tokens (i * 7 + 3) mod vocab, every position's logits,

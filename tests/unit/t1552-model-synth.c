@@ -123,25 +123,7 @@ static void ref_forward(const struct synth *s, const int32_t *tok, int n, double
 			}
 		}
 		for (int t = 0; t < n; t++) {
-			for (int h = 0; h < s->heads; h++) {
-				int kh = h / (s->heads / s->kv);
-				double mx = -1e300, sum = 0;
-				for (int j = 0; j <= t; j++) {
-					double d = 0;
-					for (int e = 0; e < s->hd; e++)
-						d += q[t * qd + h * s->hd + e] * k[j * kvd + kh * s->hd + e];
-					sc[j] = d / sqrt(s->hd);
-					if (sc[j] > mx) mx = sc[j];
-				}
-				for (int j = 0; j <= t; j++)
-					sum += sc[j] = exp(sc[j] - mx);
-				for (int e = 0; e < s->hd; e++) {
-					double acc = 0;
-					for (int j = 0; j <= t; j++)
-						acc += sc[j] * v[j * kvd + kh * s->hd + e];
-					a[h * s->hd + e] = acc / sum;
-				}
-			}
+			synth_attn(a, q + t * qd, k, v, t + 1, s->heads, s->kv, s->hd, sc);
 			synth_mv(o, synth_get("model.layers.%d.self_attn.o_proj.weight", l),
 			   synth_get("model.layers.%d.self_attn.o_proj.bias", l), a, H, qd);
 			for (int i = 0; i < H; i++)

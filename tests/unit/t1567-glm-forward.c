@@ -266,25 +266,7 @@ static void ref_forward(const void *ctx, const int32_t *tok, int n, double *logi
 			}
 		}
 		for (int t = 0; t < n; t++) {
-			for (int h = 0; h < NH; h++) {
-				int kh = h / (NH / NKV);
-				double mx = -1e300, sum = 0;
-				for (int j = 0; j <= t; j++) {
-					double d = 0;
-					for (int e = 0; e < HD; e++)
-						d += q[t * QD + h * HD + e] * k[j * KVD + kh * HD + e];
-					sc[j] = d / sqrt(HD);
-					mx = fmax(mx, sc[j]);
-				}
-				for (int j = 0; j <= t; j++)
-					sum += sc[j] = exp(sc[j] - mx);
-				for (int e = 0; e < HD; e++) {
-					double acc = 0;
-					for (int j = 0; j <= t; j++)
-						acc += sc[j] * v[j * KVD + kh * HD + e];
-					a[h * HD + e] = acc / sum;
-				}
-			}
+			synth_attn(a, q + t * QD, k, v, t + 1, NH, NKV, HD, sc);
 			synth_mv(y, synth_get("%s", LK(b1, l, "self_attn.o_proj.weight")), NULL, a, H, QD);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += y[i];
