@@ -74,6 +74,16 @@ static int put(x3_stw *w, const char *name, int cols, const double *a, int ra, c
 	return rc;
 }
 
+/* commit w when rc is X3_OK, else abort it; rc or the commit's */
+static int finish(x3_stw *w, int rc)
+{
+	if (rc) {
+		x3_stw_abort(w);
+		return rc;
+	}
+	return x3_stw_commit(w);
+}
+
 /* a Phi3 checkpoint of one layer whose qkv_proj has extra rows (bad) */
 static int write_bad(const char *dir, int extra)
 {
@@ -100,11 +110,7 @@ static int write_bad(const char *dir, int extra)
 	     put(w, "model.norm.weight", 0, W.fnorm, H, NULL, 0, NULL, 0) ||
 	     put(w, "lm_head.weight", H, W.head, V, NULL, 0, NULL, 0);
 #undef L
-	if (rc) {
-		x3_stw_abort(w);
-		return X3_EIO;
-	}
-	if ((rc = x3_stw_commit(w)))
+	if ((rc = finish(w, rc ? X3_EIO : X3_OK)))
 		return rc;
 	return synth_write_config(dir, "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": 1, \"num_attention_heads\": %d, "
@@ -147,11 +153,7 @@ static int write_model(const char *dir, int fused, double prf, const char *rope_
 		rc = put(w, "model.norm.weight", 0, W.fnorm, H, NULL, 0, NULL, 0);
 	if (!rc)
 		rc = put(w, "lm_head.weight", H, W.head, V, NULL, 0, NULL, 0);
-	if (rc) {
-		x3_stw_abort(w);
-		return rc;
-	}
-	if ((rc = x3_stw_commit(w)))
+	if ((rc = finish(w, rc)))
 		return rc;
 	return synth_write_config(dir,
 	         "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
