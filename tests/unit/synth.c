@@ -296,6 +296,17 @@ void synth_attn(double *a, const double *q, const double *k, const double *v, in
 double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref_fn, const void *ctx,
                      float **lgo)
 {
+	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
+	for (int i = 0; i < rows * cols; i++)
+		tok[i] = (i * 7 + 3) % vocab;
+	double e = synth_compare_tok(dir, tok, rows, cols, vocab, ref_fn, ctx, lgo);
+	free(tok);
+	return e;
+}
+
+double synth_compare_tok(const char *dir, const int32_t *tok, int rows, int cols, int vocab, synth_ref_fn *ref_fn,
+                         const void *ctx, float **lgo)
+{
 	x3_model *m;
 	int rc = x3_model_open(dir, NULL, &m);
 	if (lgo)
@@ -304,9 +315,6 @@ double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_f
 		printf("# open: %s\n", x3_errmsg());
 		return 1e9;
 	}
-	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
-	for (int i = 0; i < rows * cols; i++)
-		tok[i] = (i * 7 + 3) % vocab;
 	float *lg = malloc(sizeof(float) * rows * cols * vocab);
 	double *ref = malloc(sizeof(double) * cols * vocab), err = 0, mag = 0;
 	struct x3_forward_opts o;
@@ -325,7 +333,7 @@ double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_f
 			mag = fmax(mag, fabs(ref[i]));
 		}
 	}
-	free(tok), free(ref);
+	free(ref);
 	if (lgo)
 		*lgo = lg;
 	else

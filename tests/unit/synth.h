@@ -94,5 +94,8 @@ void synth_attn(double *a, const double *q, const double *k, const double *v, in
 typedef void synth_ref_fn(const void *ctx, const int32_t *tok, int n, double *logits);
 double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref, const void *ctx,
                      float **lgo);
+/* The same over the caller's tokens tok (rows x cols). */
+double synth_compare_tok(const char *dir, const int32_t *tok, int rows, int cols, int vocab, synth_ref_fn *ref,
+                         const void *ctx, float **lgo);
 
 #endif

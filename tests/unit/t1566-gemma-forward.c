@@ -281,40 +281,25 @@ static void ref_forward(const struct gm *s, const int32_t *tok, int n, double *l
 	free(x), free(h), free(q), free(k), free(v), free(a), free(o), free(g), free(u), free(p);
 }
 
-/* max |model - reference(no)| / max |reference| over rows x cols tokens */
+/* the reference of one row for synth_compare_tok: ref_forward(s, ..., no) */
+struct refc { const struct gm *s; unsigned no; };
+static void ref_row(const void *ctx, const int32_t *tok, int n, double *logits)
+{
+	const struct refc *c = ctx;
+	ref_forward(c->s, tok, n, logits, c->no);
+}
+
+/* max |model - reference(no)| / max |reference| over rows x cols tokens
+ * (i * 7 + 3 + i / cols) mod vocab (synth_compare_tok) */
 static double compare(const struct gm *s, const char *dir, int rows, int cols, unsigned no)
 {
-	x3_model *m;
-	int rc = x3_model_open(dir, NULL, &m);
-	if (rc) {
-		printf("# open: %s\n", x3_errmsg());
-		return 1e9;
-	}
 	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
 	for (int i = 0; i < rows * cols; i++)
 		tok[i] = (i * 7 + 3 + i / cols) % s->vocab;
-	float *lg = malloc(sizeof(float) * rows * cols * s->vocab);
-	double *ref = malloc(sizeof(double) * cols * s->vocab), err = 0, mag = 0;
-	struct x3_forward_opts o;
-	x3_forward_opts_init(&o, m);
-	o.logits_mode = X3_LOGITS_ALL;
-	o.logits = lg;
-	o.chunk_tokens = cols;
-	if ((rc = x3_model_forward(m, tok, rows, cols, &o))) {
-		printf("# forward: %s\n", x3_errmsg());
-		err = 1e9;
-	}
-	for (int r = 0; r < rows && !rc; r++) {
-		ref_forward(s, tok + r * cols, cols, ref, no);
-		for (int i = 0; i < cols * s->vocab; i++) {
-			double d = fabs(ref[i] - lg[(size_t)r * cols * s->vocab + i]);
-			err = d > err ? d : err;
-			mag = fabs(ref[i]) > mag ? fabs(ref[i]) : mag;
-		}
-	}
-	free(tok), free(ref), free(lg);
-	x3_model_close(m);
-	return err / (mag > 0 ? mag : 1);
+	struct refc c = { s, no };
+	double e = synth_compare_tok(dir, tok, rows, cols, s->vocab, ref_row, &c, NULL);
+	free(tok);
+	return e;
 }
 
 
