@@ -6,8 +6,10 @@
  *     matrix (the quantizer tests' inputs);
  *   - a synthetic checkpoint kept as doubles (the table the model tests
  *     fill with seeded tensors and their plain references read), written
- *     as a safetensors model directory, and the reference forward's two
- *     basic steps (RMS norm, matrix-vector product). */
+ *     as a safetensors model directory with its config.json, the reference
+ *     forward's basic steps (RMS norm, matrix-vector product, causal GQA
+ *     attention) and the comparison of the model library's logits with a
+ *     reference. */
 #ifndef X3_TEST_SYNTH_H
 #define X3_TEST_SYNTH_H
 #include <stddef.h>

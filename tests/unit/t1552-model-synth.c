@@ -1,7 +1,8 @@
 /* t1552: synthetic models written here (seeded): the forward of Llama (GQA,
  * llama3 RoPE, biases), Qwen2 (q/k/v biases) and Qwen3 (q/k norm) matches a
- * plain double-precision reference written in this file; sharded and F16 /
- * BF16 checkpoints load; bad checkpoints fail naming the tensor or file. */
+ * plain double-precision reference written in this file (its attention
+ * synth.c's synth_attn); sharded and F16 / BF16 checkpoints load; bad
+ * checkpoints fail naming the tensor or file. */
 #include <math.h>
 #include <stdint.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
  * written here (seeded) and run by the model library: the logits match a
  * plain double-precision reference written in this file from Hugging
  * Face's modeling_glm4_moe.py (transformers is not available here, so the
- * reference is this file's loops):
+ * reference is this file's loops, its attention synth.c's synth_attn):
  *   - GQA attention with q/k/v biases (attention_bias; o_proj has none),
  *     per-head q/k RMS norms (use_qk_norm), RoPE rotate-half on the first
  *     head_dim * partial_rotary_factor dims of each head (0.5);
