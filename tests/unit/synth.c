@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include "synth.h"
 #include "frame.h"
+#include "io.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -214,6 +215,39 @@ int synth_write_as(const char *dir, x3_dtype dt0, x3_dtype (*dt_of)(const char *
 	return x3_stw_commit(w);
 }
 
+static int write_vconfig(const char *dir, const char *fmt, va_list ap)
+{
+	char *js = NULL, p[600];
+	int n = vasprintf(&js, fmt, ap);
+	if (n < 0)
+		return x3_err(X3_ENOMEM, "%s: config.json", dir);
+	snprintf(p, sizeof p, "%s/config.json", dir);
+	int rc = x3_write_file_atomic(p, js, (size_t)n);
+	free(js);
+	return rc;
+}
+
+int synth_write_config(const char *dir, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = write_vconfig(dir, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int synth_write_model(const char *dir, x3_dtype dt, uint64_t shard_bytes, const char *fmt, ...)
+{
+	int rc = synth_write(dir, dt, shard_bytes);
+	if (rc)
+		return rc;
+	va_list ap;
+	va_start(ap, fmt);
+	rc = write_vconfig(dir, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
 void synth_rms(double *y, const double *x, const double *w, int n, double eps)
 {
 	double s = 0;
@@ -234,8 +268,44 @@ void synth_mv(double *y, const double *W, const double *b, const double *x, int 
 	}
 }
 
+void synth_attn(double *a, const double *q, const double *k, const double *v, int n, int nh, int nkv, int hd,
+                double *sc)
+{
+	int kvd = nkv * hd;
+	for (int h = 0; h < nh; h++) {
+		int kh = h / (nh / nkv);
+		double mx = -1e300, sum = 0;
+		for (int j = 0; j < n; j++) {
+			double d = 0;
+			for (int e = 0; e < hd; e++)
+				d += q[h * hd + e] * k[j * kvd + kh * hd + e];
+			sc[j] = d / sqrt(hd);
+			mx = fmax(mx, sc[j]);
+		}
+		for (int j = 0; j < n; j++)
+			sum += sc[j] = exp(sc[j] - mx);
+		for (int e = 0; e < hd; e++) {
+			double acc = 0;
+			for (int j = 0; j < n; j++)
+				acc += sc[j] * v[j * kvd + kh * hd + e];
+			a[h * hd + e] = acc / sum;
+		}
+	}
+}
+
 double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref_fn, const void *ctx,
                      float **lgo)
+{
+	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
+	for (int i = 0; i < rows * cols; i++)
+		tok[i] = (i * 7 + 3) % vocab;
+	double e = synth_compare_tok(dir, tok, rows, cols, vocab, ref_fn, ctx, lgo);
+	free(tok);
+	return e;
+}
+
+double synth_compare_tok(const char *dir, const int32_t *tok, int rows, int cols, int vocab, synth_ref_fn *ref_fn,
+                         const void *ctx, float **lgo)
 {
 	x3_model *m;
 	int rc = x3_model_open(dir, NULL, &m);
@@ -245,9 +315,6 @@ double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_f
 		printf("# open: %s\n", x3_errmsg());
 		return 1e9;
 	}
-	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
-	for (int i = 0; i < rows * cols; i++)
-		tok[i] = (i * 7 + 3) % vocab;
 	float *lg = malloc(sizeof(float) * rows * cols * vocab);
 	double *ref = malloc(sizeof(double) * cols * vocab), err = 0, mag = 0;
 	struct x3_forward_opts o;
@@ -266,7 +333,7 @@ double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_f
 			mag = fmax(mag, fabs(ref[i]));
 		}
 	}
-	free(tok), free(ref);
+	free(ref);
 	if (lgo)
 		*lgo = lg;
 	else

@@ -6,8 +6,10 @@
  *     matrix (the quantizer tests' inputs);
  *   - a synthetic checkpoint kept as doubles (the table the model tests
  *     fill with seeded tensors and their plain references read), written
- *     as a safetensors model directory, and the reference forward's two
- *     basic steps (RMS norm, matrix-vector product). */
+ *     as a safetensors model directory with its config.json, the reference
+ *     forward's basic steps (RMS norm, matrix-vector product, causal GQA
+ *     attention) and the comparison of the model library's logits with a
+ *     reference. */
 #ifndef X3_TEST_SYNTH_H
 #define X3_TEST_SYNTH_H
 #include <stddef.h>
@@ -68,11 +70,23 @@ int synth_write(const char *dir, x3_dtype dt, uint64_t shard_bytes);
 /* The same with each tensor's dtype dt_of(name, dt) (dt_of NULL: dt). */
 int synth_write_as(const char *dir, x3_dtype dt, x3_dtype (*dt_of)(const char *name, x3_dtype dt),
                    uint64_t shard_bytes);
+/* The formatted text as dir/config.json (written atomically); X3_OK or the
+ * error. */
+int synth_write_config(const char *dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* synth_write(dir, dt, shard_bytes), then the formatted config.json. */
+int synth_write_model(const char *dir, x3_dtype dt, uint64_t shard_bytes, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* y = x / sqrt(mean(x^2) + eps) * w, n values (y may be x). */
 void synth_rms(double *y, const double *x, const double *w, int n, double eps);
 /* y (out) = W (out, in) x (in) + b (out, or NULL). */
 void synth_mv(double *y, const double *W, const double *b, const double *x, int out, int in);
+/* Causal softmax attention of the query row q (nh heads of hd values) at
+ * position n - 1 over rows 0 .. n - 1 of k and v (nkv heads of hd values a
+ * row; query head h reads kv head h / (nh / nkv)), scores scaled by
+ * 1 / sqrt(hd): a (nh * hd). sc: scratch of n values. */
+void synth_attn(double *a, const double *q, const double *k, const double *v, int n, int nh, int nkv, int hd,
+                double *sc);
 
 /* The model library's forward of the checkpoint in dir against a reference:
  * rows x cols tokens (i * 7 + 3) mod vocab, every position's logits,
@@ -82,5 +96,8 @@ void synth_mv(double *y, const double *W, const double *b, const double *x, int 
 typedef void synth_ref_fn(const void *ctx, const int32_t *tok, int n, double *logits);
 double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref, const void *ctx,
                      float **lgo);
+/* The same over the caller's tokens tok (rows x cols). */
+double synth_compare_tok(const char *dir, const int32_t *tok, int rows, int cols, int vocab, synth_ref_fn *ref,
+                         const void *ctx, float **lgo);
 
 #endif

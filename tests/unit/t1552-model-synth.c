@@ -1,7 +1,8 @@
 /* t1552: synthetic models written here (seeded): the forward of Llama (GQA,
  * llama3 RoPE, biases), Qwen2 (q/k/v biases) and Qwen3 (q/k norm) matches a
- * plain double-precision reference written in this file; sharded and F16 /
- * BF16 checkpoints load; bad checkpoints fail naming the tensor or file. */
+ * plain double-precision reference written in this file (its attention
+ * synth.c's synth_attn); sharded and F16 / BF16 checkpoints load; bad
+ * checkpoints fail naming the tensor or file. */
 #include <math.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -58,12 +59,7 @@ static void build(const struct synth *s, uint64_t seed)
 
 static int write_model(const struct synth *s, const char *dir, const char *extra_json)
 {
-	int rc = synth_write(dir, s->dt, s->shard);
-	if (rc)
-		return rc;
-	char p[600], js[2048];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_model(dir, s->dt, s->shard,
 	         "{\"architectures\": [\"%s\"], \"hidden_size\": %d, \"intermediate_size\": %d, "
 	         "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d, "
 	         "\"head_dim\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 100.0, "
@@ -74,7 +70,6 @@ static int write_model(const struct synth *s, const char *dir, const char *extra
 	                     "\"low_freq_factor\": 1.0, \"high_freq_factor\": 2.0, "
 	                     "\"original_max_position_embeddings\": 8}" : "",
 	         extra_json ? extra_json : "");
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* ---- plain reference forward (double) -------------------------------- */
@@ -129,25 +124,7 @@ static void ref_forward(const struct synth *s, const int32_t *tok, int n, double
 			}
 		}
 		for (int t = 0; t < n; t++) {
-			for (int h = 0; h < s->heads; h++) {
-				int kh = h / (s->heads / s->kv);
-				double mx = -1e300, sum = 0;
-				for (int j = 0; j <= t; j++) {
-					double d = 0;
-					for (int e = 0; e < s->hd; e++)
-						d += q[t * qd + h * s->hd + e] * k[j * kvd + kh * s->hd + e];
-					sc[j] = d / sqrt(s->hd);
-					if (sc[j] > mx) mx = sc[j];
-				}
-				for (int j = 0; j <= t; j++)
-					sum += sc[j] = exp(sc[j] - mx);
-				for (int e = 0; e < s->hd; e++) {
-					double acc = 0;
-					for (int j = 0; j <= t; j++)
-						acc += sc[j] * v[j * kvd + kh * s->hd + e];
-					a[h * s->hd + e] = acc / sum;
-				}
-			}
+			synth_attn(a, q + t * qd, k, v, t + 1, s->heads, s->kv, s->hd, sc);
 			synth_mv(o, synth_get("model.layers.%d.self_attn.o_proj.weight", l),
 			   synth_get("model.layers.%d.self_attn.o_proj.bias", l), a, H, qd);
 			for (int i = 0; i < H; i++)

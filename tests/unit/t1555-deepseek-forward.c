@@ -99,13 +99,9 @@ static void build(const struct ds *s, uint64_t seed)
 
 static int write_model(const struct ds *s, const char *dir, const char *extra)
 {
-	int rc = synth_write(dir, X3_F32, 0);
-	if (rc)
-		return rc;
-	char p[600], js[4096], ql[32];
+	char ql[32];
 	snprintf(ql, sizeof ql, s->q_lora ? "%d" : "null", s->q_lora);
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_model(dir, X3_F32, 0,
 	         "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\", "
 	         "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
 	         "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"vocab_size\": %d, "
@@ -124,7 +120,6 @@ static int write_model(const struct ds *s, const char *dir, const char *extra)
 	                   "\"mscale_all_dim\": 0.7, \"original_max_position_embeddings\": 64, "
 	                   "\"beta_fast\": 32, \"beta_slow\": 1}" : "",
 	         extra ? extra : "");
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* ---- the reference (double, token by token) -------------------------- */

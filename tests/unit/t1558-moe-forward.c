@@ -25,7 +25,6 @@
 #include "blas.h"
 #include "moe.h"
 #include "model.h"
-#include "io.h"
 
 enum { E = 5, H = 24, I = 40, NT = 37 };
 static float *gw[E], *uw[E], *dw[E];
@@ -161,12 +160,7 @@ static void q2_build(uint64_t seed)
 
 static int q2_write(const char *dir, int renorm)
 {
-	int rc = synth_write(dir, X3_F32, 0);
-	if (rc)
-		return rc;
-	char p[600], js[2048];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_model(dir, X3_F32, 0,
 	         "{\"architectures\": [\"Qwen2MoeForCausalLM\"], \"model_type\": \"qwen2_moe\", "
 	         "\"hidden_size\": %d, \"intermediate_size\": 96, \"num_hidden_layers\": %d, "
 	         "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"vocab_size\": %d, "
@@ -175,7 +169,6 @@ static int q2_write(const char *dir, int renorm)
 	         "\"shared_expert_intermediate_size\": %d, \"norm_topk_prob\": %s, \"decoder_sparse_step\": 1, "
 	         "\"hidden_act\": \"silu\", \"tie_word_embeddings\": false}",
 	         QH, QL, QHEADS, QKV, QV, QE, QK, QMI, QSI, renorm ? "true" : "false");
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 static double q2_margin;   /* the smallest routing margin the reference met */

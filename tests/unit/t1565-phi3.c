@@ -74,6 +74,16 @@ static int put(x3_stw *w, const char *name, int cols, const double *a, int ra, c
 	return rc;
 }
 
+/* commit w when rc is X3_OK, else abort it; rc or the commit's */
+static int finish(x3_stw *w, int rc)
+{
+	if (rc) {
+		x3_stw_abort(w);
+		return rc;
+	}
+	return x3_stw_commit(w);
+}
+
 /* a Phi3 checkpoint of one layer whose qkv_proj has extra rows (bad) */
 static int write_bad(const char *dir, int extra)
 {
@@ -100,18 +110,11 @@ static int write_bad(const char *dir, int extra)
 	     put(w, "model.norm.weight", 0, W.fnorm, H, NULL, 0, NULL, 0) ||
 	     put(w, "lm_head.weight", H, W.head, V, NULL, 0, NULL, 0);
 #undef L
-	if (rc) {
-		x3_stw_abort(w);
-		return X3_EIO;
-	}
-	if ((rc = x3_stw_commit(w)))
+	if ((rc = finish(w, rc ? X3_EIO : X3_OK)))
 		return rc;
-	char p[600], js[1024];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js, "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": %d, "
+	return synth_write_config(dir, "{\"architectures\": [\"Phi3ForCausalLM\"], \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": 1, \"num_attention_heads\": %d, "
 	         "\"num_key_value_heads\": %d, \"vocab_size\": %d}", H, I, NH, NKV, V);
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* fused: Phi3's tensors, else Llama's */
@@ -150,15 +153,9 @@ static int write_model(const char *dir, int fused, double prf, const char *rope_
 		rc = put(w, "model.norm.weight", 0, W.fnorm, H, NULL, 0, NULL, 0);
 	if (!rc)
 		rc = put(w, "lm_head.weight", H, W.head, V, NULL, 0, NULL, 0);
-	if (rc) {
-		x3_stw_abort(w);
+	if ((rc = finish(w, rc)))
 		return rc;
-	}
-	if ((rc = x3_stw_commit(w)))
-		return rc;
-	char p[600], js[2048];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_config(dir,
 	         "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
 	         "\"num_key_value_heads\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, "
@@ -167,7 +164,6 @@ static int write_model(const char *dir, int fused, double prf, const char *rope_
 	         "\"hidden_act\": \"silu\"}",
 	         fused ? "Phi3ForCausalLM" : "LlamaForCausalLM", fused ? "phi3" : "llama", H, I, NL, NH, NKV, V,
 	         prf, rope_scaling ? rope_scaling : "null");
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* ---- plain reference forward (double), RoPE on the first rd dims ------ */
@@ -208,25 +204,7 @@ static void ref_forward(const int32_t *tok, int n, int rd, double *logits)
 				rope(k + t * KVD + h * HD, rd, t);
 		}
 		for (int t = 0; t < n; t++) {
-			for (int h = 0; h < NH; h++) {
-				int kh = h / (NH / NKV);
-				double mx = -1e300, sum = 0;
-				for (int j = 0; j <= t; j++) {
-					double d = 0;
-					for (int e = 0; e < HD; e++)
-						d += q[t * QD + h * HD + e] * k[j * KVD + kh * HD + e];
-					sc[j] = d / sqrt(HD);
-					mx = sc[j] > mx ? sc[j] : mx;
-				}
-				for (int j = 0; j <= t; j++)
-					sum += sc[j] = exp(sc[j] - mx);
-				for (int e = 0; e < HD; e++) {
-					double acc = 0;
-					for (int j = 0; j <= t; j++)
-						acc += sc[j] * v[j * KVD + kh * HD + e];
-					a[h * HD + e] = acc / sum;
-				}
-			}
+			synth_attn(a, q + t * QD, k, v, t + 1, NH, NKV, HD, sc);
 			synth_mv(o, W.o[l], NULL, a, H, QD);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += o[i];

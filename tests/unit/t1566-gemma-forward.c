@@ -148,19 +148,16 @@ static int write_model(const struct gm *s, const char *dir, const char *extra)
 	int rc;
 	if ((rc = synth_write_as(dir, X3_F32, s->bf16 ? embed_bf16 : NULL, 0)))
 		return rc;
-	char p[600], js[4096], tk[2048];
+	char tk[2048];
 	text_keys(s, tk, sizeof tk);
 	if (s->mm)
-		snprintf(js, sizeof js, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
+		return synth_write_config(dir, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
 		         "\"gemma3\", \"mm_tokens_per_image\": 4, \"text_config\": {\"model_type\": \"gemma3_text\", "
 		         "%s}, \"vision_config\": {\"hidden_size\": 8, \"num_attention_heads\": 2, \"patch_size\": 14}%s}",
 		         tk, extra ? extra : "");
-	else
-		snprintf(js, sizeof js, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", %s%s}",
-		         s->g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM", s->g3 ? "gemma3_text" : "gemma2", tk,
-		         extra ? extra : "");
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	return x3_write_file_atomic(p, js, strlen(js));
+	return synth_write_config(dir, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", %s%s}",
+	                          s->g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM", s->g3 ? "gemma3_text" : "gemma2",
+	                          tk, extra ? extra : "");
 }
 
 /* ---- the reference (double, token by token) -------------------------- */
@@ -284,40 +281,25 @@ static void ref_forward(const struct gm *s, const int32_t *tok, int n, double *l
 	free(x), free(h), free(q), free(k), free(v), free(a), free(o), free(g), free(u), free(p);
 }
 
-/* max |model - reference(no)| / max |reference| over rows x cols tokens */
+/* the reference of one row for synth_compare_tok: ref_forward(s, ..., no) */
+struct refc { const struct gm *s; unsigned no; };
+static void ref_row(const void *ctx, const int32_t *tok, int n, double *logits)
+{
+	const struct refc *c = ctx;
+	ref_forward(c->s, tok, n, logits, c->no);
+}
+
+/* max |model - reference(no)| / max |reference| over rows x cols tokens
+ * (i * 7 + 3 + i / cols) mod vocab (synth_compare_tok) */
 static double compare(const struct gm *s, const char *dir, int rows, int cols, unsigned no)
 {
-	x3_model *m;
-	int rc = x3_model_open(dir, NULL, &m);
-	if (rc) {
-		printf("# open: %s\n", x3_errmsg());
-		return 1e9;
-	}
 	int32_t *tok = malloc(sizeof(int32_t) * rows * cols);
 	for (int i = 0; i < rows * cols; i++)
 		tok[i] = (i * 7 + 3 + i / cols) % s->vocab;
-	float *lg = malloc(sizeof(float) * rows * cols * s->vocab);
-	double *ref = malloc(sizeof(double) * cols * s->vocab), err = 0, mag = 0;
-	struct x3_forward_opts o;
-	x3_forward_opts_init(&o, m);
-	o.logits_mode = X3_LOGITS_ALL;
-	o.logits = lg;
-	o.chunk_tokens = cols;
-	if ((rc = x3_model_forward(m, tok, rows, cols, &o))) {
-		printf("# forward: %s\n", x3_errmsg());
-		err = 1e9;
-	}
-	for (int r = 0; r < rows && !rc; r++) {
-		ref_forward(s, tok + r * cols, cols, ref, no);
-		for (int i = 0; i < cols * s->vocab; i++) {
-			double d = fabs(ref[i] - lg[(size_t)r * cols * s->vocab + i]);
-			err = d > err ? d : err;
-			mag = fabs(ref[i]) > mag ? fabs(ref[i]) : mag;
-		}
-	}
-	free(tok), free(ref), free(lg);
-	x3_model_close(m);
-	return err / (mag > 0 ? mag : 1);
+	struct refc c = { s, no };
+	double e = synth_compare_tok(dir, tok, rows, cols, s->vocab, ref_row, &c, NULL);
+	free(tok);
+	return e;
 }
 
 
@@ -430,14 +412,9 @@ int main(void)
 	      "layer_types of the wrong length: named");
 	CHECK(bad(&a, "x3", ", \"query_pre_attn_scalar\": 0", "query_pre_attn_scalar"),
 	      "query_pre_attn_scalar 0: named");
-	{
-		char p[600], js[256];
-		write_model(&a, test_path("x4"), NULL);
-		snprintf(p, sizeof p, "%s/config.json", test_path("x4"));
-		snprintf(js, sizeof js, "{\"model_type\": \"gemma4\", \"hidden_size\": 40}");
-		x3_write_file_atomic(p, js, strlen(js));
-		CHECK(bad_open(test_path("x4"), "'gemma4' is not supported"), "unknown model_type gemma4: named");
-	}
+	write_model(&a, test_path("x4"), NULL);
+	synth_write_config(test_path("x4"), "{\"model_type\": \"gemma4\", \"hidden_size\": 40}");
+	CHECK(bad_open(test_path("x4"), "'gemma4' is not supported"), "unknown model_type gemma4: named");
 	/* a missing tensor and one of the wrong shape */
 	for (int i = 0; i < synth_n; i++)
 		if (!strcmp(synth_t[i].name, "model.layers.1.post_feedforward_layernorm.weight"))

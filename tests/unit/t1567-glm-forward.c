@@ -2,7 +2,7 @@
  * written here (seeded) and run by the model library: the logits match a
  * plain double-precision reference written in this file from Hugging
  * Face's modeling_glm4_moe.py (transformers is not available here, so the
- * reference is this file's loops):
+ * reference is this file's loops, its attention synth.c's synth_attn):
  *   - GQA attention with q/k/v biases (attention_bias; o_proj has none),
  *     per-head q/k RMS norms (use_qk_norm), RoPE rotate-half on the first
  *     head_dim * partial_rotary_factor dims of each head (0.5);
@@ -26,7 +26,6 @@
 #include "test.h"
 #include "arch.h"
 #include "config.h"
-#include "io.h"
 #include "model.h"
 #include "synth.h"
 
@@ -152,12 +151,7 @@ static void build(const struct glm *g, uint64_t seed)
 static int write_glm(const char *dir, const struct glm *g, uint64_t seed)
 {
 	build(g, seed);
-	int rc = synth_write(dir, X3_F32, 0);
-	if (rc)
-		return rc;
-	char p[600], js[2048];
-	snprintf(p, sizeof p, "%s/config.json", dir);
-	snprintf(js, sizeof js,
+	return synth_write_model(dir, X3_F32, 0,
 	         "{\"architectures\": [\"Glm4MoeForCausalLM\"], \"model_type\": \"glm4_moe\", \"hidden_size\": %d, "
 	         "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
 	         "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"rms_norm_eps\": 1e-5, "
@@ -170,7 +164,6 @@ static int write_glm(const char *dir, const struct glm *g, uint64_t seed)
 	         H, g->dense ? 2 * MI : I, NL, NH, NKV, HD, V, g->prf, g->bias ? "true" : "false",
 	         g->qk_norm ? "true" : "false", E, g->top_k, MI, g->dense ? NL : 1, g->n_group, g->topk_group,
 	         g->scale);
-	return x3_write_file_atomic(p, js, strlen(js));
 }
 
 /* ---- plain reference forward (double) --------------------------------- */
@@ -273,25 +266,7 @@ static void ref_forward(const void *ctx, const int32_t *tok, int n, double *logi
 			}
 		}
 		for (int t = 0; t < n; t++) {
-			for (int h = 0; h < NH; h++) {
-				int kh = h / (NH / NKV);
-				double mx = -1e300, sum = 0;
-				for (int j = 0; j <= t; j++) {
-					double d = 0;
-					for (int e = 0; e < HD; e++)
-						d += q[t * QD + h * HD + e] * k[j * KVD + kh * HD + e];
-					sc[j] = d / sqrt(HD);
-					mx = fmax(mx, sc[j]);
-				}
-				for (int j = 0; j <= t; j++)
-					sum += sc[j] = exp(sc[j] - mx);
-				for (int e = 0; e < HD; e++) {
-					double acc = 0;
-					for (int j = 0; j <= t; j++)
-						acc += sc[j] * v[j * KVD + kh * HD + e];
-					a[h * HD + e] = acc / sum;
-				}
-			}
+			synth_attn(a, q + t * QD, k, v, t + 1, NH, NKV, HD, sc);
 			synth_mv(y, synth_get("%s", LK(b1, l, "self_attn.o_proj.weight")), NULL, a, H, QD);
 			for (int i = 0; i < H; i++)
 				x[t * H + i] += y[i];
