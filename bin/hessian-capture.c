@@ -25,7 +25,7 @@ static const char usage[] =
 	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
 	"                       [--moe-capture routed|weighted|all] [--min-tokens N]\n"
 	"                       [--report FILE]\n"
-	"                       [--chunk-rows R] [--part I | --list-parts]\n"
+	"                       [--chunk-rows R] [--spill DIR] [--part I | --list-parts]\n"
 	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
 	"       hessian-capture --activations [--name NAME] [--members LIST] [--f64]\n"
@@ -66,6 +66,9 @@ static const char usage[] =
 	"  --chunk-rows R   the calibration in chunks of R rows (default: one chunk of\n"
 	"                   all): H is the sum of the chunks' sums in chunk order, the\n"
 	"                   same bits however many processes captured the chunks\n"
+	"  --spill DIR      with several chunks, keep each Hessian's total of the\n"
+	"                   ended chunks in a file in DIR (unlinked) while the next\n"
+	"                   chunk runs: one set of sums in memory, not two. Same bits\n"
 	"  --part I         capture chunk I (0, 1, ...) only and write its partial\n"
 	"                   sums (F64, with the chunk's metadata) for --merge\n"
 	"  --list-parts     print the chunks' numbers (one a line) and exit\n"
@@ -100,6 +103,8 @@ static x3_hess *hset_find(struct hset *s, const char *name)
 	return NULL;
 }
 
+static const char *spill_dir;   /* --spill DIR, or NULL */
+
 static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
                          const char *members, int layer)
 {
@@ -111,6 +116,8 @@ static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
 	}
 	x3_hess *h;
 	if (x3_hess_new(name, n, f64, members, layer, &h))
+		die_x3("hessian '%s'", name);
+	if (spill_dir && x3_hess_spill(h, spill_dir))
 		die_x3("hessian '%s'", name);
 	/* F64 sums stay on the CPU (the device accumulates in fp32) */
 	if (device == X3_DEVICE_CUDA && !f64 && x3_hess_set_device(h, device))
@@ -1221,7 +1228,7 @@ int main(int argc, char **argv)
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
 	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN,
-	       O_HIN, O_HOUT, O_HNEXT, O_DEV, O_MOE, O_MINTOK, O_REPORT, O_CROWS, O_PART, O_LPARTS };
+	       O_HIN, O_HOUT, O_HNEXT, O_DEV, O_MOE, O_MINTOK, O_REPORT, O_CROWS, O_PART, O_LPARTS, O_SPILL };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -1238,7 +1245,7 @@ int main(int argc, char **argv)
 		{ "moe-capture", required_argument, 0, O_MOE }, { "min-tokens", required_argument, 0, O_MINTOK },
 		{ "report", required_argument, 0, O_REPORT },
 		{ "chunk-rows", required_argument, 0, O_CROWS }, { "part", required_argument, 0, O_PART },
-		{ "list-parts", no_argument, 0, O_LPARTS },
+		{ "list-parts", no_argument, 0, O_LPARTS }, { "spill", required_argument, 0, O_SPILL },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
@@ -1285,6 +1292,7 @@ int main(int argc, char **argv)
 		case O_HIN: hid_in = optarg; break;
 		case O_HOUT: hid_out = optarg; break;
 		case O_HNEXT: hid_next = optarg; break;
+		case O_SPILL: spill_dir = optarg; break;
 		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
 		case O_MOE:
 			for (moe = 0; moe < 3 && strcmp(optarg, moe_names[moe]); moe++)

@@ -1,7 +1,11 @@
 /* hessian.c: H = Σ xᵀx accumulators (see hessian.h). */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "blas.h"
 #include "device.h"
 #include "hessian.h"
@@ -12,14 +16,18 @@
  * partial frames (x3_hess_add_frame, in chunk order) is the same sum, bit
  * for bit. Both sums hold the upper triangle only, packed (blas.h
  * x3_tri_at): half of n^2 doubles each, 0.82 GB for an 8B Llama's down_proj
- * input instead of 1.64. */
+ * input instead of 1.64. With x3_hess_spill, the ended chunks' total is kept
+ * in a file while a later chunk runs, so that only one of the two is in
+ * memory at a time. */
 struct x3_hess {
 	char *name, *members;
 	int layer, f64;
 	int64_t n, count, dropped;
 	double *part;   /* the open chunk's sum (x3_tri_size(n), packed), or NULL */
 	int popen;      /* rows in the open chunk (part is meaningful) */
-	double *tot;    /* the ended chunks' sum (packed), or NULL: none yet */
+	double *tot;    /* the ended chunks' sum (packed), or NULL: none yet, or spilled */
+	char *spill;    /* x3_hess_spill's directory, or NULL */
+	int sfd;        /* the spilled total's file (unlinked), or -1 */
 	const x3_gpu *gpu;  /* the backend of g */
 	x3_gpu_hessian *g; /* the open chunk's rows accumulated on the device, or NULL */
 	int gopen;      /* rows on the device in the open chunk */
@@ -85,7 +93,7 @@ int x3_hess_new(const char *name, int64_t n, int f64, const char *members, int l
 		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", name);
 	h->name = strdup(name);
 	h->members = members ? strdup(members) : NULL;
-	h->layer = layer, h->f64 = f64, h->n = n;
+	h->layer = layer, h->f64 = f64, h->n = n, h->sfd = -1;
 	if (!h->name || (members && !h->members)) {
 		x3_hess_free(h);
 		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", name);
@@ -98,7 +106,9 @@ void x3_hess_free(x3_hess *h)
 {
 	if (!h)
 		return;
-	free(h->name), free(h->members), free(h->part), free(h->tot);
+	free(h->name), free(h->members), free(h->part), free(h->tot), free(h->spill);
+	if (h->sfd >= 0)
+		close(h->sfd);
 	if (h->g)
 		h->gpu->hessian_free(h->g);
 	for (int i = 0; i < h->nextra; i++)
@@ -117,10 +127,119 @@ int x3_hess_too_many_dropped(const x3_hess *h)
 	return h->dropped * 10 > h->count + h->dropped;
 }
 
-/* The open chunk's sum, zeroed when it is new. */
+int x3_hess_spill(x3_hess *h, const char *dir)
+{
+	char *d = strdup(dir);
+	if (!d)
+		return x3_err(X3_ENOMEM, "out of memory");
+	free(h->spill);
+	h->spill = d;
+	return X3_OK;
+}
+
+/* The spilled total: whole reads and writes of nb bytes at off. */
+static int spill_io(x3_hess *h, int wr, void *buf, size_t nb, off_t off)
+{
+	for (size_t done = 0; done < nb;) {
+		ssize_t k = wr ? pwrite(h->sfd, (char *)buf + done, nb - done, off + (off_t)done)
+		               : pread(h->sfd, (char *)buf + done, nb - done, off + (off_t)done);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return x3_err(X3_EIO, "hessian '%s': %s its sum spilled to %s: %s", h->name,
+			              wr ? "cannot write" : "cannot read", h->spill,
+			              k < 0 ? strerror(errno) : "file shorter than written");
+		done += (size_t)k;
+	}
+	return X3_OK;
+}
+
+/* The total to a new unlinked file in the spill directory; freed here. */
+static int spill_out(x3_hess *h)
+{
+	char *path = malloc(strlen(h->spill) + 32);
+	if (!path)
+		return x3_err(X3_ENOMEM, "out of memory");
+	sprintf(path, "%s/x3hess-XXXXXX", h->spill);
+	h->sfd = mkstemp(path);
+	if (h->sfd < 0) {
+		int e = errno;
+		free(path);
+		return x3_err(X3_EIO, "hessian '%s': cannot make a file in %s to spill its sum to: %s",
+		              h->name, h->spill, strerror(e));
+	}
+	unlink(path);
+	free(path);
+	int rc = spill_io(h, 1, h->tot, (size_t)x3_tri_size(h->n) * sizeof *h->tot, 0);
+	if (rc) {
+		close(h->sfd);
+		h->sfd = -1;
+		return rc;
+	}
+	free(h->tot);
+	h->tot = NULL;
+	return X3_OK;
+}
+
+/* A copy of the spilled total in memory (the file stays). */
+static int spill_read(x3_hess *h, double **tot)
+{
+	size_t nb = (size_t)x3_tri_size(h->n) * sizeof **tot;
+	if (!(*tot = malloc(nb)))
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
+	int rc = spill_io(h, 0, *tot, nb, 0);
+	if (rc) {
+		free(*tot);
+		*tot = NULL;
+	}
+	return rc;
+}
+
+/* The spilled total += the open chunk's sum, a block at a time: the same
+ * additions, element by element, as the total in memory gets. */
+static int spill_add(x3_hess *h)
+{
+	int64_t nn = x3_tri_size(h->n), B = nn < (1 << 20) ? nn : (1 << 20);
+	double *b = malloc((size_t)B * sizeof *b);
+	if (!b)
+		return x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
+	int rc = X3_OK;
+	for (int64_t o = 0; o < nn && !rc; o += B) {
+		int64_t m = nn - o < B ? nn - o : B;
+		size_t nb = (size_t)m * sizeof *b;
+		if (!(rc = spill_io(h, 0, b, nb, (off_t)(o * (int64_t)sizeof *b)))) {
+			for (int64_t i = 0; i < m; i++)
+				b[i] += h->part[o + i];
+			rc = spill_io(h, 1, b, nb, (off_t)(o * (int64_t)sizeof *b));
+		}
+	}
+	free(b);
+	return rc;
+}
+
+/* The total back in memory, the file closed. */
+static int unspill(x3_hess *h)
+{
+	if (h->sfd < 0)
+		return X3_OK;
+	int rc = spill_read(h, &h->tot);
+	if (rc)
+		return rc;
+	close(h->sfd);
+	h->sfd = -1;
+	return X3_OK;
+}
+
+/* The open chunk's sum, zeroed when it is new. With a spill directory, a
+ * total in memory goes to its file first: a chunk after the first. */
 static int part_get(x3_hess *h)
 {
-	if (!h->part && !(h->part = calloc((size_t)x3_tri_size(h->n), sizeof *h->part)))
+	if (h->part)
+		return X3_OK;
+	int rc;
+	if (h->spill && h->tot && (rc = spill_out(h)))
+		return rc;
+	if (!(h->part = calloc((size_t)x3_tri_size(h->n), sizeof *h->part)))
 		return x3_err(X3_ENOMEM, "hessian '%s': out of memory for %lldx%lld", h->name,
 		              (long long)h->n, (long long)h->n);
 	return X3_OK;
@@ -189,7 +308,12 @@ int x3_hess_end_chunk(x3_hess *h)
 	}
 	if (!h->popen)
 		return X3_OK;
-	if (!h->tot) {   /* the first chunk is the sum so far */
+	if (h->sfd >= 0) {   /* spilled: added in its file, the chunk's memory freed */
+		if ((rc = spill_add(h)))
+			return rc;
+		free(h->part);
+		h->part = NULL;
+	} else if (!h->tot) {   /* the first chunk is the sum so far */
 		h->tot = h->part;
 		h->part = NULL;
 	} else {
@@ -298,7 +422,7 @@ static int add_frame(x3_hess *h, const x3_tensor *t, double w, int64_t rows)
 	/* the frame is one more chunk: the open one ends first. Frames are
 	 * symmetric; their upper triangle is added (what x3_hess_frame
 	 * writes) */
-	if ((rc = x3_hess_end_chunk(h)))
+	if ((rc = x3_hess_end_chunk(h)) || (rc = unspill(h)))
 		return rc;
 	int first = !h->tot;
 	if (first && !(h->tot = calloc((size_t)x3_tri_size(h->n), sizeof *h->tot)))
@@ -323,13 +447,20 @@ x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
 		x3_tensor_free(t);
 		return NULL;
 	}
-	const double *src = h->tot ? h->tot : h->part;
+	double *stot = NULL;   /* a spilled total, read back */
+	if (h->sfd >= 0 && spill_read((x3_hess *)h, &stot)) {
+		free(gh);
+		x3_tensor_free(t);
+		return NULL;
+	}
+	const double *tot = stot ? stot : h->tot;
+	const double *src = tot ? tot : h->part;
 	double *sum = NULL;
-	if ((h->tot && h->popen) || gh) {
+	if ((tot && h->popen) || gh) {
 		/* tot + part (+ the device's rows), added as end_chunk would */
 		int64_t nn = x3_tri_size(n);
 		if (!(sum = malloc((size_t)nn * sizeof *sum))) {
-			free(gh);
+			free(gh), free(stot);
 			x3_tensor_free(t);
 			x3_err(X3_ENOMEM, "hessian '%s': out of memory", h->name);
 			return NULL;
@@ -340,15 +471,15 @@ x3_tensor *x3_hess_frame(const x3_hess *h, x3_dtype dtype)
 			memset(sum, 0, (size_t)nn * sizeof *sum);
 		if (gh)
 			x3_tri_add_full(sum, n, gh, 1, 1.0, 0);
-		if (h->tot)
+		if (tot)
 			for (int64_t i = 0; i < nn; i++)
-				sum[i] = h->tot[i] + sum[i];
+				sum[i] = tot[i] + sum[i];
 		src = sum;
 	}
 	free(gh);
 	if (src)
 		x3_tri_unpack(src, n, dtype == X3_F64, t->data);
-	free(sum);
+	free(sum), free(stot);
 	if (x3_meta_set(t, "role", "hessian") ||
 	    x3_meta_setf(t, "count", "%lld", (long long)h->count) ||
 	    x3_meta_setf(t, "dropped", "%lld", (long long)h->dropped) ||

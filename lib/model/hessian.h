@@ -45,6 +45,12 @@ int x3_hess_add_rows(x3_hess *h, const float *x, int64_t rows, int64_t n);
 /* End the open chunk: its sum is added to the total (nothing when it got no
  * rows); the next rows open a new one. */
 int x3_hess_end_chunk(x3_hess *h);
+/* Keep the ended chunks' total in a file of its own (made in dir and
+ * unlinked at once) while a later chunk runs, instead of in memory: one
+ * packed triangle in memory instead of two from the second chunk on, for
+ * a read and a write of the total at each chunk's end. Same bits. A
+ * single chunk never spills. Errors (a full disk) name the Hessian and dir. */
+int x3_hess_spill(x3_hess *h, const char *dir);
 /* Add another Hessian frame (F32/F64 (n, n), metadata count/dropped) as a
  * chunk of its own (the open chunk ends first): H, count and dropped add
  * up. Errors name the frame. */

@@ -1,6 +1,10 @@
 /* t1553: Hessian accumulators: exact small case, non-finite rows dropped
- * and counted, the 10% limit, F32 vs F64, adding frames. */
+ * and counted, the 10% limit, F32 vs F64, adding frames, the total spilled
+ * to a file (x3_hess_spill). */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include "test.h"
 #include "blas.h"
 #include "hessian.h"
@@ -189,7 +193,66 @@ int main(void)
 	CHECK_OK(x3_hess_end_chunk(w), "ending an empty chunk");
 	x3_tensor *te = x3_hess_frame(w, X3_F64);
 	CHECK(!memcmp(te->data, tw->data, sizeof(double) * N * N), "... changes nothing");
-	x3_tensor_free(te), x3_tensor_free(tw), x3_tensor_free(tm);
+	x3_tensor_free(te), x3_tensor_free(tm);
+
+	/* x3_hess_spill: the ended chunks' total in a file while later chunks
+	 * run; every frame the same bits as without (F32 and F64 products),
+	 * with a chunk still open too, and after a frame is added (the total
+	 * read back); the file unlinked from the start; a directory that
+	 * cannot take it is an error naming the Hessian and the directory */
+	char dir[] = "/tmp/t1553-XXXXXX";
+	CHECK(mkdtemp(dir) != NULL, "spill directory");
+	for (int f64 = 0; f64 < 2; f64++) {
+		x3_hess *a, *b;
+		CHECK_OK(x3_hess_new("z", N, f64, NULL, -1, &a), "new, F64 %d", f64);
+		CHECK_OK(x3_hess_new("z", N, f64, NULL, -1, &b), "new (spilled), F64 %d", f64);
+		CHECK_OK(x3_hess_spill(b, dir), "spill to %s", dir);
+		for (int c = 0; c < 3; c++) {
+			int64_t mid = (lo[c] + lo[c + 1]) / 2;
+			x3_hess_add_rows(a, z + lo[c] * N, mid - lo[c], N);
+			x3_hess_add_rows(b, z + lo[c] * N, mid - lo[c], N);
+			x3_hess_add_rows(a, z + mid * N, lo[c + 1] - mid, N);
+			x3_hess_add_rows(b, z + mid * N, lo[c + 1] - mid, N);
+			CHECK_OK(x3_hess_end_chunk(a), "end chunk %d", c);
+			CHECK_OK(x3_hess_end_chunk(b), "end chunk %d (spilled)", c);
+		}
+		x3_tensor *fa = x3_hess_frame(a, X3_F64), *fb = x3_hess_frame(b, X3_F64);
+		CHECK(fa && fb && !memcmp(fa->data, fb->data, sizeof(double) * N * N),
+		      "F64 %d: 3 chunks with the total spilled == in memory, bit for bit", f64);
+		x3_tensor_free(fa), x3_tensor_free(fb);
+		/* a fourth chunk left open: the frame adds it as end_chunk would */
+		x3_hess_add_rows(a, z, 40, N);
+		x3_hess_add_rows(b, z, 40, N);
+		fa = x3_hess_frame(a, X3_F32), fb = x3_hess_frame(b, X3_F32);
+		CHECK(fa && fb && !memcmp(fa->data, fb->data, sizeof(float) * N * N),
+		      "F64 %d: ... with a chunk still open (F32 frame)", f64);
+		/* a frame added: the spilled total comes back to memory first */
+		CHECK_OK(x3_hess_add_frame(a, fa), "add a frame");
+		CHECK_OK(x3_hess_add_frame(b, fa), "add a frame (spilled)");
+		x3_tensor_free(fb);
+		fb = x3_hess_frame(b, X3_F64);
+		x3_tensor *fa2 = x3_hess_frame(a, X3_F64);
+		CHECK(fa2 && fb && !memcmp(fa2->data, fb->data, sizeof(double) * N * N) &&
+		      x3_hess_count(a) == x3_hess_count(b), "F64 %d: ... and after a frame is added", f64);
+		x3_tensor_free(fa), x3_tensor_free(fb), x3_tensor_free(fa2);
+		x3_hess_free(a), x3_hess_free(b);
+	}
+	char cmd[64];
+	snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", dir);
+	CHECK(system(cmd) == 0, "no file left in the spill directory");
+	rmdir(dir);
+	x3_hess *bad;
+	CHECK_OK(x3_hess_new("spilled", N, 0, NULL, -1, &bad), "new");
+	CHECK_OK(x3_hess_spill(bad, "/nonexistent/x3"), "spill to a missing directory");
+	x3_hess_add_rows(bad, z, 20, N);
+	CHECK_OK(x3_hess_end_chunk(bad), "one chunk does not spill");
+	rc = x3_hess_add_rows(bad, z, 20, N);
+	CHECK(rc == X3_EIO && strstr(x3_errmsg(), "'spilled'") && strstr(x3_errmsg(), "/nonexistent/x3"),
+	      "the second chunk cannot spill: an error naming the Hessian and the directory (%s)",
+	      x3_errmsg());
+	x3_hess_free(bad);
+
+	x3_tensor_free(tw);
 	x3_hess_free(w), x3_hess_free(m);
 	free(z);
 	TEST_DONE();
