@@ -329,7 +329,9 @@ double synth_compare_tok(const char *dir, const int32_t *tok, int rows, int cols
 	for (int r = 0; r < rows && !rc; r++) {
 		ref_fn(ctx, tok + r * cols, cols, ref);
 		for (int i = 0; i < cols * vocab; i++) {
-			err = fmax(err, fabs(ref[i] - lg[(size_t)r * cols * vocab + i]));
+			double d = fabs(ref[i] - lg[(size_t)r * cols * vocab + i]);
+			/* fmax drops a NaN: a NaN logit (or reference) is an error */
+			err = isnan(d) ? INFINITY : fmax(err, d);
 			mag = fmax(mag, fabs(ref[i]));
 		}
 	}
