@@ -24,6 +24,24 @@ int x3_write_full(int fd, const void *p, size_t n)
 	return 0;
 }
 
+int x3_pio_full(int fd, int wr, void *p, size_t n, off_t off)
+{
+	unsigned char *c = p;
+	while (n) {
+		ssize_t k = wr ? pwrite(fd, c, n, off) : pread(fd, c, n, off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			if (!k)
+				errno = EIO;   /* end of file before n bytes */
+			return -1;
+		}
+		c += k, off += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
 void x3_dir_of(const char *path, char *dir, size_t n)
 {
 	snprintf(dir, n, "%s", path);

@@ -8,10 +8,14 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* write(2) all n bytes, retrying short writes and EINTR: 0, or -1 with
  * errno set. */
 int x3_write_full(int fd, const void *p, size_t n);
+/* pwrite(2) (wr) or pread(2) all n bytes at off, retrying short transfers
+ * and EINTR: 0, or -1 with errno set (EIO for end of file first). */
+int x3_pio_full(int fd, int wr, void *p, size_t n, off_t off);
 
 /* A file being written atomically: PATH.tmp-XXXXXX until committed. */
 typedef struct {

@@ -9,6 +9,7 @@
 #include "blas.h"
 #include "device.h"
 #include "hessian.h"
+#include "io.h"
 
 /* The sum runs over chunks of rows (x3_hess_end_chunk): the open chunk's
  * rows are summed into part, and a chunk that ends is added to tot, so H =
@@ -140,17 +141,9 @@ int x3_hess_spill(x3_hess *h, const char *dir)
 /* The spilled total: whole reads and writes of nb bytes at off. */
 static int spill_io(x3_hess *h, int wr, void *buf, size_t nb, off_t off)
 {
-	for (size_t done = 0; done < nb;) {
-		ssize_t k = wr ? pwrite(h->sfd, (char *)buf + done, nb - done, off + (off_t)done)
-		               : pread(h->sfd, (char *)buf + done, nb - done, off + (off_t)done);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return x3_err(X3_EIO, "hessian '%s': %s its sum spilled to %s: %s", h->name,
-			              wr ? "cannot write" : "cannot read", h->spill,
-			              k < 0 ? strerror(errno) : "file shorter than written");
-		done += (size_t)k;
-	}
+	if (x3_pio_full(h->sfd, wr, buf, nb, off))
+		return x3_err(X3_EIO, "hessian '%s': %s its sum spilled to %s: %s", h->name,
+		              wr ? "cannot write" : "cannot read", h->spill, strerror(errno));
 	return X3_OK;
 }
 
