@@ -111,8 +111,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *nul = memchr(data, 0, size);
 	if (!nul)
 		return 0;
-	if (put(cfgp, data, (size_t)(nul - data)) || put(stp, nul + 1, size - (size_t)(nul - data) - 1))
-		return 0;
+	/* a scratch file that cannot be written stops the run: every input
+	 * would return here untested and still count as an execution */
+	if (put(cfgp, data, (size_t)(nul - data)) || put(stp, nul + 1, size - (size_t)(nul - data) - 1)) {
+		fprintf(stderr, "fuzz_exl3dir: cannot write the scratch files in %s\n", dir);
+		abort();
+	}
 	x3_st *st;
 	if (x3_st_open(dir, &st) == X3_OK) {
 		linears(st);

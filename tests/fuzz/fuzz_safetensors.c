@@ -12,11 +12,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const char *tmp = getenv("TMPDIR");
 		snprintf(path, sizeof path, "%s/x3fuzz-%d.safetensors", tmp && *tmp ? tmp : "/tmp", (int)getpid());
 	}
+	/* a scratch file that cannot be written stops the run: every input
+	 * would return here untested and still count as an execution */
 	FILE *f = fopen(path, "wb");
-	if (!f)
-		return 0;
-	fwrite(data, 1, size, f);
-	fclose(f);
+	size_t w = f ? fwrite(data, 1, size, f) : 0;
+	if (!f || fclose(f) || w != size) {
+		fprintf(stderr, "fuzz_safetensors: cannot write the scratch file %s\n", path);
+		abort();
+	}
 	x3_st *s;
 	if (x3_st_open(path, &s) == X3_OK) {
 		volatile unsigned char sink = 0;
