@@ -1,6 +1,5 @@
 /* hessian.c: H = Σ xᵀx accumulators (see hessian.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
