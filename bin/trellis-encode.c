@@ -22,7 +22,8 @@
 static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
-	"                      [--refit-scales proxy|output] [--device cpu|cuda|auto] [--g-scale G]\n"
+	"                      [--refit-scales proxy|output] [--device cpu|cuda|auto]\n"
+	"                      [--g-scale G | --g-refine G]\n"
 	"                      [-q] [--zstd[=LEVEL]] < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [--sample F] [options] < frames > json-lines\n";
 
@@ -36,9 +37,13 @@ static const char help[] =
 	"                    Viterbi tiles of the search and of LDLQ), no frames\n"
 	"  --sample F        with --measure: measure on a seeded F (0 < F <= 1) of the\n"
 	"                    16-column output strips (about F of the work; proxy_err\n"
-	"                    is the sample's estimate; F = 1 gives the whole's result)\n"
+	"                    is the sample's estimate), its scale by the fine grid\n"
+	"                    from one predicted from the tiles' RMS (no coarse grid)\n"
 	"  --g-scale G       with -K: quantize at the global scale G (> 0), no scale\n"
 	"                    search (e.g. the g_scale of a --measure line at that K)\n"
+	"  --g-refine G      with -K: only the scale search's fine grid (5 scales 0.075\n"
+	"                    apart, parabola through the best), centred on G instead of\n"
+	"                    the coarse grid's best: under half the search's work\n"
 	"  --refit-scales M  after the trellis is chosen, refit each output channel's\n"
 	"                    scale (svh) by least squares under the Hessian: proxy (the\n"
 	"                    rotated Hessian) or output (seen through the input scales);\n"
@@ -57,7 +62,8 @@ static const char help[] =
 
 static int Ks[8], nK, measure, json_summary, threads, cb = X3_CB_MUL1;
 static double sample = 0;   /* --sample: 0 = the whole weight */
-static double gscale = 0;   /* --g-scale: 0 = search */
+static double gscale = 0;   /* --g-scale, --g-refine: 0 = search */
+static int grefine;         /* --g-refine: the fine grid around gscale */
 static uint64_t seed;
 static int policy = X3_OUT_SCALES_ALWAYS;
 static int refit = -1;      /* --refit-scales: X3_EST_*, -1 = off */
@@ -307,10 +313,10 @@ static void encode(struct group *g)
 		x3_qresult *r;
 		/* the strips follow the signs' seed (had-rotate's, from the
 		 * metadata) and the key */
-		if (sample > 0 ? x3_quantize_sample(p.w, p.h, Ks[i], cb, threads, sample,
+		if (sample > 0 ? x3_quantize_sample(p.w, p.h, Ks[i], cb, threads, sample, 1,
 		                                    p.has_seed ? p.seed : seed, g->key, &r)
 		               : x3_quantize_g(p.w, p.h, Ks[i], cb, threads,
-		                               refit >= 0 ? X3_QKEEP_Q | X3_QKEEP_W : 0, gscale, &r))
+		                               refit >= 0 ? X3_QKEEP_Q | X3_QKEEP_W : 0, gscale, grefine, &r))
 			die_x3("'%s': K=%d", g->key, Ks[i]);
 		if (refit >= 0 && x3_refit_out_scales(p.w, p.h, refit, r, NULL))
 			die_x3("'%s': K=%d: --refit-scales", g->key, Ks[i]);
@@ -361,6 +367,7 @@ int main(int argc, char **argv)
 		{ "measure", required_argument, 0, 'm' },
 		{ "sample", required_argument, 0, 'S' },
 		{ "g-scale", required_argument, 0, 'g' },
+		{ "g-refine", required_argument, 0, 'G' },
 		{ "json", no_argument, 0, 'j' },
 		{ "seed", required_argument, 0, 's' },
 		{ "hessian", required_argument, 0, 'H' },
@@ -396,11 +403,16 @@ int main(int argc, char **argv)
 				usage_error(usage, "--sample: '%s' is not a fraction in (0, 1]", optarg);
 			break;
 		}
-		case 'g': {
+		case 'g':
+		case 'G': {
 			char *end;
+			const char *opt = c == 'g' ? "--g-scale" : "--g-refine";
+			if (gscale > 0)
+				usage_error(usage, "%s: --g-scale or --g-refine, once", opt);
 			gscale = strtod(optarg, &end);
 			if (end == optarg || *end || !(gscale > 0 && isfinite(gscale)))
-				usage_error(usage, "--g-scale: '%s' is not a positive number", optarg);
+				usage_error(usage, "%s: '%s' is not a positive number", opt, optarg);
+			grefine = c == 'G';
 			break;
 		}
 		case 'R':
@@ -448,7 +460,8 @@ int main(int argc, char **argv)
 	if (!measure && !K)
 		usage_error(usage, "-K N (1..8) or --measure LIST is required");
 	if (gscale > 0 && measure)
-		usage_error(usage, "--g-scale goes with -K (a measurement searches its own scale)");
+		usage_error(usage, "%s goes with -K (a measurement searches its own scale)",
+		            grefine ? "--g-refine" : "--g-scale");
 	if (sample > 0 && !measure)
 		usage_error(usage, "--sample needs --measure (a sample is a measurement, not an encode)");
 	if (sample > 0 && refit >= 0)

@@ -58,9 +58,22 @@ check "--json: summary line on stderr" sh -c \
 check "--json and --measure count the Viterbi work (search and LDLQ tiles)" sh -c \
 	'jq -se "all(.search_tiles > 0 and .ldlq_tiles > 0)" m.json s.json >/dev/null'
 # --sample: a measurement on a sample of the 16-column output strips
-check "--measure 2,4 --sample 1 = --measure 2,4 (every strip)" sh -c \
-	'trellis-encode --measure 2,4 --sample 1 < r.fr | jq -c "{K, proxy_err, g_scale, search_tiles, ldlq_tiles}" > s1.json &&
-	 jq -c "select(.K == 2 or .K == 4) | {K, proxy_err, g_scale, search_tiles, ldlq_tiles}" m.json | cmp -s - s1.json'
+# (its scale: the fine grid from one predicted from the tiles' RMS, no
+# coarse grid; with every strip the result is then -K's at that scale)
+trellis-encode --measure 2,4 --sample 1 < r.fr > s1.json
+jqf() { jq -e "$@" >/dev/null; }
+for K in 2 4; do
+	g=$(jq -r "select(.K == $K) | .g_scale" s1.json)
+	trellis-encode -K $K --g-scale "$g" --json < r.fr 2>g$K.json >/dev/null
+	jq -c "select(.K == $K)" s1.json >s1.$K.json
+	check "--measure $K --sample 1 (every strip) = -K $K --g-scale at the scale it found" \
+		jqf --slurpfile s s1.json --argjson K $K '($s | map(select(.K == $K))[0]) as $a |
+		  [.proxy_err, .g_scale, .ldlq_tiles, .numel] == [$a.proxy_err, $a.g_scale, $a.ldlq_tiles, $a.numel] and
+		  $a.strips == $a.strips_total' g$K.json
+	check "... its error within 5% of the whole search's, with fewer search tiles" \
+		jqf --slurpfile m m.json --argjson K $K '($m | map(select(.K == $K))[0]) as $w |
+		  .proxy_err < 1.05 * $w.proxy_err and .search_tiles > 0 and .search_tiles < $w.search_tiles' s1.$K.json
+done
 check "--sample 0.5: half the strips, less work, an estimate near the whole's" sh -c \
 	'trellis-encode --measure 3 --sample 0.5 < r.fr > s5.json &&
 	 jq -se --slurpfile m m.json "(\$m | map(select(.K == 3))[0]) as \$w | .[0] as \$s |

@@ -86,14 +86,14 @@ static void test_sample(int fallback)
 	for (int K = 2; K <= 4; K += 2) {
 		x3_qresult *full, *all, *part;
 		CHECK_OK(x3_quantize(w, h, K, X3_CB_MUL1, 0, 0, &full), "%s K=%d: quantize", what, K);
-		CHECK_OK(x3_quantize_sample(w, h, K, X3_CB_MUL1, 0, 1.0, 3, "w", &all), "%s K=%d: sample 1", what, K);
+		CHECK_OK(x3_quantize_sample(w, h, K, X3_CB_MUL1, 0, 1.0, 0, 3, "w", &all), "%s K=%d: sample 1", what, K);
 		CHECK(same_result(full, all) && all->nstrips == 24 && all->strips_total == 24,
 		      "%s K=%d: every strip chosen = x3_quantize bit for bit (g, proxy error, trellis, scales, work)",
 		      what, K);
 		CHECK(full->search_tiles > 0 && full->ldlq_tiles == (k / 16) * (n / 16),
 		      "%s K=%d: work counted: %lld search tiles, %lld LDLQ tiles", what, K,
 		      (long long)full->search_tiles, (long long)full->ldlq_tiles);
-		CHECK_OK(x3_quantize_sample(w, h, K, X3_CB_MUL1, 0, 0.25, 3, "w", &part), "%s K=%d: sample 1/4", what, K);
+		CHECK_OK(x3_quantize_sample(w, h, K, X3_CB_MUL1, 0, 0.25, 0, 3, "w", &part), "%s K=%d: sample 1/4", what, K);
 		CHECK(part->nstrips == 6 && part->n == 96 && part->strips_total == 24,
 		      "%s K=%d: 1/4 of 24 strips is 6 (96 columns)", what, K);
 		/* each chosen strip as LDLQ quantizes it within the whole weight at
@@ -120,7 +120,7 @@ static void test_sample(int fallback)
 		/* the final encode at the sample's scale (issue 12: no second
 		 * search): no search tiles, the whole's LDLQ at that scale */
 		x3_qresult *fg, *fs;
-		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, part->g, &fg), "%s K=%d: quantize at g", what, K);
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, part->g, 0, &fg), "%s K=%d: quantize at g", what, K);
 		int ok = fg->g == part->g && fg->search_tiles == 0 && fg->ldlq_tiles == full->ldlq_tiles;
 		for (int64_t t = 0; t < (k / 16) * (n / 16); t++) {
 			x3_trellis_pack(K, st + t * 256, words);
@@ -132,19 +132,48 @@ static void test_sample(int fallback)
 		      what, K, part->g, full->g);
 		CHECK(fabs(fg->proxy_err / full->proxy_err - 1) < 0.25, "%s K=%d: its error %.4g within 25%% of the searched %.4g (a sample of 4 search tiles)",
 		      what, K, fg->proxy_err, full->proxy_err);
-		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, full->g, &fs), "%s K=%d: quantize at the searched g", what, K);
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, full->g, 0, &fs), "%s K=%d: quantize at the searched g", what, K);
 		fs->search_tiles = full->search_tiles;
 		CHECK(same_result(full, fs), "%s K=%d: x3_quantize_g at the searched g = x3_quantize (but the search)", what, K);
+		/* refine (the finals of a sampled conversion, --g-refine): the fine
+		 * grid only, around a given scale, sliding while its best is an
+		 * end; the result is the LDLQ at the scale it found */
+		x3_qresult *rf, *rw, *ra;
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, full->g, 1, &rf), "%s K=%d: refine at the searched g", what, K);
+		CHECK(rf->search_tiles > 0 && rf->search_tiles < full->search_tiles && fabs(rf->g - full->g) < 0.075 &&
+		      rf->proxy_err < 1.03 * full->proxy_err,
+		      "%s K=%d: refined around the searched g %.4f: g %.4f, error %.4g (searched %.4g), %lld search tiles (full search %lld)",
+		      what, K, full->g, rf->g, rf->proxy_err, full->proxy_err, (long long)rf->search_tiles,
+		      (long long)full->search_tiles);
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, full->g + 0.45, 1, &rw), "%s K=%d: refine from g + 0.45", what, K);
+		CHECK(fabs(rw->g - full->g) < 0.1 && rw->proxy_err < 1.05 * full->proxy_err &&
+		      rw->search_tiles > rf->search_tiles,
+		      "%s K=%d: from g + 0.45 the grid slides back: g %.4f (searched %.4f), error %.4g, %lld search tiles",
+		      what, K, rw->g, full->g, rw->proxy_err, (long long)rw->search_tiles);
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, rw->g, 0, &ra), "%s K=%d: quantize at the refined g", what, K);
+		ra->search_tiles = rw->search_tiles;
+		CHECK(same_result(rw, ra), "%s K=%d: the refined result = the LDLQ at the g it found", what, K);
+		x3_qresult_free(rf), x3_qresult_free(rw), x3_qresult_free(ra);
+		/* the sample with the predicted scale (trellis-encode --sample) */
+		x3_qresult *pp, *pg;
+		CHECK_OK(x3_quantize_sample(w, h, K, X3_CB_MUL1, 0, 1.0, 1, 3, "w", &pp), "%s K=%d: sample 1, predicted scale", what, K);
+		CHECK_OK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, pp->g, 0, &pg), "%s K=%d: quantize at its g", what, K);
+		pg->search_tiles = pp->search_tiles;
+		CHECK(pp->search_tiles > 0 && same_result(pp, pg) && pp->proxy_err < 1.05 * full->proxy_err,
+		      "%s K=%d: predicted-scale sample: g %.4f (searched %.4f), error %.4g (%.4g), %lld search tiles (%lld), the LDLQ at its g",
+		      what, K, pp->g, full->g, pp->proxy_err, full->proxy_err, (long long)pp->search_tiles,
+		      (long long)full->search_tiles);
+		x3_qresult_free(pp), x3_qresult_free(pg);
 		x3_qresult *bad = NULL;
-		CHECK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, -1, &bad) == X3_EINVAL && !bad &&
-		      x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, NAN, &bad) == X3_EINVAL, "%s K=%d: g < 0 or NaN refused", what, K);
+		CHECK(x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, -1, 0, &bad) == X3_EINVAL && !bad &&
+		      x3_quantize_g(w, h, K, X3_CB_MUL1, 0, 0, NAN, 0, &bad) == X3_EINVAL, "%s K=%d: g < 0 or NaN refused", what, K);
 		x3_qresult_free(fg), x3_qresult_free(fs);
 		free(Wg), free(Q), free(st);
 		x3_qresult_free(full), x3_qresult_free(all), x3_qresult_free(part);
 	}
 	x3_qresult *r = NULL;
-	CHECK(x3_quantize_sample(w, h, 3, X3_CB_MUL1, 0, 0, 3, "w", &r) == X3_EINVAL && !r &&
-	      x3_quantize_sample(w, h, 3, X3_CB_MUL1, 0, 1.5, 3, "w", &r) == X3_EINVAL,
+	CHECK(x3_quantize_sample(w, h, 3, X3_CB_MUL1, 0, 0, 0, 3, "w", &r) == X3_EINVAL && !r &&
+	      x3_quantize_sample(w, h, 3, X3_CB_MUL1, 0, 1.5, 0, 3, "w", &r) == X3_EINVAL,
 	      "%s: fractions outside (0, 1] refused", what);
 	x3_qweight_free(w);
 	x3_qhess_free(h);
