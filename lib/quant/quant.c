@@ -895,11 +895,10 @@ static int scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
 		}
 		m = cap;
 	}
-	/* coarse grid 0.1, 0.3, ..., 1.9 on every third sampled tile */
 	struct tmemo memo = { 0 };
 	double c = center < 0 ? scale_predict(tiles, m, K) : center;
 	int rc, best;
-	if (center == 0) {
+	if (center == 0) {   /* coarse grid 0.1, 0.3, ..., 1.9 on every third sampled tile */
 		double s[10], y[10];
 		for (int i = 0; i < 10; i++)
 			s[i] = 0.1 + 0.2 * i;
