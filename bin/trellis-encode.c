@@ -43,7 +43,8 @@ static const char help[] =
 	"                    search (e.g. the g_scale of a --measure line at that K)\n"
 	"  --g-refine G      with -K: only the scale search's fine grid (5 scales 0.075\n"
 	"                    apart, parabola through the best), centred on G instead of\n"
-	"                    the coarse grid's best: under half the search's work\n"
+	"                    the coarse grid's best, sliding while its best is an end:\n"
+	"                    under half the search's work\n"
 	"  --refit-scales M  after the trellis is chosen, refit each output channel's\n"
 	"                    scale (svh) by least squares under the Hessian: proxy (the\n"
 	"                    rotated Hessian) or output (seen through the input scales);\n"
@@ -408,7 +409,7 @@ int main(int argc, char **argv)
 			char *end;
 			const char *opt = c == 'g' ? "--g-scale" : "--g-refine";
 			if (gscale > 0)
-				usage_error(usage, "%s: --g-scale or --g-refine, once", opt);
+				usage_error(usage, "%s: only one of --g-scale and --g-refine, once", opt);
 			gscale = strtod(optarg, &end);
 			if (end == optarg || *end || !(gscale > 0 && isfinite(gscale)))
 				usage_error(usage, "%s: '%s' is not a positive number", opt, optarg);

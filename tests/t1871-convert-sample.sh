@@ -98,7 +98,7 @@ check_fail "trellis-encode --g-scale 0 is a usage error" 2 "--g-scale: '0' is no
 check_fail "trellis-encode --g-scale with --measure is a usage error" 2 "--g-scale goes with -K" trellis-encode --measure 3 --g-scale 1
 check_fail "trellis-encode --g-refine 0 is a usage error" 2 "--g-refine: '0' is not a positive number" trellis-encode -K 3 --g-refine 0
 check_fail "trellis-encode --g-refine with --measure is a usage error" 2 "--g-refine goes with -K" trellis-encode --measure 3 --g-refine 1
-check_fail "trellis-encode --g-scale and --g-refine together are a usage error" 2 "--g-scale or --g-refine, once" \
+check_fail "trellis-encode --g-scale and --g-refine together are a usage error" 2 "only one of --g-scale and --g-refine, once" \
 	trellis-encode -K 3 --g-scale 1 --g-refine 1
 
 # ---- the --gpus fan-out (GNU parallel) takes the same steps -------------------
