@@ -23,7 +23,7 @@ static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
 	"                      [--refit-scales proxy|output] [--device cpu|cuda|auto]\n"
-	"                      [--g-scale G | --g-refine G]\n"
+	"                      [--g-scale G | --g-refine G] [--ldlq-passes N]\n"
 	"                      [-q] [--zstd[=LEVEL]] < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [--sample F] [options] < frames > json-lines\n";
 
@@ -45,6 +45,10 @@ static const char help[] =
 	"                    apart, parabola through the best), centred on G instead of\n"
 	"                    the coarse grid's best, sliding while its best is an end:\n"
 	"                    under half the search's work\n"
+	"  --ldlq-passes N   after LDLQ, N passes (0..8, default 0) that re-encode each\n"
+	"                    16-row block with every other block's error known (LDLQ\n"
+	"                    knows the ones below it), kept where the proxy error\n"
+	"                    falls: each costs one more Viterbi of every tile\n"
 	"  --refit-scales M  after the trellis is chosen, refit each output channel's\n"
 	"                    scale (svh) by least squares under the Hessian: proxy (the\n"
 	"                    rotated Hessian) or output (seen through the input scales);\n"
@@ -228,6 +232,10 @@ static json_t *summary(const char *key, const struct prep *p, const x3_qresult *
 		die("out of memory");
 	json_object_set_new(j, "search_tiles", json_integer(r->search_tiles));
 	json_object_set_new(j, "ldlq_tiles", json_integer(r->ldlq_tiles));
+	if (x3_quant_ldlq_passes() > 0) {
+		json_object_set_new(j, "ldlq_passes", json_integer(x3_quant_ldlq_passes()));
+		json_object_set_new(j, "refine_kept", json_integer(r->refine_kept));
+	}
 	if (refit >= 0)
 		json_object_set_new(j, "proxy_err_before", json_real(r->proxy_err_before));
 	if (sample > 0) {
@@ -254,6 +262,8 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 		e |= x3_meta_setf(m, "proxy_err_before", "%.9g", r->proxy_err_before);
 	}
 	e |= x3_meta_setf(m, "g_scale", "%.9g", r->g);
+	if (x3_quant_ldlq_passes() > 0)
+		e |= x3_meta_setf(m, "ldlq_passes", "%d", x3_quant_ldlq_passes());
 	e |= x3_meta_setf(m, "fallback", "%d", r->fallback);
 	if (r->fallback) {   /* why, for pack-write, convert and validate to report */
 		const char *why = p->h && p->h->why[0] ? p->h->why
@@ -376,6 +386,7 @@ int main(int argc, char **argv)
 		{ "zstd", optional_argument, 0, 'z' },
 		{ "device", required_argument, 0, 'D' },
 		{ "refit-scales", required_argument, 0, 'R' },
+		{ "ldlq-passes", required_argument, 0, 'P' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -423,6 +434,10 @@ int main(int argc, char **argv)
 				refit = X3_EST_OUTPUT;
 			else
 				usage_error(usage, "--refit-scales: '%s' is not proxy or output", optarg);
+			break;
+		case 'P':
+			x3_quant_set_ldlq_passes((int)parse_long(usage, "--ldlq-passes", optarg, 0,
+			                                         X3_LDLQ_PASSES_MAX));
 			break;
 		case 'D':
 			want_device = device_parse(usage, optarg);

@@ -111,6 +111,27 @@ for k in $BLAS_KERNELS; do
 done
 [ -z "$BLAS_WHY" ] || skip "the same under a second OpenBLAS kernel: $BLAS_WHY"
 
+# --ldlq-passes (refinement passes after LDLQ; the algorithm is checked
+# against a plain reference in tests/unit/t1208-ldlq-refine)
+trellis-encode -K 2 --json < rbig.fr 2>p0.json >p0.fr
+trellis-encode -K 2 --json --ldlq-passes 1 < rbig.fr 2>p1.json >p1.fr
+trellis-encode -K 2 --json --ldlq-passes 2 < rbig.fr 2>p2.json >p2.fr
+check "--ldlq-passes 1: a lower proxy error, the same scale, twice the LDLQ tiles" jq -ne \
+	--slurpfile a p0.json --slurpfile b p1.json --slurpfile c p2.json \
+	'$b[0].proxy_err < $a[0].proxy_err and $c[0].proxy_err <= $b[0].proxy_err and
+	 $b[0].g_scale == $a[0].g_scale and $b[0].ldlq_tiles == 2 * $a[0].ldlq_tiles and
+	 $b[0].ldlq_passes == 1 and $b[0].refine_kept > 0 and ($a[0] | has("ldlq_passes") | not)'
+check "--ldlq-passes 1: ldlq_passes and its proxy_err in the trellis metadata" \
+	jqe 'select(.name=="big.trellis") | .meta.ldlq_passes == "1" and (.meta.proxy_err | tonumber) > 0' <(tensor-ls p1.fr)
+trellis-encode -K 2 --ldlq-passes 0 < rbig.fr > p00.fr
+check "--ldlq-passes 0 is the default, byte for byte" same p0.fr p00.fr
+OPENBLAS_NUM_THREADS=1 trellis-encode -K 2 -t 1 --ldlq-passes 1 < rbig.fr > p1t.fr
+check "--ldlq-passes 1: -t 1 with one BLAS thread == -t 2" same p1.fr p1t.fr
+check "--ldlq-passes with --measure --sample: lower estimates too" sh -c \
+	'trellis-encode --measure 2,3 --sample 0.5 < rbig.fr > ms0.json &&
+	 trellis-encode --measure 2,3 --sample 0.5 --ldlq-passes 1 < rbig.fr > ms1.json &&
+	 jq -ne --slurpfile a ms0.json --slurpfile b ms1.json "\$b[0].proxy_err < \$a[0].proxy_err and \$b[1].proxy_err < \$a[1].proxy_err" >/dev/null'
+
 # fallback and all-zero weights
 had-rotate < w.fr | trellis-encode -K 2 > qf.fr
 check "no hessian: fallback=1" jqe 'select(.name=="m.trellis") | .meta.fallback == "1"' <(tensor-ls qf.fr)
@@ -130,6 +151,10 @@ check_fail "-K and --measure" 2 "exclude each other" trellis-encode -K 2 --measu
 check_fail "--sample without --measure" 2 "--sample needs --measure" trellis-encode -K 2 --sample 0.5
 for f in 0 1.5 x -0.1; do
 	check_fail "--sample $f refused" 2 "--sample: '$f' is not a fraction in \(0, 1\]" trellis-encode --measure 2 --sample "$f"
+done
+for p in 9 -1 x; do
+	check_fail "--ldlq-passes $p refused" 2 "trellis-encode: --ldlq-passes: '$p' is not an integer in 0..8" \
+		trellis-encode -K 2 --ldlq-passes "$p"
 done
 check_fail "bad codebook" 2 "codebook: 'e8p' is not mul1, mcg or 3inst" trellis-encode -K 2 --codebook e8p
 check_fail "bad option" 2 "usage: trellis-encode" trellis-encode -K 2 --frobnicate

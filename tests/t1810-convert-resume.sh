@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pipelines/convert on a generated one-layer Llama: byte-identical output for
 # the same seed (also -j 1 vs -j 2), resume after kill -9, up-to-date
-# re-runs, sequential mode, validate --model.
+# re-runs, --ldlq-passes, sequential mode, validate --model.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -25,6 +25,20 @@ check "convert -j 1" convert m j1 "${opts[@]}" -j 1
 check "same seed, -j 1 vs -j 2: byte-identical directories" diff -r ref j1
 check "convert --seed 1" convert m s1 "${opts[@]}" --seed 1
 check "another seed gives other trellis codes" sh -c '! cmp -s ref/model.safetensors s1/model.safetensors'
+
+# --ldlq-passes: the same Hessians, refined encodes; a parameter of the
+# encodes, so a changed one re-encodes in the same work directory
+cp ref.work/measure.jsonl ref.measure.jsonl
+check "convert --ldlq-passes 1" convert m lp "${opts[@]}" -j 2 --ldlq-passes 1
+check "... no linear's proxy error above the plain encode's, the sum below" jq -ne \
+	--slurpfile a ref.measure.jsonl --slurpfile b lp.work/measure.jsonl \
+	'($a | INDEX(.tensor + "/" + (.K | tostring))) as $r |
+	 ([$b[] | select(.tensor != "lm_head") | .proxy_err <= $r[.tensor + "/" + (.K | tostring)].proxy_err] | all) and
+	 ([$b[] | .proxy_err] | add) < ([$a[] | .proxy_err] | add)'
+check "... other trellis codes, the same size" sh -c \
+	'! cmp -s ref/model.safetensors lp/model.safetensors && test "$(stat -c %s ref/model.safetensors)" = "$(stat -c %s lp/model.safetensors)"'
+check "--ldlq-passes 1 into ref's work directory re-encodes: the same bytes as its own" sh -c \
+	"cp -r ref.work lp2.work && convert m lp2 ${opts[*]} -j 2 --work lp2.work --ldlq-passes 1 && diff -r lp lp2"
 
 # kill -9 the whole pipeline (convert, make and the programs) midway
 setsid convert m res "${opts[@]}" -j 2 & pid=$!

@@ -1054,6 +1054,113 @@ out:
 	return rc;
 }
 
+/* ---- refinement passes after LDLQ (x3_quant_set_ldlq_passes) -----------
+ * LDLQ encodes each 16-row block knowing the error of the blocks below it
+ * only. A pass goes over the blocks again, top to bottom as LDLQ does, and
+ * re-encodes each with every other block's error known: the proxy error
+ * tr(Eᵀ H E) as a function of block B's error E_B, the rest fixed, is
+ * tr(E_Bᵀ H_BB E_B) + 2 tr(E_Bᵀ g_B) + const with g_B = H[B, not B] E[not B],
+ * least at E_B = -H_BB⁻¹ g_B, so the Viterbi's target is W_B + H_BB⁻¹ g_B.
+ * The Viterbi's codes are kept only where they lower that function (the
+ * Viterbi weighs the block's rows alike, not by H_BB), so no pass raises
+ * the proxy error. A block coordinate descent on it: each pass one more
+ * Viterbi of every tile. The objective is a sum over output columns, so a
+ * sample of columns (x3_quantize_sample) refines as the whole would. HE is
+ * kept up to date through the kept changes (x3_gemm_atb, whose column j
+ * depends on column j alone: the result does not depend on the threads). */
+static int ldlq_passes = 0;
+
+int x3_quant_set_ldlq_passes(int p)
+{
+	if (p < 0 || p > X3_LDLQ_PASSES_MAX)
+		return x3_err(X3_EINVAL, "LDLQ refinement passes %d are outside 0..%d", p,
+		              X3_LDLQ_PASSES_MAX);
+	ldlq_passes = p;
+	return X3_OK;
+}
+
+int x3_quant_ldlq_passes(void)
+{
+	return ldlq_passes;
+}
+
+static int ldlq_refine(const float *W, int64_t k, int64_t n, const float *H, int K, int cb,
+                       int threads, int passes, uint16_t *states, float *Q, int64_t *count,
+                       int64_t *kept)
+{
+	int64_t tn = n / 16;
+	size_t bn = (size_t)(16 * n);
+	float *E = xmalloc((size_t)(k * n), sizeof(float));
+	float *HE = xmalloc((size_t)(k * n), sizeof(float));
+	float *G = xmalloc(bn, sizeof(float)), *X = xmalloc(bn, sizeof(float));
+	float *Qn = xmalloc(bn, sizeof(float)), *D = xmalloc(bn, sizeof(float));
+	float *tiles = xmalloc((size_t)(tn * 256), sizeof(float));
+	float *vals = xmalloc((size_t)(tn * 256), sizeof(float));
+	uint16_t *stn = xmalloc((size_t)(tn * 256), sizeof(uint16_t));
+	float Hb[256], C[256];
+	int rc = X3_OK;
+	if (!E || !HE || !G || !X || !Qn || !D || !tiles || !vals || !stn) {
+		rc = x3_err(X3_ENOMEM, "out of memory in ldlq_refine");
+		goto out;
+	}
+	for (int64_t i = 0; i < k * n; i++)
+		E[i] = W[i] - Q[i];
+	x3_gemm_atb(k, n, k, H, k, E, n, 0.0f, HE, n);
+	for (int pass = 0; pass < passes && rc == X3_OK; pass++)
+		for (int64_t b0 = k - 16; b0 >= 0; b0 -= 16) {
+			for (int i = 0; i < 16; i++)
+				for (int j = 0; j < 16; j++)
+					Hb[i * 16 + j] = C[i * 16 + j] = H[(b0 + i) * k + b0 + j];
+			/* g = HE_B - H_BB E_B */
+			const float *Eb = E + b0 * n;
+			for (int i = 0; i < 16; i++)
+				for (int64_t c = 0; c < n; c++) {
+					double a = HE[(b0 + i) * n + c];
+					for (int j = 0; j < 16; j++)
+						a -= (double)Hb[i * 16 + j] * Eb[j * n + c];
+					G[i * n + c] = (float)a;
+				}
+			memcpy(X, G, bn * sizeof(float));
+			if (LAPACKE_spotrf(LAPACK_ROW_MAJOR, 'L', 16, C, 16) ||
+			    LAPACKE_spotrs(LAPACK_ROW_MAJOR, 'L', 16, (lapack_int)n, C, 16, X, (lapack_int)n))
+				continue;
+			for (size_t i = 0; i < bn; i++)
+				X[i] += W[b0 * n + (int64_t)i];
+			if ((rc = quant_block(X, n, K, cb, threads, tiles, vals, stn, Qn, count)))
+				break;
+			/* f(e) = e^T H_BB e + 2 e^T g, old against new */
+			double fo = 0, fn = 0;
+			for (int64_t c = 0; c < n; c++) {
+				float eo[16], en[16];
+				for (int i = 0; i < 16; i++) {
+					eo[i] = Eb[i * n + c];
+					en[i] = W[(b0 + i) * n + c] - Qn[i * n + c];
+				}
+				for (int i = 0; i < 16; i++) {
+					double ho = 0, hn = 0;
+					for (int j = 0; j < 16; j++)
+						ho += (double)Hb[i * 16 + j] * eo[j], hn += (double)Hb[i * 16 + j] * en[j];
+					fo += eo[i] * (ho + 2.0 * G[i * n + c]);
+					fn += en[i] * (hn + 2.0 * G[i * n + c]);
+				}
+			}
+			if (!(fn < fo))
+				continue;
+			for (size_t i = 0; i < bn; i++) {
+				float e = W[b0 * n + (int64_t)i] - Qn[i];
+				D[i] = e - E[b0 * n + (int64_t)i];
+				E[b0 * n + (int64_t)i] = e;
+			}
+			memcpy(Q + b0 * n, Qn, bn * sizeof(float));
+			(*kept)++;
+			memcpy(states + (b0 / 16) * tn * 256, stn, (size_t)(tn * 256) * sizeof(uint16_t));
+			x3_gemm_atb(k, n, 16, H + b0 * k, k, D, n, 1.0f, HE, n);
+		}
+out:
+	free(E), free(HE), free(G), free(X), free(Qn), free(D), free(tiles), free(vals), free(stn);
+	return rc;
+}
+
 /* ---- proxy error ---------------------------------------------------------- */
 
 /* The proxy error's quadratic form tr(A H Aᵀ)... in our own loops, so that
@@ -1246,6 +1353,10 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 		Wg[i] = W[i] * g;
 	rc = ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q, &r->ldlq_tiles);
 	if (rc)
+		goto fail;
+	if (ldlq_passes > 0 && !h->fallback &&
+	    (rc = ldlq_refine(Wg, k, n, h->H, K, cb, threads, ldlq_passes, st, Q, &r->ldlq_tiles,
+	                      &r->refine_kept)))
 		goto fail;
 	rc = x3_proxy_error(Wg, Q, h->fallback ? NULL : h->H, k, n, &r->proxy_err);
 	if (rc)

@@ -70,6 +70,14 @@ int x3_qhess_finalize(const float *H, int64_t kh, int64_t k, double count,
  * keep 2 X3_SIGMA_REG). X3_EINVAL outside (0, 1]. */
 int x3_quant_set_sigma_reg(double s);
 double x3_quant_sigma_reg(void);
+/* Refinement passes after LDLQ (default 0), for every x3_quantize* of this
+ * process: each re-encodes every 16-row block with the error of all the
+ * others known (LDLQ knows the ones below it only) and keeps the new codes
+ * where they lower the proxy error, so it never rises; each costs one more
+ * Viterbi of every tile. X3_EINVAL outside 0..X3_LDLQ_PASSES_MAX. */
+#define X3_LDLQ_PASSES_MAX 8
+int x3_quant_set_ldlq_passes(int p);
+int x3_quant_ldlq_passes(void);
 /* Where x3_qhess_finalize and x3_regularize compute (for all callers; the
  * default is the CPU, the reference): X3_DEVICE_CUDA runs their Hadamard
  * rotations (device.h had128_rows/cols) and the block LDL with its damping
@@ -165,7 +173,10 @@ typedef struct x3_qresult {
 	double seconds;
 	int fallback;
 	int64_t search_tiles;  /* tiles the Viterbi encoded in the scale search */
-	int64_t ldlq_tiles;    /* ... and in LDLQ (each distinct tile of a batch once) */
+	int64_t ldlq_tiles;    /* ... and in LDLQ (each distinct tile of a batch once),
+	                          its refinement passes included */
+	int64_t refine_kept;   /* 16-row blocks whose re-encoding a refinement
+	                          pass kept (x3_quant_set_ldlq_passes) */
 	int64_t nstrips;       /* 16-column output strips quantized (n / 16) */
 	int64_t strips_total;  /* of the weight's (its padded n / 16) */
 	int64_t *strip;        /* (nstrips) their indices, x3_quantize_sample only */

@@ -12,7 +12,9 @@
 # widths floor-1..ceil+1; BENCH_SENS=0 leaves it out), with the cost of its
 # measurement. BENCH_SIGN=1 adds the sign search (convert --sign-draws
 # BENCH_SIGN_DRAWS, default 8, --sign-metric output; own work directory per
-# seed, ws$s), alone and with --sensitivity measure. A change to the
+# seed, ws$s), alone and with --sensitivity measure; BENCH_PASSES=N adds
+# the refinement passes after LDLQ (convert --ldlq-passes N; work directory
+# wp$s per seed), alone and with --sensitivity measure. A change to the
 # quantizer or the allocation is better only where its mean beats the
 # current defaults' by more than the spread. One work directory per seed, so
 # each tensor is encoded once per (seed, K) for all rates. Prints a table
@@ -62,7 +64,7 @@ row() { # row RATE METHOD STATS_JSON
 }
 for b in $rates; do
 	fl=$(awk -v b="$b" 'BEGIN { print int(b) }')
-	reps=() freps=() sreps=() greps=() gsreps=()
+	reps=() freps=() sreps=() greps=() gsreps=() preps=() psreps=()
 	for s in $seeds; do
 		convert "$M" q$b.s$s --bits "$b" --seed "$s" --work w$s "${cal[@]}" -j 2 -q
 		validate q$b.s$s --model "$M" "${ev[@]}" -q >v$b.s$s.json
@@ -82,6 +84,15 @@ for b in $rates; do
 			validate qgs$b.s$s --model "$M" "${ev[@]}" -q >vgs$b.s$s.json
 			gsreps+=(vgs$b.s$s.json)
 		fi
+		if [ "${BENCH_PASSES:-0}" -gt 0 ]; then
+			lp=(--ldlq-passes "$BENCH_PASSES")
+			convert "$M" qp$b.s$s --bits "$b" --seed "$s" --work wp$s "${cal[@]}" -j 2 -q "${lp[@]}"
+			validate qp$b.s$s --model "$M" "${ev[@]}" -q >vp$b.s$s.json
+			preps+=(vp$b.s$s.json)
+			convert "$M" qps$b.s$s --bits "$b" --seed "$s" --work wp$s "${cal[@]}" -j 2 -q "${lp[@]}" --sensitivity measure
+			validate qps$b.s$s --model "$M" "${ev[@]}" -q >vps$b.s$s.json
+			psreps+=(vps$b.s$s.json)
+		fi
 		if [ "$fl" != "$b" ]; then
 			[ -f vf$fl.s$s.json ] || {
 				convert "$M" f$fl.s$s --bits "$fl" --seed "$s" --work w$s "${cal[@]}" -j 2 -q
@@ -94,6 +105,8 @@ for b in $rates; do
 	if [ ${#sreps[@]} -gt 0 ]; then stats "${sreps[@]}" >st.json && row "$b" "--sensitivity measure" st.json; fi
 	if [ ${#greps[@]} -gt 0 ]; then stats "${greps[@]}" >st.json && row "$b" "--sign-draws ${BENCH_SIGN_DRAWS:-8}" st.json; fi
 	if [ ${#gsreps[@]} -gt 0 ]; then stats "${gsreps[@]}" >st.json && row "$b" "sign search + sens." st.json; fi
+	if [ ${#preps[@]} -gt 0 ]; then stats "${preps[@]}" >st.json && row "$b" "--ldlq-passes $BENCH_PASSES" st.json; fi
+	if [ ${#psreps[@]} -gt 0 ]; then stats "${psreps[@]}" >st.json && row "$b" "ldlq passes + sens." st.json; fi
 	if [ ${#freps[@]} -gt 0 ]; then stats "${freps[@]}" >st.json && row "$b" "all at floor = $fl" st.json; fi
 	[ -f r$fl.json ] || { rtn_model "$M" rtn$fl "$fl" && model-eval -q --model "$M" --quantized rtn$fl "${ev[@]}" >r$fl.json; }
 	stats r$fl.json >st.json && row "$b" "RTN at $fl" st.json
