@@ -62,35 +62,37 @@ row() { # row RATE METHOD STATS_JSON
 		"\($n | .[0:12] | . + " " * (12 - length)) \($r | . + " " * (5 - length)) \($m | . + " " * (22 - length)) \(if .bits then f(.bits; 1000) else "-" end | . + " " * (6 - length)) \(f(.kl.mean; 1e5) + "±" + f(.kl.sd; 1e5) | . + " " * (20 - length)) \(f(.top1.mean; 1e4) + "±" + f(.top1.sd; 1e4) | . + " " * (18 - length)) \(f(.ppl.mean; 100) + "±" + f(.ppl.sd; 100))"' "$3"
 	jq -c --arg r "$1" --arg m "$2" --arg n "$name" '{bench: "quality", model: $n, rate: ($r | tonumber), method: $m} + .' "$3"
 }
+# ce PREFIX WORK [OPTION...]: convert at rate $b with seed $s into
+# PREFIX$b.s$s (work directory WORK) and validate it into v${PREFIX#q}$b.s$s.json
+ce() {
+	local p=$1 w=$2
+	shift 2
+	convert "$M" "$p$b.s$s" --bits "$b" --seed "$s" --work "$w" "${cal[@]}" -j 2 -q "$@"
+	validate "$p$b.s$s" --model "$M" "${ev[@]}" -q >"v${p#q}$b.s$s.json"
+}
 for b in $rates; do
 	fl=$(awk -v b="$b" 'BEGIN { print int(b) }')
 	reps=() freps=() sreps=() greps=() gsreps=() preps=() psreps=()
 	for s in $seeds; do
-		convert "$M" q$b.s$s --bits "$b" --seed "$s" --work w$s "${cal[@]}" -j 2 -q
-		validate q$b.s$s --model "$M" "${ev[@]}" -q >v$b.s$s.json
+		ce q w$s
 		reps+=(v$b.s$s.json)
 		if [ "${BENCH_SENS:-1}" = 1 ]; then
-			convert "$M" qs$b.s$s --bits "$b" --seed "$s" --work w$s "${cal[@]}" -j 2 -q --sensitivity measure
-			validate qs$b.s$s --model "$M" "${ev[@]}" -q >vs$b.s$s.json
+			ce qs w$s --sensitivity measure
 			sreps+=(vs$b.s$s.json)
 			head -n 1 w$s/sens/measured.k$fl.jsonl | jq -c --arg r "$b" --arg s "$s" '.sensitivity | {bench: "quality-sensitivity-cost", rate: ($r | tonumber), seed: ($s | tonumber), K, forwards, rows, cols, seconds, kl_all, kl_sum}'
 		fi
 		if [ "${BENCH_SIGN:-0}" = 1 ]; then
 			sg=(--sign-draws "${BENCH_SIGN_DRAWS:-8}" --sign-metric output)
-			convert "$M" qg$b.s$s --bits "$b" --seed "$s" --work ws$s "${cal[@]}" -j 2 -q "${sg[@]}"
-			validate qg$b.s$s --model "$M" "${ev[@]}" -q >vg$b.s$s.json
+			ce qg ws$s "${sg[@]}"
 			greps+=(vg$b.s$s.json)
-			convert "$M" qgs$b.s$s --bits "$b" --seed "$s" --work ws$s "${cal[@]}" -j 2 -q "${sg[@]}" --sensitivity measure
-			validate qgs$b.s$s --model "$M" "${ev[@]}" -q >vgs$b.s$s.json
+			ce qgs ws$s "${sg[@]}" --sensitivity measure
 			gsreps+=(vgs$b.s$s.json)
 		fi
 		if [ "${BENCH_PASSES:-0}" -gt 0 ]; then
 			lp=(--ldlq-passes "$BENCH_PASSES")
-			convert "$M" qp$b.s$s --bits "$b" --seed "$s" --work wp$s "${cal[@]}" -j 2 -q "${lp[@]}"
-			validate qp$b.s$s --model "$M" "${ev[@]}" -q >vp$b.s$s.json
+			ce qp wp$s "${lp[@]}"
 			preps+=(vp$b.s$s.json)
-			convert "$M" qps$b.s$s --bits "$b" --seed "$s" --work wp$s "${cal[@]}" -j 2 -q "${lp[@]}" --sensitivity measure
-			validate qps$b.s$s --model "$M" "${ev[@]}" -q >vps$b.s$s.json
+			ce qps wp$s "${lp[@]}" --sensitivity measure
 			psreps+=(vps$b.s$s.json)
 		fi
 		if [ "$fl" != "$b" ]; then

@@ -112,15 +112,11 @@ int main(void)
 	x3_rng_seed(&rng, 1208, 0);
 	int64_t k = 256, n = 128, rows = 600;
 	/* correlated activations with uneven input scales: the error feedback matters */
-	float *Z = test_randn(&rng, rows * k, 1.0), *X = malloc((size_t)(rows * k) * sizeof(float));
+	float *X = test_corr_acts(&rng, rows, k, 0.7);
 	for (int64_t t = 0; t < rows; t++)
 		for (int64_t i = 0; i < k; i++)
-			X[t * k + i] = Z[t * k + i] * (1.0f + (float)(i % 7)) + 0.7f * Z[t * k + (i * 5 + 11) % k];
-	float *G = calloc((size_t)(k * k), sizeof(float));
-	for (int64_t t = 0; t < rows; t++)
-		for (int64_t i = 0; i < k; i++)
-			for (int64_t l = 0; l < k; l++)
-				G[i * k + l] += X[t * k + i] * X[t * k + l];
+			X[t * k + i] *= 1.0f + (float)(i % 7);
+	float *G = test_gram(X, rows, k);
 	float *W = test_randn(&rng, n * k, 0.05), s[256], sv[128];   /* HF (n, k) */
 	x3_quant_signs(8, "h", k, s);
 	x3_quant_signs(8, "w/sv", n, sv);
@@ -194,6 +190,6 @@ int main(void)
 	x3_qresult_free(a), x3_qresult_free(b);
 	x3_qweight_free(w), x3_qweight_free(w0);
 	x3_qhess_free(h), x3_qhess_free(h0);
-	free(Z), free(X), free(G), free(W), free(Qd);
+	free(X), free(G), free(W), free(Qd);
 	TEST_DONE();
 }
