@@ -232,7 +232,7 @@ static json_t *summary(const char *key, const struct prep *p, const x3_qresult *
 		die("out of memory");
 	json_object_set_new(j, "search_tiles", json_integer(r->search_tiles));
 	json_object_set_new(j, "ldlq_tiles", json_integer(r->ldlq_tiles));
-	if (x3_quant_ldlq_passes() > 0) {
+	if (x3_quant_ldlq_passes() > 0 && !r->fallback) {
 		json_object_set_new(j, "ldlq_passes", json_integer(x3_quant_ldlq_passes()));
 		json_object_set_new(j, "refine_kept", json_integer(r->refine_kept));
 	}
@@ -262,7 +262,7 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 		e |= x3_meta_setf(m, "proxy_err_before", "%.9g", r->proxy_err_before);
 	}
 	e |= x3_meta_setf(m, "g_scale", "%.9g", r->g);
-	if (x3_quant_ldlq_passes() > 0)
+	if (x3_quant_ldlq_passes() > 0 && !r->fallback)   /* no passes without a Hessian */
 		e |= x3_meta_setf(m, "ldlq_passes", "%d", x3_quant_ldlq_passes());
 	e |= x3_meta_setf(m, "fallback", "%d", r->fallback);
 	if (r->fallback) {   /* why, for pack-write, convert and validate to report */

@@ -135,6 +135,8 @@ check "--ldlq-passes with --measure --sample: lower estimates too" sh -c \
 # fallback and all-zero weights
 had-rotate < w.fr | trellis-encode -K 2 > qf.fr
 check "no hessian: fallback=1" jqe 'select(.name=="m.trellis") | .meta.fallback == "1"' <(tensor-ls qf.fr)
+had-rotate < w.fr | trellis-encode -K 2 --ldlq-passes 1 > qfp.fr
+check "no hessian: --ldlq-passes changes nothing and is not recorded" same qf.fr qfp.fr
 tensor-gen -d constant --value 0 z.weight=64x64 > z.fr
 check "all-zero weight: svh all 0 (exact zero output), proxy_err 0" sh -c \
 	'trellis-encode -K 2 < z.fr | tensor-ls --stats > z.json &&

@@ -9,6 +9,7 @@ tiny_model m 1
 opts=(--bits 3 --rows 8 --cols 128 -q)
 
 check "convert -j 2" convert m ref "${opts[@]}" -j 2
+cp ref.work/measure.jsonl ref.measure.jsonl   # before --head-bits 4 below re-measures the head
 check "OUT is a complete EXL3 directory" test -f ref/config.json -a -f ref/model.safetensors -a -f ref/quantization_config.json
 check "no temporary files left in the work directory" test -z "$(find ref.work -name '*.tmp')"
 check "the work directory's Makefile is up to date after the run" make -q -s -f ref.work/Makefile
@@ -28,13 +29,12 @@ check "another seed gives other trellis codes" sh -c '! cmp -s ref/model.safeten
 
 # --ldlq-passes: the same Hessians, refined encodes; a parameter of the
 # encodes, so a changed one re-encodes in the same work directory
-cp ref.work/measure.jsonl ref.measure.jsonl
 check "convert --ldlq-passes 1" convert m lp "${opts[@]}" -j 2 --ldlq-passes 1
-check "... no linear's proxy error above the plain encode's, the sum below" jq -ne \
+check "... every encode's proxy error (head included) at or below the plain one's, some below" jq -ne \
 	--slurpfile a ref.measure.jsonl --slurpfile b lp.work/measure.jsonl \
 	'($a | INDEX(.tensor + "/" + (.K | tostring))) as $r |
-	 ([$b[] | select(.tensor != "lm_head") | .proxy_err <= $r[.tensor + "/" + (.K | tostring)].proxy_err] | all) and
-	 ([$b[] | .proxy_err] | add) < ([$a[] | .proxy_err] | add)'
+	 [$b[] | [.proxy_err, $r[.tensor + "/" + (.K | tostring)].proxy_err]] as $p |
+	 ($p | length) > 0 and ($p | all(.[1] != null and .[0] <= .[1])) and ($p | any(.[0] < .[1]))'
 check "... other trellis codes, the same size" sh -c \
 	'! cmp -s ref/model.safetensors lp/model.safetensors && test "$(stat -c %s ref/model.safetensors)" = "$(stat -c %s lp/model.safetensors)"'
 check "--ldlq-passes 1 into ref's work directory re-encodes: the same bytes as its own" sh -c \

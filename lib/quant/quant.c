@@ -1056,9 +1056,10 @@ out:
 
 /* ---- refinement passes after LDLQ (x3_quant_set_ldlq_passes) -----------
  * LDLQ encodes each 16-row block knowing the error of the blocks below it
- * only. A pass goes over the blocks again, top to bottom as LDLQ does, and
- * re-encodes each with every other block's error known: the proxy error
- * tr(Eᵀ H E) as a function of block B's error E_B, the rest fixed, is
+ * only. A pass goes over the blocks again, in LDLQ's order (the last block
+ * first), and re-encodes each with every other block's error known: the
+ * proxy error tr(Eᵀ H E) as a function of block B's error E_B, the rest
+ * fixed, is
  * tr(E_Bᵀ H_BB E_B) + 2 tr(E_Bᵀ g_B) + const with g_B = H[B, not B] E[not B],
  * least at E_B = -H_BB⁻¹ g_B, so the Viterbi's target is W_B + H_BB⁻¹ g_B.
  * The Viterbi's codes are kept only where they lower that function (the
@@ -1121,6 +1122,9 @@ static int ldlq_refine(const float *W, int64_t k, int64_t n, const float *H, int
 					G[i * n + c] = (float)a;
 				}
 			memcpy(X, G, bn * sizeof(float));
+			/* H_BB is a principal block of the damped SPD Hessian whose
+			 * block LDL succeeded; should its Cholesky fail all the
+			 * same (non-finite input), the block keeps its codes */
 			if (LAPACKE_spotrf(LAPACK_ROW_MAJOR, 'L', 16, C, 16) ||
 			    LAPACKE_spotrs(LAPACK_ROW_MAJOR, 'L', 16, (lapack_int)n, C, 16, X, (lapack_int)n))
 				continue;
