@@ -19,7 +19,7 @@
 static const char usage[] =
 	"usage: had-rotate [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
 	"                  [--sign-draws N -K K [--codebook CB] [--sign-strips S]\n"
-	"                  [--sign-metric proxy|output]]\n"
+	"                  [--sign-metric proxy|output]] [--sign-draw D]\n"
 	"                  [--sigma-reg S] [--device cpu|cuda|auto] [-t THREADS] [-q]\n"
 	"                  [--zstd[=LEVEL]]\n"
 	"                  < frames > frames\n";
@@ -40,6 +40,9 @@ static const char help[] =
 	"                    eighth of them, at least 8; 0: all)\n"
 	"  --sign-metric M   proxy (default): the proxy error; output: the error\n"
 	"                    weighed through the input scales (the output's)\n"
+	"  --sign-draw D     use sign draw D (0..63; 0: the plain --seed one) without a\n"
+	"                    search: the draw another measure chose (convert\n"
+	"                    --sign-metric kl); needs a Hessian\n"
 	"  --sigma-reg S     the Hessian's damping: S times its mean diagonal\n"
 	"                    (default 0.025, exl3(5) 9.1)\n"
 	"  --device D        cpu (default), cuda or auto: where the Hadamard rotations\n"
@@ -51,7 +54,7 @@ static const char help[] =
 	"  -h                this help\n";
 
 static uint64_t seed;
-static int draws = 1, est_K, est_cb = X3_CB_MUL1;
+static int draws = 1, pick = -1, est_K, est_cb = X3_CB_MUL1;
 static int64_t est_strips = -1;
 static int est_metric = X3_EST_PROXY;
 static int policy = X3_OUT_SCALES_ALWAYS;
@@ -75,7 +78,20 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 	x3_qweight *q;
 	int best = 0;
 	double *errs = NULL;
-	if (draws == 1) {
+	if (draws == 1 && pick > 0) {
+		/* --sign-draw D: draw D's signs, no search */
+		if (!hc.raw)
+			die("weight '%s': --sign-draw needs a Hessian (--hessian or a frame before the weight)", key);
+		if (x3_qhess_from_frame_draw(hc.raw, k0, seed, pick, &own))
+			die_x3("hessian '%s' (weight '%s', sign draw %d)", hc.raw->name, key, pick);
+		h = own;
+		if (h->fallback && !quiet)
+			warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
+			      hc.raw->name, h->why, key);
+		if (x3_qweight_from_frame_draw(W, key, h, seed, pick, policy, &q))
+			die_x3("weight '%s'", W->name);
+		best = pick;
+	} else if (draws == 1) {
 		h = hess_cache_for(&hc, W, key, seed, &own);
 		if (x3_qweight_from_frame(W, key, h, seed, policy, &q))
 			die_x3("weight '%s'", W->name);
@@ -117,6 +133,8 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 	if (h->fallback)
 		e |= x3_meta_set(m, "fallback_reason", h->why);
 	e |= x3_meta_set(m, "hessian", hc.raw ? hc.raw->name : "");
+	if (pick >= 0)   /* --sign-draw D, 0 too */
+		e |= x3_meta_setf(m, "sign_draw", "%d", pick);
 	if (draws > 1) {
 		/* the chosen draw and every draw's estimate (at sign_k) */
 		char buf[64 * 24] = "";
@@ -168,6 +186,7 @@ int main(int argc, char **argv)
 		{ "codebook", required_argument, 0, 'c' },
 		{ "sign-metric", required_argument, 0, 'M' },
 		{ "sigma-reg", required_argument, 0, 'R' },
+		{ "sign-draw", required_argument, 0, 'd' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
@@ -198,6 +217,9 @@ int main(int argc, char **argv)
 				usage_error(usage, "--sigma-reg: '%s' is not a number in (0, 1]", optarg);
 			break;
 		}
+		case 'd':
+			pick = (int)parse_long(usage, "--sign-draw", optarg, 0, 63);
+			break;
 		case 'K':
 			est_K = (int)parse_long(usage, "-K", optarg, 1, 8);
 			break;
@@ -237,6 +259,8 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		usage_error(usage, "unexpected argument '%s'", argv[optind]);
+	if (draws > 1 && pick >= 0)
+		usage_error(usage, "--sign-draw D uses draw D; --sign-draws N searches N draws: not both");
 	if (draws > 1 && !est_K)
 		usage_error(usage, "--sign-draws %d needs -K K, the bit width of the estimate", draws);
 	if (draws == 1 && (est_K || have_cb || have_metric || est_strips >= 0))

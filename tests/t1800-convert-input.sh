@@ -17,7 +17,7 @@ check_fail "unknown option" 2 "unknown option '--frobnicate'" convert m out --bi
 check_fail "bad --sign-draws" 2 "--sign-draws: '0' is not an integer from 1 to 64" convert m out --bits 4 --sign-draws 0
 check_fail "--sign-strips without --sign-draws" 2 "--sign-strips goes with --sign-draws N" convert m out --bits 4 --sign-strips 4
 check_fail "bad --ldlq-passes" 2 "--ldlq-passes: '9' is not an integer from 0 to 8" convert m out --bits 4 --ldlq-passes 9
-check_fail "bad --sign-metric" 2 "--sign-metric: 'kl' is not proxy or output" convert m out --bits 4 --sign-draws 2 --sign-metric kl
+check_fail "bad --sign-metric" 2 "--sign-metric: 'best' is not proxy, output or kl" convert m out --bits 4 --sign-draws 2 --sign-metric best
 check_fail "bad --set regex: a usage error before any work" 2 "^convert: --set: regex '\\(': missing closing parenthesis" \
 	convert m out --bits 4 --set '(=3'
 mkdir hostdir

@@ -11,8 +11,9 @@
 # each linear by its measured KL per unit of proxy error, over its default
 # widths floor-1..ceil+1; BENCH_SENS=0 leaves it out), with the cost of its
 # measurement. BENCH_SIGN=1 adds the sign search (convert --sign-draws
-# BENCH_SIGN_DRAWS, default 8, --sign-metric output; own work directory per
-# seed, ws$s), alone and with --sensitivity measure; BENCH_PASSES=N adds
+# BENCH_SIGN_DRAWS --sign-metric BENCH_SIGN_METRIC, default kl with 3 draws,
+# 8 with proxy or output; own work directory per seed, ws$s), alone and with
+# --sensitivity measure; BENCH_PASSES=N adds
 # the refinement passes after LDLQ (convert --ldlq-passes N; work directory
 # wp$s per seed), alone and with --sensitivity measure. A change to the
 # quantizer or the allocation is better only where its mean beats the
@@ -23,6 +24,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export ROOT=$root PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
+# the sign search's metric and draws (BENCH_SIGN=1)
+smetric=${BENCH_SIGN_METRIC:-kl}
+sdraws=${BENCH_SIGN_DRAWS:-$( [ "$smetric" = kl ] && echo 3 || echo 8 )}
 # BENCH_KEEP=1: keep the work directory; BENCH_DIR=DIR: work in DIR and keep
 # it (a rerun reuses its encodes)
 if [ -n "${BENCH_DIR:-}" ]; then TMP=$(cd "$BENCH_DIR" && pwd)
@@ -82,7 +86,7 @@ for b in $rates; do
 			head -n 1 w$s/sens/measured.k$fl.jsonl | jq -c --arg r "$b" --arg s "$s" '.sensitivity | {bench: "quality-sensitivity-cost", rate: ($r | tonumber), seed: ($s | tonumber), K, forwards, rows, cols, seconds, kl_all, kl_sum}'
 		fi
 		if [ "${BENCH_SIGN:-0}" = 1 ]; then
-			sg=(--sign-draws "${BENCH_SIGN_DRAWS:-8}" --sign-metric output)
+			sg=(--sign-draws "$sdraws" --sign-metric "$smetric")
 			ce qg ws$s "${sg[@]}"
 			greps+=(vg$b.s$s.json)
 			ce qgs ws$s "${sg[@]}" --sensitivity measure
@@ -105,7 +109,7 @@ for b in $rates; do
 	done
 	stats "${reps[@]}" >st.json && row "$b" "exl3kit (defaults)" st.json
 	if [ ${#sreps[@]} -gt 0 ]; then stats "${sreps[@]}" >st.json && row "$b" "--sensitivity measure" st.json; fi
-	if [ ${#greps[@]} -gt 0 ]; then stats "${greps[@]}" >st.json && row "$b" "--sign-draws ${BENCH_SIGN_DRAWS:-8}" st.json; fi
+	if [ ${#greps[@]} -gt 0 ]; then stats "${greps[@]}" >st.json && row "$b" "sign draws $sdraws $smetric" st.json; fi
 	if [ ${#gsreps[@]} -gt 0 ]; then stats "${gsreps[@]}" >st.json && row "$b" "sign search + sens." st.json; fi
 	if [ ${#preps[@]} -gt 0 ]; then stats "${preps[@]}" >st.json && row "$b" "--ldlq-passes $BENCH_PASSES" st.json; fi
 	if [ ${#psreps[@]} -gt 0 ]; then stats "${psreps[@]}" >st.json && row "$b" "ldlq passes + sens." st.json; fi
