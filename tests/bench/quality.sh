@@ -15,7 +15,9 @@
 # 8 with proxy or output; own work directory per seed, ws$s), alone and with
 # --sensitivity measure; BENCH_PASSES=N adds
 # the refinement passes after LDLQ (convert --ldlq-passes N; work directory
-# wp$s per seed), alone and with --sensitivity measure. A change to the
+# wp$s per seed), alone and with --sensitivity measure; BENCH_BEST=1 all
+# three together (--sign-draws 3 --sign-metric kl --sensitivity measure
+# --ldlq-passes 1; wb$s), the best quality the toolkit has. A change to the
 # quantizer or the allocation is better only where its mean beats the
 # current defaults' by more than the spread. One work directory per seed, so
 # each tensor is encoded once per (seed, K) for all rates. Prints a table
@@ -76,7 +78,7 @@ ce() {
 }
 for b in $rates; do
 	fl=$(awk -v b="$b" 'BEGIN { print int(b) }')
-	reps=() freps=() sreps=() greps=() gsreps=() preps=() psreps=()
+	reps=() freps=() sreps=() greps=() gsreps=() preps=() psreps=() breps=()
 	for s in $seeds; do
 		ce q w$s
 		reps+=(v$b.s$s.json)
@@ -99,6 +101,10 @@ for b in $rates; do
 			ce qps wp$s "${lp[@]}" --sensitivity measure
 			psreps+=(vps$b.s$s.json)
 		fi
+		if [ "${BENCH_BEST:-0}" = 1 ]; then
+			ce qb wb$s --sign-draws 3 --sign-metric kl --sensitivity measure --ldlq-passes 1
+			breps+=(vb$b.s$s.json)
+		fi
 		if [ "$fl" != "$b" ]; then
 			[ -f vf$fl.s$s.json ] || {
 				convert "$M" f$fl.s$s --bits "$fl" --seed "$s" --work w$s "${cal[@]}" -j 2 -q
@@ -113,6 +119,7 @@ for b in $rates; do
 	if [ ${#gsreps[@]} -gt 0 ]; then stats "${gsreps[@]}" >st.json && row "$b" "sign search + sens." st.json; fi
 	if [ ${#preps[@]} -gt 0 ]; then stats "${preps[@]}" >st.json && row "$b" "--ldlq-passes $BENCH_PASSES" st.json; fi
 	if [ ${#psreps[@]} -gt 0 ]; then stats "${psreps[@]}" >st.json && row "$b" "ldlq passes + sens." st.json; fi
+	if [ ${#breps[@]} -gt 0 ]; then stats "${breps[@]}" >st.json && row "$b" "draws kl+sens.+1 pass" st.json; fi
 	if [ ${#freps[@]} -gt 0 ]; then stats "${freps[@]}" >st.json && row "$b" "all at floor = $fl" st.json; fi
 	[ -f r$fl.json ] || { rtn_model "$M" rtn$fl "$fl" && model-eval -q --model "$M" --quantized rtn$fl "${ev[@]}" >r$fl.json; }
 	stats r$fl.json >st.json && row "$b" "RTN at $fl" st.json
