@@ -64,6 +64,19 @@ static int zlevel;
 static hess_cache hc = { .k0 = -1 };   /* the current Hessian */
 
 
+/* the warnings of a Hessian finalized here (not through the cache) */
+static void hess_warn(const x3_qhess *h, const char *key)
+{
+	if (quiet || !hc.raw)
+		return;
+	if (h->fallback)
+		warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
+		      hc.raw->name, h->why, key);
+	else if (h->retries)
+		warnx("warning: hessian '%s': not positive definite, needed %d extra damping rounds",
+		      hc.raw->name, h->retries);
+}
+
 static void rotate(x3_tensor *W, x3_tensor *B)
 {
 	char key[1024];
@@ -85,12 +98,9 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 		if (x3_qhess_from_frame_draw(hc.raw, k0, seed, pick, &own))
 			die_x3("hessian '%s' (weight '%s', sign draw %d)", hc.raw->name, key, pick);
 		h = own;
-		if (h->fallback && !quiet)
-			warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
-			      hc.raw->name, h->why, key);
+		hess_warn(h, key);
 		if (x3_qweight_from_frame_draw(W, key, h, seed, pick, policy, &q))
 			die_x3("weight '%s'", W->name);
-		best = pick;
 	} else if (draws == 1) {
 		h = hess_cache_for(&hc, W, key, seed, &own);
 		if (x3_qweight_from_frame(W, key, h, seed, policy, &q))
@@ -104,12 +114,7 @@ static void rotate(x3_tensor *W, x3_tensor *B)
 		                   &best, errs))
 			die_x3("weight '%s'", W->name);
 		h = own;
-		if (h->fallback && !quiet && hc.raw)
-			warnx("warning: hessian '%s': %s; '%s' is quantized without error feedback (fallback)",
-			      hc.raw->name, h->why, key);
-		else if (h->retries && !quiet && hc.raw)
-			warnx("warning: hessian '%s': not positive definite, needed %d extra damping rounds",
-			      hc.raw->name, h->retries);
+		hess_warn(h, key);
 	}
 	float *bias = NULL;
 	if (B && x3_bias_from_frame(B, n0, n, &bias))
