@@ -10,7 +10,8 @@
 #     the picked draw's file, the other widths are made with that draw;
 #     a re-run makes nothing again; with --sensitivity measure too; at
 #     another rate the draws are measured at its floor; fanned out by GNU
-#     parallel (--gpus) the same pack; the dry run counts the draws;
+#     parallel (--gpus) the same pack; the dry run counts the draws; a
+#     Qwen3-MoE converts with them (every expert linear drawn);
 #   - usage errors: kl without --bits, with --mode sequential, --sample,
 #     --sign-strips; --sign-draw with --sign-draws.
 . "$(dirname "$0")/lib.sh"
@@ -89,6 +90,13 @@ check "the dry run counts the draws: 3 encodes and 3 forwards per decoder linear
 	jqe --slurpfile z dry0.json '.draws == {n: 3, k: 3, metric: "kl"} and .counts.draw_encodes == 3 * '"$ndec"'
 		and .counts.draw_forwards == 3 * '"$ndec"' and .counts.encodes == $z[0].counts.encodes + 2 * '"$ndec"'
 		and .disk.encodes > $z[0].disk.encodes' dry.json
+# a mixture of experts: every expert linear gets its draws
+"$ROOT/examples/make-tiny-llama" --arch qwen3-moe --experts 4 --top-k 2 --moe-inter 48 M 1 64 96 >/dev/null
+convert M qm --bits 3 --work wm --rows 40 --cols 128 -j 2 -q --sign-draws 2 --sign-metric kl
+check "a Qwen3-MoE converts with --sign-draws 2 --sign-metric kl" test -f qm/config.json
+check "... each expert linear with a pick" \
+	test "$(ls wm/draw/*experts.*.pick | wc -l)" -eq 12 -a "$(ls wm/draw/*.pick | wc -l)" -eq "$(tensor-ls --linears M | jq -s '[.[] | select(.role != "head")] | length')"
+
 check_fail "--sign-metric kl needs --bits" 2 "needs --bits" convert m x --size 1M --sign-draws 2 --sign-metric kl
 check_fail "--sign-metric kl is not with --mode sequential" 2 "onepass" \
 	convert m x --bits 3 --mode sequential --sign-draws 2 --sign-metric kl
