@@ -74,6 +74,10 @@ convert m qs --bits 3.5 --work w "${cal[@]}" -j 2 -q --sign-draws 3 --sign-metri
 check "with --sensitivity measure too" jqe '.importance == "measured"' w/plan.json
 check "the sensitivity measured the picked draw's encode" \
 	test "$(jq -r --arg t $t 'select(.tensor == $t) | .kl' w/sensitivity.jsonl)" = "$(jq .kl w/draw/$t.k3.d$(cat w/draw/$t.k3.pick).json)"
+cp w/sensitivity.jsonl saved.jsonl
+convert m qf --bits 3.5 --work wf "${cal[@]}" -j 2 -q --sign-draws 2 --sign-metric kl --sensitivity saved.jsonl
+check "with --sensitivity FILE (a fresh work directory: the draws' base logits made all the same)" \
+	jqe '.importance == "measured"' wf/plan.json
 convert m q4 --bits 4 --work w "${cal[@]}" -j 2 -q --sign-draws 3 --sign-metric kl
 check "at 4 bpw in the same work directory the draws are measured at K=4" \
 	test "$(ls w/draw/*.k4.pick | wc -l)" -eq "$ndec" -a "$(ls w/draw/*.k3.pick | wc -l)" -eq "$ndec"
