@@ -101,7 +101,11 @@ check "a Qwen3-MoE converts with --sign-draws 2 --sign-metric kl" test -f qm/con
 check "... each expert linear with a pick" \
 	test "$(ls wm/draw/*experts.*.pick | wc -l)" -eq 12 -a "$(ls wm/draw/*.pick | wc -l)" -eq "$(tensor-ls --linears M | jq -s '[.[] | select(.role != "head")] | length')"
 
-check_fail "--sign-metric kl needs --bits" 2 "needs --bits" convert m x --size 1M --sign-draws 2 --sign-metric kl
+check_fail "--sign-metric kl needs --bits, or --sensitivity-k with --size" 2 "needs --bits, or --sensitivity-k" \
+	convert m x --size 1M --sign-draws 2 --sign-metric kl
+convert m qz --size 150K --sensitivity-k 3 --work wz "${cal[@]}" -j 2 -q --sign-draws 2 --sign-metric kl
+check "with --size and --sensitivity-k 3 the draws are measured at K=3" \
+	test "$(ls wz/draw/*.k3.pick | wc -l)" -eq "$ndec" -a -f qz/config.json
 check_fail "--sign-metric kl is not with --mode sequential" 2 "onepass" \
 	convert m x --bits 3 --mode sequential --sign-draws 2 --sign-metric kl
 check_fail "--sign-metric kl is not with --sample" 2 "not with --sample" \
