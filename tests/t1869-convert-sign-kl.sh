@@ -91,7 +91,7 @@ check "fanned out by GNU parallel (--gpus 0,1 --device cpu) the pack is the same
 convert m qn --bits 3.5 -n --json "${cal[@]}" --sign-draws 3 --sign-metric kl >dry.json
 convert m qn --bits 3.5 -n --json "${cal[@]}" >dry0.json
 check "the dry run counts the draws: 3 encodes and 3 forwards per decoder linear at K=3, 2 more encodes in all" \
-	jqe --slurpfile z dry0.json '.draws == {n: 3, k: 3, metric: "kl"} and .counts.draw_encodes == 3 * '"$ndec"'
+	jqe --slurpfile z dry0.json '.draws == {n: 3, k: 3, metric: "kl", measurement_kept: true} and .counts.draw_encodes == 3 * '"$ndec"'
 		and .counts.draw_forwards == 3 * '"$ndec"' and .counts.encodes == $z[0].counts.encodes + 2 * '"$ndec"'
 		and .disk.encodes > $z[0].disk.encodes' dry.json
 # a mixture of experts: every expert linear gets its draws
@@ -101,6 +101,10 @@ check "a Qwen3-MoE converts with --sign-draws 2 --sign-metric kl" test -f qm/con
 check "... each expert linear with a pick" \
 	test "$(ls wm/draw/*experts.*.pick | wc -l)" -eq 12 -a "$(ls wm/draw/*.pick | wc -l)" -eq "$(tensor-ls --linears M | jq -s '[.[] | select(.role != "head")] | length')"
 
+convert m qn --size 150K --sensitivity-k 2 --measure 3,4 -n --json "${cal[@]}" --sign-draws 2 --sign-metric kl >dry2.json
+convert m qn --size 150K --sensitivity-k 2 --measure 3,4 -n --json "${cal[@]}" >dry20.json
+check "... draws at a K that is not measured: every draw an encode more" \
+	jqe --slurpfile z dry20.json '.draws.measurement_kept == false and .counts.encodes == $z[0].counts.encodes + 2 * '"$ndec" dry2.json
 check_fail "--sign-metric kl needs --bits, or --sensitivity-k with --size" 2 "needs --bits, or --sensitivity-k" \
 	convert m x --size 1M --sign-draws 2 --sign-metric kl
 convert m qz --size 150K --sensitivity-k 3 --work wz "${cal[@]}" -j 2 -q --sign-draws 2 --sign-metric kl
