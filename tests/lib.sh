@@ -3,7 +3,7 @@
 set -u
 T_N=0
 T_FAIL=0
-ROOT=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+export ROOT=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}   # exported: checks run "sh -c" strings that name it
 PATH="$ROOT/bin:$ROOT/pipelines:$PATH"
 # blas_kernels, blas_core, blas_other, blas_pair, blas_under: the OpenBLAS
 # kernels a determinism test forces
