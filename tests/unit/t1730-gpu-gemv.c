@@ -23,7 +23,14 @@
  *   fused GEMV, fp32 FMAs (path 3): fp32 Hadamards and accumulation over
  *               k = 1024: 1e-5 (expected ~1e-6);
  *   unfused GEMV (paths 4, 5): as 1 and 3;
- *   fused vs unfused: 1e-5 (the same x' bits, different fp32 sum order);
+ *   fused vs unfused: fp32 paths (3 vs 5) 1e-5 (different fp32 sum order);
+ *               tensor-core paths (1 vs 4) 1e-4: the two compute x' in
+ *               fp32 by their own code (the fused kernel's staged Hadamard,
+ *               FMA contraction by nvcc), so x' may differ by an ulp, and
+ *               an x' element on an fp16 rounding boundary then rounds to
+ *               the other fp16 neighbour (2^-11 of it). Measured on an
+ *               H200 (2026-12-04): up to 1.1e-5 (K=6 mul1 2048x1280,
+ *               m=12), 2.8e-6 (K=4 mcg 4096x384); fp32 paths <= 3.8e-7;
  *   back-to-back fused calls: 1e-5 (bit-identical unless the order of the
  *               atomic sums changes, which on a GPU it may);
  *   GEMM path (2, the default above 16 rows): W and x rounded to fp16,
@@ -47,7 +54,8 @@ static const double budget[NPATH][9] = {
 };
 static const char *path_name[NPATH] = {"auto", "gemv-mma", "gemm", "gemv-fma", "unfused-mma",
                                        "unfused-fma"};
-#define SAME_BUDGET 1e-5
+#define SAME_BUDGET 1e-5       /* back-to-back; fused vs unfused, fp32 */
+#define SAME_BUDGET_MMA 1e-4   /* fused vs unfused, tensor cores (above) */
 
 static double rel_err(const float *y, const double *yr, int64_t len)
 {
@@ -193,8 +201,9 @@ static void fused_shape(x3_rng *r, int64_t k, int64_t n, int K, int cb, const ch
 		         (long long)sl, sl > 1 ? "s" : "", (long long)(n / 128), tag);
 		CHECK(we <= budget[path][K], "%s m=1..16: worst relative error %.3g at m=%d (budget %g)",
 		      what, we, me, budget[path][K]);
-		CHECK(wu <= SAME_BUDGET, "%s: vs %s worst %.3g at m=%d (budget %g)", what,
-		      path_name[unf], wu, mu, SAME_BUDGET);
+		const double sb = path == 1 ? SAME_BUDGET_MMA : SAME_BUDGET;
+		CHECK(wu <= sb, "%s: vs %s worst %.3g at m=%d (budget %g)", what, path_name[unf], wu,
+		      mu, sb);
 		if (exact)
 			CHECK(same, "%s: back-to-back calls bit-identical (scratch and counters reset)", what);
 		else
