@@ -1656,6 +1656,9 @@ int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 	if (cb < 0 || cb >= X3_CB_COUNT)
 		return x3_err(X3_EINVAL, "bad codebook id %d", cb);
 	int64_t k = w->k, n = w->n, tn = n / 16;
+	if (k < 1 || tn < 1)
+		return x3_err(X3_EINVAL, "a %lldx%lld weight has no 16x16 tiles", (long long)k,
+		              (long long)n);
 	if (h->k != k)
 		return x3_err(X3_EINVAL, "hessian is %lldx%lld but the weight has %lld (padded) inputs",
 		              (long long)h->k, (long long)h->k, (long long)k);

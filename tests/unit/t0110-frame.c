@@ -139,9 +139,11 @@ int main(void)
 		int caught = 0;
 		for (off_t p = len - 18; p < len; p++) {
 			unsigned char c;
-			pread(pfd, &c, 1, p);
+			if (pread(pfd, &c, 1, p) != 1)
+				break;
 			c ^= 0x40;
-			pwrite(pfd, &c, 1, p);
+			if (pwrite(pfd, &c, 1, p) != 1)
+				break;
 			int fd2 = open(path, O_RDONLY);
 			x3_reader_open_fd(fd2, "flip", 1, &r);
 			rc = x3_reader_next(r, &t);
@@ -151,7 +153,8 @@ int main(void)
 				x3_tensor_free(t);
 			x3_reader_close(r);
 			c ^= 0x40;
-			pwrite(pfd, &c, 1, p);
+			if (pwrite(pfd, &c, 1, p) != 1)
+				break;
 		}
 		CHECK(caught == 18, "every corrupted payload byte is a checksum mismatch (%d/18)", caught);
 		close(pfd);

@@ -49,7 +49,7 @@ static int same_bytes(const char *a, const char *b)
 int main(void)
 {
 	char dir[] = "/tmp/x3stXXXXXX";
-	mkdtemp(dir);
+	CHECK(mkdtemp(dir) != NULL, "temp dir %s", dir);
 	/* 6 modules of 3 tensors; odd sizes so offsets are unaligned */
 	x3_stw *w;
 	CHECK_OK(x3_stw_create(dir, 3000, &w), "create sharded writer");
@@ -123,7 +123,7 @@ int main(void)
 	 * files, byte for byte, as the spooled writer's (so the sizer's too) */
 	{
 		char dd[] = "/tmp/x3stdXXXXXX";
-		mkdtemp(dd);
+		CHECK(mkdtemp(dd) != NULL, "temp dir %s", dd);
 		int arc = 0;
 		CHECK_OK(x3_stw_create(dd, 3000, &w), "direct: create");
 		for (int m = 0, k = 0; m < 6; m++) {
