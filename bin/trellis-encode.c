@@ -34,7 +34,8 @@ static const char help[] =
 	"  --codebook CB     mul1 (default), mcg or 3inst\n"
 	"  --measure LIST    quantize at each K of LIST, print one JSON line per K\n"
 	"                    (tensor, K, proxy_err, numel, bytes, seconds, g_scale, the\n"
-	"                    Viterbi tiles of the search and of LDLQ), no frames\n"
+	"                    Viterbi tiles of the search and of LDLQ, timing: seconds\n"
+	"                    by phase), no frames\n"
 	"  --sample F        with --measure: measure on a seeded F (0 < F <= 1) of the\n"
 	"                    16-column output strips (about F of the work; proxy_err\n"
 	"                    is the sample's estimate), its scale by the fine grid\n"
@@ -220,6 +221,18 @@ static void prep_rotated(struct group *g, struct prep *p)
 }
 
 
+/* wall seconds outside x3_quantize, for the timing report: from main's
+ * start to the first read (device start-up), and waiting for and reading
+ * a weight's frames (an upstream had-rotate's work included) */
+static double t_main, t_mark, t_start, t_input, t_prep;
+
+static json_t *timing_json(const x3_qresult *r)
+{
+	return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "start", t_start, "input",
+	                 t_input, "prep", t_prep, "search", r->t_search, "ldlq", r->t_ldlq, "refine",
+	                 r->t_refine, "proxy", r->t_proxy, "viterbi", r->t_viterbi);
+}
+
 static json_t *summary(const char *key, const struct prep *p, const x3_qresult *r)
 {
 	const x3_qweight *w = p->w;
@@ -230,6 +243,7 @@ static json_t *summary(const char *key, const struct prep *p, const x3_qresult *
 	                      "seconds", r->seconds, "g_scale", r->g, "fallback", r->fallback);
 	if (!j)
 		die("out of memory");
+	json_object_set_new(j, "timing", timing_json(r));
 	json_object_set_new(j, "search_tiles", json_integer(r->search_tiles));
 	json_object_set_new(j, "ldlq_tiles", json_integer(r->ldlq_tiles));
 	if (x3_quant_ldlq_passes() > 0 && !r->fallback) {
@@ -271,6 +285,9 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 		e |= x3_meta_set(m, "fallback_reason", why ? why : "no Hessian");
 	}
 	e |= x3_meta_setf(m, "seconds", "%.3f", r->seconds);
+	e |= x3_meta_setf(m, "timing", "start=%.3f input=%.3f prep=%.3f search=%.3f ldlq=%.3f "
+	                  "refine=%.3f proxy=%.3f viterbi=%.3f", t_start, t_input, t_prep,
+	                  r->t_search, r->t_ldlq, r->t_refine, r->t_proxy, r->t_viterbi);
 	e |= x3_meta_setf(m, "shape", "%lldx%lld", (long long)w->n0, (long long)w->k0);
 	e |= x3_meta_setf(m, "in_features", "%lld", (long long)w->k0);
 	e |= x3_meta_setf(m, "out_features", "%lld", (long long)w->n0);
@@ -314,12 +331,15 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 static void encode(struct group *g)
 {
 	struct prep p = { 0 };
+	double t0 = now_seconds();
+	t_input = t0 - t_mark;
 	if (g->f[R_WEIGHT])
 		prep_plain(g, &p);
 	else if (g->f[R_WREG])
 		prep_rotated(g, &p);
 	else
 		die("'%s': frames without a weight or w_reg frame", g->key);
+	t_prep = now_seconds() - t0;
 	for (int i = 0; i < nK; i++) {
 		x3_qresult *r;
 		/* the strips follow the signs' seed (had-rotate's, from the
@@ -353,6 +373,7 @@ static void encode(struct group *g)
 	x3_qweight_free(p.w);
 	x3_qhess_free(p.own);
 	free(p.bias);
+	t_mark = now_seconds();
 }
 
 static void parse_measure(const char *s)
@@ -372,6 +393,7 @@ static void parse_measure(const char *s)
 
 int main(int argc, char **argv)
 {
+	t_main = now_seconds();
 	prog_init(argc, argv);
 	static const struct option lo[] = {
 		{ "codebook", required_argument, 0, 'c' },
@@ -500,6 +522,8 @@ int main(int argc, char **argv)
 	if (hfile)
 		hess_cache_load(&hc, hfile);
 	x3_reader *in;
+	t_mark = now_seconds();   /* the reader waits for the first frame */
+	t_start = t_mark - t_main;
 	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
 		die_x3("stdin");
 	struct group g = { 0 };

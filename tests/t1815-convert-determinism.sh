@@ -30,7 +30,7 @@ same_encodes() {
 	local f
 	[ "$(ls "$1.work/enc")" = "$(ls "$2.work/enc")" ] || { echo "# not the same files in enc/"; return 1; }
 	for f in "$1.work/enc"/*.frames; do
-		cmp -s <(tensor-cat "$f" --meta seconds=0) <(tensor-cat "$2.work/enc/${f##*/}" --meta seconds=0) ||
+		cmp -s <(tensor-cat "$f" --meta seconds=0 --meta timing=0) <(tensor-cat "$2.work/enc/${f##*/}" --meta seconds=0 --meta timing=0) ||
 			{ echo "# enc/${f##*/} differs"; return 1; }
 	done
 }
@@ -49,8 +49,8 @@ pair() {
 	check "$k: ... the same plan, mixing widths ($(jq -c .histogram "${d}1.work/plan.json"))" \
 		jqe '.histogram | length > 1' "${d}1.work/plan.json"
 	check "$k: ... ... in both" cmp "${d}1.work/plan.json" "${d}2.work/plan.json"
-	jq -c 'del(.seconds)' "${d}1.work/measure.jsonl" >"${d}1.m"
-	jq -c 'del(.seconds)' "${d}2.work/measure.jsonl" >"${d}2.m"
+	jq -c 'del(.seconds, .timing)' "${d}1.work/measure.jsonl" >"${d}1.m"
+	jq -c 'del(.seconds, .timing)' "${d}2.work/measure.jsonl" >"${d}2.m"
 	check "$k: ... the same measurements (proxy errors), line for line" \
 		sh -c "test \$(wc -l <'${d}1.m') -ge 10 && cmp '${d}1.m' '${d}2.m'"
 	check "$k: ... the same encodes, every linear at every width ($(ls "${d}1.work/enc" | wc -l) files)" \

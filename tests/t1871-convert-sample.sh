@@ -82,7 +82,7 @@ tensor-cat -q --meta key="$key" m "$key.weight" |
 	had-rotate -q --seed 0 --hessian "w/h1/$grp.frames" --out-scales always |
 	trellis-encode -q -K "$K" --g-refine "$(jq .g_scale "${f%.frames}.json")" --json >byhand.frames 2>byhand.json
 # (but the seconds it took, in the metadata)
-tensor-cat -q --meta seconds=0 "$f" >a.fr && tensor-cat -q --meta seconds=0 byhand.frames >b.fr
+tensor-cat -q --meta seconds=0 --meta timing=0 "$f" >a.fr && tensor-cat -q --meta seconds=0 --meta timing=0 byhand.frames >b.fr
 check "$key at K=$K: the final = trellis-encode --g-refine by hand, byte for byte" cmp a.fr b.fr
 tensor-cat -q m "$key.weight" | had-rotate -q --seed 0 --hessian "w/h1/$grp.frames" --out-scales always |
 	trellis-encode -q -K "$K" --json 2>searched.json >/dev/null

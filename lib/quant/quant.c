@@ -691,6 +691,9 @@ static int64_t tmemo_find(const struct tmemo *m, const float *t, uint64_t h, int
 /* x3_viterbi_encode of nt tiles x (states and values may be NULL), each
  * distinct tile encoded once; memo keeps the results for later calls (it
  * starts empty: {0}). */
+/* wall seconds of this thread's x3_viterbi_encode calls (x3_qresult.t_viterbi) */
+static _Thread_local double vit_seconds;
+
 static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *states,
                         float *values, int threads, struct tmemo *memo, int64_t *count)
 {
@@ -716,8 +719,10 @@ static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *sta
 	int64_t nnew = memo->n - first;
 	if (count)
 		*count += nnew;
+	double tv = mono_seconds();
 	rc = x3_viterbi_encode(K, cb, memo->x + first * 256, nnew, memo->s + first * 256,
 	                       memo->v + first * 256, threads);
+	vit_seconds += mono_seconds() - tv;
 	if (rc) {
 		/* the error names a tile of the batch as given */
 		free(ent);
@@ -1346,6 +1351,8 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 	/* gfix > 0: a scale found before (x3_quantize_g): no search, or with
 	 * refine the fine grid around it; gfix = 0 with refine: the fine grid
 	 * around the predicted scale (x3_quantize_sample); else the search */
+	const double v0 = vit_seconds;
+	double t = mono_seconds(), t1;
 	if (gfix > 0 && !refine)
 		r->g = gfix;
 	else if ((rc = scale_search(Wall, k, nall, K, cb, threads, cap, refine ? (gfix > 0 ? gfix : -1) : 0,
@@ -1355,16 +1362,21 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 	#pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < kn; i++)
 		Wg[i] = W[i] * g;
+	t1 = mono_seconds(), r->t_search = t1 - t, t = t1;
 	rc = ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q, &r->ldlq_tiles);
 	if (rc)
 		goto fail;
+	t1 = mono_seconds(), r->t_ldlq = t1 - t, t = t1;
 	if (ldlq_passes > 0 && !h->fallback &&
 	    (rc = ldlq_refine(Wg, k, n, h->H, K, cb, threads, ldlq_passes, st, Q, &r->ldlq_tiles,
 	                      &r->refine_kept)))
 		goto fail;
+	t1 = mono_seconds(), r->t_refine = t1 - t, t = t1;
 	rc = x3_proxy_error(Wg, Q, h->fallback ? NULL : h->H, k, n, &r->proxy_err);
 	if (rc)
 		goto fail;
+	r->t_proxy = mono_seconds() - t;
+	r->t_viterbi = vit_seconds - v0;
 	if (zeros)
 		r->proxy_err = 0;
 	#pragma omp parallel for schedule(static)

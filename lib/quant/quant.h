@@ -171,6 +171,10 @@ typedef struct x3_qresult {
 	double proxy_err;  /* exl3(5) §9.5; 0 for an all-zero source (output is exact) */
 	double proxy_err_before; /* before x3_refit_out_scales (set by it; else 0) */
 	double seconds;
+	/* where seconds went (wall): the scale search, LDLQ, the refinement
+	 * passes, the proxy error, and the Viterbi calls within all of them
+	 * (on whatever backend x3_viterbi_set_backend chose) */
+	double t_search, t_ldlq, t_refine, t_proxy, t_viterbi;
 	int fallback;
 	int64_t search_tiles;  /* tiles the Viterbi encoded in the scale search */
 	int64_t ldlq_tiles;    /* ... and in LDLQ (each distinct tile of a batch once),
