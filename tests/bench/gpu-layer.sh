@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tests/bench/gpu-layer.sh: one real-width decoder layer converted with
+# --device cuda (every stage on the GPU), where the wall time goes, and
+# the layer's rate against the GPU encoder kernel's (tests/bench/gpu) in
+# the same run. tests/gpu/run runs it last; layer.sh is the CPU's (it needs
+# strace, which the GPU machines lack; this one reads the work directory
+# instead: the capture's stamps and trellis-encode's timing metadata,
+# summed by convert into WORK/timing.json).
+#
+# The layer: an 8B Llama's (hidden 4096, intermediate 14336, 32/8 heads),
+# one layer made by examples/make-tiny-llama; 4 bpw; calibration 64 rows x
+# 2048 tokens of $X3_SHARED/data/sotu.txt.zst (or BENCH_CAL; without one,
+# convert's built-in text and random tokens).
+#   BENCH_LAYER_HIDDEN/INTER/HEADS/KV  the layer (defaults above)
+#   BENCH_LAYER_ROWS/COLS             calibration (64, 2048)
+#   BENCH_BITS                        rate (4)
+#   BENCH_LAYER_J                     convert -j values, one run each ("1 4")
+#   BENCH_DEVICE                      cuda (default), or cpu to try it here
+#   BENCH_LAYER_TIMEOUT               seconds per conversion (600)
+# Prints a table per run and one JSON line per run; exits 1 if a run failed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
+H=${BENCH_LAYER_HIDDEN:-4096} I=${BENCH_LAYER_INTER:-14336}
+NH=${BENCH_LAYER_HEADS:-32} NKV=${BENCH_LAYER_KV:-8}
+R=${BENCH_LAYER_ROWS:-64} C=${BENCH_LAYER_COLS:-2048} B=${BENCH_BITS:-4}
+dev=${BENCH_DEVICE:-cuda}
+cal=${BENCH_CAL:-${X3_SHARED:-$root/../shared}/data/sotu.txt.zst}
+calopt=(); [ -r "$cal" ] && calopt=(--cal "$cal")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/x3gl.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$tmp"' EXIT
+"$root/examples/make-tiny-llama" --heads "$NH" --kv-heads "$NKV" "$tmp/m" 1 "$H" "$I" >/dev/null
+jq --argjson c "$C" '.max_position_embeddings = ([.max_position_embeddings, $c] | max)' \
+	"$tmp/m/config.json" >"$tmp/cfg" && mv "$tmp/cfg" "$tmp/m/config.json"
+weights=$(tensor-ls --linears "$tmp/m" | jq -s 'map(select(.layer == 0) | .shape[0] * .shape[1]) | add')
+mt() { stat -c %.3Y "$1" 2>/dev/null || echo 0; }
+fail=0
+for j in ${BENCH_LAYER_J:-1 4}; do
+	w=$tmp/w$j
+	t0=$(date +%s.%N)
+	if ! timeout "${BENCH_LAYER_TIMEOUT:-600}" convert "$tmp/m" "$tmp/o$j" --work "$w" --bits "$B" \
+		--rows "$R" --cols "$C" -j "$j" --device "$dev" "${calopt[@]}" >"$tmp/log$j" 2>&1; then
+		echo "gpu-layer: convert -j $j --device $dev failed:"; tail -5 "$tmp/log$j"; fail=1; continue
+	fi
+	wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+	rows=$(grep -o '[0-9]* rows of [0-9]* tokens in all' "$tmp/log$j" | awk '{ print $1 }' || true)
+	# the capture of layer 0: from the tokens to its stamp
+	cap=$(awk -v a="$(mt "$w/cal/tokens.frames")" -v b="$(mt "$w/done/h1cap.0")" 'BEGIN { printf "%.1f", b - a }')
+	echo "layer ${H}/${I} --device $dev -j $j: ${wall} s wall, $weights weights, calibration ${rows:-$R} rows x $C ($( [ ${#calopt[@]} -gt 0 ] && basename "$cal" || echo "built-in text"))"
+	printf '  capture (layer 0, to its stamp)   %8.1f s\n' "$cap"
+	jq -r '.by_tensor[] | "  \(.key | sub("^model\\.layers\\.0\\."; "")) K=\(.K)" as $n |
+		"\($n)\(" " * ([1, 34 - ($n | length)] | max))\(.seconds * 10 | round / 10) s quantize (viterbi \(.timing.viterbi * 10 | round / 10), ldlq \(.timing.ldlq * 10 | round / 10), search \(.timing.search * 10 | round / 10)), input \(.timing.input * 10 | round / 10), start \(.timing.start * 10 | round / 10)"' \
+		"$w/timing.json"
+	jq -r '.timing as $t | "  sum over \(.encodes) encodes: quantize \(.seconds) s, of it the Viterbi \($t.viterbi) s; waiting for input \($t.input) s; start-up \($t.start) s"' "$w/timing.json"
+	rate=$(awk -v n="$weights" -v t="$wall" 'BEGIN { printf "%.3f", n / t / 1e6 }')
+	echo "  the layer: $rate M weights/s (wall)"
+	jq -c -n --argjson j "$j" --arg dev "$dev" --argjson wall "$wall" --argjson cap "$cap" \
+		--argjson n "$weights" --argjson rate "$rate" --slurpfile t "$w/timing.json" \
+		'{bench: "gpu-layer", device: $dev, jobs: $j, weights: $n, wall_s: $wall, capture_s: $cap,
+		  mwps: $rate, encodes: $t[0].encodes, quantize_s: $t[0].seconds, timing: $t[0].timing}'
+	rm -rf "$tmp/o$j" "$w"
+done
+exit $fail
