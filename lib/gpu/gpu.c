@@ -3,6 +3,7 @@
  * Hadamard) and of the EXL3 linear (fused GEMV or reconstruct + cuBLAS
  * GEMM). Part of the backend object (device.h); see gpu_impl.h. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +240,61 @@ int x3_gpu_viterbi_encode_d(int K, int cb, const float *x_d, int64_t ntiles,
 
 #define VBATCH 65536   /* tiles per upload (64 MiB of targets) */
 
+/* x3_gpu_viterbi_encode's device buffers, kept between calls: LDLQ calls
+ * it once per 16-row block with the same K, codebook and tile count (896
+ * times for an 8B down_proj), and each call had allocated and freed its
+ * targets, states, values and scratch (cudaFree synchronizes) and read the
+ * free memory. The targets/states/values grow to the largest batch; the
+ * scratch is planned anew (vrun_init, as every call did before) when K,
+ * the codebook or the batch changes, after the old one is freed, so every
+ * launch has the blocks and scratch it had without the cache. One call at
+ * a time. Freed with the process. */
+static struct {
+	pthread_mutex_t mu;
+	float *x_d, *val_d;
+	uint16_t *st_d;
+	int64_t cap;      /* tiles that x_d, st_d and val_d hold */
+	struct vrun v;    /* scratch planned for (v.K, v.cb, batch) */
+	int64_t batch;    /* 0: no scratch */
+} vc = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void vc_drop(void)
+{
+	x3_gpu_free(vc.x_d), x3_gpu_free(vc.st_d), x3_gpu_free(vc.val_d);
+	vc.x_d = vc.val_d = NULL, vc.st_d = NULL, vc.cap = 0;
+	vrun_free(&vc.v);
+	vc.batch = 0;
+}
+
+/* the buffers for batch tiles at (K, cb), under vc.mu */
+static int vc_get(int K, int cb, int64_t batch)
+{
+	int rc = X3_OK;
+	if (vc.batch && (vc.v.K != K || vc.v.cb != cb || vc.batch != batch)) {
+		vrun_free(&vc.v);
+		vc.batch = 0;
+	}
+	if (batch > vc.cap) {
+		x3_gpu_free(vc.x_d), x3_gpu_free(vc.st_d), x3_gpu_free(vc.val_d);
+		vc.x_d = vc.val_d = NULL, vc.st_d = NULL, vc.cap = 0;
+		rc = x3_gpu_alloc((void **)&vc.x_d, (size_t)batch * 256 * sizeof(float));
+		if (!rc)
+			rc = x3_gpu_alloc((void **)&vc.st_d, (size_t)batch * 256 * sizeof(uint16_t));
+		if (!rc)
+			rc = x3_gpu_alloc((void **)&vc.val_d, (size_t)batch * 256 * sizeof(float));
+		if (!rc)
+			vc.cap = batch;
+	}
+	if (!rc && !vc.batch) {
+		rc = vrun_init(&vc.v, K, cb, batch, 0);
+		if (!rc)
+			vc.batch = batch;
+	}
+	if (rc)
+		vc_drop();   /* nothing half-made kept; the error stands */
+	return rc;
+}
+
 int x3_gpu_viterbi_encode(int K, int cb, const float *x, int64_t ntiles, uint16_t *states,
                           float *values)
 {
@@ -252,31 +308,19 @@ int x3_gpu_viterbi_encode(int K, int cb, const float *x, int64_t ntiles, uint16_
 	if ((rc = need_device()))
 		return rc;
 	const int64_t batch = ntiles < VBATCH ? ntiles : VBATCH;
-	float *x_d = NULL, *val_d = NULL;
-	uint16_t *st_d = NULL;
-	struct vrun v;
-	memset(&v, 0, sizeof v);
-	rc = x3_gpu_alloc((void **)&x_d, (size_t)batch * 256 * sizeof(float));
-	if (!rc && states)
-		rc = x3_gpu_alloc((void **)&st_d, (size_t)batch * 256 * sizeof(uint16_t));
-	if (!rc && values)
-		rc = x3_gpu_alloc((void **)&val_d, (size_t)batch * 256 * sizeof(float));
-	if (!rc)
-		rc = vrun_init(&v, K, cb, batch, 0);
+	pthread_mutex_lock(&vc.mu);
+	rc = vc_get(K, cb, batch);
 	for (int64_t t0 = 0; !rc && t0 < ntiles; t0 += batch) {
 		const int64_t nt = ntiles - t0 < batch ? ntiles - t0 : batch;
-		rc = x3_gpu_upload(x_d, x + t0 * 256, (size_t)nt * 256 * sizeof(float));
+		rc = x3_gpu_upload(vc.x_d, x + t0 * 256, (size_t)nt * 256 * sizeof(float));
 		if (!rc)
-			rc = vrun_go(&v, x_d, nt, st_d, val_d, t0);
+			rc = vrun_go(&vc.v, vc.x_d, nt, states ? vc.st_d : NULL, values ? vc.val_d : NULL, t0);
 		if (!rc && states)
-			rc = x3_gpu_download(states + t0 * 256, st_d, (size_t)nt * 256 * sizeof(uint16_t));
+			rc = x3_gpu_download(states + t0 * 256, vc.st_d, (size_t)nt * 256 * sizeof(uint16_t));
 		if (!rc && values)
-			rc = x3_gpu_download(values + t0 * 256, val_d, (size_t)nt * 256 * sizeof(float));
+			rc = x3_gpu_download(values + t0 * 256, vc.val_d, (size_t)nt * 256 * sizeof(float));
 	}
-	vrun_free(&v);
-	x3_gpu_free(x_d);
-	x3_gpu_free(st_d);
-	x3_gpu_free(val_d);
+	pthread_mutex_unlock(&vc.mu);
 	return rc;
 }
 
