@@ -23,7 +23,7 @@ static const char usage[] =
 	"usage: trellis-encode -K N [--codebook mul1|mcg|3inst] [-t THREADS] [--json]\n"
 	"                      [--seed N] [--hessian FILE] [--out-scales always|never|auto]\n"
 	"                      [--refit-scales proxy|output] [--device cpu|cuda|auto]\n"
-	"                      [--g-scale G | --g-refine G] [--ldlq-passes N]\n"
+	"                      [--g-scale G | --g-refine G] [--ldlq-passes N] [--gpu-ldlq]\n"
 	"                      [-q] [--zstd[=LEVEL]] < frames > frames\n"
 	"       trellis-encode --measure 2,3,4,5 [--sample F] [options] < frames > json-lines\n";
 
@@ -57,6 +57,9 @@ static const char help[] =
 	"  -t THREADS        threads (default: all); results do not depend on it\n"
 	"  --device D        cpu (default), cuda or auto: where the Viterbi encoder runs;\n"
 	"                    the output is byte-identical either way\n"
+	"  --gpu-ldlq        with --device cuda (or auto on a GPU): the whole LDLQ on the\n"
+	"                    device, its feedback products on cuBLAS; equal to the CPU's\n"
+	"                    up to F32 rounding, so the codes are not byte-identical\n"
 	"  --json            also print each tensor's summary as a JSON line on stderr\n"
 	"  -q                no warnings\n"
 	"  --zstd[=LEVEL]    compress the output stream (level 1..22, default 3)\n"
@@ -409,11 +412,12 @@ int main(int argc, char **argv)
 		{ "device", required_argument, 0, 'D' },
 		{ "refit-scales", required_argument, 0, 'R' },
 		{ "ldlq-passes", required_argument, 0, 'P' },
+		{ "gpu-ldlq", no_argument, 0, 'L' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hfile = NULL;
-	int K = 0, c, want_device = X3_DEVICE_CPU, device;
+	int K = 0, c, want_device = X3_DEVICE_CPU, device, gpu_ldlq = 0;
 	while ((c = getopt_long(argc, argv, "K:t:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'K':
@@ -464,6 +468,9 @@ int main(int argc, char **argv)
 		case 'D':
 			want_device = device_parse(usage, optarg);
 			break;
+		case 'L':
+			gpu_ldlq = 1;
+			break;
 		case 's':
 			seed = (uint64_t)parse_long(usage, "--seed", optarg, 0, INT64_MAX);
 			break;
@@ -504,13 +511,18 @@ int main(int argc, char **argv)
 		usage_error(usage, "--sample needs --measure (a sample is a measurement, not an encode)");
 	if (sample > 0 && refit >= 0)
 		usage_error(usage, "--refit-scales needs the whole weight, not --sample");
-	/* the GPU encoder is bit-identical: only the Viterbi moves */
+	if (gpu_ldlq && want_device == X3_DEVICE_CPU)
+		usage_error(usage, "--gpu-ldlq needs --device cuda or auto");
+	/* the GPU encoder is bit-identical: only the Viterbi moves (and with
+	 * --gpu-ldlq the whole LDLQ, which is not) */
 	device = device_resolve(want_device);
 	if (device == X3_DEVICE_CUDA) {
 		const x3_gpu *g;
 		if (x3_gpu_open(&g))
 			die("--device cuda: %s", x3_errmsg());
 		x3_viterbi_set_backend(g->viterbi_encode);
+		if (gpu_ldlq && x3_quant_set_ldlq_device(X3_DEVICE_CUDA))
+			die("--gpu-ldlq: %s", x3_errmsg());
 	}
 	if (!measure) {
 		Ks[0] = K;

@@ -50,6 +50,12 @@ check "convert --makefile: cpu by default for every stage" sh -c \
 	'"$ROOT/pipelines/convert" tiny out2 --bits 2 -q --makefile --work wd >/dev/null &&
 	 test "$(grep -cE "^(CAP|ROT|ENC)OPT := --device cpu( |$)" wd/Makefile)" = 3 &&
 	 grep -q "hessian-capture -q \$(CAPOPT)" wd/Makefile && grep -q "had-rotate -q \$(ROTOPT)" wd/Makefile'
+check_fail "convert --gpu-ldlq without the encode stage on the GPU exits 2" 2 "needs the encode stage on the GPU" \
+	"$ROOT/pipelines/convert" tiny outl --bits 2 --gpu-ldlq --device cuda --gpu-stages capture
+check "convert --makefile --gpu-ldlq: trellis-encode --gpu-ldlq, and in params/quant (its codes differ)" sh -c \
+	'"$ROOT/pipelines/convert" tiny outl --bits 2 -q --makefile --device auto --gpu-ldlq --work wl >/dev/null &&
+	 grep -qx "ENCOPT := --device auto --gpu-ldlq" wl/Makefile && grep -q " gpu_ldlq=1" wl/params/quant &&
+	 ! grep -q "gpu_ldlq" wd/params/quant'
 check "convert -n --json: the same devices, nothing written" sh -c \
 	'"$ROOT/pipelines/convert" tiny out3 --bits 2 -n --json --device auto --gpu-stages encode --work wj |
 	 jq -e ".devices == {capture: \"cpu\", rotate: \"cpu\", encode: \"auto\"}" >/dev/null && ! test -e wj && ! test -e out3'

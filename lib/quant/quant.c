@@ -199,6 +199,20 @@ int x3_quant_set_device(int dev)
 	return X3_OK;
 }
 
+/* Where LDLQ runs (x3_quant_set_ldlq_device): the GPU backend, or NULL */
+static const x3_gpu *ldlq_gpu;
+
+int x3_quant_set_ldlq_device(int dev)
+{
+	if (dev != X3_DEVICE_CPU && dev != X3_DEVICE_CUDA)
+		return x3_err(X3_EINVAL, "LDLQ device %s (cpu or cuda expected)", x3_device_name(dev));
+	const x3_gpu *g = NULL;
+	if (dev == X3_DEVICE_CUDA && x3_gpu_open(&g))
+		return X3_EUNSUP;
+	ldlq_gpu = g;
+	return X3_OK;
+}
+
 /* sigma_reg of the damping (x3_quant_set_sigma_reg) */
 static double sigma_reg = X3_SIGMA_REG;
 
@@ -1363,7 +1377,11 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 	for (size_t i = 0; i < kn; i++)
 		Wg[i] = W[i] * g;
 	t1 = mono_seconds(), r->t_search = t1 - t, t = t1;
-	rc = ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q, &r->ldlq_tiles);
+	if (ldlq_gpu) {
+		rc = ldlq_gpu->ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, st, Q);
+		r->ldlq_tiles += (int64_t)(kn / 256);
+	} else
+		rc = ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q, &r->ldlq_tiles);
 	if (rc)
 		goto fail;
 	t1 = mono_seconds(), r->t_ldlq = t1 - t, t = t1;

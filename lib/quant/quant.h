@@ -86,6 +86,15 @@ int x3_quant_ldlq_passes(void);
  * to the CPU's up to F32 rounding, not bit for bit, so trellis words
  * encoded from them can differ. X3_EUNSUP without a usable device. */
 int x3_quant_set_device(int dev);
+/* Where the LDLQ of x3_quantize* runs (default the CPU, whose Viterbi
+ * x3_viterbi_set_backend may move to the GPU, bit for bit): X3_DEVICE_CUDA
+ * runs the whole LDLQ on the GPU backend (device.h ldlq: the feedback
+ * products on cuBLAS, the Viterbi on the device, nothing back on the host
+ * between blocks). Its feedback equals the CPU's up to F32 rounding, so
+ * the codes and proxy errors differ (t1740: proxy error within 2%); the
+ * refinement passes, the scale search and the proxy error stay where they
+ * were. X3_EUNSUP without a usable device. */
+int x3_quant_set_ldlq_device(int dev);
 /* No Hessian at all (uncalibrated): fallback with signs only. */
 int x3_qhess_none(int64_t k, const float *sign, x3_qhess **out);
 void x3_qhess_free(x3_qhess *h);
