@@ -14,7 +14,12 @@
 #   BENCH_LAYER_HIDDEN/INTER/HEADS/KV  the layer (defaults above)
 #   BENCH_LAYER_ROWS/COLS             calibration (64, 2048)
 #   BENCH_BITS                        rate (4)
-#   BENCH_LAYER_J                     convert -j values, one run each ("1 4")
+#   BENCH_LAYER_J                     the runs ("1 1+gpu-ldlq 4"): convert -j N,
+#                                     +gpu-ldlq adds --gpu-ldlq; one work
+#                                     directory (--keep-hessians), so the
+#                                     capture runs once, in the first run,
+#                                     and each later run redoes the encodes
+#                                     (params/quant or the jobs differ)
 #   BENCH_DEVICE                      cuda (default), or cpu to try it here
 #   BENCH_LAYER_TIMEOUT               seconds per conversion (600)
 # Prints a table per run and one JSON line per run; exits 1 if a run failed.
@@ -34,29 +39,35 @@ jq --argjson c "$C" '.max_position_embeddings = ([.max_position_embeddings, $c] 
 weights=$(tensor-ls --linears "$tmp/m" | jq -s 'map(select(.layer == 0) | .shape[0] * .shape[1]) | add')
 mt() { stat -c %.3Y "$1" 2>/dev/null || echo 0; }
 fail=0
-for j in ${BENCH_LAYER_J:-1 4}; do
-	w=$tmp/w$j
+w=$tmp/w prev=none
+for run in ${BENCH_LAYER_J:-1 1+gpu-ldlq 4}; do
+	j=${run%%+*} extra=()
+	[[ $run != *+gpu-ldlq ]] || extra=(--gpu-ldlq)
+	# a later run with the same options would find its encodes made
+	[ "$prev" != "${extra[*]-}" ] || rm -rf "$w/enc" "$w/done"/h1.[0-9]* "$tmp/o"
 	t0=$(date +%s.%N)
-	if ! timeout "${BENCH_LAYER_TIMEOUT:-600}" convert "$tmp/m" "$tmp/o$j" --work "$w" --bits "$B" \
-		--rows "$R" --cols "$C" -j "$j" --device "$dev" "${calopt[@]}" >"$tmp/log$j" 2>&1; then
-		echo "gpu-layer: convert -j $j --device $dev failed:"; tail -5 "$tmp/log$j"; fail=1; continue
+	if ! timeout "${BENCH_LAYER_TIMEOUT:-600}" convert "$tmp/m" "$tmp/o" --work "$w" --bits "$B" \
+		--rows "$R" --cols "$C" -j "$j" --device "$dev" --keep-hessians "${calopt[@]}" ${extra[@]+"${extra[@]}"} \
+		>"$tmp/log" 2>&1; then
+		echo "gpu-layer: convert -j $j ${extra[*]-} --device $dev failed:"; tail -5 "$tmp/log"; fail=1; break
 	fi
 	wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-	rows=$(grep -o '[0-9]* rows of [0-9]* tokens in all' "$tmp/log$j" | awk '{ print $1 }' || true)
-	# the capture of layer 0: from the tokens to its stamp
-	cap=$(awk -v a="$(mt "$w/cal/tokens.frames")" -v b="$(mt "$w/done/h1cap.0")" 'BEGIN { printf "%.1f", b - a }')
-	echo "layer ${H}/${I} --device $dev -j $j: ${wall} s wall, $weights weights, calibration ${rows:-$R} rows x $C ($( [ ${#calopt[@]} -gt 0 ] && basename "$cal" || echo "built-in text"))"
-	printf '  capture (layer 0, to its stamp)   %8.1f s\n' "$cap"
+	prev=${extra[*]-}
+	rows=$(grep -o '[0-9]* rows of [0-9]* tokens in all' "$tmp/log" | awk '{ print $1 }' || true)
+	# the capture of layer 0 (the first run only): from the tokens to its stamp
+	cap=$(awk -v a="$(mt "$w/cal/tokens.frames")" -v b="$(mt "$w/done/h1cap.0")" -v f="$t0" \
+		'BEGIN { printf "%.1f", (b >= f ? b - a : 0) }')
+	echo "layer ${H}/${I} --device $dev -j $j ${extra[*]-}: ${wall} s wall, $weights weights, calibration ${rows:-$R} rows x $C ($( [ ${#calopt[@]} -gt 0 ] && basename "$cal" || echo "built-in text"))"
+	printf '  capture (layer 0, to its stamp)   %8.1f s%s\n' "$cap" "$( [ "$cap" != 0.0 ] || echo ' (done by an earlier run)')"
 	jq -r '.by_tensor[] | "  \(.key | sub("^model\\.layers\\.0\\."; "")) K=\(.K)" as $n |
-		"\($n)\(" " * ([1, 34 - ($n | length)] | max))\(.seconds * 10 | round / 10) s quantize (viterbi \(.timing.viterbi * 10 | round / 10), ldlq \(.timing.ldlq * 10 | round / 10), search \(.timing.search * 10 | round / 10)), input \(.timing.input * 10 | round / 10), start \(.timing.start * 10 | round / 10)"' \
+		"\($n)\(" " * ([1, 34 - ($n | length)] | max))\(.seconds * 10 | round / 10) s quantize (viterbi \(.timing.viterbi * 10 | round / 10), ldlq \(.timing.ldlq * 10 | round / 10), search \(.timing.search * 10 | round / 10), proxy \(.timing.proxy * 10 | round / 10)), input \(.timing.input * 10 | round / 10), start \(.timing.start * 10 | round / 10)"' \
 		"$w/timing.json"
 	jq -r '.timing as $t | "  sum over \(.encodes) encodes: quantize \(.seconds) s, of it the Viterbi \($t.viterbi) s; waiting for input \($t.input) s; start-up \($t.start) s"' "$w/timing.json"
-	rate=$(awk -v n="$weights" -v t="$wall" 'BEGIN { printf "%.3f", n / t / 1e6 }')
-	echo "  the layer: $rate M weights/s (wall)"
-	jq -c -n --argjson j "$j" --arg dev "$dev" --argjson wall "$wall" --argjson cap "$cap" \
+	rate=$(awk -v n="$weights" -v t="$wall" -v c="$cap" 'BEGIN { printf "%.3f", n / (t - c) / 1e6 }')
+	echo "  the layer without its capture: $rate M weights/s (wall)"
+	jq -c -n --argjson j "$j" --arg dev "$dev" --arg extra "${extra[*]-}" --argjson wall "$wall" --argjson cap "$cap" \
 		--argjson n "$weights" --argjson rate "$rate" --slurpfile t "$w/timing.json" \
-		'{bench: "gpu-layer", device: $dev, jobs: $j, weights: $n, wall_s: $wall, capture_s: $cap,
-		  mwps: $rate, encodes: $t[0].encodes, quantize_s: $t[0].seconds, timing: $t[0].timing}'
-	rm -rf "$tmp/o$j" "$w"
+		'{bench: "gpu-layer", device: $dev, jobs: $j, options: $extra, weights: $n, wall_s: $wall, capture_s: $cap,
+		  mwps_without_capture: $rate, encodes: $t[0].encodes, quantize_s: $t[0].seconds, timing: $t[0].timing}'
 done
 exit $fail
