@@ -25,18 +25,12 @@
 # Prints a table per run and one JSON line per run; exits 1 if a run failed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-export PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
-H=${BENCH_LAYER_HIDDEN:-4096} I=${BENCH_LAYER_INTER:-14336}
-NH=${BENCH_LAYER_HEADS:-32} NKV=${BENCH_LAYER_KV:-8}
-R=${BENCH_LAYER_ROWS:-64} C=${BENCH_LAYER_COLS:-2048} B=${BENCH_BITS:-4}
+. "$root/tests/bench/lib-layer.sh"
 dev=${BENCH_DEVICE:-cuda}
 cal=${BENCH_CAL:-${X3_SHARED:-$root/../shared}/data/sotu.txt.zst}
 calopt=(); [ -r "$cal" ] && calopt=(--cal "$cal")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/x3gl.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$tmp"' EXIT
-"$root/examples/make-tiny-llama" --heads "$NH" --kv-heads "$NKV" "$tmp/m" 1 "$H" "$I" >/dev/null
-jq --argjson c "$C" '.max_position_embeddings = ([.max_position_embeddings, $c] | max)' \
-	"$tmp/m/config.json" >"$tmp/cfg" && mv "$tmp/cfg" "$tmp/m/config.json"
-weights=$(tensor-ls --linears "$tmp/m" | jq -s 'map(select(.layer == 0) | .shape[0] * .shape[1]) | add')
+layer_model "$tmp/m"
 mt() { stat -c %.3Y "$1" 2>/dev/null || echo 0; }
 fail=0
 w=$tmp/w prev=none

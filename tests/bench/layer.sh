@@ -31,17 +31,10 @@
 # one JSON line; exits 1 when the rate target is missed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-export PATH="$root/bin:$root/pipelines:$PATH" LC_ALL=C
-H=${BENCH_LAYER_HIDDEN:-4096} I=${BENCH_LAYER_INTER:-14336}
-NH=${BENCH_LAYER_HEADS:-32} NKV=${BENCH_LAYER_KV:-8}
-R=${BENCH_LAYER_ROWS:-64} C=${BENCH_LAYER_COLS:-2048} B=${BENCH_BITS:-4}
+. "$root/tests/bench/lib-layer.sh"
 command -v strace >/dev/null || { echo "layer.sh: needs strace (Debian package strace)" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/x3bench.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$tmp"' EXIT
-"$root/examples/make-tiny-llama" --heads "$NH" --kv-heads "$NKV" "$tmp/m" 1 "$H" "$I" >/dev/null
-# the calibration length is a property of the run, not of the weights
-jq --argjson c "$C" '.max_position_embeddings = ([.max_position_embeddings, $c] | max)' \
-	"$tmp/m/config.json" >"$tmp/cfg" && mv "$tmp/cfg" "$tmp/m/config.json"
-weights=$(tensor-ls --linears "$tmp/m" | jq -s 'map(select(.layer == 0) | .shape[0] * .shape[1]) | add')
+layer_model "$tmp/m"
 cores=$(nproc)
 
 # the Viterbi alone, this K, best path, per core on CPU time
