@@ -167,6 +167,14 @@ int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
  * with H NULL, the plain mean squared error of E. */
 int x3_proxy_error(const float *W, const float *Q, const float *H, int64_t k,
                    int64_t n, double *err);
+/* Which form of its products x3_proxy_error runs: "avx512", "avx2" (with
+ * FMA) or "ref" (fmaf, the plain C reference), the widest the processor
+ * has unless X3_PROXY_PATH (ref or avx2) narrows it. All give the same
+ * bits (one fused multiply-add per step, in the same order). */
+const char *x3_proxy_path(void);
+/* Choose that form (for tests and benchmarks): X3_EUNSUP where the
+ * processor lacks it, X3_EINVAL for another name. */
+int x3_proxy_set_path(const char *name);
 
 typedef struct x3_qresult {
 	int K, cb;

@@ -505,6 +505,59 @@ static void test_output_metric(void)
 	free(X), free(G), free(W), free(R), free(Wt), free(H0);
 }
 
+/* x3_proxy_error's forms (x3_proxy_path): the AVX-512 and AVX2 kernels give
+ * the plain C reference's bits (one fmaf per step, in the same order), on
+ * shapes with tails everywhere (rows not a multiple of 4, columns not of
+ * 16 or 32, two panels of 256 rows, two column blocks of 256), and the
+ * value is the float64 quadratic form's up to F32 rounding */
+static void test_proxy_paths(void)
+{
+	static const int64_t shapes[][2] = { { 38, 45 }, { 300, 530 }, { 64, 32 } };
+	const char *best = x3_proxy_path();
+	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+		int64_t k = shapes[s][0], n = shapes[s][1];
+		float *W = test_randn(&rng, k * n, 1.0), *Q = test_randn(&rng, k * n, 1.0);
+		float *X = test_corr_acts(&rng, 2 * k, k, 2.0), *H = test_gram(X, 2 * k, k);
+		for (int64_t i = 0; i < k * n; i++)
+			Q[i] = W[i] + 0.1f * Q[i];
+		double e[3] = { 0 };
+		int have[3] = { 0 };
+		static const char *paths[] = { "ref", "avx2", "avx512" };
+		for (int p = 0; p < 3; p++) {
+			int rc = x3_proxy_set_path(paths[p]);
+			if (rc == X3_EUNSUP)
+				continue;
+			CHECK_OK(rc, "proxy form %s", paths[p]);
+			CHECK_OK(x3_proxy_error(W, Q, H, k, n, &e[p]), "%lldx%lld: proxy error, %s",
+			         (long long)k, (long long)n, paths[p]);
+			have[p] = 1;
+		}
+		for (int p = 1; p < 3; p++)
+			if (have[p])
+				CHECK(!memcmp(&e[p], &e[0], sizeof e[0]), "%lldx%lld: %s gives the reference's bits (%.17g, %.17g)",
+				      (long long)k, (long long)n, paths[p], e[p], e[0]);
+			else
+				SKIP("%lldx%lld: this processor has no %s", (long long)k, (long long)n, paths[p]);
+		/* float64: tr(E^T H E) / tr(W^T H W) */
+		double num = 0, den = 0;
+		for (int64_t j = 0; j < n; j++)
+			for (int64_t i = 0; i < k; i++) {
+				double he = 0, hw = 0;
+				for (int64_t l = 0; l < k; l++) {
+					he += (double)H[i * k + l] * ((double)W[l * n + j] - Q[l * n + j]);
+					hw += (double)H[i * k + l] * W[l * n + j];
+				}
+				num += ((double)W[i * n + j] - Q[i * n + j]) * he;
+				den += (double)W[i * n + j] * hw;
+			}
+		CHECK(fabs(e[0] / (num / den) - 1) < 1e-4, "%lldx%lld: the float64 value up to rounding (%.9g, %.9g)",
+		      (long long)k, (long long)n, e[0], num / den);
+		free(W), free(Q), free(X), free(H);
+	}
+	CHECK_OK(x3_proxy_set_path(best), "back to %s", best);
+	CHECK(x3_proxy_set_path("sse9") == X3_EINVAL, "an unknown form is refused");
+}
+
 int main(void)
 {
 	x3_rng_seed(&rng, 1200, 0);
@@ -517,5 +570,6 @@ int main(void)
 	test_quantize();
 	test_sign_search();
 	test_output_metric();
+	test_proxy_paths();
 	TEST_DONE();
 }
