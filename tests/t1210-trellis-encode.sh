@@ -48,8 +48,15 @@ check "--measure 2,3,4,5" sh -c 'trellis-encode --measure 2,3,4,5 < r.fr > m.jso
 check "one JSON line per K with tensor, K, proxy_err, numel, bytes, seconds" \
 	test "$(jq -c '[.tensor, .K, .numel, .bytes, (.proxy_err|type), (.seconds|type)]' m.json | tr -d '\n')" = \
 	'["m",2,3072,4868,"number","number"]["m",3,3072,6916,"number","number"]["m",4,3072,8964,"number","number"]["m",5,3072,11012,"number","number"]'
+check "timing: the 8 phases, each >= 0, the Viterbi within search + ldlq + refine, the phases within the total" \
+	jqe '(.timing | keys == ["input", "ldlq", "prep", "proxy", "refine", "search", "start", "viterbi"]
+		and all(.[]; type == "number" and . >= 0)) and
+		.timing.viterbi <= .timing.search + .timing.ldlq + .timing.refine + 1e-3 and
+		.timing.search + .timing.ldlq + .timing.refine + .timing.proxy <= .seconds + 1e-3' m.json
 check "proxy error falls as K rises" sh -c 'jq -se "[.[].proxy_err] | . == (sort | reverse) and (unique | length) == 4" m.json >/dev/null'
 check "--measure prints no frames and accepts a terminal-less stdout" test "$(wc -l < m.json)" = 4
+check "the trellis frame's timing metadata: name=seconds for the 8 phases" \
+	jqe 'select(.meta.role == "trellis") | .meta.timing | test("^start=[0-9.]+ input=[0-9.]+ prep=[0-9.]+ search=[0-9.]+ ldlq=[0-9.]+ refine=[0-9.]+ proxy=[0-9.]+ viterbi=[0-9.]+$")' <(tensor-ls q.fr)
 check "--measure agrees with -K (same proxy error at K=3)" \
 	test "$(jq -r 'select(.K==3) | .proxy_err' m.json | xargs printf '%.6g')" = \
 	     "$(jq -r 'select(.name=="m.trellis") | .meta.proxy_err' q.json | xargs printf '%.6g')"

@@ -61,6 +61,18 @@ else
 	skip "gnuplot or xmllint not installed"
 fi
 
+# the timing report (not with -q): a re-run that makes nothing still sums
+# trellis-encode's timing of every encode in w/enc into w/timing.json
+convert "$M" q4 --bits 4 --work w "${cal[@]}" -j 2 2>err.txt
+check "convert: one line of encode time on stderr" grep -q "^convert: encode time (trellis-encode, summed over [0-9]* encodes" err.txt
+check "timing.json: every encode of w/enc, the totals their sums, each phase >= 0" \
+	jq -e --argjson n "$(ls w/enc/*.frames | wc -l)" '.encodes == $n and (.by_tensor | length) == $n and
+		((.seconds - ([.by_tensor[].seconds] | add)) | fabs) < 0.01 and
+		all(.by_tensor[]; all(.timing[]; . >= 0)) and
+		((.timing.ldlq - ([.by_tensor[].timing.ldlq] | add)) | fabs) < 0.01' w/timing.json >/dev/null
+rm -f w/timing.json
+convert "$M" q4 --bits 4 --work w "${cal[@]}" -j 2 -q 2>err.txt
+check "convert -q: no timing report" sh -c '! grep -q "encode time" err.txt && ! test -e w/timing.json'
 convert "$M" q8 --bits 8 --head-bits 8 --work w "${cal[@]}" -j 2 -q
 check "convert --bits 8" test -f q8/config.json
 model-eval --model "$M" --generate 40 >orig.txt
