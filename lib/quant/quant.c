@@ -702,11 +702,12 @@ static int64_t tmemo_find(const struct tmemo *m, const float *t, uint64_t h, int
 	return -1;
 }
 
+/* wall seconds of this thread's x3_viterbi_encode calls (x3_qresult.t_viterbi) */
+static _Thread_local double vit_seconds;
+
 /* x3_viterbi_encode of nt tiles x (states and values may be NULL), each
  * distinct tile encoded once; memo keeps the results for later calls (it
  * starts empty: {0}). */
-/* wall seconds of this thread's x3_viterbi_encode calls (x3_qresult.t_viterbi) */
-static _Thread_local double vit_seconds;
 
 static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *states,
                         float *values, int threads, struct tmemo *memo, int64_t *count)
@@ -1201,13 +1202,13 @@ out:
 #define PX_LB 256   /* rows of A per panel kept in L2 */
 
 /* T (k, w) += H[:, l0:l0+lw] A[l0:l0+lw, c0:c0+w] for the rows i0..i1-1 of
- * T, row i0 from column j0 on */
+ * T and the columns j0..w-1 */
 static void proxy_panel_ref(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,
                             int64_t lw, int64_t c0, int64_t w, float *T, int64_t i0, int64_t i1,
                             int64_t j0)
 {
 	for (int64_t i = i0; i < i1; i++)
-		for (int64_t j = i == i0 ? j0 : 0; j < w; j++) {
+		for (int64_t j = j0; j < w; j++) {
 			float acc = T[i * w + j];
 			for (int64_t l = 0; l < lw; l++)
 				acc = fmaf(H[i * k + l0 + l], A[(l0 + l) * n + c0 + j], acc);
@@ -1217,139 +1218,75 @@ static void proxy_panel_ref(const float *H, const float *A, int64_t k, int64_t n
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-/* 6 rows x 16 columns of T a step (12 accumulators: FMA's latency needs
- * more than 8 in flight; 4 rows were slower than the unfused code), then
- * single rows 16 columns at a time, the columns left by the reference */
-__attribute__((target("avx2,fma")))
-static void proxy_panel_avx2(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,
-                             int64_t lw, int64_t c0, int64_t w, float *T)
-{
-	int64_t i = 0;
-	for (; i + 6 <= k; i += 6) {
-		const float *h0 = H + i * k + l0, *h1 = h0 + k, *h2 = h1 + k, *h3 = h2 + k, *h4 = h3 + k,
-		            *h5 = h4 + k;
-		int64_t j = 0;
-		for (; j + 16 <= w; j += 16) {
-			float *t = T + i * w + j;
-			__m256 a00 = _mm256_loadu_ps(t), a01 = _mm256_loadu_ps(t + 8);
-			__m256 a10 = _mm256_loadu_ps(t + w), a11 = _mm256_loadu_ps(t + w + 8);
-			__m256 a20 = _mm256_loadu_ps(t + 2 * w), a21 = _mm256_loadu_ps(t + 2 * w + 8);
-			__m256 a30 = _mm256_loadu_ps(t + 3 * w), a31 = _mm256_loadu_ps(t + 3 * w + 8);
-			__m256 a40 = _mm256_loadu_ps(t + 4 * w), a41 = _mm256_loadu_ps(t + 4 * w + 8);
-			__m256 a50 = _mm256_loadu_ps(t + 5 * w), a51 = _mm256_loadu_ps(t + 5 * w + 8);
-			const float *e = A + l0 * n + c0 + j;
-			for (int64_t l = 0; l < lw; l++, e += n) {
-				__m256 e0 = _mm256_loadu_ps(e), e1 = _mm256_loadu_ps(e + 8), b;
-				b = _mm256_broadcast_ss(h0 + l);
-				a00 = _mm256_fmadd_ps(b, e0, a00), a01 = _mm256_fmadd_ps(b, e1, a01);
-				b = _mm256_broadcast_ss(h1 + l);
-				a10 = _mm256_fmadd_ps(b, e0, a10), a11 = _mm256_fmadd_ps(b, e1, a11);
-				b = _mm256_broadcast_ss(h2 + l);
-				a20 = _mm256_fmadd_ps(b, e0, a20), a21 = _mm256_fmadd_ps(b, e1, a21);
-				b = _mm256_broadcast_ss(h3 + l);
-				a30 = _mm256_fmadd_ps(b, e0, a30), a31 = _mm256_fmadd_ps(b, e1, a31);
-				b = _mm256_broadcast_ss(h4 + l);
-				a40 = _mm256_fmadd_ps(b, e0, a40), a41 = _mm256_fmadd_ps(b, e1, a41);
-				b = _mm256_broadcast_ss(h5 + l);
-				a50 = _mm256_fmadd_ps(b, e0, a50), a51 = _mm256_fmadd_ps(b, e1, a51);
-			}
-			_mm256_storeu_ps(t, a00), _mm256_storeu_ps(t + 8, a01);
-			_mm256_storeu_ps(t + w, a10), _mm256_storeu_ps(t + w + 8, a11);
-			_mm256_storeu_ps(t + 2 * w, a20), _mm256_storeu_ps(t + 2 * w + 8, a21);
-			_mm256_storeu_ps(t + 3 * w, a30), _mm256_storeu_ps(t + 3 * w + 8, a31);
-			_mm256_storeu_ps(t + 4 * w, a40), _mm256_storeu_ps(t + 4 * w + 8, a41);
-			_mm256_storeu_ps(t + 5 * w, a50), _mm256_storeu_ps(t + 5 * w + 8, a51);
-		}
-		if (j < w)
-			for (int r = 0; r < 6; r++)
-				proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i + r, i + r + 1, j);
-	}
-	for (; i < k; i++) {
-		const float *h0 = H + i * k + l0;
-		int64_t j = 0;
-		for (; j + 16 <= w; j += 16) {
-			float *t = T + i * w + j;
-			__m256 a0 = _mm256_loadu_ps(t), a1 = _mm256_loadu_ps(t + 8);
-			const float *e = A + l0 * n + c0 + j;
-			for (int64_t l = 0; l < lw; l++, e += n) {
-				__m256 b = _mm256_broadcast_ss(h0 + l);
-				a0 = _mm256_fmadd_ps(b, _mm256_loadu_ps(e), a0);
-				a1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(e + 8), a1);
-			}
-			_mm256_storeu_ps(t, a0), _mm256_storeu_ps(t + 8, a1);
-		}
-		if (j < w)
-			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 1, j);
-	}
+/* One kernel, written once for both vector widths (V lanes of type VT):
+ * 6 rows x 2V columns of T a step (12 accumulators: FMA's latency wants
+ * more than 8 in flight), then single rows 2V columns at a time, the
+ * columns left by the reference. On bench/proxy-error's 2048x2048 (2-core
+ * EPYC): AVX-512 0.22 s against 0.33 s with 4 rows and 0.43 s with 8 rows
+ * held as an array; AVX2 0.32 s, 4 rows were slower than the unfused loops
+ * before (0.46 s). */
+#define PX_KERNEL(NAME, TARGET, VT, V, LD, ST, SET1, FMA)                                    \
+__attribute__((target(TARGET)))                                                              \
+static void NAME(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,           \
+                 int64_t lw, int64_t c0, int64_t w, float *T)                                \
+{                                                                                            \
+	int64_t i = 0;                                                                           \
+	for (; i + 6 <= k; i += 6) {                                                             \
+		const float *h = H + i * k + l0;                                                     \
+		int64_t j = 0;                                                                       \
+		for (; j + 2 * (V) <= w; j += 2 * (V)) {                                             \
+			float *t = T + i * w + j;                                                        \
+			VT a00 = LD(t), a01 = LD(t + (V)), a10 = LD(t + w), a11 = LD(t + w + (V));       \
+			VT a20 = LD(t + 2 * w), a21 = LD(t + 2 * w + (V));                               \
+			VT a30 = LD(t + 3 * w), a31 = LD(t + 3 * w + (V));                               \
+			VT a40 = LD(t + 4 * w), a41 = LD(t + 4 * w + (V));                               \
+			VT a50 = LD(t + 5 * w), a51 = LD(t + 5 * w + (V));                               \
+			const float *e = A + l0 * n + c0 + j;                                            \
+			for (int64_t l = 0; l < lw; l++, e += n) {                                       \
+				VT e0 = LD(e), e1 = LD(e + (V)), b;                                          \
+				b = SET1(h[l]), a00 = FMA(b, e0, a00), a01 = FMA(b, e1, a01);                \
+				b = SET1(h[k + l]), a10 = FMA(b, e0, a10), a11 = FMA(b, e1, a11);            \
+				b = SET1(h[2 * k + l]), a20 = FMA(b, e0, a20), a21 = FMA(b, e1, a21);        \
+				b = SET1(h[3 * k + l]), a30 = FMA(b, e0, a30), a31 = FMA(b, e1, a31);        \
+				b = SET1(h[4 * k + l]), a40 = FMA(b, e0, a40), a41 = FMA(b, e1, a41);        \
+				b = SET1(h[5 * k + l]), a50 = FMA(b, e0, a50), a51 = FMA(b, e1, a51);        \
+			}                                                                                \
+			ST(t, a00), ST(t + (V), a01), ST(t + w, a10), ST(t + w + (V), a11);              \
+			ST(t + 2 * w, a20), ST(t + 2 * w + (V), a21);                                    \
+			ST(t + 3 * w, a30), ST(t + 3 * w + (V), a31);                                    \
+			ST(t + 4 * w, a40), ST(t + 4 * w + (V), a41);                                    \
+			ST(t + 5 * w, a50), ST(t + 5 * w + (V), a51);                                    \
+		}                                                                                    \
+		if (j < w)                                                                           \
+			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 6, j);                      \
+	}                                                                                        \
+	for (; i < k; i++) {                                                                     \
+		const float *h = H + i * k + l0;                                                     \
+		int64_t j = 0;                                                                       \
+		for (; j + 2 * (V) <= w; j += 2 * (V)) {                                             \
+			float *t = T + i * w + j;                                                        \
+			VT a0 = LD(t), a1 = LD(t + (V));                                                 \
+			const float *e = A + l0 * n + c0 + j;                                            \
+			for (int64_t l = 0; l < lw; l++, e += n) {                                       \
+				VT b = SET1(h[l]);                                                           \
+				a0 = FMA(b, LD(e), a0), a1 = FMA(b, LD(e + (V)), a1);                        \
+			}                                                                                \
+			ST(t, a0), ST(t + (V), a1);                                                      \
+		}                                                                                    \
+		if (j < w)                                                                           \
+			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 1, j);                      \
+	}                                                                                        \
 }
-
-/* 6 rows x 32 columns a step (12 accumulators; on bench/proxy-error's
- * 2048x2048, 2-core EPYC: 0.22 s, against 0.33 s with 4 rows, 0.43 s with
- * 8 rows as an array, and 0.46 s for the unfused code before), then single
- * rows, the columns left by the reference */
-__attribute__((target("avx512f")))
-static void proxy_panel_avx512(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,
-                               int64_t lw, int64_t c0, int64_t w, float *T)
-{
-	int64_t i = 0;
-	for (; i + 6 <= k; i += 6) {
-		const float *h0 = H + i * k + l0, *h1 = h0 + k, *h2 = h1 + k, *h3 = h2 + k, *h4 = h3 + k,
-		            *h5 = h4 + k;
-		int64_t j = 0;
-		for (; j + 32 <= w; j += 32) {
-			float *t = T + i * w + j;
-			__m512 a00 = _mm512_loadu_ps(t), a01 = _mm512_loadu_ps(t + 16);
-			__m512 a10 = _mm512_loadu_ps(t + w), a11 = _mm512_loadu_ps(t + w + 16);
-			__m512 a20 = _mm512_loadu_ps(t + 2 * w), a21 = _mm512_loadu_ps(t + 2 * w + 16);
-			__m512 a30 = _mm512_loadu_ps(t + 3 * w), a31 = _mm512_loadu_ps(t + 3 * w + 16);
-			__m512 a40 = _mm512_loadu_ps(t + 4 * w), a41 = _mm512_loadu_ps(t + 4 * w + 16);
-			__m512 a50 = _mm512_loadu_ps(t + 5 * w), a51 = _mm512_loadu_ps(t + 5 * w + 16);
-			const float *e = A + l0 * n + c0 + j;
-			for (int64_t l = 0; l < lw; l++, e += n) {
-				__m512 e0 = _mm512_loadu_ps(e), e1 = _mm512_loadu_ps(e + 16);
-				__m512 b0 = _mm512_set1_ps(h0[l]), b1 = _mm512_set1_ps(h1[l]);
-				__m512 b2 = _mm512_set1_ps(h2[l]), b3 = _mm512_set1_ps(h3[l]);
-				__m512 b4 = _mm512_set1_ps(h4[l]), b5 = _mm512_set1_ps(h5[l]);
-				a00 = _mm512_fmadd_ps(b0, e0, a00), a01 = _mm512_fmadd_ps(b0, e1, a01);
-				a10 = _mm512_fmadd_ps(b1, e0, a10), a11 = _mm512_fmadd_ps(b1, e1, a11);
-				a20 = _mm512_fmadd_ps(b2, e0, a20), a21 = _mm512_fmadd_ps(b2, e1, a21);
-				a30 = _mm512_fmadd_ps(b3, e0, a30), a31 = _mm512_fmadd_ps(b3, e1, a31);
-				a40 = _mm512_fmadd_ps(b4, e0, a40), a41 = _mm512_fmadd_ps(b4, e1, a41);
-				a50 = _mm512_fmadd_ps(b5, e0, a50), a51 = _mm512_fmadd_ps(b5, e1, a51);
-			}
-			_mm512_storeu_ps(t, a00), _mm512_storeu_ps(t + 16, a01);
-			_mm512_storeu_ps(t + w, a10), _mm512_storeu_ps(t + w + 16, a11);
-			_mm512_storeu_ps(t + 2 * w, a20), _mm512_storeu_ps(t + 2 * w + 16, a21);
-			_mm512_storeu_ps(t + 3 * w, a30), _mm512_storeu_ps(t + 3 * w + 16, a31);
-			_mm512_storeu_ps(t + 4 * w, a40), _mm512_storeu_ps(t + 4 * w + 16, a41);
-			_mm512_storeu_ps(t + 5 * w, a50), _mm512_storeu_ps(t + 5 * w + 16, a51);
-		}
-		if (j < w)
-			for (int r = 0; r < 6; r++)
-				proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i + r, i + r + 1, j);
-	}
-	for (; i < k; i++) {
-		const float *h0 = H + i * k + l0;
-		int64_t j = 0;
-		for (; j + 32 <= w; j += 32) {
-			float *t = T + i * w + j;
-			__m512 a0 = _mm512_loadu_ps(t), a1 = _mm512_loadu_ps(t + 16);
-			const float *e = A + l0 * n + c0 + j;
-			for (int64_t l = 0; l < lw; l++, e += n) {
-				__m512 b = _mm512_set1_ps(h0[l]);
-				a0 = _mm512_fmadd_ps(b, _mm512_loadu_ps(e), a0);
-				a1 = _mm512_fmadd_ps(b, _mm512_loadu_ps(e + 16), a1);
-			}
-			_mm512_storeu_ps(t, a0), _mm512_storeu_ps(t + 16, a1);
-		}
-		if (j < w)
-			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 1, j);
-	}
-}
+PX_KERNEL(proxy_panel_avx2, "avx2,fma", __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps,
+          _mm256_set1_ps, _mm256_fmadd_ps)
+PX_KERNEL(proxy_panel_avx512, "avx512f", __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps,
+          _mm512_set1_ps, _mm512_fmadd_ps)
+#undef PX_KERNEL
 #endif
 
-/* the proxy error's panel form: X3_PROXY_PATH (ref, avx2, avx512) forces
- * one, else the widest the processor has; x3_proxy_path says which */
+/* the proxy error's panel form: the widest the processor has, narrowed by
+ * X3_PROXY_PATH (ref or avx2; avx512 changes nothing); x3_proxy_path says
+ * which */
 static int px_path = -1;   /* 0 ref, 1 avx2, 2 avx512 */
 
 static int px_pick(void)
@@ -1411,6 +1348,9 @@ static void proxy_panel(const float *H, const float *A, int64_t k, int64_t n, in
 	}
 }
 
+/* tr(A H Aᵀ) for A (k, n): per column block, T = H A[:, block] panel by
+ * panel, then its products with A in double; the blocks' sums added in
+ * block order. */
 static int proxy_quad(const float *A, const float *H, int64_t k, int64_t n, double *out)
 {
 	int64_t nb = (n + PX_JB - 1) / PX_JB;
