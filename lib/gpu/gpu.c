@@ -258,10 +258,14 @@ static struct {
 	int64_t batch;    /* 0: no scratch */
 } vc = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-static void vc_drop(void)
+static void vc_free_io(void)
 {
 	x3_gpu_free(vc.x_d), x3_gpu_free(vc.st_d), x3_gpu_free(vc.val_d);
 	vc.x_d = vc.val_d = NULL, vc.st_d = NULL, vc.cap = 0;
+}
+
+static void vc_free_scratch(void)
+{
 	vrun_free(&vc.v);
 	vc.batch = 0;
 }
@@ -270,13 +274,10 @@ static void vc_drop(void)
 static int vc_get(int K, int cb, int64_t batch)
 {
 	int rc = X3_OK;
-	if (vc.batch && (vc.v.K != K || vc.v.cb != cb || vc.batch != batch)) {
-		vrun_free(&vc.v);
-		vc.batch = 0;
-	}
+	if (vc.batch && (vc.v.K != K || vc.v.cb != cb || vc.batch != batch))
+		vc_free_scratch();
 	if (batch > vc.cap) {
-		x3_gpu_free(vc.x_d), x3_gpu_free(vc.st_d), x3_gpu_free(vc.val_d);
-		vc.x_d = vc.val_d = NULL, vc.st_d = NULL, vc.cap = 0;
+		vc_free_io();
 		rc = x3_gpu_alloc((void **)&vc.x_d, (size_t)batch * 256 * sizeof(float));
 		if (!rc)
 			rc = x3_gpu_alloc((void **)&vc.st_d, (size_t)batch * 256 * sizeof(uint16_t));
@@ -291,7 +292,7 @@ static int vc_get(int K, int cb, int64_t batch)
 			vc.batch = batch;
 	}
 	if (rc)
-		vc_drop();   /* nothing half-made kept; the error stands */
+		vc_free_io(), vc_free_scratch();   /* nothing half-made kept; the error stands */
 	return rc;
 }
 
