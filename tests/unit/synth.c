@@ -103,6 +103,22 @@ float *test_gram(const float *X, int64_t rows, int64_t k)
 	return H;
 }
 
+double test_proxy_ref(const float *A, const float *B, const float *H, int64_t k, int64_t n)
+{
+	double s = 0, a = 0;
+	for (int64_t c = 0; c < n; c++)
+		for (int64_t i = 0; i < k; i++) {
+			double t = 0, u = 0;
+			for (int64_t l = 0; l < k; l++) {
+				t += (double)H[i * k + l] * ((double)A[l * n + c] - B[l * n + c]);
+				u += (double)H[i * k + l] * A[l * n + c];
+			}
+			s += ((double)A[i * n + c] - B[i * n + c]) * t;
+			a += (double)A[i * n + c] * u;
+		}
+	return s / (a > 1e-8 ? a : 1e-8);
+}
+
 double test_max_diff(const float *a, const float *b, size_t n)
 {
 	double d = 0;

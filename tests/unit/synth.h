@@ -39,6 +39,9 @@ float *test_corr_acts(x3_rng *g, int64_t rows, int64_t k, double c);
 /* H = XᵀX (k, k) of X (rows, k), one SGEMM (calloc'd). */
 float *test_gram(const float *X, int64_t rows, int64_t k);
 
+/* The proxy error tr(Eᵀ H E) / max(tr(Aᵀ H A), 1e-8), E = A - B (k x n),
+ * in plain double: the reference for x3_proxy_error. */
+double test_proxy_ref(const float *A, const float *B, const float *H, int64_t k, int64_t n);
 /* max |a - b| over n values; the same over max |b| (1 where b is all 0). */
 double test_max_diff(const float *a, const float *b, size_t n);
 double test_max_rel(const float *a, const float *b, size_t n);

@@ -21,23 +21,6 @@
 
 static x3_rng rng;
 
-/* the proxy error tr(Eᵀ H E) / tr(Aᵀ H A), E = A - B (k x n), in double */
-static double proxy_ref(const float *A, const float *B, const float *H, int64_t k, int64_t n)
-{
-	double s = 0, a = 0;
-	for (int64_t c = 0; c < n; c++)
-		for (int64_t i = 0; i < k; i++) {
-			double t = 0, u = 0;
-			for (int64_t l = 0; l < k; l++) {
-				t += (double)H[i * k + l] * ((double)A[l * n + c] - B[l * n + c]);
-				u += (double)H[i * k + l] * A[l * n + c];
-			}
-			s += ((double)A[i * n + c] - B[i * n + c]) * t;
-			a += (double)A[i * n + c] * u;
-		}
-	return s / (a > 1e-8 ? a : 1e-8);
-}
-
 /* One refinement pass in plain double, from Q (k x n, updated in place):
  * the blocks from the last to the first, each re-encoded (x3_ldlq without
  * a Hessian on a 128-row matrix holding the target in its first 16 rows:
@@ -150,7 +133,7 @@ int main(void)
 		      "K=%d: proxy error falls: %.6g -> %.6g (%.1f%%) -> %.6g", K, r[0]->proxy_err, r[1]->proxy_err,
 		      100 * (r[1]->proxy_err / r[0]->proxy_err - 1), r[2]->proxy_err);
 		for (int p = 1; p < 3; p++) {
-			double pr = proxy_ref(r[p]->Wg, r[p]->Q, h->H, k, n);
+			double pr = test_proxy_ref(r[p]->Wg, r[p]->Q, h->H, k, n);
 			CHECK(fabs(pr / r[p]->proxy_err - 1) < 1e-5,
 			      "K=%d, %d passes: the reported proxy error recomputed in double (%.9g vs %.9g)",
 			      K, p, r[p]->proxy_err, pr);
@@ -163,7 +146,7 @@ int main(void)
 		float *Qr = malloc((size_t)(k * n) * sizeof(float));
 		memcpy(Qr, r[0]->Q, (size_t)(k * n) * sizeof(float));
 		int kept = ref_pass(r[0]->Wg, Qr, h->H, k, n, K);
-		double pref = proxy_ref(r[0]->Wg, Qr, h->H, k, n);
+		double pref = test_proxy_ref(r[0]->Wg, Qr, h->H, k, n);
 		int64_t same = 0;
 		for (int64_t i = 0; i < k * n; i++)
 			same += Qr[i] == r[1]->Q[i];
