@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # tests/bench/gpu-layer.sh: one real-width decoder layer converted with
 # --device cuda (every stage on the GPU), where the wall time goes, and
-# the layer's rate against the GPU encoder kernel's (tests/bench/gpu) in
-# the same run. tests/gpu/run runs it last; layer.sh is the CPU's (it needs
+# the layer's rate against the encoder alone on the same device, in the
+# same run. tests/gpu/run runs it last; layer.sh is the CPU's (it needs
 # strace, which the GPU machines lack; this one reads the work directory
 # instead: the capture's stamps and trellis-encode's timing metadata,
 # summed by convert into WORK/timing.json).
 #
+# The baseline, measured in the same run: the encoder alone, at K=B, on the
+# whole device (cuda: tests/bench/gpu's encoder on 20000 tiles, K 2 and 4
+# only; cpu: tests/bench/viterbi per core times the cores); the layer's
+# rate without its capture is given as a share of it.
 # The layer: an 8B Llama's (hidden 4096, intermediate 14336, 32/8 heads),
 # one layer made by examples/make-tiny-llama; 4 bpw; calibration 64 rows x
 # 2048 tokens of $X3_SHARED/data/sotu.txt.zst (or BENCH_CAL; without one,
@@ -21,6 +25,7 @@
 #                                     and each later run redoes the encodes
 #                                     (params/quant or the jobs differ)
 #   BENCH_DEVICE                      cuda (default), or cpu to try it here
+#                                     (auto: measured as cuda)
 #   BENCH_LAYER_TIMEOUT               seconds per conversion (600)
 # Prints a table per run and one JSON line per run; exits 1 if a run failed.
 set -euo pipefail
@@ -31,6 +36,12 @@ cal=${BENCH_CAL:-${X3_SHARED:-$root/../shared}/data/sotu.txt.zst}
 calopt=(); [ -r "$cal" ] && calopt=(--cal "$cal")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/x3gl.XXXXXX"); trap '[ -n "${BENCH_KEEP:-}" ] || rm -rf "$tmp"' EXIT
 layer_model "$tmp/m"
+if [ "$dev" = cpu ]; then
+	base=$(awk -v w="$(viterbi_core)" -v c="$(nproc)" 'BEGIN { printf "%.3f", w * c / 1e6 }')
+else
+	base=$("$root/tests/bench/gpu" -t 20000 -r 20 | grep '^{' | tail -1 | jq -r --arg k "enc_k${B}_mwps" '.[$k] // "null"')
+fi
+echo "the encoder alone, K=$B, --device $dev: $base M weights/s (the baseline, this run)"
 mt() { stat -c %.3Y "$1" 2>/dev/null || echo 0; }
 fail=0
 w=$tmp/w prev=none
@@ -58,10 +69,13 @@ for run in ${BENCH_LAYER_J:-1 1+gpu-ldlq 4}; do
 		"$w/timing.json"
 	jq -r '.timing as $t | "  sum over \(.encodes) encodes: quantize \(.seconds) s, of it the Viterbi \($t.viterbi) s; waiting for input \($t.input) s; start-up \($t.start) s"' "$w/timing.json"
 	rate=$(awk -v n="$weights" -v t="$wall" -v c="$cap" 'BEGIN { printf "%.3f", n / (t - c) / 1e6 }')
-	echo "  the layer without its capture: $rate M weights/s (wall)"
+	pct=$(awk -v a="$rate" -v b="$base" 'BEGIN { print (b + 0 > 0 ? sprintf("%.1f", 100 * a / b) : "null") }')
+	echo "  the layer without its capture: $rate M weights/s (wall), $pct% of the encoder alone (target 70%)"
 	jq -c -n --argjson j "$j" --arg dev "$dev" --arg extra "${extra[*]-}" --argjson wall "$wall" --argjson cap "$cap" \
-		--argjson n "$weights" --argjson rate "$rate" --slurpfile t "$w/timing.json" \
+		--argjson n "$weights" --argjson rate "$rate" --argjson base "$base" --argjson pct "$pct" \
+		--slurpfile t "$w/timing.json" \
 		'{bench: "gpu-layer", device: $dev, jobs: $j, options: $extra, weights: $n, wall_s: $wall, capture_s: $cap,
-		  mwps_without_capture: $rate, encodes: $t[0].encodes, quantize_s: $t[0].seconds, timing: $t[0].timing}'
+		  mwps_without_capture: $rate, encoder_alone_mwps: $base, pct_of_encoder: $pct, target_pct: 70,
+		  encodes: $t[0].encodes, quantize_s: $t[0].seconds, timing: $t[0].timing}'
 done
 exit $fail

@@ -38,8 +38,7 @@ layer_model "$tmp/m"
 cores=$(nproc)
 
 # the Viterbi alone, this K, best path, per core on CPU time
-vit=$("$root/tests/bench/viterbi" -K "$B" -R -r 3 | grep '^{' | tail -1)
-vit_core=$(jq -r --arg k "$B" '.K[$k].wps_core' <<<"$vit")
+vit_core=$(viterbi_core)
 
 strace -f -qq --seccomp-bpf -e trace=execve,exit_group -e signal=none -ttt -o "$tmp/trace" \
 	/usr/bin/time -f '%e %U %S %M' -o "$tmp/time" \

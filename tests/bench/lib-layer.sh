@@ -18,3 +18,8 @@ layer_model() {
 		"$1/config.json" >"$1/config.json.tmp" && mv "$1/config.json.tmp" "$1/config.json"
 	weights=$(tensor-ls --linears "$1" | jq -s 'map(select(.layer == 0) | .shape[0] * .shape[1]) | add')
 }
+# viterbi_core: the Viterbi alone at K=B, best path, weights per CPU-second
+# per core (tests/bench/viterbi), the baseline of the layer's rate
+viterbi_core() {
+	"$root/tests/bench/viterbi" -K "$B" -R -r 3 | grep '^{' | tail -1 | jq -r --arg k "$B" '.K[$k].wps_core'
+}
