@@ -12,6 +12,8 @@
 #include "util-device.h"
 #include "calib.h"
 #include "frame.h"
+#include "io.h"
+#include "jsonw.h"
 #include "device.h"
 #include "hessian.h"
 #include "model.h"
@@ -24,7 +26,7 @@ static const char usage[] =
 	"                       [--hidden-in FILE] [--hidden-out FILE] [--hidden-next FILE]\n"
 	"                       [--stream] [--even-odd] [--strict] [--chunk N] [--f64]\n"
 	"                       [--moe-capture routed|weighted|all] [--min-tokens N]\n"
-	"                       [--report FILE]\n"
+	"                       [--report FILE] [--timing FILE]\n"
 	"                       [--chunk-rows R] [--spill DIR] [--part I | --list-parts]\n"
 	"                       [--device cpu|cuda|auto] [-o FILE] [--zstd[=LEVEL]] [-q]\n"
 	"       hessian-capture --merge [--f64] [-o FILE] [--zstd[=LEVEL]] [FILE...]\n"
@@ -63,6 +65,9 @@ static const char usage[] =
 	"                   blended with the all-token one of the layer's first chunk\n"
 	"                   (default: the hidden size)\n"
 	"  --report FILE    one JSON line per expert: routed tokens, fallback used\n"
+	"  --timing FILE    where the wall time went, as one JSON object: start-up,\n"
+	"                   tokens, load, linears, sums, other (attention, norms,\n"
+	"                   ...), write (hessian-capture(1))\n"
 	"  --chunk-rows R   the calibration in chunks of R rows (default: one chunk of\n"
 	"                   all): H is the sum of the chunks' sums in chunk order, the\n"
 	"                   same bits however many processes captured the chunks\n"
@@ -104,6 +109,14 @@ static x3_hess *hset_find(struct hset *s, const char *name)
 }
 
 static const char *spill_dir;   /* --spill DIR, or NULL */
+
+/* --timing: wall seconds from main's start (t_main), in get_rows (t_tokens),
+ * in the forward (ft: load, linears, hook, total), in its callbacks below
+ * (t_cb: chunk and layer ends, hidden states), and from the forward's end
+ * to the output closed (t_close) */
+static double t_main, t_tokens, t_fwd0, t_fwd1, t_cb;
+static struct x3_forward_timing ft;
+static struct { int la, lb; long rows, cols; } tm;   /* what ran, for the report */
 
 static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
                          const char *members, int layer)
@@ -586,7 +599,7 @@ static int cap_layer_done(void *ctx, int layer, int n)
 	/* the groups after the experts (the shared expert's), or all of a
 	 * dense layer's; a part's sums are written exactly (F64) for the merge */
 	hset_flush(&k->set, k->w, k->f64 || k->pv ? X3_F64 : X3_F32, k->pv);
-	double dt = now_seconds() - k->t0;
+	double dt = x3_now() - k->t0;
 	progress("layer %d/%d done, %.0f tokens/s", layer, n,
 	         dt > 0 ? (double)k->ntok * (layer + 1) / dt : 0.0);
 	return X3_OK;
@@ -664,6 +677,78 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 	return ids;
 }
 
+/* the forward's callbacks, timed (t_cb) */
+static int timed_seg_done(void *ctx, int layer, int64_t seg)
+{
+	double t = x3_now();
+	int rc = cap_seg_done(ctx, layer, seg);
+	t_cb += x3_now() - t;
+	return rc;
+}
+
+static int timed_layer_done(void *ctx, int layer, int n)
+{
+	double t = x3_now();
+	int rc = cap_layer_done(ctx, layer, n);
+	t_cb += x3_now() - t;
+	return rc;
+}
+
+static int timed_expert_done(void *ctx, int layer, int expert)
+{
+	double t = x3_now();
+	int rc = cap_expert_done(ctx, layer, expert);
+	t_cb += x3_now() - t;
+	return rc;
+}
+
+static int timed_hid_save(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden)
+{
+	double t = x3_now();
+	int rc = hid_save(ctx, layer, x, ntok, hidden);
+	t_cb += x3_now() - t;
+	return rc;
+}
+
+/* --timing FILE: one JSON object, written atomically once the output is
+ * complete. The phases add up to seconds: start (main's start to the
+ * forward, the tokens' reading aside), tokens, load, linears, sums (the
+ * capture hook), other (the rest of the forward), write (chunk and layer
+ * ends: sums merged, spilled, converted and written; hidden states saved;
+ * the output closed). */
+static void timing_write(const char *file)
+{
+	double t_end = x3_now();
+	double fwd = t_fwd1 - t_fwd0;
+	double other = ft.total - ft.load - ft.linears - ft.hook - t_cb;
+	x3_jw jw = X3_JW_INIT;
+	json_t *o = json_object(), *t = json_object();
+	x3_jw_set_str(&jw, o, "program", "hessian-capture");
+	x3_jw_set(&jw, o, "layers", json_pack("[i, i]", tm.la, tm.lb));
+	x3_jw_set(&jw, o, "rows", json_integer(tm.rows));
+	x3_jw_set(&jw, o, "cols", json_integer(tm.cols));
+	x3_jw_set_str(&jw, o, "device", x3_device_name(device));
+	x3_jw_set(&jw, o, "seconds", json_real(t_end - t_main));
+	x3_jw_set(&jw, t, "start", json_real(t_fwd0 - t_main - t_tokens));
+	x3_jw_set(&jw, t, "tokens", json_real(t_tokens));
+	x3_jw_set(&jw, t, "load", json_real(ft.load));
+	x3_jw_set(&jw, t, "linears", json_real(ft.linears));
+	x3_jw_set(&jw, t, "sums", json_real(ft.hook));
+	x3_jw_set(&jw, t, "other", json_real(other > 0 ? other : 0));
+	x3_jw_set(&jw, t, "write", json_real(t_cb + (fwd - ft.total) + (t_end - t_fwd1)));
+	x3_jw_set(&jw, o, "timing", json_incref(t));
+	char *txt = x3_jw_dump(&jw, o, JSON_COMPACT | JSON_REAL_PRECISION(6), file, NULL);
+	json_decref(t);
+	json_decref(o);
+	if (!txt)
+		die_x3("--timing %s", file);
+	size_t n = strlen(txt);
+	txt[n] = '\n';   /* the terminator's place: the line ends, no NUL written */
+	if (x3_write_file_atomic(file, txt, n + 1))
+		die_x3("--timing %s", file);
+	free(txt);
+}
+
 static int do_capture(const char *model, const char *quant, char **texts, int ntexts,
                       const char *tokens, long rows, long cols, int la, int lb, int split,
                       int stream, int even_odd, int strict, long chunk, int f64,
@@ -694,8 +779,10 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	long dflt_cols = cfg.max_pos < 2048 ? (long)cfg.max_pos : 2048;
 	if (cols <= 0 && !tokens)
 		cols = dflt_cols;
+	double tt = x3_now();
 	int32_t *ids = get_rows(model, texts, ntexts, tokens, split, stream, even_odd, &rows, &cols,
 	                        dflt_cols, strict);
+	t_tokens = x3_now() - tt;
 	if (cols > cfg.max_pos)
 		warnx("rows of %ld tokens are longer than max_position_embeddings (%lld)",
 		      cols, (long long)cfg.max_pos);
@@ -730,7 +817,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	}
 
 	struct cap k = { .w = w, .pv = part >= 0 ? &pv : NULL, .f64 = f64, .n_layers = n,
-	                 .t0 = now_seconds(), .ntok = (long long)rows * cols,
+	                 .t0 = x3_now(), .ntok = (long long)rows * cols,
 	                 .moe = moe, .top_k = cfg.n_experts_tok, .min_tokens = min_tokens < 0 ? (long)cfg.hidden : min_tokens };
 	if (k.min_tokens < 1)   /* an expert no token reaches always falls back */
 		k.min_tokens = 1;
@@ -751,17 +838,17 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		chunk = (long)x3_config_chunk_tokens(&cfg);
 	fo.chunk_tokens = chunk;
 	fo.seg_rows = crow;
-	fo.seg_done = cap_seg_done;
+	fo.seg_done = timed_seg_done;
 	fo.seg_done_ctx = &k;
-	fo.layer_done = cap_layer_done;
+	fo.layer_done = timed_layer_done;
 	fo.layer_done_ctx = &k;
 	/* a mixture-of-experts layer's experts written one by one */
-	fo.expert_done = cap_expert_done;
+	fo.expert_done = timed_expert_done;
 	fo.expert_done_ctx = &k;
 	struct hid hd = { .out = hid_out, .next = hid_next, .layer = la, .next_layer = lb + 1,
 	                  .rows = rows, .cols = cols };
 	tokens_hash(pids, (int64_t)rows * cols, hd.tokens);
-	fo.layer_input = hid_save;
+	fo.layer_input = timed_hid_save;
 	fo.layer_input_ctx = &hd;
 	if (hid_in)
 		fo.hidden = hid_load(hid_in, &hd, cfg.hidden, la, &fo.first_layer);
@@ -769,8 +856,12 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	/* the all-token Hessians: of every chunk for --moe-capture all, else of
 	 * the first chunk of each layer (the fallback's) */
 	fo.moe_all_tokens = cfg.n_experts <= 0 ? 0 : moe == MOE_ALL ? INT64_MAX : part > 0 ? 0 : 1;
+	fo.timing = &ft;
+	t_fwd0 = x3_now();
 	if (x3_model_forward(m, pids, rows, cols, &fo))
 		die_x3("%s: forward", model);
+	t_fwd1 = x3_now();
+	tm.la = la, tm.lb = lb, tm.rows = rows, tm.cols = cols;
 	progress_done();
 	if (cfg.n_experts > 0 && !quiet && (part < 0 || moe == MOE_ALL))
 		fprintf(stderr, "%s: experts (%s capture): %d below %ld routed tokens used the fallback\n",
@@ -1225,10 +1316,12 @@ static void do_activations(char **files, int nfiles, const char *name, const cha
 
 int main(int argc, char **argv)
 {
+	t_main = x3_now();
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_LAYERS, O_QUANT, O_F64,
 	       O_MERGE, O_ACT, O_NAME, O_MEMBERS, O_SPLIT, O_STREAM, O_STRICT, O_CHUNK, O_ZSTD, O_EVEN,
-	       O_HIN, O_HOUT, O_HNEXT, O_DEV, O_MOE, O_MINTOK, O_REPORT, O_CROWS, O_PART, O_LPARTS, O_SPILL };
+	       O_HIN, O_HOUT, O_HNEXT, O_DEV, O_MOE, O_MINTOK, O_REPORT, O_CROWS, O_PART, O_LPARTS, O_SPILL,
+	       O_TIMING };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "text", required_argument, 0, O_TEXT },
 		{ "tokens", required_argument, 0, O_TOKENS }, { "rows", required_argument, 0, O_ROWS },
@@ -1246,6 +1339,7 @@ int main(int argc, char **argv)
 		{ "report", required_argument, 0, O_REPORT },
 		{ "chunk-rows", required_argument, 0, O_CROWS }, { "part", required_argument, 0, O_PART },
 		{ "list-parts", no_argument, 0, O_LPARTS }, { "spill", required_argument, 0, O_SPILL },
+		{ "timing", required_argument, 0, O_TIMING },
 		{ 0, 0, 0, 0 },
 	};
 	const char *outfile = NULL, *model = NULL, *tokens = NULL, *quant = NULL, *name = NULL, *members = NULL;
@@ -1256,7 +1350,7 @@ int main(int argc, char **argv)
 	int want_device = X3_DEVICE_CPU, have_device = 0;
 	long rows = 0, cols = 0, chunk = 0, min_tokens = -1, chunk_rows = 0, part = -1;
 	int moe = MOE_ROUTED, have_moe = 0, lparts = 0;
-	const char *report = NULL;
+	const char *report = NULL, *timing = NULL;
 	int c;
 	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
 		switch (c) {
@@ -1293,6 +1387,7 @@ int main(int argc, char **argv)
 		case O_HOUT: hid_out = optarg; break;
 		case O_HNEXT: hid_next = optarg; break;
 		case O_SPILL: spill_dir = optarg; break;
+		case O_TIMING: timing = optarg; break;
 		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
 		case O_MOE:
 			for (moe = 0; moe < 3 && strcmp(optarg, moe_names[moe]); moe++)
@@ -1317,6 +1412,8 @@ int main(int argc, char **argv)
 			usage_error(usage, "--name and --members go with --activations");
 		if (have_moe)
 			usage_error(usage, "--moe-capture, --min-tokens and --report go with --model");
+		if (timing)
+			usage_error(usage, "--timing reports a capture: it goes with --model");
 		if (merge && have_device)
 			usage_error(usage, "--merge only adds frames: --device goes with a model or --activations");
 	} else {
@@ -1333,9 +1430,9 @@ int main(int argc, char **argv)
 			usage_error(usage, "--quantized needs --layers A-B with A > 0");
 	}
 	if (lparts) {   /* text on stdout, no frames */
-		if (part >= 0 || outfile || hid_out || hid_next)
-			usage_error(usage, "--list-parts prints the chunks: not with --part, -o, --hidden-out or "
-			            "--hidden-next");
+		if (part >= 0 || outfile || hid_out || hid_next || timing)
+			usage_error(usage, "--list-parts prints the chunks: not with --part, -o, --hidden-out, "
+			            "--hidden-next or --timing");
 		do_capture(model, quant, texts, ntexts, tokens, rows, cols, la, lb, split, stream,
 		           even_odd, strict, chunk, f64, chunk_rows, -2, hid_in, hid_out, moe,
 		           min_tokens, NULL, NULL);
@@ -1360,6 +1457,8 @@ int main(int argc, char **argv)
 	if (x3_writer_close(w))
 		die_x3("%s", outfile ? outfile : "stdout");
 	output_commit();
+	if (timing)
+		timing_write(timing);
 	free(texts);
 	return 0;
 }

@@ -224,7 +224,7 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 		if (x3_writer_put(w, &t))
 			die_x3("%s", save);
 	}
-	double t0 = now_seconds();
+	double t0 = x3_now();
 	int64_t done = 0;
 	for (long r0 = 0; r0 < rows;) {
 		long nr = rows - r0 < batch ? rows - r0 : batch;
@@ -277,7 +277,7 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 		done += (int64_t)nr * (cols - 1);
 		x3_tensor_free(bt);
 		r0 += nr;
-		double dt = now_seconds() - t0;
+		double dt = x3_now() - t0;
 		progress("%ld/%ld rows, %.0f tokens/s", r0, rows, dt > 0 ? (double)r0 * cols / dt : 0.0);
 	}
 	progress_done();

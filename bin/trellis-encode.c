@@ -334,7 +334,7 @@ static void emit(const char *key, const struct prep *p, const x3_qresult *r)
 static void encode(struct group *g)
 {
 	struct prep p = { 0 };
-	double t0 = now_seconds();
+	double t0 = x3_now();
 	t_input = t0 - t_mark;
 	if (g->f[R_WEIGHT])
 		prep_plain(g, &p);
@@ -342,7 +342,7 @@ static void encode(struct group *g)
 		prep_rotated(g, &p);
 	else
 		die("'%s': frames without a weight or w_reg frame", g->key);
-	t_prep = now_seconds() - t0;
+	t_prep = x3_now() - t0;
 	for (int i = 0; i < nK; i++) {
 		x3_qresult *r;
 		/* the strips follow the signs' seed (had-rotate's, from the
@@ -376,7 +376,7 @@ static void encode(struct group *g)
 	x3_qweight_free(p.w);
 	x3_qhess_free(p.own);
 	free(p.bias);
-	t_mark = now_seconds();
+	t_mark = x3_now();
 }
 
 static void parse_measure(const char *s)
@@ -396,7 +396,7 @@ static void parse_measure(const char *s)
 
 int main(int argc, char **argv)
 {
-	t_main = now_seconds();
+	t_main = x3_now();
 	prog_init(argc, argv);
 	static const struct option lo[] = {
 		{ "codebook", required_argument, 0, 'c' },
@@ -540,7 +540,7 @@ int main(int argc, char **argv)
 	if (hfile)
 		hess_cache_load(&hc, hfile);
 	x3_reader *in;
-	t_mark = now_seconds();   /* the reader waits for the first frame */
+	t_mark = x3_now();   /* the reader waits for the first frame */
 	t_start = t_mark - t_main;
 	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
 		die_x3("stdin");

@@ -60,7 +60,6 @@ void outfile_commit(struct outfile *o);
 extern int quiet;
 void progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void progress_done(void);
-double now_seconds(void);
 /* Peak resident set size in bytes (from getrusage). */
 uint64_t peak_rss_bytes(void);
 

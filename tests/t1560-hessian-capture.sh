@@ -24,6 +24,23 @@ check_fail "layer past the head" 1 "layer 3 does not exist" hessian-capture --mo
 check "--layers 1- gives layer 1 and the head" \
 	test "$(hessian-capture --model m --tokens tok --layers 1- | tensor-ls | jq -r .meta.layer | tr -d '\n')" = 11112
 
+# --timing: one JSON object, the phases >= 0 and adding up to seconds; the
+# Hessians the same with it; refused where there is no capture
+hessian-capture --model m --tokens tok --timing tm.json >h3
+check "--timing: the same Hessians" cmp -s h h3
+check "--timing: program, layers, rows, cols, device" \
+	jq -e '.program == "hessian-capture" and .layers == [0, 2] and .rows == 4 and .cols == 16 and .device == "cpu"' tm.json
+check "--timing: the seven phases, each >= 0, adding up to seconds" \
+	jq -e '(.timing | keys) == ["linears", "load", "other", "start", "sums", "tokens", "write"] and
+		all(.timing[]; . >= 0) and .seconds > 0 and
+		(([.timing[]] | add) - .seconds | fabs) <= 0.001 + 0.01 * .seconds' tm.json
+check_fail "--timing with --merge" 2 "timing reports a capture" hessian-capture --merge --timing x h
+check_fail "--timing with --list-parts" 2 "list-parts prints the chunks" \
+	hessian-capture --model m --tokens tok --chunk-rows 2 --list-parts --timing x
+check_fail "--timing into a missing directory" 1 "timing nodir/t.json" \
+	hessian-capture --model m --tokens tok --timing nodir/t.json -o h4
+check "--timing's failure after a complete output: the output is there" cmp -s h h4
+
 # fewer tokens than asked for: warn and use them, or fail with --strict
 hessian-capture --model m --tokens tok --rows 10 >h2 2>err
 check "short input: warning" grep -q "only 4 rows of 16" err

@@ -70,6 +70,14 @@ check "timing.json: every encode of w/enc, the totals their sums, each phase >= 
 		((.seconds - ([.by_tensor[].seconds] | add)) | fabs) < 0.01 and
 		all(.by_tensor[]; all(.timing[]; . >= 0)) and
 		((.timing.ldlq - ([.by_tensor[].timing.ldlq] | add)) | fabs) < 0.01' w/timing.json >/dev/null
+check "convert: one line of capture time on stderr" \
+	grep -q "^convert: capture time (hessian-capture, summed over [0-9]* captures, wall s): .* = start-up .* + linears .* + other .* + write" err.txt
+check "timing.json: every capture of w/timing, the totals their sums, each phase >= 0" \
+	jq -e --argjson n "$(ls w/timing/*.json | wc -l)" '.capture.captures == $n and $n > 0 and
+		(.capture.by_capture | length) == $n and
+		((.capture.seconds - ([.capture.by_capture[].seconds] | add)) | fabs) < 0.01 and
+		all(.capture.by_capture[]; all(.timing[]; . >= 0)) and
+		((.capture.timing.other - ([.capture.by_capture[].timing.other] | add)) | fabs) < 0.01' w/timing.json >/dev/null
 rm -f w/timing.json
 convert "$M" q4 --bits 4 --work w "${cal[@]}" -j 2 -q 2>err.txt
 check "convert -q: no timing report" sh -c '! grep -q "encode time" err.txt && ! test -e w/timing.json'

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <xxhash.h>
 #include "x3.h"
 #include "utf8.h"
@@ -607,4 +608,11 @@ int x3_tensor_check_utf8(const x3_tensor *t, int with_meta)
 			return x3_errprefix(rc, "metadata '%s'", k);
 	}
 	return rc;
+}
+
+double x3_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

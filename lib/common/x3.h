@@ -31,6 +31,9 @@ int x3_err(int code, const char *fmt, ...)
 int x3_errprefix(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC): for intervals. */
+double x3_now(void);
+
 /* ---- dtypes: ids are numbered once and never reused ------------------ */
 typedef enum {
 	X3_F64 = 0, X3_F32 = 1, X3_F16 = 2, X3_BF16 = 3,

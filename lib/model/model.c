@@ -634,6 +634,18 @@ struct fwd {
 	float *qa, *kva, *ckv, *kvb;   /* MLA: q_a, kv_a, normed latent, kv_b outputs */
 };
 
+/* x3_linear_apply, its time in the forward's timing */
+static int lin_apply(const struct fwd *f, x3_linear *l, const float *x, int64_t rows, int64_t seg,
+                     float *y)
+{
+	struct x3_forward_timing *t = f->o->timing;
+	double t0 = t ? x3_now() : 0;
+	int rc = x3_linear_apply(l, x, rows, seg, y);
+	if (t)
+		t->linears += x3_now() - t0;
+	return rc;
+}
+
 static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in);
 /* The capture hook for the Hessian group that the module of slot s of
  * layer l reads. */
@@ -658,7 +670,11 @@ static int hook_ex(struct fwd *f, int layer, const x3_module *d, const float *x,
 		return rc;
 	struct x3_capture c = { layer, d->group, mb, d->tied ? d->weight : NULL, x, ntok, in,
 	                        d->expert, all, row_w };
-	return o->hook(o->hook_ctx, &c);
+	double t0 = o->timing ? x3_now() : 0;
+	rc = o->hook(o->hook_ctx, &c);
+	if (o->timing)
+		o->timing->hook += x3_now() - t0;
+	return rc;
 }
 
 static int hook_mod(struct fwd *f, int layer, const x3_module *d, const float *x, int64_t ntok, int64_t in)
@@ -683,7 +699,7 @@ static int moe_apply(void *ctx, int64_t e, int j, const float *x, int64_t n, flo
 	int rc;
 	if (j != 1 && (rc = hook_ex(c->f, c->l, d, x, n, d->in, 0, c->rw)))
 		return rc;
-	return x3_linear_apply(c->w->ex[e * 3 + j], x, n, 0, y);
+	return lin_apply(c->f, c->w->ex[e * 3 + j], x, n, 0, y);
 }
 
 /* The all-token capture of every expert of layer l over xn (nt, hidden)
@@ -700,8 +716,8 @@ static int moe_all_tokens(struct fwd *f, int l, const struct layer_w *w, int64_t
 	for (int64_t e = 0; e < w->nex && !rc; e++) {
 		const x3_module *dg = w->exm[e * 3], *dd = w->exm[e * 3 + 2];
 		if ((rc = hook_ex(f, l, dg, f->xn, nt, dg->in, 2, NULL)) ||
-		    (rc = x3_linear_apply(w->ex[e * 3], f->xn, nt, f->cols, g)) ||
-		    (rc = x3_linear_apply(w->ex[e * 3 + 1], f->xn, nt, f->cols, u)))
+		    (rc = lin_apply(f, w->ex[e * 3], f->xn, nt, f->cols, g)) ||
+		    (rc = lin_apply(f, w->ex[e * 3 + 1], f->xn, nt, f->cols, u)))
 			break;
 		for (int64_t i = 0; i < nt * I; i++)
 			g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -747,14 +763,14 @@ static int shared_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t n
 	if (!w->lin[X3_SLOT_SHX_GATE])
 		return X3_OK;
 	if ((rc = hook(f, l, X3_SLOT_SHX_GATE, f->xn, nt, H)) ||
-	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_GATE], f->xn, nt, f->cols, f->g)) ||
-	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_UP], f->xn, nt, f->cols, f->u)))
+	    (rc = lin_apply(f, w->lin[X3_SLOT_SHX_GATE], f->xn, nt, f->cols, f->g)) ||
+	    (rc = lin_apply(f, w->lin[X3_SLOT_SHX_UP], f->xn, nt, f->cols, f->u)))
 		return rc;
 	for (int64_t i = 0; i < nt * si; i++)
 		f->g[i] = f->g[i] / (1.0f + expf(-f->g[i])) * f->u[i];
 	float *sc = f->u;   /* free now: the gate's (nt) scalars */
 	if ((rc = hook(f, l, X3_SLOT_SHX_DOWN, f->g, nt, si)) ||
-	    (rc = x3_linear_apply(w->lin[X3_SLOT_SHX_DOWN], f->g, nt, f->cols, f->a)) ||
+	    (rc = lin_apply(f, w->lin[X3_SLOT_SHX_DOWN], f->g, nt, f->cols, f->a)) ||
 	    (w->vec[X3_SLOT_SHX_SCALE] && (rc = x3_gemm_xwt(f->xn, nt, f->cols, H, w->vec[X3_SLOT_SHX_SCALE], 1, sc))))
 		return rc;
 	for (int64_t t = 0; t < nt; t++) {
@@ -782,22 +798,22 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 	if ((rc = hook(f, l, c->q_lora > 0 ? X3_SLOT_Q_A : X3_SLOT_Q, f->xn, nt, H)))
 		return rc;
 	if (c->q_lora > 0) {
-		if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q_A], f->xn, nt, cols, f->qa)))
+		if ((rc = lin_apply(f, w->lin[X3_SLOT_Q_A], f->xn, nt, cols, f->qa)))
 			return rc;
 		rmsnorm(f->qa, f->qa, w->vec[X3_SLOT_Q_A_NORM], nt, c->q_lora, c->rms_eps);
 		if ((rc = hook(f, l, X3_SLOT_Q_B, f->qa, nt, c->q_lora)) ||
-		    (rc = x3_linear_apply(w->lin[X3_SLOT_Q_B], f->qa, nt, cols, f->q)))
+		    (rc = lin_apply(f, w->lin[X3_SLOT_Q_B], f->qa, nt, cols, f->q)))
 			return rc;
-	} else if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q))) {
+	} else if ((rc = lin_apply(f, w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q))) {
 		return rc;
 	}
-	if ((rc = x3_linear_apply(w->lin[X3_SLOT_KV_A], f->xn, nt, cols, f->kva)))
+	if ((rc = lin_apply(f, w->lin[X3_SLOT_KV_A], f->xn, nt, cols, f->kva)))
 		return rc;
 	for (int64_t t = 0; t < nt; t++)
 		memcpy(f->ckv + t * kl, f->kva + t * kva, (size_t)kl * sizeof(float));
 	rmsnorm(f->ckv, f->ckv, w->vec[X3_SLOT_KV_A_NORM], nt, kl, c->rms_eps);
 	if ((rc = hook(f, l, X3_SLOT_KV_B, f->ckv, nt, kl)) ||
-	    (rc = x3_linear_apply(w->lin[X3_SLOT_KV_B], f->ckv, nt, cols, f->kvb)))
+	    (rc = lin_apply(f, w->lin[X3_SLOT_KV_B], f->ckv, nt, cols, f->kvb)))
 		return rc;
 	/* the rope key (one per token) rotated once, then every head's key */
 	rope_part(f->kva, nt, 1, kva, kl, rp, c->rope_interleave, cols, f->cosv, f->sinv);
@@ -829,9 +845,9 @@ static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, i
 	} else {
 		if ((rc = hook(f, l, X3_SLOT_Q, f->xn, nt, H)))
 			return rc;
-		if ((rc = x3_linear_apply(w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q)) ||
-		    (rc = x3_linear_apply(w->lin[X3_SLOT_K], f->xn, nt, cols, f->k)) ||
-		    (rc = x3_linear_apply(w->lin[X3_SLOT_V], f->xn, nt, cols, f->v)))
+		if ((rc = lin_apply(f, w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q)) ||
+		    (rc = lin_apply(f, w->lin[X3_SLOT_K], f->xn, nt, cols, f->k)) ||
+		    (rc = lin_apply(f, w->lin[X3_SLOT_V], f->xn, nt, cols, f->v)))
 			return rc;
 		if (c->qk_norm) {
 			rmsnorm(f->q, f->q, w->vec[X3_SLOT_Q_NORM], nt * nq, hd, c->rms_eps);
@@ -850,7 +866,7 @@ static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, i
 	if ((rc = hook(f, l, X3_SLOT_O, f->a, nt, x3_arch_dim(c, X3_DIM_V_ALL))))
 		return rc;
 	/* o_proj output into xn (free now), then the residual */
-	if ((rc = x3_linear_apply(w->lin[X3_SLOT_O], f->a, nt, cols, f->xn)))
+	if ((rc = lin_apply(f, w->lin[X3_SLOT_O], f->a, nt, cols, f->xn)))
 		return rc;
 	if (w->vec[X3_SLOT_ATTN_OUT_NORM])   /* Gemma's post_attention_layernorm */
 		rmsnorm(f->xn, f->xn, w->vec[X3_SLOT_ATTN_OUT_NORM], nt, H, c->rms_eps);
@@ -881,8 +897,8 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	}
 	if ((rc = hook(f, l, X3_SLOT_GATE, f->xn, nt, H)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[X3_SLOT_GATE], f->xn, nt, cols, f->g)) ||
-	    (rc = x3_linear_apply(w->lin[X3_SLOT_UP], f->xn, nt, cols, f->u)))
+	if ((rc = lin_apply(f, w->lin[X3_SLOT_GATE], f->xn, nt, cols, f->g)) ||
+	    (rc = lin_apply(f, w->lin[X3_SLOT_UP], f->xn, nt, cols, f->u)))
 		return rc;
 	if (c->act_gelu_tanh) {
 		/* gelu_pytorch_tanh: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
@@ -901,7 +917,7 @@ static int layer_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, 
 	}
 	if ((rc = hook(f, l, X3_SLOT_DOWN, f->g, nt, inter)))
 		return rc;
-	if ((rc = x3_linear_apply(w->lin[X3_SLOT_DOWN], f->g, nt, cols, f->xn)))
+	if ((rc = lin_apply(f, w->lin[X3_SLOT_DOWN], f->g, nt, cols, f->xn)))
 		return rc;
 	if (w->vec[X3_SLOT_MLP_OUT_NORM])    /* Gemma's post_feedforward_layernorm */
 		rmsnorm(f->xn, f->xn, w->vec[X3_SLOT_MLP_OUT_NORM], nt, H, c->rms_eps);
@@ -977,7 +993,11 @@ static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t 
 	/* B: expert by expert, the chunks in order */
 	for (int e = 0; e < w->nex && !rc; e++) {
 		const x3_module *dg = w->exm[e * 3], *dd = w->exm[e * 3 + 2];
-		if ((rc = expert_open(f->m, l, w, e)))
+		double tl = f->o->timing ? x3_now() : 0;
+		rc = expert_open(f->m, l, w, e);
+		if (f->o->timing)
+			f->o->timing->load += x3_now() - tl;
+		if (rc)
 			break;
 		x3_linear *lg = w->ex[e * 3], *lu = w->ex[e * 3 + 1], *ld = w->ex[e * 3 + 2];
 		for (int64_t r0 = 0; r0 < rows && !rc; r0 += nr) {
@@ -989,8 +1009,8 @@ static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t 
 				/* the all-token capture (moe_all_tokens): the hook only */
 				rmsnorm(f->xn, xc, pn, nt, H, c->rms_eps);
 				if ((rc = hook_ex(f, l, dg, f->xn, nt, dg->in, 2, NULL)) ||
-				    (rc = x3_linear_apply(lg, f->xn, nt, cols, g)) ||
-				    (rc = x3_linear_apply(lu, f->xn, nt, cols, u)))
+				    (rc = lin_apply(f, lg, f->xn, nt, cols, g)) ||
+				    (rc = lin_apply(f, lu, f->xn, nt, cols, u)))
 					break;
 				for (int64_t i = 0; i < nt * I; i++)
 					g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
@@ -1003,11 +1023,11 @@ static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t 
 					memcpy(xe + r * H, xc + er[r] * H, (size_t)H * sizeof *xe);
 				rmsnorm(xe, xe, pn, n, H, c->rms_eps);
 				if ((rc = hook_ex(f, l, dg, xe, n, dg->in, 0, ew)) ||
-				    (rc = x3_linear_apply(lg, xe, n, 0, g)) || (rc = x3_linear_apply(lu, xe, n, 0, u)))
+				    (rc = lin_apply(f, lg, xe, n, 0, g)) || (rc = lin_apply(f, lu, xe, n, 0, u)))
 					break;
 				for (int64_t i = 0; i < n * I; i++)
 					g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-				if ((rc = hook_ex(f, l, dd, g, n, dd->in, 0, ew)) || (rc = x3_linear_apply(ld, g, n, 0, ye)))
+				if ((rc = hook_ex(f, l, dd, g, n, dd->in, 0, ew)) || (rc = lin_apply(f, ld, g, n, 0, ye)))
 					break;
 				float *mc = mo + t0 * H;
 				for (int64_t r = 0; r < n; r++)
@@ -1047,6 +1067,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	const x3_model_config *c = &m->cfg;
 	int64_t H = c->hidden, T;
 	int n = (int)c->n_layers;
+	const double t_begin = x3_now();
 	if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
 		return x3_err(X3_EINVAL, "forward: bad batch %lldx%lld", (long long)rows, (long long)cols);
 	T = rows * cols;
@@ -1154,6 +1175,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, l, x, T, H)))
 			goto out;
 		int ex_major = x3_arch_sparse_layer(c, l) && !o->moe_chunk_major;
+		double t0 = x3_now();
 		if ((rc = layer_load(m, l, 0, !ex_major, &w))) {
 			x3_errprefix(rc, "layer %d", l);
 			goto out;
@@ -1164,6 +1186,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 				x3_errprefix(rc, "layer %d", l);
 				goto out;
 			}
+		if (o->timing)
+			o->timing->load += x3_now() - t0;
 		if (ex_major)
 			rc = moe_layer(&f, l, &w, x, rows, chunk_rows, seg);
 		for (int64_t r0 = 0, nr; r0 < rows && !rc && !ex_major; r0 += nr) {
@@ -1191,6 +1215,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	float *norm = NULL;
 	x3_linear *head = NULL;
 	const x3_module *fn = mod(m, n, X3_SLOT_FINAL_NORM);
+	double t0 = x3_now();
 	if ((rc = load_vec(m->st, fn->weight, fn->out, &norm)) || (rc = head_open(m, 0, &head)) ||
 	    (m->on_use && (rc = x3_linear_on_use(head))) ||
 	    (o->device != X3_DEVICE_CPU && (rc = x3_linear_set_device(head, o->device)))) {
@@ -1198,6 +1223,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		x3_linear_free(head);
 		goto out;
 	}
+	if (o->timing)
+		o->timing->load += x3_now() - t0;
 	if (c->gemma)
 		gemma_norm(norm, fn->out);
 	for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
@@ -1211,12 +1238,12 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		int64_t nlg = 0;
 		if (o->logits_mode == X3_LOGITS_ALL) {
 			lg = o->logits + r0 * cols * c->vocab, nlg = nt * c->vocab;
-			rc = x3_linear_apply(head, f.xn, nt, cols, lg);
+			rc = lin_apply(&f, head, f.xn, nt, cols, lg);
 		} else if (o->logits_mode == X3_LOGITS_LAST) {
 			for (int64_t r = 0; r < nr; r++)
 				memmove(f.xn + r * H, f.xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
 			lg = o->logits + r0 * c->vocab, nlg = nr * c->vocab;
-			rc = x3_linear_apply(head, f.xn, nr, 0, lg);
+			rc = lin_apply(&f, head, f.xn, nr, 0, lg);
 		}
 		if (!rc && lg && c->final_softcap > 0) {
 			/* Gemma2's final_logit_softcapping: cap * tanh(logit / cap) */
@@ -1238,5 +1265,7 @@ out:
 	free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u), free(f.mo);
 	free(f.cosv), free(f.sinv), free(f.cosl), free(f.sinl), free(fr);
 	free(f.qa), free(f.kva), free(f.ckv), free(f.kvb);
+	if (o->timing)
+		o->timing->total += x3_now() - t_begin;
 	return rc;
 }

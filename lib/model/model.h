@@ -173,6 +173,16 @@ struct x3_forward_opts {
 	int (*expert_done)(void *ctx, int layer, int expert);
 	void *expert_done_ctx;
 	int moe_chunk_major;
+	/* Where the forward's wall time went, added to *timing (may be NULL) */
+	struct x3_forward_timing *timing;
+};
+/* Wall seconds, added to by each forward (x3_now). On a device the queued
+ * work counts where the host waits for it: mostly in linears. */
+struct x3_forward_timing {
+	double load;      /* layers' and experts' weights: opened, read, to the device */
+	double linears;   /* the products, dense weights made F32 for each */
+	double hook;      /* the capture hook */
+	double total;     /* the whole forward, callbacks included */
 };
 /* Set defaults: no hook, all layers, no logits. */
 void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <cblas.h>
 #include <lapacke.h>
 #include <omp.h>
@@ -18,13 +17,6 @@
 
 /* -1.24371088: RMS of the 3INST codebook, negated (exl3(5) §9.2 step 7) */
 #define NEG_CB_SCALE (-1.24371088f)
-
-static double mono_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void *xcalloc(size_t n, size_t size)
 {
@@ -734,10 +726,10 @@ static int encode_tiles(int K, int cb, const float *x, int64_t nt, uint16_t *sta
 	int64_t nnew = memo->n - first;
 	if (count)
 		*count += nnew;
-	double tv = mono_seconds();
+	double tv = x3_now();
 	rc = x3_viterbi_encode(K, cb, memo->x + first * 256, nnew, memo->s + first * 256,
 	                       memo->v + first * 256, threads);
-	vit_seconds += mono_seconds() - tv;
+	vit_seconds += x3_now() - tv;
 	if (rc) {
 		/* the error names a tile of the batch as given */
 		free(ent);
@@ -1471,7 +1463,7 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 	 * refine the fine grid around it; gfix = 0 with refine: the fine grid
 	 * around the predicted scale (x3_quantize_sample); else the search */
 	const double v0 = vit_seconds;
-	double t = mono_seconds(), t1;
+	double t = x3_now(), t1;
 	if (gfix > 0 && !refine)
 		r->g = gfix;
 	else if ((rc = scale_search(Wall, k, nall, K, cb, threads, cap, refine ? (gfix > 0 ? gfix : -1) : 0,
@@ -1481,7 +1473,7 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 	#pragma omp parallel for schedule(static)
 	for (size_t i = 0; i < kn; i++)
 		Wg[i] = W[i] * g;
-	t1 = mono_seconds(), r->t_search = t1 - t, t = t1;
+	t1 = x3_now(), r->t_search = t1 - t, t = t1;
 	if (ldlq_gpu) {
 		rc = ldlq_gpu->ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, st, Q);
 		r->ldlq_tiles += (int64_t)(kn / 256);
@@ -1489,16 +1481,16 @@ static int quantize_cols(const float *W, const float *su, const float *sv, int64
 		rc = ldlq(Wg, k, n, h->fallback ? NULL : h->L, K, cb, threads, st, Q, &r->ldlq_tiles);
 	if (rc)
 		goto fail;
-	t1 = mono_seconds(), r->t_ldlq = t1 - t, t = t1;
+	t1 = x3_now(), r->t_ldlq = t1 - t, t = t1;
 	if (ldlq_passes > 0 && !h->fallback &&
 	    (rc = ldlq_refine(Wg, k, n, h->H, K, cb, threads, ldlq_passes, st, Q, &r->ldlq_tiles,
 	                      &r->refine_kept)))
 		goto fail;
-	t1 = mono_seconds(), r->t_refine = t1 - t, t = t1;
+	t1 = x3_now(), r->t_refine = t1 - t, t = t1;
 	rc = x3_proxy_error(Wg, Q, h->fallback ? NULL : h->H, k, n, &r->proxy_err);
 	if (rc)
 		goto fail;
-	r->t_proxy = mono_seconds() - t;
+	r->t_proxy = x3_now() - t;
 	r->t_viterbi = vit_seconds - v0;
 	if (zeros)
 		r->proxy_err = 0;
@@ -1564,7 +1556,7 @@ int x3_quantize_g(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 		return rc;
 	if (!(g >= 0 && isfinite(g)))
 		return x3_err(X3_EINVAL, "global scale %g is not a positive number", g);
-	double t0 = mono_seconds();
+	double t0 = x3_now();
 	x3_qresult *r = qresult_new(w, h, K, cb, w->n);
 	if (!r)
 		return X3_ENOMEM;
@@ -1575,7 +1567,7 @@ int x3_quantize_g(const x3_qweight *w, const x3_qhess *h, int K, int cb,
 		x3_qresult_free(r);
 		return rc;
 	}
-	r->seconds = mono_seconds() - t0;
+	r->seconds = x3_now() - t0;
 	*out = r;
 	return X3_OK;
 }
@@ -1613,7 +1605,7 @@ int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, in
 		return rc;
 	if (!(frac > 0 && frac <= 1))
 		return x3_err(X3_EINVAL, "sample fraction %g is not in (0, 1]", frac);
-	double t0 = mono_seconds();
+	double t0 = x3_now();
 	int64_t k = w->k, ns = w->n / 16;
 	int64_t *strip = xmalloc((size_t)ns, sizeof *strip);
 	int64_t m = strip ? x3_sample_strips(w->n, frac, seed, name, strip) : 0;
@@ -1649,7 +1641,7 @@ int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, in
 		x3_qresult_free(r);
 		return rc;
 	}
-	r->seconds = mono_seconds() - t0;
+	r->seconds = x3_now() - t0;
 	*out = r;
 	return X3_OK;
 }
