@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "arch.h"
+#include "attention.h"
 #include "device.h"
 #include "model.h"
 #include "safetensors.h"
@@ -512,116 +513,6 @@ static void rope_apply(float *x, int64_t ntok, int64_t nh, int64_t hd, int64_t r
 	rope_part(x, ntok, nh, hd, 0, rd, 0, cols, cosv, sinv);
 }
 
-/* Causal attention of nrows rows of cols tokens. q: (ntok, nq, hd), k:
- * (ntok, nkv, hd), v: (ntok, nkv, hdv), out: (ntok, nq, hdv); the scores
- * q·k times scale, soft-capped to cap * tanh(s / cap) when softcap > 0
- * (Gemma2); with window > 0 query i sees keys i - window < j <= i only
- * (Hugging Face's sliding_window_overlay). One task per (row, head). The head's keys are
- * first transposed to kt (hd, ld) and its values gathered to vh (cols, hd),
- * so that the score and the value loops work on blocks of ATT_B contiguous
- * floats held in registers (fixed-size SIMD loops), whatever head_dim is. */
-#define ATT_B 16
-
-/* The build targets baseline x86-64 (SSE2); attention, the one hot loop
- * outside BLAS, is also compiled for AVX2 and AVX-512 machines and picked
- * at load time (ifunc), 2-3x faster there. */
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define X3_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define X3_SIMD_CLONES
-#endif
-
-/* Fixed-width float vectors (GCC/clang vector extensions; unaligned):
- * the accumulators of a block stay in registers on any x86-64. */
-typedef float vf16 __attribute__((vector_size(64), aligned(4)));
-typedef float vf8 __attribute__((vector_size(32), aligned(4)));
-
-/* o[e0..e0+W) = inv · Σ_j s[j] vh[j][e0..e0+W) over the n keys */
-#define PV_BLOCK(VT, W) do { \
-		VT acc_ = { 0 }; \
-		for (int64_t j = lo; j < n; j++) \
-			acc_ += s[j] * *(const VT *)(vh + j * hdv + e0); \
-		acc_ *= inv; \
-		memcpy(o + e0, &acc_, (W) * sizeof(float)); \
-	} while (0)
-
-X3_SIMD_CLONES
-static int attention(const float *q, const float *k, const float *v, float *out,
-                     int64_t nrows, int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv,
-                     float scale, int64_t window, float softcap)
-{
-	int64_t grp = nq / nkv, ld = (cols + ATT_B - 1) / ATT_B * ATT_B;
-	int fail = 0;
-	#pragma omp parallel if(nrows * nq * cols * cols * hd > (1 << 20))
-	{
-		float *s = malloc((size_t)ld * sizeof *s);
-		float *kt = calloc((size_t)(hd * ld), sizeof *kt);      /* (hd, ld) */
-		float *vh = malloc((size_t)(hdv * cols) * sizeof *vh);  /* (cols, hdv) */
-		float *qs = malloc((size_t)hd * sizeof *qs);
-		if (!s || !kt || !vh || !qs) {
-			#pragma omp atomic write
-			fail = 1;
-		}
-		#pragma omp for collapse(2) schedule(dynamic, 1)
-		for (int64_t r = 0; r < nrows; r++)
-			for (int64_t h = 0; h < nq; h++) {
-				if (!s || !kt || !vh || !qs)
-					continue;
-				int64_t kh = h / grp;
-				const float *kr = k + (r * cols * nkv + kh) * hd;
-				const float *vr = v + (r * cols * nkv + kh) * hdv;
-				for (int64_t j = 0; j < cols; j++) {
-					for (int64_t e = 0; e < hd; e++)
-						kt[e * ld + j] = kr[j * nkv * hd + e];
-					memcpy(vh + j * hdv, vr + j * nkv * hdv, (size_t)hdv * sizeof *vh);
-				}
-				for (int64_t i = 0; i < cols; i++) {
-					const float *qi = q + ((r * cols + i) * nq + h) * hd;
-					int64_t n = i + 1;   /* keys lo..i */
-					int64_t lo = window > 0 && i >= window ? i - window + 1 : 0;
-					for (int64_t e = 0; e < hd; e++)
-						qs[e] = qi[e] * scale;
-					/* scores of blocks of ATT_B keys (the last block reads
-					 * later keys or zero padding, never stored past n; the
-					 * first starts at a block boundary at or below lo) */
-					for (int64_t j0 = lo / ATT_B * ATT_B; j0 < n; j0 += ATT_B) {
-						vf16 acc = { 0 };
-						for (int64_t e = 0; e < hd; e++)
-							acc += qs[e] * *(const vf16 *)(kt + e * ld + j0);
-						int64_t m = n - j0 < ATT_B ? n - j0 : ATT_B;
-						memcpy(s + j0, &acc, (size_t)m * sizeof *s);
-					}
-					if (softcap > 0)
-						for (int64_t j = lo; j < n; j++)
-							s[j] = softcap * tanhf(s[j] / softcap);
-					float mx = -INFINITY;
-					for (int64_t j = lo; j < n; j++)
-						mx = s[j] > mx ? s[j] : mx;
-					float sum = 0;
-					for (int64_t j = lo; j < n; j++) {
-						s[j] = expf(s[j] - mx);
-						sum += s[j];
-					}
-					float inv = 1.0f / sum;
-					float *o = out + ((r * cols + i) * nq + h) * hdv;
-					int64_t e0 = 0;
-					for (; e0 + 16 <= hdv; e0 += 16)
-						PV_BLOCK(vf16, 16);
-					for (; e0 + 8 <= hdv; e0 += 8)
-						PV_BLOCK(vf8, 8);
-					for (; e0 < hdv; e0++) {
-						float acc = 0;
-						for (int64_t j = lo; j < n; j++)
-							acc += s[j] * vh[j * hdv + e0];
-						o[e0] = acc * inv;
-					}
-				}
-			}
-		free(s), free(kt), free(vh), free(qs);
-	}
-	return fail ? x3_err(X3_ENOMEM, "attention: out of memory") : X3_OK;
-}
-
 /* ---- forward ---------------------------------------------------------- */
 struct fwd {
 	x3_model *m;
@@ -826,7 +717,7 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 			memcpy(f->k + (t * nh + h) * qkd + np, f->kva + t * kva + kl, (size_t)rp * sizeof(float));
 			memcpy(f->v + (t * nh + h) * vd, src + np, (size_t)vd * sizeof(float));
 		}
-	return attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale, 0, 0);
+	return x3_attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale, 0, 0);
 }
 
 /* The attention of a layer on a chunk of nrows rows and its residual: x
@@ -859,7 +750,7 @@ static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, i
 		rope_apply(f->q, nt, nq, hd, rope_dim(c), cols, cs, sn);
 		rope_apply(f->k, nt, nkv, hd, rope_dim(c), cols, cs, sn);
 		double sc = c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd);
-		if ((rc = attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd, (float)sc,
+		if ((rc = x3_attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd, (float)sc,
 		                    swa ? c->sliding_window : 0, (float)c->attn_softcap)))
 			return rc;
 	}

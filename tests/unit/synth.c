@@ -284,29 +284,37 @@ void synth_mv(double *y, const double *W, const double *b, const double *x, int 
 	}
 }
 
-void synth_attn(double *a, const double *q, const double *k, const double *v, int n, int nh, int nkv, int hd,
-                double *sc)
+void synth_attn_ex(double *a, const double *q, const double *k, const double *v, int n, int lo,
+                   int nh, int nkv, int hd, int hdv, double scale, double softcap, double *sc)
 {
-	int kvd = nkv * hd;
 	for (int h = 0; h < nh; h++) {
 		int kh = h / (nh / nkv);
 		double mx = -1e300, sum = 0;
-		for (int j = 0; j < n; j++) {
+		for (int j = lo; j < n; j++) {
 			double d = 0;
 			for (int e = 0; e < hd; e++)
-				d += q[h * hd + e] * k[j * kvd + kh * hd + e];
-			sc[j] = d / sqrt(hd);
+				d += q[h * hd + e] * k[(size_t)j * nkv * hd + kh * hd + e];
+			d *= scale;
+			if (softcap > 0)
+				d = softcap * tanh(d / softcap);
+			sc[j] = d;
 			mx = fmax(mx, sc[j]);
 		}
-		for (int j = 0; j < n; j++)
+		for (int j = lo; j < n; j++)
 			sum += sc[j] = exp(sc[j] - mx);
-		for (int e = 0; e < hd; e++) {
+		for (int e = 0; e < hdv; e++) {
 			double acc = 0;
-			for (int j = 0; j < n; j++)
-				acc += sc[j] * v[j * kvd + kh * hd + e];
-			a[h * hd + e] = acc / sum;
+			for (int j = lo; j < n; j++)
+				acc += sc[j] * v[(size_t)j * nkv * hdv + kh * hdv + e];
+			a[h * hdv + e] = acc / sum;
 		}
 	}
+}
+
+void synth_attn(double *a, const double *q, const double *k, const double *v, int n, int nh, int nkv, int hd,
+                double *sc)
+{
+	synth_attn_ex(a, q, k, v, n, 0, nh, nkv, hd, hd, 1 / sqrt(hd), 0, sc);
 }
 
 double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_fn *ref_fn, const void *ctx,

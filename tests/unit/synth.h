@@ -90,6 +90,10 @@ void synth_mv(double *y, const double *W, const double *b, const double *x, int 
  * 1 / sqrt(hd): a (nh * hd). sc: scratch of n values. */
 void synth_attn(double *a, const double *q, const double *k, const double *v, int n, int nh, int nkv, int hd,
                 double *sc);
+/* The same, general: keys lo..n-1, values of hdv, scores times scale,
+ * soft-capped to softcap * tanh(s / softcap) when softcap > 0; a (nh * hdv). */
+void synth_attn_ex(double *a, const double *q, const double *k, const double *v, int n, int lo,
+                   int nh, int nkv, int hd, int hdv, double scale, double softcap, double *sc);
 
 /* The model library's forward of the checkpoint in dir against a reference:
  * rows x cols tokens (i * 7 + 3) mod vocab, every position's logits,

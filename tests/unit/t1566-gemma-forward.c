@@ -229,31 +229,9 @@ static void ref_forward(const struct gm *s, const int32_t *tok, int n, double *l
 		}
 		double scale = no & HEAD_DIM_SCALE ? 1 / sqrt(hd) : 1 / sqrt(s->qpas);
 		for (int t = 0; t < n; t++) {
-			for (int e = 0; e < nh; e++) {
-				int kh = e / (nh / nkv);
-				double mx = -1e300, sum = 0;
-				for (int j = 0; j <= t; j++) {
-					p[j] = -INFINITY;
-					if (sw && !(no & NO_WINDOW) && j <= t - s->window)
-						continue;
-					double d = 0;
-					for (int i = 0; i < hd; i++)
-						d += q[t * qd + e * hd + i] * k[j * kd + kh * hd + i];
-					d *= scale;
-					if (s->acap && !(no & NO_ACAP))
-						d = s->acap * tanh(d / s->acap);
-					p[j] = d;
-					mx = d > mx ? d : mx;
-				}
-				for (int j = 0; j <= t; j++)
-					sum += p[j] = isinf(p[j]) ? 0 : exp(p[j] - mx);
-				for (int i = 0; i < hd; i++) {
-					double acc = 0;
-					for (int j = 0; j <= t; j++)
-						acc += p[j] * v[j * kd + kh * hd + i];
-					a[e * hd + i] = acc / sum;
-				}
-			}
+			int lo = sw && !(no & NO_WINDOW) && t >= s->window ? t - s->window + 1 : 0;
+			synth_attn_ex(a, q + t * qd, k, v, t + 1, lo, nh, nkv, hd, hd, scale,
+			              s->acap && !(no & NO_ACAP) ? s->acap : 0, p);
 			synth_mv(o, get(s, "layers.%d.self_attn.o_proj.weight", l), NULL, a, H, qd);
 			rms1p(o, o, get(s, "layers.%d.post_attention_layernorm.weight", l), H, one);
 			for (int i = 0; i < H; i++)
