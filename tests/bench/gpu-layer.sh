@@ -4,8 +4,8 @@
 # the layer's rate against the encoder alone on the same device, in the
 # same run. tests/gpu/run runs it last; layer.sh is the CPU's (it needs
 # strace, which the GPU machines lack; this one reads the work directory
-# instead: the capture's stamps and trellis-encode's timing metadata,
-# summed by convert into WORK/timing.json).
+# instead: the capture's stamps, hessian-capture's --timing and
+# trellis-encode's timing metadata, summed by convert into WORK/timing.json).
 #
 # The baseline, measured in the same run: the encoder alone, at K=B, on the
 # whole device (cuda: tests/bench/gpu's encoder on 20000 tiles, K 2 and 4
@@ -64,6 +64,10 @@ for run in ${BENCH_LAYER_J:-1 1+gpu-ldlq 4}; do
 		'BEGIN { printf "%.1f", (b >= f ? b - a : 0) }')
 	echo "layer ${H}/${I} --device $dev -j $j ${extra[*]-}: ${wall} s wall, $weights weights, calibration ${rows:-$R} rows x $C ($( [ ${#calopt[@]} -gt 0 ] && basename "$cal" || echo "built-in text"))"
 	printf '  capture (layer 0, to its stamp)   %8.1f s%s\n' "$cap" "$( [ "$cap" != 0.0 ] || echo ' (done by an earlier run)')"
+	# hessian-capture --timing, kept in the work directory by convert
+	jq -r '.capture | select(.captures > 0) | .timing as $t |
+		"  capture by phase (hessian-capture --timing, wall s): start-up \($t.start), tokens \($t.tokens), load \($t.load), linears \($t.linears), sums \($t.sums), other (attention, norms, ...) \($t.other), write \($t.write)"' \
+		"$w/timing.json"
 	jq -r '.by_tensor[] | "  \(.key | sub("^model\\.layers\\.0\\."; "")) K=\(.K)" as $n |
 		"\($n)\(" " * ([1, 34 - ($n | length)] | max))\(.seconds * 10 | round / 10) s quantize (viterbi \(.timing.viterbi * 10 | round / 10), ldlq \(.timing.ldlq * 10 | round / 10), search \(.timing.search * 10 | round / 10), proxy \(.timing.proxy * 10 | round / 10)), input \(.timing.input * 10 | round / 10), start \(.timing.start * 10 | round / 10)"' \
 		"$w/timing.json"
@@ -76,6 +80,7 @@ for run in ${BENCH_LAYER_J:-1 1+gpu-ldlq 4}; do
 		--slurpfile t "$w/timing.json" \
 		'{bench: "gpu-layer", device: $dev, jobs: $j, options: $extra, weights: $n, wall_s: $wall, capture_s: $cap,
 		  mwps_without_capture: $rate, encoder_alone_mwps: $base, pct_of_encoder: $pct, target_pct: 70,
-		  encodes: $t[0].encodes, quantize_s: $t[0].seconds, timing: $t[0].timing}'
+		  encodes: $t[0].encodes, quantize_s: $t[0].seconds, timing: $t[0].timing,
+		  capture_timing: ($t[0].capture.timing // null)}'
 done
 exit $fail

@@ -1,7 +1,9 @@
 /* gpu: benchmarks of the CUDA path (skips without a device):
  *   - Viterbi encoder throughput on a 4096x14336 layer (229376 tiles of
  *     N(0,1) targets, MUL1) at K=2 and K=4, with MSE, device scratch, and
- *     a bit-identity spot check of the first tiles against the CPU;
+ *     a bit-identity spot check of the first tiles against the CPU; and
+ *     as LDLQ's host path calls it, once per 16-row block of 64, 256 or
+ *     896 tiles (ms per call against the large launch's rate);
  *   - batch-1 GEMV from the packed trellis at K=2/3/4 on 8192x8192 and
  *     8192x28672 (k x n), cycling through enough copies of the weights to
  *     exceed 4x the L2, as GB/s of trellis bytes and as % of the measured
@@ -133,6 +135,43 @@ static void bench_encoder(int K, int64_t ntiles, double *wps)
 	add(what, (double)(scratch + io) / (1 << 20), "MiB", note);
 	free(x), free(v), free(s), free(sc);
 	x3_gpu_free(x_d), x3_gpu_free(v_d), x3_gpu_free(s_d);
+}
+
+/* The encoder as LDLQ calls it on the host path (trellis-encode --device
+ * cuda without --gpu-ldlq): x3_gpu_viterbi_encode once per 16-row block,
+ * with the block's n/16 tiles (upload, launch, wait, download): ms per call
+ * at the block sizes of an 8B layer (k/v_proj 64 tiles, q/o/down_proj 256,
+ * gate/up_proj 896), against the rate of one large launch (full) */
+static void bench_steps(int K, double full, double *ms)
+{
+	static const int64_t sizes[3] = {64, 256, 896};
+	const int calls = 20;
+	float *x = malloc(sizeof(float) * 256 * 896);
+	float *v = malloc(sizeof(float) * 256 * 896);
+	uint16_t *st = malloc(sizeof(uint16_t) * 256 * 896);
+	if (!x || !v || !st)
+		DIE("out of memory");
+	x3_rng r;
+	x3_rng_seed(&r, 2025, (uint64_t)K);
+	for (int64_t i = 0; i < 256 * 896; i++)
+		x[i] = (float)x3_rng_normal(&r);
+	for (int si = 0; si < 3; si++) {
+		const int64_t nt = sizes[si];
+		if (x3_gpu_viterbi_encode(K, X3_CB_MUL1, x, nt, st, v))   /* warm: buffers, plan */
+			DIE("step warm-up");
+		double t0 = now();
+		for (int c = 0; c < calls; c++)
+			if (x3_gpu_viterbi_encode(K, X3_CB_MUL1, x, nt, st, v))
+				DIE("step K=%d, %lld tiles", K, (long long)nt);
+		double t = (now() - t0) / calls;
+		ms[si] = t * 1e3;
+		char what[96], note[96];
+		snprintf(what, sizeof what, "LDLQ step K=%d, %lld tiles a call", K, (long long)nt);
+		snprintf(note, sizeof note, "%.2f Mw/s, %.0f%% of one large launch", 256.0 * nt / t / 1e6,
+		         full > 0 ? 100 * 256.0 * nt / t / full : 0.0);
+		add(what, ms[si], "ms/call", note);
+	}
+	free(x), free(v), free(st);
 }
 
 /* Batch-1 GEMV: the fused kernel (one launch: Hadamards, decode GEMV,
@@ -338,10 +377,11 @@ int main(int argc, char **argv)
 	cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
 	const double cbw = copy_bw();
 	add("device-to-device copy (2 x bytes / time)", cbw, "GB/s", "cudaMemcpy 1 GiB");
-	double enc2 = 0, enc4 = 0;
+	double enc2 = 0, enc4 = 0, step4[3] = {0, 0, 0};
 	if (!skip_enc) {
 		bench_encoder(2, ntiles, &enc2);
 		bench_encoder(4, ntiles, &enc4);
+		bench_steps(4, enc4, step4);
 	}
 	double g[2][3], gu[2][3], f[2];
 	const int64_t shapes[2][2] = {{8192, 8192}, {8192, 28672}};
@@ -367,7 +407,8 @@ int main(int argc, char **argv)
 	       "copy bw (fused kernel, Hadamards included: %.1f%%)\n", enc2 / 1e6, enc4 / 1e6,
 	       100 * t4 / cbw);
 	printf("{\"bench\":\"gpu\",\"device\":\"%s\",\"copy_gbs\":%.1f,\"enc_k2_mwps\":%.2f,"
-	       "\"enc_k4_mwps\":%.2f", desc, cbw, enc2 / 1e6, enc4 / 1e6);
+	       "\"enc_k4_mwps\":%.2f,\"ldlq_step_k4_ms\":{\"64\":%.3f,\"256\":%.3f,\"896\":%.3f}",
+	       desc, cbw, enc2 / 1e6, enc4 / 1e6, step4[0], step4[1], step4[2]);
 	for (int si = 0; si < 2; si++)
 		for (int K = 2; K <= 4; K++)
 			printf(",\"gemv_k%d_%lldx%lld_us\":%.2f,\"gemv_unfused_k%d_%lldx%lld_us\":%.2f", K,
