@@ -32,8 +32,10 @@ int x3_gemm_xwt(const float *x, int64_t rows, int64_t seg, int64_t in, const flo
 	}
 	/* blocks of R rows counted from each segment's start; a segment's last,
 	 * partial block goes through a whole, zero-padded block, so that every
-	 * row meets the kernel at the same place whatever else is in the call */
-	const int64_t R = X3_GEMM_ROWS, per = (seg + R - 1) / R, nb = rows / seg * per;
+	 * row meets the kernel at the same place whatever else is in the call.
+	 * R depends on the segment's length alone (blas.h) */
+	const int64_t R = seg % X3_GEMM_ROWS_BIG == 0 ? X3_GEMM_ROWS_BIG : X3_GEMM_ROWS;
+	const int64_t per = (seg + R - 1) / R, nb = rows / seg * per;
 	int fail = 0;
 	int prev = x3_blas_serial_begin();
 	#pragma omp parallel for schedule(dynamic, 1) if(par_if(nb, rows * in * out))

@@ -6,8 +6,9 @@
  * element of a plain cblas_sgemm can round differently when the same row is
  * multiplied in a call with more rows, or on two threads instead of one. The
  * functions here cut every product into blocks of a fixed shape (rows in
- * X3_GEMM_ROWS, columns in X3_GEMM_COLS, the last partial row block padded
- * with zero rows), multiply each block on one BLAS thread and spread the
+ * X3_GEMM_ROWS, or X3_GEMM_ROWS_BIG in segments of a multiple of it,
+ * columns in X3_GEMM_COLS, the last partial row block padded with zero
+ * rows), multiply each block on one BLAS thread and spread the
  * blocks over OpenMP threads. An element's value then depends on nothing but
  * its operands and the BLAS kernel of the machine:
  *   - the same on any thread count (BLAS or OpenMP) and any batch it shares;
@@ -23,15 +24,21 @@
 #include <stdint.h>
 
 #define X3_GEMM_ROWS 64
+/* x3_gemm_xwt's row blocks in a segment whose length is a multiple of it
+ * (a calibration row of 256, 512, ..., 2048 tokens): OpenBLAS packs the
+ * whole weight for every block, which at 64 rows cost a fifth of the time
+ * of an 8B layer's products (103-114 against 133-142 GFLOP/s on 2 Zen3
+ * cores, 2048 rows of 4096 x 14336 and 14336 x 4096) */
+#define X3_GEMM_ROWS_BIG 256
 #define X3_GEMM_COLS 256
 
 /* y (rows, out) = x (rows, in) · wᵀ, w (out, in) row-major: the dense linear.
  * rows are segments of seg rows each (the tokens of one calibration row;
  * seg <= 0, or not dividing rows, means one segment). Row p of a segment
- * depends on that row of x and on p alone, not on the other rows or
- * segments in the call: the kernels round a row by its place in a block
- * (OpenBLAS Haswell: by p mod 12), so blocks count from each segment's
- * start. Returns X3_OK or X3_ENOMEM. */
+ * depends on that row of x, on p and on seg (the block size) alone, not on
+ * the other rows or segments in the call: the kernels round a row by its
+ * place in a block (OpenBLAS Haswell: by p mod 12), so blocks count from
+ * each segment's start. Returns X3_OK or X3_ENOMEM. */
 int x3_gemm_xwt(const float *x, int64_t rows, int64_t seg, int64_t in, const float *w,
                 int64_t out, float *y);
 

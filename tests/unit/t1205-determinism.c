@@ -86,8 +86,18 @@ static int child(void)
 	if (x3_gemm_xwt(x, S, 0, IN, w, OUT, y1) || x3_gemm_xwt(x + S * IN, R - S, S, IN, w, OUT, y1 + S * OUT))
 		return 1;
 	same &= !memcmp(y, y1, R * OUT * sizeof *y);
+	/* the same in segments of 512 rows (blocks of X3_GEMM_ROWS_BIG): two
+	 * sequences together, each alone */
+	enum { S2 = 512, R2 = 2 * S2 };
+	float *x2 = malloc(R2 * IN * sizeof *x2), *z = malloc(R2 * OUT * sizeof *z);
+	float *z1 = malloc(R2 * OUT * sizeof *z1);
+	fill(x2, R2 * IN, 7, 1.0);
+	if (x3_gemm_xwt(x2, R2, S2, IN, w, OUT, z) || x3_gemm_xwt(x2, S2, S2, IN, w, OUT, z1) ||
+	    x3_gemm_xwt(x2 + S2 * IN, S2, 0, IN, w, OUT, z1 + S2 * OUT))
+		return 1;
+	same &= !memcmp(z, z1, R2 * OUT * sizeof *z);
 	printf("rows_independent %d\n", same);
-	printf("xwt %016llx\n", h64(y, R * OUT * sizeof *y));
+	printf("xwt %016llx %016llx\n", h64(y, R * OUT * sizeof *y), h64(z, R2 * OUT * sizeof *z));
 
 	/* Hessian sums over 3 column blocks (n = 600): F32 and F64, whole and
 	 * halves merged */
@@ -137,7 +147,7 @@ static int child(void)
 }
 
 struct run {
-	char core[64], proxy[64], xwt[32], gram32[32], gram64[32], ldl[32], ldlq[80], ldlq_proxy[64];
+	char core[64], proxy[64], xwt[80], gram32[32], gram64[32], ldl[32], ldlq[80], ldlq_proxy[64];
 	int rows_ok;
 	double merge, exact;
 };
