@@ -111,10 +111,9 @@ static x3_hess *hset_find(struct hset *s, const char *name)
 static const char *spill_dir;   /* --spill DIR, or NULL */
 
 /* --timing: wall seconds from main's start (t_main), in get_rows (t_tokens),
- * in the forward (ft: load, linears, hook, total), in its callbacks below
- * (t_cb: chunk and layer ends, hidden states), and from the forward's end
- * to the output closed (t_close) */
-static double t_main, t_tokens, t_fwd0, t_fwd1, t_cb;
+ * in the forward (ft: load, linears, hook, callbacks = chunk and layer
+ * ends and hidden states, total), from t_fwd0 to t_fwd1 */
+static double t_main, t_tokens, t_fwd0, t_fwd1;
 static struct x3_forward_timing ft;
 static struct { int la, lb; long rows, cols; } tm;   /* what ran, for the report */
 
@@ -677,39 +676,6 @@ static int32_t *get_rows(const char *model, char **texts, int ntexts, const char
 	return ids;
 }
 
-/* the forward's callbacks, timed (t_cb) */
-static int timed_seg_done(void *ctx, int layer, int64_t seg)
-{
-	double t = x3_now();
-	int rc = cap_seg_done(ctx, layer, seg);
-	t_cb += x3_now() - t;
-	return rc;
-}
-
-static int timed_layer_done(void *ctx, int layer, int n)
-{
-	double t = x3_now();
-	int rc = cap_layer_done(ctx, layer, n);
-	t_cb += x3_now() - t;
-	return rc;
-}
-
-static int timed_expert_done(void *ctx, int layer, int expert)
-{
-	double t = x3_now();
-	int rc = cap_expert_done(ctx, layer, expert);
-	t_cb += x3_now() - t;
-	return rc;
-}
-
-static int timed_hid_save(void *ctx, int layer, const float *x, int64_t ntok, int64_t hidden)
-{
-	double t = x3_now();
-	int rc = hid_save(ctx, layer, x, ntok, hidden);
-	t_cb += x3_now() - t;
-	return rc;
-}
-
 /* --timing FILE: one JSON object, written atomically once the output is
  * complete. The phases add up to seconds: start (main's start to the
  * forward, the tokens' reading aside), tokens, load, linears, sums (the
@@ -720,7 +686,7 @@ static void timing_write(const char *file)
 {
 	double t_end = x3_now();
 	double fwd = t_fwd1 - t_fwd0;
-	double other = ft.total - ft.load - ft.linears - ft.hook - t_cb;
+	double other = ft.total - ft.load - ft.linears - ft.hook - ft.callbacks;
 	x3_jw jw = X3_JW_INIT;
 	json_t *o = json_object(), *t = json_object();
 	x3_jw_set_str(&jw, o, "program", "hessian-capture");
@@ -735,7 +701,7 @@ static void timing_write(const char *file)
 	x3_jw_set(&jw, t, "linears", json_real(ft.linears));
 	x3_jw_set(&jw, t, "sums", json_real(ft.hook));
 	x3_jw_set(&jw, t, "other", json_real(other > 0 ? other : 0));
-	x3_jw_set(&jw, t, "write", json_real(t_cb + (fwd - ft.total) + (t_end - t_fwd1)));
+	x3_jw_set(&jw, t, "write", json_real(ft.callbacks + (fwd - ft.total) + (t_end - t_fwd1)));
 	x3_jw_set(&jw, o, "timing", json_incref(t));
 	char *txt = x3_jw_dump(&jw, o, JSON_COMPACT | JSON_REAL_PRECISION(6), file, NULL);
 	json_decref(t);
@@ -838,17 +804,17 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		chunk = (long)x3_config_chunk_tokens(&cfg);
 	fo.chunk_tokens = chunk;
 	fo.seg_rows = crow;
-	fo.seg_done = timed_seg_done;
+	fo.seg_done = cap_seg_done;
 	fo.seg_done_ctx = &k;
-	fo.layer_done = timed_layer_done;
+	fo.layer_done = cap_layer_done;
 	fo.layer_done_ctx = &k;
 	/* a mixture-of-experts layer's experts written one by one */
-	fo.expert_done = timed_expert_done;
+	fo.expert_done = cap_expert_done;
 	fo.expert_done_ctx = &k;
 	struct hid hd = { .out = hid_out, .next = hid_next, .layer = la, .next_layer = lb + 1,
 	                  .rows = rows, .cols = cols };
 	tokens_hash(pids, (int64_t)rows * cols, hd.tokens);
-	fo.layer_input = timed_hid_save;
+	fo.layer_input = hid_save;
 	fo.layer_input_ctx = &hd;
 	if (hid_in)
 		fo.hidden = hid_load(hid_in, &hd, cfg.hidden, la, &fo.first_layer);

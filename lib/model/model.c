@@ -830,12 +830,24 @@ static int64_t chunk_len(int64_t r0, int64_t chunk_rows, int64_t seg, int64_t ro
 	return end - r0 < chunk_rows ? end - r0 : chunk_rows;
 }
 
+/* a callback's time in the forward's timing: t0 = cb_start(o) before it,
+ * rc = cb_end(o, t0, rc) after */
+static double cb_start(const struct x3_forward_opts *o) { return o->timing ? x3_now() : 0; }
+
+static int cb_end(const struct x3_forward_opts *o, double t0, int rc)
+{
+	if (o->timing)
+		o->timing->callbacks += x3_now() - t0;
+	return rc;
+}
+
 /* seg_done when the chunk that ended at row e closed a segment */
 static int seg_after(const struct x3_forward_opts *o, int l, int64_t e, int64_t seg, int64_t rows)
 {
 	if (!o->seg_done || (e % seg && e != rows))
 		return X3_OK;
-	return o->seg_done(o->seg_done_ctx, l, (e - 1) / seg);
+	double t0 = cb_start(o);
+	return cb_end(o, t0, o->seg_done(o->seg_done_ctx, l, (e - 1) / seg));
 }
 
 /* A mixture-of-experts layer l over all rows x (rows * cols, hidden),
@@ -879,8 +891,10 @@ static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t 
 		if (!(rc = x3_moe_route(&p, f->xn, nt, cols, idx + t0 * K, rw + t0 * K)))
 			rc = seg_after(o, l, r0 + nr, seg, rows);
 	}
-	if (!rc && o->expert_done)
-		rc = o->expert_done(o->expert_done_ctx, l, -1);
+	if (!rc && o->expert_done) {
+		double t0 = cb_start(o);
+		rc = cb_end(o, t0, o->expert_done(o->expert_done_ctx, l, -1));
+	}
 	/* B: expert by expert, the chunks in order */
 	for (int e = 0; e < w->nex && !rc; e++) {
 		const x3_module *dg = w->exm[e * 3], *dd = w->exm[e * 3 + 2];
@@ -928,8 +942,10 @@ static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t 
 			rc = seg_after(o, l, r0 + nr, seg, rows);
 		}
 		expert_free(w, e);
-		if (!rc && o->expert_done)
-			rc = o->expert_done(o->expert_done_ctx, l, e);
+		if (!rc && o->expert_done) {
+			double t0 = cb_start(o);
+			rc = cb_end(o, t0, o->expert_done(o->expert_done_ctx, l, e));
+		}
 	}
 	/* C: the shared expert, then the residual */
 	for (int64_t r0 = 0; r0 < rows && !rc; r0 += nr) {
@@ -1063,7 +1079,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	int last = o->last_layer < n ? o->last_layer : n - 1;
 	for (int l = first; l <= last; l++) {
 		struct layer_w w;
-		if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, l, x, T, H)))
+		double tc = cb_start(o);
+		if (o->layer_input && (rc = cb_end(o, tc, o->layer_input(o->layer_input_ctx, l, x, T, H))))
 			goto out;
 		int ex_major = x3_arch_sparse_layer(c, l) && !o->moe_chunk_major;
 		double t0 = x3_now();
@@ -1090,12 +1107,14 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		layer_free(&w);
 		if (rc)
 			goto out;
-		if (o->layer_done && (rc = o->layer_done(o->layer_done_ctx, l, n)))
+		tc = cb_start(o);
+		if (o->layer_done && (rc = cb_end(o, tc, o->layer_done(o->layer_done_ctx, l, n))))
 			goto out;
 	}
 	/* the states entering the layer after the last one run (its output),
 	 * also when the forward stops before that layer */
-	if (o->layer_input && (rc = o->layer_input(o->layer_input_ctx, last + 1, x, T, H)))
+	double tc = cb_start(o);
+	if (o->layer_input && (rc = cb_end(o, tc, o->layer_input(o->layer_input_ctx, last + 1, x, T, H))))
 		goto out;
 	if (o->last_layer < n)
 		goto out;
@@ -1148,8 +1167,10 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	}
 	free(norm);
 	x3_linear_free(head);
-	if (!rc && o->layer_done)
-		rc = o->layer_done(o->layer_done_ctx, n, n);
+	if (!rc && o->layer_done) {
+		tc = cb_start(o);
+		rc = cb_end(o, tc, o->layer_done(o->layer_done_ctx, n, n));
+	}
 out:
 	if (x != o->hidden)
 		free(x);

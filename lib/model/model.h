@@ -182,7 +182,8 @@ struct x3_forward_timing {
 	double load;      /* layers' and experts' weights: opened, read, to the device */
 	double linears;   /* the products, dense weights made F32 for each */
 	double hook;      /* the capture hook */
-	double total;     /* the whole forward, callbacks included */
+	double callbacks; /* seg_done, layer_done, expert_done, layer_input */
+	double total;     /* the whole forward, hook and callbacks included */
 };
 /* Set defaults: no hook, all layers, no logits. */
 void x3_forward_opts_init(struct x3_forward_opts *o, const x3_model *m);
