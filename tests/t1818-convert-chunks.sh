@@ -36,6 +36,14 @@ check "--capture-parts off at -j 2: one process per layer, the same directory" \
 check "--chunk-rows is what the Hessians' bytes depend on" sh -c '! cmp -s "$1" "$2"' _ \
 	"$(ls a.work/h1/*.frames | head -1)" "$( convert m c --bits 3 --rows 8 --cols 64 --chunk-rows 8 -q -j 1 --keep-hessians >/dev/null && ls c.work/h1/*.frames | head -1)"
 check "make finds the work directory up to date" make -q -r -s -C b.work -f Makefile
+# the capture timing files (WORK/timing, the time report's) are those of
+# the captures that made the Hessians: none left of parts run before
+tfiles() { ls "$1.work/timing" | paste -sd' '; }
+check "timing files: one per part of each capture (3 chunks)" test "$(tfiles j)" = "h1.0.p0.json h1.0.p1.json h1.0.p2.json h1.1.p0.json h1.1.p1.json h1.1.p2.json"
+convert m j --bits 3 --rows 8 --cols 64 --chunk-rows 4 -q -j 2 || notok "onepass -j 2, --chunk-rows 4 on the same work directory"
+check "... recaptured in 2 parts: the third part's timing files deleted" test "$(tfiles j)" = "h1.0.p0.json h1.0.p1.json h1.1.p0.json h1.1.p1.json"
+convert m j --bits 3 --rows 8 --cols 64 --chunk-rows 5 -q -j 1 || notok "-j 1, --chunk-rows 5 on the same work directory"
+check "... recaptured whole (one process a layer): no part's timing file left" test "$(tfiles j)" = "h1.0.json h1.1.json"
 check "sequential, one capture per layer (-j 1)" convert m sa "${opts[@]}" -j 1 --mode sequential
 check "sequential, the encodes on 2 job slots" \
 	convert m sb "${opts[@]}" --mode sequential --gpus 0,1 --device cpu
