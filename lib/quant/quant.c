@@ -1179,13 +1179,19 @@ out:
 
 /* ---- proxy error ---------------------------------------------------------- */
 
-/* The proxy error's quadratic form tr(A H Aᵀ)... in our own loops, so that
- * it is a fixed function of its operands: (H A)[i, j] = sum_l H[i, l] A[l, j]
- * is summed over l = 0..k-1 in that order into one float, each step one
- * fused multiply-add (fmaf: one rounding), then A[i, j] (H A)[i, j] in
- * double, over j in order within a column block of PX_JB, the blocks in
- * order. Blocking over l (PX_LB) keeps each element's order: the
- * accumulator goes to memory and comes back unchanged. The vectors run
+/* The proxy error's quadratic form tr(Aᵀ H A) in our own loops, so that
+ * it is a fixed function of its operands. H is symmetric, so only the
+ * blocks of PX_LB rows at and right of the diagonal are multiplied (half
+ * the work): for row i in row block I, T[i, j] = sum_l H[i, l] A[l, j] over
+ * l from I's first row to k-1 in that order into one float, each step one
+ * fused multiply-add (fmaf: one rounding); D[i, j], the same sum over I's
+ * own columns, is the value T[i, j] has right after them (the first
+ * panel that reaches row i is its diagonal one). Then, in double, over j
+ * in order within a column block of PX_JB, the blocks in order:
+ * tr = 2 sum A[i, j] T[i, j] - sum A[i, j] D[i, j] (the pairs (i, l) in
+ * different blocks are counted twice, those within one once). Blocking over
+ * l keeps each element's order: the accumulator goes to memory and comes
+ * back unchanged. The vectors run
  * across j, one lane per element, so the AVX-512 and AVX2 forms and the
  * scalar reference (proxy_panel_ref; fmaf, which is slow only where the
  * processor has no FMA) give the same bits on every machine and thread
@@ -1194,7 +1200,7 @@ out:
 #define PX_LB 256   /* rows of A per panel kept in L2 */
 
 /* T (k, w) += H[:, l0:l0+lw] A[l0:l0+lw, c0:c0+w] for the rows i0..i1-1 of
- * T and the columns j0..w-1 */
+ * T and the columns j0..w-1 (H has k columns) */
 static void proxy_panel_ref(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,
                             int64_t lw, int64_t c0, int64_t w, float *T, int64_t i0, int64_t i1,
                             int64_t j0)
@@ -1220,10 +1226,10 @@ static void proxy_panel_ref(const float *H, const float *A, int64_t k, int64_t n
 #define PX_KERNEL(NAME, TARGET, VT, V, LD, ST, SET1, FMA)                                    \
 __attribute__((target(TARGET)))                                                              \
 static void NAME(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,           \
-                 int64_t lw, int64_t c0, int64_t w, float *T)                                \
+                 int64_t lw, int64_t c0, int64_t w, float *T, int64_t m)                     \
 {                                                                                            \
 	int64_t i = 0;                                                                           \
-	for (; i + 6 <= k; i += 6) {                                                             \
+	for (; i + 6 <= m; i += 6) {                                                             \
 		const float *h = H + i * k + l0;                                                     \
 		int64_t j = 0;                                                                       \
 		for (; j + 2 * (V) <= w; j += 2 * (V)) {                                             \
@@ -1252,7 +1258,7 @@ static void NAME(const float *H, const float *A, int64_t k, int64_t n, int64_t l
 		if (j < w)                                                                           \
 			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 6, j);                      \
 	}                                                                                        \
-	for (; i < k; i++) {                                                                     \
+	for (; i < m; i++) {                                                                     \
 		const float *h = H + i * k + l0;                                                     \
 		int64_t j = 0;                                                                       \
 		for (; j + 2 * (V) <= w; j += 2 * (V)) {                                             \
@@ -1323,26 +1329,42 @@ int x3_proxy_set_path(const char *name)
 	return x3_err(X3_EINVAL, "proxy error: no form '%s' (ref, avx2, avx512)", name);
 }
 
+/* rows 0..m-1 of T += H[:, l0:l0+lw] A[l0:l0+lw, c0:c0+w] */
 static void proxy_panel(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,
-                        int64_t lw, int64_t c0, int64_t w, float *T)
+                        int64_t lw, int64_t c0, int64_t w, float *T, int64_t m)
 {
 	switch (px_pick()) {
 #if defined(__x86_64__) && defined(__GNUC__)
 	case 2:
-		proxy_panel_avx512(H, A, k, n, l0, lw, c0, w, T);
+		proxy_panel_avx512(H, A, k, n, l0, lw, c0, w, T, m);
 		return;
 	case 1:
-		proxy_panel_avx2(H, A, k, n, l0, lw, c0, w, T);
+		proxy_panel_avx2(H, A, k, n, l0, lw, c0, w, T, m);
 		return;
 #endif
 	default:
-		proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, 0, k, 0);
+		proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, 0, m, 0);
 	}
 }
 
-/* tr(A H Aᵀ) for A (k, n): per column block, T = H A[:, block] panel by
- * panel, then its products with A in double; the blocks' sums added in
- * block order. */
+/* sum A[i, c0 + j] T[i, j] over rows i0..i1-1 (j in order, then i), in double */
+static double proxy_dot(const float *A, int64_t n, int64_t c0, int64_t w, const float *T,
+                        int64_t i0, int64_t i1)
+{
+	double s = 0;
+	for (int64_t i = i0; i < i1; i++) {
+		const float *a = A + i * n + c0, *t = T + i * w;
+		double si = 0;
+		for (int64_t j = 0; j < w; j++)
+			si += (double)a[j] * t[j];
+		s += si;
+	}
+	return s;
+}
+
+/* tr(Aᵀ H A) for A (k, n), H symmetric: per column block, T and the
+ * diagonal blocks' sums panel by panel (above), then the block's sum in
+ * double; the blocks' sums added in block order. */
 static int proxy_quad(const float *A, const float *H, int64_t k, int64_t n, double *out)
 {
 	int64_t nb = (n + PX_JB - 1) / PX_JB;
@@ -1364,17 +1386,13 @@ static int proxy_quad(const float *A, const float *H, int64_t k, int64_t n, doub
 				continue;
 			int64_t c0 = b * PX_JB, w = n - c0 < PX_JB ? n - c0 : PX_JB;
 			memset(T, 0, (size_t)(k * w) * sizeof *T);
-			for (int64_t l0 = 0; l0 < k; l0 += PX_LB)
-				proxy_panel(H, A, k, n, l0, k - l0 < PX_LB ? k - l0 : PX_LB, c0, w, T);
-			double sb = 0;
-			for (int64_t i = 0; i < k; i++) {
-				const float *a = A + i * n + c0, *t = T + i * w;
-				double si = 0;
-				for (int64_t j = 0; j < w; j++)
-					si += (double)a[j] * t[j];
-				sb += si;
+			double diag = 0;
+			for (int64_t l0 = 0; l0 < k; l0 += PX_LB) {
+				int64_t lw = k - l0 < PX_LB ? k - l0 : PX_LB;
+				proxy_panel(H, A, k, n, l0, lw, c0, w, T, l0 + lw);
+				diag += proxy_dot(A, n, c0, w, T, l0, l0 + lw);
 			}
-			part[b] = sb;
+			part[b] = 2 * proxy_dot(A, n, c0, w, T, 0, k) - diag;
 		}
 		free(T);
 	}

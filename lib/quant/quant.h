@@ -163,8 +163,9 @@ int x3_scale_search_cap(const float *W, int64_t k, int64_t n, int K, int cb,
 int x3_ldlq(const float *W, int64_t k, int64_t n, const float *L, int K,
             int cb, int threads, uint16_t *states, float *Q);
 
-/* Proxy error tr(E^T H E) / max(tr(W^T H W), 1e-8), E = W - Q, H (k x k);
- * with H NULL, the plain mean squared error of E. */
+/* Proxy error tr(E^T H E) / max(tr(W^T H W), 1e-8), E = W - Q, H (k x k)
+ * symmetric (read at and right of its diagonal blocks of 256 rows); with H
+ * NULL, the plain mean squared error of E. */
 int x3_proxy_error(const float *W, const float *Q, const float *H, int64_t k,
                    int64_t n, double *err);
 /* Which form of its products x3_proxy_error runs: "avx512", "avx2" (with

@@ -508,11 +508,11 @@ static void test_output_metric(void)
 /* x3_proxy_error's forms (x3_proxy_path): the AVX-512 and AVX2 kernels give
  * the plain C reference's bits (one fmaf per step, in the same order), on
  * shapes with tails everywhere (rows not a multiple of 4, columns not of
- * 16 or 32, two panels of 256 rows, two column blocks of 256), and the
- * value is the float64 quadratic form's up to F32 rounding */
+ * 16 or 32, two and three panels of 256 rows, two column blocks of 256),
+ * and the value is the float64 quadratic form's up to F32 rounding */
 static void test_proxy_paths(void)
 {
-	static const int64_t shapes[][2] = { { 38, 45 }, { 300, 530 }, { 64, 32 } };
+	static const int64_t shapes[][2] = { { 38, 45 }, { 300, 530 }, { 64, 32 }, { 600, 40 } };
 	const char *best = x3_proxy_path();
 	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
 		int64_t k = shapes[s][0], n = shapes[s][1];
