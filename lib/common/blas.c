@@ -175,36 +175,57 @@ void x3_gram_acc_tri_f64(const double *x, int64_t rows, int64_t n, double *T)
 	x3_blas_serial_end(prev);
 }
 
-/* The same blocks, each product in F32 (one SGEMM over all the rows, from
- * zero) and then added to T in double: the F32 sum never runs over more
- * rows than one call holds. */
+/* The same elements, each an F32 sum over the rows of this call (from
+ * zero) rounded once into T in double; the F32 sum never runs over more
+ * rows than one call holds. The products are wider than the packed blocks:
+ * row block bi against the columns from its diagonal on, in chunks of
+ * X3_GRAM_CHUNK (a multiple of B) counted from the diagonal, one SGEMM each
+ * (OpenBLAS packs a call's operands once: at 256 x 256 the packing was a
+ * sixth of the time). A chunk's shape follows from n and bi alone, so an
+ * element's bits do not depend on the thread count. */
 int x3_gram_acc_tri_f32_f64(const float *x, int64_t rows, int64_t n, double *T)
 {
 	if (rows <= 0 || n <= 0)
 		return X3_OK;
-	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B, np = nb * (nb + 1) / 2;
+	const int64_t B = n < X3_GEMM_COLS ? n : X3_GEMM_COLS, nb = (n + B - 1) / B;
+	const int64_t CW = X3_GRAM_CHUNK, nc = (n + CW - 1) / CW;
+	/* tasks (bi, c): chunk c of row block bi, where it exists */
+	int64_t *task = malloc((size_t)(nb * nc) * sizeof *task), nt = 0;
+	if (!task)
+		return x3_err(X3_ENOMEM, "out of memory for the Gram products");
+	for (int64_t bi = 0; bi < nb; bi++)
+		for (int64_t c = 0; bi * B + c * CW < n; c++)
+			task[nt++] = bi * nc + c;
 	int fail = 0;
 	int prev = x3_blas_serial_begin();
-	#pragma omp parallel for schedule(dynamic, 1) if(par_if(np, rows * n * n))
-	for (int64_t p = 0; p < np; p++) {
-		TRI_BLOCK(p);
-		float *c = malloc((size_t)(wi * wj) * sizeof *c);
-		if (!c) {
+	#pragma omp parallel for schedule(dynamic, 1) if(par_if(nt, rows * n * n))
+	for (int64_t q = 0; q < nt; q++) {
+		const int64_t bi = task[q] / nc, c = task[q] % nc, i0 = bi * B;
+		const int64_t wi = n - i0 < B ? n - i0 : B, c0 = i0 + c * CW;
+		const int64_t w = n - c0 < CW ? n - c0 : CW;
+		float *cm = malloc((size_t)(wi * w) * sizeof *cm);
+		if (!cm) {
 			#pragma omp atomic write
 			fail = 1;
 			continue;
 		}
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)wj, (int)rows, 1.0f,
-		            x + i0, (int)n, x + j0, (int)n, 0.0f, c, (int)wj);
-		double *t = T + off;
-		for (int64_t i = 0; i < wi * wj; i++)
-			t[i] += c[i];
-		free(c);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)w, (int)rows, 1.0f,
+		            x + i0, (int)n, x + c0, (int)n, 0.0f, cm, (int)w);
+		/* into the packed blocks (bi, bj) the chunk covers (B divides CW) */
+		for (int64_t bj = c0 / B; bj * B < c0 + w; bj++) {
+			const int64_t j0 = bj * B, wj = n - j0 < B ? n - j0 : B;
+			double *t = T + tri_off(n, B, bi, bj);
+			for (int64_t i = 0; i < wi; i++)
+				for (int64_t j = 0; j < wj; j++)
+					t[i * wj + j] += cm[i * w + (j0 - c0) + j];
+		}
+		free(cm);
 	}
 	x3_blas_serial_end(prev);
+	free(task);
 	if (fail)
-		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld Gram block", (long long)B,
-		              (long long)B);
+		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld Gram product", (long long)B,
+		              (long long)CW);
 	return X3_OK;
 }
 

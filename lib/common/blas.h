@@ -31,6 +31,9 @@
  * cores, 2048 rows of 4096 x 14336 and 14336 x 4096) */
 #define X3_GEMM_ROWS_BIG 256
 #define X3_GEMM_COLS 256
+/* x3_gram_acc_tri_f32_f64's products: a row block of X3_GEMM_COLS against
+ * up to this many columns (a multiple of X3_GEMM_COLS) */
+#define X3_GRAM_CHUNK 2048
 
 /* y (rows, out) = x (rows, in) · wᵀ, w (out, in) row-major: the dense linear.
  * rows are segments of seg rows each (the tokens of one calibration row;
@@ -72,9 +75,10 @@ void x3_tri_add_full(double *T, int64_t n, const void *g, int f32, double w, int
 /* T (packed, n) += xᵀx: the blocks of x3_gram_acc_f64, each product the
  * same DGEMM, so the same bits. */
 void x3_gram_acc_tri_f64(const double *x, int64_t rows, int64_t n, double *T);
-/* The same, each block's product an F32 sum over the rows of this call
- * (from zero), rounded once into T in double: the Hessians' default
- * (hessian.c). Element (i, j) depends on columns i and j of x alone.
+/* The same, each element an F32 sum over the rows of this call (from
+ * zero), rounded once into T in double: the Hessians' default (hessian.c);
+ * the products row blocks of X3_GEMM_COLS against X3_GRAM_CHUNK columns.
+ * Element (i, j) depends on columns i and j of x (and on n) alone.
  * Returns X3_OK or X3_ENOMEM. */
 int x3_gram_acc_tri_f32_f64(const float *x, int64_t rows, int64_t n, double *T);
 

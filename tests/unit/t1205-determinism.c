@@ -6,7 +6,7 @@
  * so run it from the top of the checkout) and 1 or 2 BLAS and OpenMP
  * threads. Each child computes, from fixed seeded inputs: the proxy error
  * (our fixed-order loops), the dense linear (x3_gemm_xwt), the Hessian sums
- * (x3_gram_acc_*), the block LDL and an LDLQ encode, and prints them. The
+ * (x3_gram_acc_*, the packed F32 ones at a width of several product chunks), the block LDL and an LDLQ encode, and prints them. The
  * parent checks:
  *   - the proxy error is bit-identical under every kernel and thread count;
  *   - every BLAS-backed result is bit-identical for every thread count under
@@ -128,6 +128,18 @@ static int child(void)
 	printf("gram_merge_relerr %.3g\n", err / ref);
 	printf("gram_vs_exact_relerr %.3g\n", uerr / ref);
 	printf("gram32 %016llx\ngram64 %016llx\n", hg, hgd);
+	/* the packed F32 sums (the Hessians' default) at a width of several
+	 * product chunks (X3_GRAM_CHUNK) per row block */
+	{
+		const int64_t NT = 2 * X3_GRAM_CHUNK + 300, MT = 24;
+		float *xt = malloc((size_t)(MT * NT) * sizeof *xt);
+		double *tt = calloc((size_t)x3_tri_size(NT), sizeof *tt);
+		fill(xt, MT * NT, 7, 1.0);
+		if (x3_gram_acc_tri_f32_f64(xt, MT, NT, tt))
+			return 1;
+		printf("gramtri %016llx\n", h64(tt, (size_t)x3_tri_size(NT) * sizeof *tt));
+		free(xt), free(tt);
+	}
 
 	/* block LDL and an LDLQ encode with feedback (K=2, 256 x 384) */
 	float *L = malloc(K * K * sizeof *L);
@@ -147,7 +159,7 @@ static int child(void)
 }
 
 struct run {
-	char core[64], proxy[64], xwt[80], gram32[32], gram64[32], ldl[32], ldlq[80], ldlq_proxy[64];
+	char core[64], proxy[64], xwt[80], gram32[32], gram64[32], gramtri[32], ldl[32], ldlq[80], ldlq_proxy[64];
 	int rows_ok;
 	double merge, exact;
 };
@@ -173,6 +185,7 @@ static int run_child(const char *coretype, int threads, struct run *r)
 		else if (!strncmp(line, "gram_vs_exact_relerr ", 21)) r->exact = atof(line + 21);
 		else if (!strncmp(line, "gram32 ", 7)) snprintf(r->gram32, sizeof r->gram32, "%s", line + 7);
 		else if (!strncmp(line, "gram64 ", 7)) snprintf(r->gram64, sizeof r->gram64, "%s", line + 7);
+		else if (!strncmp(line, "gramtri ", 8)) snprintf(r->gramtri, sizeof r->gramtri, "%s", line + 8);
 		else if (!strncmp(line, "ldl ", 4)) snprintf(r->ldl, sizeof r->ldl, "%s", line + 4);
 		else if (!strncmp(line, "ldlq ", 5)) snprintf(r->ldlq, sizeof r->ldlq, "%s", line + 5);
 		else if (!strncmp(line, "ldlq_proxy ", 11)) snprintf(r->ldlq_proxy, sizeof r->ldlq_proxy, "%s", line + 11);
@@ -233,6 +246,8 @@ int main(int argc, char **argv)
 		CHECK(!strcmp(a->xwt, b->xwt), "%s: dense linear, 1 vs 2 threads identical", a->core);
 		CHECK(!strcmp(a->gram32, b->gram32) && !strcmp(a->gram64, b->gram64),
 		      "%s: Hessian sums (F32, F64), 1 vs 2 threads identical", a->core);
+		CHECK(a->gramtri[0] && !strcmp(a->gramtri, b->gramtri),
+		      "%s: packed F32 Hessian sums over product chunks, 1 vs 2 threads identical", a->core);
 		CHECK(!strcmp(a->ldl, b->ldl), "%s: block LDL, 1 vs 2 threads identical", a->core);
 		CHECK(!strcmp(a->ldlq, b->ldlq) && !strcmp(a->ldlq_proxy, b->ldlq_proxy),
 		      "%s: LDLQ states, Q and proxy error, 1 vs 2 threads identical", a->core);

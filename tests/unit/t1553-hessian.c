@@ -72,7 +72,7 @@ static void tri_case(int64_t n)
 
 int main(void)
 {
-	static const int64_t sizes[] = { 1, 7, 256, 257, 300, 600 };
+	static const int64_t sizes[] = { 1, 7, 256, 257, 300, 600, 2600 };
 	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
 		tri_case(sizes[i]);
 	/* X = [[1,2],[3,4],[5,6]]: XᵀX = [[35,44],[44,56]] */
