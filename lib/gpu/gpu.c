@@ -241,14 +241,16 @@ int x3_gpu_viterbi_encode_d(int K, int cb, const float *x_d, int64_t ntiles,
 #define VBATCH 65536   /* tiles per upload (64 MiB of targets) */
 
 /* x3_gpu_viterbi_encode's device buffers, kept between calls: LDLQ calls
- * it once per 16-row block with the same K, codebook and tile count (896
- * times for an 8B down_proj), and each call had allocated and freed its
- * targets, states, values and scratch (cudaFree synchronizes) and read the
- * free memory. The targets/states/values grow to the largest batch; the
- * scratch is planned anew (vrun_init, as every call did before) when K,
- * the codebook or the batch changes, after the old one is freed, so every
- * launch has the blocks and scratch it had without the cache. One call at
- * a time. Freed with the process. */
+ * it once per 16-row block with the same K, codebook and about the same
+ * tile count (896 times for an 8B down_proj; fewer where a block has equal
+ * tiles, which are encoded once), and each call had allocated and freed
+ * its targets, states, values and scratch (cudaFree synchronizes) and read
+ * the free memory. The targets/states/values grow to the largest batch;
+ * the scratch is planned anew (vrun_init) when K or the codebook changes
+ * or the batch outgrows the plan, after the old one is freed. A smaller
+ * batch runs on the plan of a larger one: the grid is persistent over the
+ * tiles, so blocks beyond the tiles return at once and each tile's codes
+ * are the same. One call at a time. Freed with the process. */
 static struct {
 	pthread_mutex_t mu;
 	float *x_d, *val_d;
@@ -274,7 +276,7 @@ static void vc_free_scratch(void)
 static int vc_get(int K, int cb, int64_t batch)
 {
 	int rc = X3_OK;
-	if (vc.batch && (vc.v.K != K || vc.v.cb != cb || vc.batch != batch))
+	if (vc.batch && (vc.v.K != K || vc.v.cb != cb || vc.batch < batch))
 		vc_free_scratch();
 	if (batch > vc.cap) {
 		vc_free_io();
