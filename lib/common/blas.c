@@ -198,26 +198,32 @@ int x3_gram_acc_tri_f32_f64(const float *x, int64_t rows, int64_t n, double *T)
 			task[nt++] = bi * nc + c;
 	int fail = 0;
 	int prev = x3_blas_serial_begin();
-	#pragma omp parallel for schedule(dynamic, 1) if(par_if(nt, rows * n * n))
-	for (int64_t q = 0; q < nt; q++) {
-		const int64_t bi = task[q] / nc, c = task[q] % nc, i0 = bi * B;
-		const int64_t wi = n - i0 < B ? n - i0 : B, c0 = i0 + c * CW;
-		const int64_t w = n - c0 < CW ? n - c0 : CW;
-		float *cm = malloc((size_t)(wi * w) * sizeof *cm);
+	#pragma omp parallel if(par_if(nt, rows * n * n))
+	{
+		/* one product buffer per thread for all its tasks (a malloc per
+		 * task mapped and faulted in fresh pages each time) */
+		float *cm = malloc((size_t)(B * (CW < n ? CW : n)) * sizeof *cm);
 		if (!cm) {
 			#pragma omp atomic write
 			fail = 1;
-			continue;
 		}
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)w, (int)rows, 1.0f,
-		            x + i0, (int)n, x + c0, (int)n, 0.0f, cm, (int)w);
-		/* into the packed blocks (bi, bj) the chunk covers (B divides CW) */
-		for (int64_t bj = c0 / B; bj * B < c0 + w; bj++) {
-			const int64_t j0 = bj * B, wj = n - j0 < B ? n - j0 : B;
-			double *t = T + tri_off(n, B, bi, bj);
-			for (int64_t i = 0; i < wi; i++)
-				for (int64_t j = 0; j < wj; j++)
-					t[i * wj + j] += cm[i * w + (j0 - c0) + j];
+		#pragma omp for schedule(dynamic, 1)
+		for (int64_t q = 0; q < nt; q++) {
+			if (!cm)
+				continue;
+			const int64_t bi = task[q] / nc, c = task[q] % nc, i0 = bi * B;
+			const int64_t wi = n - i0 < B ? n - i0 : B, c0 = i0 + c * CW;
+			const int64_t w = n - c0 < CW ? n - c0 : CW;
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)wi, (int)w, (int)rows, 1.0f,
+			            x + i0, (int)n, x + c0, (int)n, 0.0f, cm, (int)w);
+			/* into the packed blocks (bi, bj) the chunk covers (B divides CW) */
+			for (int64_t bj = c0 / B; bj * B < c0 + w; bj++) {
+				const int64_t j0 = bj * B, wj = n - j0 < B ? n - j0 : B;
+				double *t = T + tri_off(n, B, bi, bj);
+				for (int64_t i = 0; i < wi; i++)
+					for (int64_t j = 0; j < wj; j++)
+						t[i * wj + j] += cm[i * w + (j0 - c0) + j];
+			}
 		}
 		free(cm);
 	}

@@ -21,10 +21,12 @@ struct x3_linear {
 	char *key;
 	/* a dense weight's source: rows [row0, row0 + out) of the (rows, in)
 	 * tensor src, borrowed from the open checkpoint; with on_use the F32
-	 * weight is made from it for each x3_linear_apply and freed after */
+	 * weight is made from it for each x3_linear_apply (in wb when it is
+	 * set and free) and let go after */
 	const x3_tensor *src;
 	int64_t row0, rows;
 	int on_use;
+	x3_wbuf *wb;
 	/* on the device (x3_linear_set_device cuda): a dense weight, or an
 	 * EXL3 linear plus, made on the first batch of more than
 	 * GPU_GEMV_ROWS rows, its dense reconstruction */
@@ -294,21 +296,85 @@ static void gpu_release(x3_linear *l)
 	l->dev = X3_DEVICE_CPU;
 }
 
-int x3_linear_on_use(x3_linear *l)
+int x3_linear_on_use(x3_linear *l, x3_wbuf *buf)
 {
 	if (l->q || !l->src || l->dev != X3_DEVICE_CPU)
 		return X3_OK;
 	free(l->w);
 	l->w = NULL;
 	l->on_use = 1;
+	l->wb = buf;
 	return X3_OK;
 }
 
-/* The F32 weight of an on_use linear, made now (the caller frees it). */
-static int use_weight(const x3_linear *l, float **w)
+void x3_wbuf_free(x3_wbuf *b)
 {
+	if (!b)
+		return;
+	free(b->p);
+	b->p = NULL, b->cap = 0, b->busy = 0;
+}
+
+/* rows [row0, row0 + n) of the (rows, cols) tensor t into dst as F32, in
+ * blocks over the threads (each element converted alone: the same values
+ * as x3_tensor_f32's), then the mapped pages read dropped. t is not
+ * block-scaled. */
+static int rows_f32_into(const x3_tensor *t, int64_t row0, int64_t n, int64_t cols, float *dst)
+{
+	const size_t es = x3_dtype_size(t->dtype), cnt = (size_t)(n * cols), B = (size_t)1 << 20;
+	const char *p = (const char *)t->data + (size_t)(row0 * cols) * es;
+	const int64_t nb = (int64_t)((cnt + B - 1) / B);
+	int fail = 0;
+	#pragma omp parallel for schedule(static) if(nb > 1)
+	for (int64_t b = 0; b < nb; b++) {
+		const size_t i0 = (size_t)b * B, m = cnt - i0 < B ? cnt - i0 : B;
+		if (x3_convert(dst + i0, X3_F32, p + i0 * es, t->dtype, m) != X3_OK) {
+			#pragma omp atomic write
+			fail = 1;
+		}
+	}
+	if (fail)
+		return x3_err(X3_EUNSUP, "tensor '%s': cannot convert %s to F32", t->name,
+		              x3_dtype_name(t->dtype));
+	x3_st_drop(t, p, cnt * es);
+	return X3_OK;
+}
+
+/* The F32 weight of an on_use linear, made now: in l->wb (*from_buf set;
+ * the caller gives it back with wb->busy = 0) where it is set and free,
+ * else allocated (the caller frees it). */
+static int use_weight(const x3_linear *l, float **w, int *from_buf)
+{
+	x3_wbuf *b = l->wb;
+	const size_t need = (size_t)(l->out * l->in);
+	*from_buf = 0;
+	if (b && !b->busy && !l->src->scale_inv && l->src->data) {
+		if (b->cap < need) {
+			free(b->p);   /* nothing in it to keep: no realloc's copy */
+			b->cap = 0;
+			if (!(b->p = malloc(need * sizeof *b->p + 1)))
+				return x3_err(X3_ENOMEM, "linear '%s': out of memory for its F32 weight", l->key);
+			b->cap = need;
+		}
+		int rc = rows_f32_into(l->src, l->row0, l->out, l->in, b->p);
+		if (rc)
+			return x3_errprefix(rc, "linear '%s'", l->key);
+		b->busy = 1;
+		*w = b->p;
+		*from_buf = 1;
+		return X3_OK;
+	}
 	*w = rows_f32(l->src, l->row0, l->out, l->rows, l->in);
 	return *w ? X3_OK : x3_errprefix(X3_ENOMEM, "linear '%s'", l->key);
+}
+
+/* done with use_weight's w */
+static void put_weight(const x3_linear *l, float *w, int from_buf)
+{
+	if (from_buf)
+		l->wb->busy = 0;
+	else
+		free(w);
 }
 
 int x3_linear_set_device(x3_linear *l, int dev)
@@ -323,12 +389,13 @@ int x3_linear_set_device(x3_linear *l, int dev)
 		return X3_OK;
 	int rc = x3_gpu_open(&l->gpu);
 	float *tw = NULL;
+	int fb = 0;
 	if (!rc && !l->q && l->on_use)
-		rc = use_weight(l, &tw);
+		rc = use_weight(l, &tw, &fb);
 	if (!rc)
 		rc = l->q ? x3_exl3_upload(l->q, l->gpu, &l->gq)
 		          : l->gpu->dense_create(tw ? tw : l->w, l->b, l->in, l->out, &l->gd);
-	free(tw);
+	put_weight(l, tw, fb);
 	if (rc)
 		return x3_errprefix(rc, "linear '%s': upload to cuda", l->key);
 	l->dev = X3_DEVICE_CUDA;
@@ -359,15 +426,16 @@ int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, int64_t seg, flo
 		}
 	}
 	float *tw = NULL;
+	int fb = 0;
 	if (l->on_use && !l->w) {
-		int rc = use_weight(l, &tw);
+		int rc = use_weight(l, &tw, &fb);
 		if (rc)
 			return rc;
 	}
 	/* fixed row blocks from each segment's start: a row's output does not
 	 * depend on the batch it is in or on the thread count (blas.h) */
 	int rc = x3_gemm_xwt(x, rows, seg, l->in, tw ? tw : l->w, l->out, y);
-	free(tw);
+	put_weight(l, tw, fb);
 	if (rc)
 		return x3_errprefix(rc, "linear '%s'", l->key);
 	if (l->b) {

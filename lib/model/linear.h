@@ -34,13 +34,27 @@ int x3_linear_open_rows(x3_st *st, const char *key, const char *src, int64_t row
  * not on the other rows (blas.h x3_gemm_xwt). */
 int x3_linear_apply(x3_linear *l, const float *x, int64_t rows, int64_t seg, float *y);
 int x3_linear_is_exl3(const x3_linear *l);
+/* Where x3_linear_on_use's linears make their F32 weights: one buffer
+ * kept from use to use and grown to the largest, so that a use neither
+ * maps fresh pages (which the kernel zeroes, a fault each 4 KiB) nor
+ * returns them; a capture of 64 x 2048 tokens in chunks of 4096 uses
+ * each linear 32 times. One use at a time: a use while it is taken
+ * allocates its own. Zero-initialized; x3_wbuf_free releases the memory
+ * (the linears that use it must not be used after). */
+typedef struct {
+	float *p;
+	size_t cap;     /* floats */
+	int busy;
+} x3_wbuf;
+void x3_wbuf_free(x3_wbuf *b);
 /* A dense linear on the CPU keeps no F32 weight of its own from now on:
- * each x3_linear_apply converts it from the checkpoint (still open) and
- * frees it after the product (and drops the mapped pages it read), so a
- * forward holds one linear's F32 weight at a time instead of a layer's;
- * the products are the same bits. Costs a conversion per call. Nothing
- * for an EXL3 linear or one on the device. */
-int x3_linear_on_use(x3_linear *l);
+ * each x3_linear_apply converts it from the checkpoint (still open) into
+ * buf (NULL: a buffer allocated and freed per call) and lets it go after
+ * the product (and drops the mapped pages it read), so a forward holds
+ * one linear's F32 weight at a time instead of a layer's; the products
+ * are the same bits. Costs a conversion per call. Nothing for an EXL3
+ * linear or one on the device. */
+int x3_linear_on_use(x3_linear *l, x3_wbuf *buf);
 /* Where x3_linear_apply runs: X3_DEVICE_CPU (the default, the reference)
  * or X3_DEVICE_CUDA (resolved, not auto): a dense weight is uploaded now
  * and multiplied by cuBLAS SGEMM (device.h dense_*); an EXL3 linear is

@@ -83,6 +83,7 @@ struct layer_w {
 	int sparse, nex;                /* a mixture-of-experts layer; experts */
 	x3_linear **ex;                 /* (nex, 3): gate, up, down */
 	const x3_module **exm;          /* their modules */
+	x3_wbuf wb;                     /* the on-use F32 weights (x3_linear_on_use) */
 };
 
 /* Gemma's RMSNorm scales by 1 + w (in F32, as Hugging Face's
@@ -126,6 +127,7 @@ static void layer_free(struct layer_w *w)
 		x3_linear_free(w->ex[i]);
 	free(w->ex);
 	free(w->exm);
+	x3_wbuf_free(&w->wb);
 	memset(w, 0, sizeof *w);
 }
 
@@ -178,7 +180,7 @@ static int layer_load(const x3_model *m, int l, int check, int all_ex, struct la
 	}
 	/* the layer's dense linears (not the experts) made F32 on each use */
 	for (int i = 0; i < X3_SLOT_COUNT && m->on_use && !check; i++)
-		if (w->lin[i] && (rc = x3_linear_on_use(w->lin[i])))
+		if (w->lin[i] && (rc = x3_linear_on_use(w->lin[i], &w->wb)))
 			goto fail;
 	for (int i = 0; i < N_VEC; i++) {
 		const x3_module *d = mod(m, l, vec_slots[i]);
@@ -1124,13 +1126,15 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 
 	float *norm = NULL;
 	x3_linear *head = NULL;
+	x3_wbuf hwb = { 0 };
 	const x3_module *fn = mod(m, n, X3_SLOT_FINAL_NORM);
 	double t0 = x3_now();
 	if ((rc = load_vec(m->st, fn->weight, fn->out, &norm)) || (rc = head_open(m, 0, &head)) ||
-	    (m->on_use && (rc = x3_linear_on_use(head))) ||
+	    (m->on_use && (rc = x3_linear_on_use(head, &hwb))) ||
 	    (o->device != X3_DEVICE_CPU && (rc = x3_linear_set_device(head, o->device)))) {
 		free(norm);
 		x3_linear_free(head);
+		x3_wbuf_free(&hwb);
 		goto out;
 	}
 	if (o->timing)
@@ -1167,6 +1171,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	}
 	free(norm);
 	x3_linear_free(head);
+	x3_wbuf_free(&hwb);
 	if (!rc && o->layer_done) {
 		tc = cb_start(o);
 		rc = cb_end(o, tc, o->layer_done(o->layer_done_ctx, n, n));

@@ -46,10 +46,11 @@ struct x3_model_opts {
 	 * one tensor or group quantized: convert --sensitivity.) */
 	const char *patch_dir;
 	/* The dense linears of a layer and the head (not the experts) are
-	 * converted to F32 for each product and freed after it
-	 * (x3_linear_on_use): the forward holds one linear's F32 weight at a
-	 * time instead of a whole layer's, for a conversion per product; the
-	 * same bits. hessian-capture sets it (its peak memory). */
+	 * converted to F32 for each product, into one buffer per layer (and
+	 * one for the head) kept until the layer is done (x3_linear_on_use):
+	 * the forward holds one linear's F32 weight at a time instead of a
+	 * whole layer's, for a conversion per product; the same bits.
+	 * hessian-capture sets it (its peak memory). */
 	int weights_on_use;
 };
 
