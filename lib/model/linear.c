@@ -93,25 +93,47 @@ static int open_exl3(x3_st *st, const char *key, int64_t in, int64_t out, int bi
 	return X3_OK;
 }
 
+/* rows [row0, row0 + n) of the (rows, cols) tensor t into dst as F32, in
+ * blocks over the threads (each element converted alone: the same values
+ * as x3_tensor_f32's), then the mapped pages read dropped. t is not
+ * block-scaled. */
+static int rows_f32_into(const x3_tensor *t, int64_t row0, int64_t n, int64_t cols, float *dst)
+{
+	const size_t es = x3_dtype_size(t->dtype), cnt = (size_t)(n * cols), B = (size_t)1 << 20;
+	const char *p = (const char *)t->data + (size_t)(row0 * cols) * es;
+	const int64_t nb = (int64_t)((cnt + B - 1) / B);
+	int fail = 0;
+	#pragma omp parallel for schedule(static) if(nb > 1)
+	for (int64_t b = 0; b < nb; b++) {
+		const size_t i0 = (size_t)b * B, m = cnt - i0 < B ? cnt - i0 : B;
+		if (x3_convert(dst + i0, X3_F32, p + i0 * es, t->dtype, m) != X3_OK) {
+			#pragma omp atomic write
+			fail = 1;
+		}
+	}
+	if (fail)
+		return x3_err(X3_EUNSUP, "tensor '%s': cannot convert %s to F32", t->name,
+		              x3_dtype_name(t->dtype));
+	x3_st_drop(t, p, cnt * es);
+	return X3_OK;
+}
+
 /* Rows [row0, row0 + n) of the (rows, cols) tensor t as F32 (malloc'd):
- * all of it when n is its row count. */
+ * all of it when n is its row count. Only those rows are read (an expert
+ * of a fused 3-D tensor is a small part of it), but of a block-scaled
+ * tensor, which x3_tensor_f32 converts whole. */
 static float *rows_f32(const x3_tensor *t, int64_t row0, int64_t n, int64_t rows, int64_t cols)
 {
-	if (!t->scale_inv && t->data && n < rows) {
-		/* only those rows (an expert of a fused 3-D tensor is a small
-		 * part of it): the same conversion, element by element */
+	if (!t->scale_inv && t->data) {
 		float *r = malloc((size_t)(n * cols) * sizeof *r + 1);
 		if (!r) {
 			x3_err(X3_ENOMEM, "out of memory converting '%s'", t->name);
 			return NULL;
 		}
-		const char *p = (const char *)t->data + (size_t)(row0 * cols) * x3_dtype_size(t->dtype);
-		size_t nb = (size_t)(n * cols) * x3_dtype_size(t->dtype);
-		if (x3_convert(r, X3_F32, p, t->dtype, (size_t)(n * cols))) {
+		if (rows_f32_into(t, row0, n, cols, r)) {
 			free(r);
 			return NULL;
 		}
-		x3_st_drop(t, p, nb);   /* the copy is what is kept */
 		return r;
 	}
 	float *all = x3_tensor_f32(t);
@@ -313,31 +335,6 @@ void x3_wbuf_free(x3_wbuf *b)
 		return;
 	free(b->p);
 	b->p = NULL, b->cap = 0, b->busy = 0;
-}
-
-/* rows [row0, row0 + n) of the (rows, cols) tensor t into dst as F32, in
- * blocks over the threads (each element converted alone: the same values
- * as x3_tensor_f32's), then the mapped pages read dropped. t is not
- * block-scaled. */
-static int rows_f32_into(const x3_tensor *t, int64_t row0, int64_t n, int64_t cols, float *dst)
-{
-	const size_t es = x3_dtype_size(t->dtype), cnt = (size_t)(n * cols), B = (size_t)1 << 20;
-	const char *p = (const char *)t->data + (size_t)(row0 * cols) * es;
-	const int64_t nb = (int64_t)((cnt + B - 1) / B);
-	int fail = 0;
-	#pragma omp parallel for schedule(static) if(nb > 1)
-	for (int64_t b = 0; b < nb; b++) {
-		const size_t i0 = (size_t)b * B, m = cnt - i0 < B ? cnt - i0 : B;
-		if (x3_convert(dst + i0, X3_F32, p + i0 * es, t->dtype, m) != X3_OK) {
-			#pragma omp atomic write
-			fail = 1;
-		}
-	}
-	if (fail)
-		return x3_err(X3_EUNSUP, "tensor '%s': cannot convert %s to F32", t->name,
-		              x3_dtype_name(t->dtype));
-	x3_st_drop(t, p, cnt * es);
-	return X3_OK;
 }
 
 /* The F32 weight of an on_use linear, made now: in l->wb (*from_buf set;
