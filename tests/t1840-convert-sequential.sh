@@ -40,6 +40,18 @@ check "killed midway: no OUT yet" test ! -e res
 check "resume: the re-run completes" make -s -f seq.work/Makefile -j 2 OUT="$TMP/res" all
 check "resume: byte-identical to the uninterrupted conversion" diff -r seq res
 check "... no hidden states left" test -z "$(ls seq.work/hs | grep hidden)"
+# what a kill -9 leaves of files being written (FILE.tmp-XXXXXX, never
+# renamed; whether the kill above hit one depends on timing): a make of
+# the work directory by hand (convert itself removes them when it starts)
+# removes those of each step it runs, hidden states and Hessians alike
+redo
+for f in seq.work/hs/hidden.0.frames seq.work/hs/hidden.1.frames seq.work/q/layer.1.safetensors \
+	"$(ls seq.work/h1/*.frames | head -n 1 | sed 's|/h1/|/hs/|')"; do
+	echo partial >"$f.tmp-KILLED"
+done
+check "killed temporaries left: the re-run completes" make -s -f seq.work/Makefile -j 2 OUT="$TMP/res2" all
+check "... byte-identical to the uninterrupted conversion" diff -r seq res2
+check "... none left" test -z "$(find seq.work -name '*.tmp-KILLED')"
 
 # the Hessian group files of the original model (h1, used for the
 # measurements) are tensor-cat's selections of one capture stream
