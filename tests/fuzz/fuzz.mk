@@ -7,7 +7,12 @@ FUZZ_B ?= tests/fuzz/build
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS := -g -O1 -std=c11 -fopenmp -pthread $(FUZZ_SAN)
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(FUZZ_SRC))
-FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_B)/lib/%.o,$(LIB_SRC))
+# The Viterbi is left out: no target reaches it, and its unrolled kernels
+# alone took 209 s to compile with this instrumentation on a 2-core host
+# (the rest of the library 6 s), most of the fuzz smoke test's time in CI.
+# A target that comes to need it fails to link: take it off this list.
+FUZZ_LIB_SKIP := lib/codec/viterbi.c
+FUZZ_LIB_OBJ := $(patsubst lib/%.c,$(FUZZ_B)/lib/%.o,$(filter-out $(FUZZ_LIB_SKIP),$(LIB_SRC)))
 
 $(FUZZ_B)/lib/%.o: lib/%.c
 	@mkdir -p $(@D)
