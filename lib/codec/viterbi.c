@@ -44,10 +44,10 @@
  * Pass 1's trace-back visits positions 127..0 only, so its first half
  * (positions 128..255) keeps neither. AVX-512 runs two tiles in lock step
  * (one codebook load for both) at K <= 2 and K >= 4, AVX2 at K >= 4
- * (body256t2), when there are at least two tiles per thread. Kernels are instantiated per K. Dispatch is
- * at run time (AVX-512 F/BW/VL, AVX2+FMA, portable C); the binary needs no
- * -march. The re-laid-out codebooks are built once per (K, codebook,
- * layout) and kept.
+ * (body256t2), when there are at least two tiles per thread. Kernels are
+ * instantiated per K. Dispatch is at run time (AVX-512 F/BW/VL, AVX2+FMA,
+ * portable C); the binary needs no -march. The re-laid-out codebooks are
+ * built once per (K, codebook, layout) and kept.
  * Measured and not kept (build host, AVX-512): in-place pairs at K = 2
  * (4-8% slower there: the store stream is not the bound; with one call
  * per chunk, worse), software prefetch of the in-place chunks, 1024-edge
@@ -824,8 +824,10 @@ TGT2 INLINE void body256t2(const int K, const float *cbo, float wa, float wb, co
 			__m256 ma[4], mb[4];
 			for (int k = 0; k < NK; k++, c += 64) {
 				const size_t o = k * ks;
-				const __m256 a0 = _mm256_broadcast_ss(pa + o + p0), a1 = _mm256_broadcast_ss(pa + o + p1);
-				const __m256 b0 = _mm256_broadcast_ss(pb + o + p0), b1 = _mm256_broadcast_ss(pb + o + p1);
+				const __m256 a0 = _mm256_broadcast_ss(pa + o + p0);
+				const __m256 a1 = _mm256_broadcast_ss(pa + o + p1);
+				const __m256 b0 = _mm256_broadcast_ss(pb + o + p0);
+				const __m256 b1 = _mm256_broadcast_ss(pb + o + p1);
 #pragma GCC unroll 4
 				for (int h = 0; h < 4; h++) {
 					__m256 x = _mm256_load_ps(c + 8 * h);
