@@ -535,19 +535,18 @@ typedef void (*fused2_fn)(int K, const float *cbo, float wa0, float wa1, float w
                           float *nextb, float *mida, float *midb, uint16_t *ba0,
                           uint16_t *ba1, uint16_t *bb0, uint16_t *bb1);
 
+/* the kernels of the recompute mode (K >= 4), instantiated per K */
+#define SWITCH_HIST_K(M) switch (K) { \
+	case 4: M(4); break; case 5: M(5); break; case 6: M(6); break; \
+	case 7: M(7); break; default: M(8); break; }
+
 #define BODY2(K) body512t(K, 0, 2, cbo, wa, wb, pa, pb, (size_t)1 << (16 - 2 * (K)), 0, \
                           oa, ob, NULL, NULL, 0, 1 << (10 - (K)))
 
 TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, const float *pa,
                                 const float *pb, float *oa, float *ob)
 {
-	switch (K) {
-	case 4: BODY2(4); break;
-	case 5: BODY2(5); break;
-	case 6: BODY2(6); break;
-	case 7: BODY2(7); break;
-	default: BODY2(8); break;
-	}
+	SWITCH_HIST_K(BODY2)
 }
 
 /* fused512 at K = 2 for T = 1 tile or T = 2 tiles in lock step, its masks
@@ -849,13 +848,8 @@ TGT2 INLINE void body256t2(const int K, const float *cbo, float wa, float wb, co
 TGT2 static void step2_avx2(int K, const float *cbo, float wa, float wb, const float *pa,
                             const float *pb, float *oa, float *ob)
 {
-	switch (K) {
-	case 4: body256t2(4, cbo, wa, wb, pa, pb, oa, ob); break;
-	case 5: body256t2(5, cbo, wa, wb, pa, pb, oa, ob); break;
-	case 6: body256t2(6, cbo, wa, wb, pa, pb, oa, ob); break;
-	case 7: body256t2(7, cbo, wa, wb, pa, pb, oa, ob); break;
-	default: body256t2(8, cbo, wa, wb, pa, pb, oa, ob); break;
-	}
+#define BODY256T2(K) body256t2(K, cbo, wa, wb, pa, pb, oa, ob)
+	SWITCH_HIST_K(BODY256T2)
 }
 #endif
 
