@@ -28,23 +28,27 @@
  * vminps returns its first operand iff it is strictly less, so the min
  * is the strict-< winner's cost bit for bit (costs are never NaN or -0).
  * Back-pointers, two ways:
- *  - K <= 3, masks: the mask c_k < m_{k-1} per candidate (2^K - 1 bits per
- *    edge); the winner is the largest k whose bit is set, or 0, exactly the
- *    strict-< argmin. Two steps are fused per 1024-edge block so the
- *    intermediate costs stay in L1 (two_steps); AVX-512 uses layout B at
- *    K = 1..3 (body512bt) and at K = 1 updates the costs in place, in
- *    rotated chunks (fusedip512). At K <= 2 the masks leave with
- *    non-temporal stores: AVX-512 collects them in 64-byte lines in L1 and
- *    stores each line when full (fusedip512, fused512p), the other paths
- *    stage whole positions in L1 and copy them out (stream_copy).
- *  - K >= 4, recompute: no compare, no mask; the costs entering every
- *    position the trace-back visits are kept (hist), and the trace-back
- *    recomputes the 2^K candidates of the one edge on the path (tb_*).
- *    3 vector ops per 16 candidates instead of 4.
+ *  - masks (K <= 3 on AVX-512 and the portable path, K = 1 on AVX2): the
+ *    mask c_k < m_{k-1} per candidate (2^K - 1 bits per edge); the winner
+ *    is the largest k whose bit is set, or 0, exactly the strict-< argmin.
+ *    Two steps are fused per 1024-edge block so the intermediate costs
+ *    stay in L1 (two_steps); AVX-512 uses layout B at K = 1..3 (body512bt)
+ *    and at K = 1 updates the costs in place, in rotated chunks
+ *    (fusedip512), AVX2 layout B at K = 1 (body256bo). At K <= 2 the masks
+ *    leave with non-temporal stores: AVX-512 collects them in 64-byte lines
+ *    in L1 and stores each line when full (fusedip512, fused512p), the
+ *    other paths stage whole positions in L1 and copy them out
+ *    (stream_copy).
+ *  - recompute (K >= 4, and K = 2, 3 on AVX2): no compare, no mask; the
+ *    costs entering every S-th position the trace-back visits are kept
+ *    (hist), and the trace-back recomputes the 2^K candidates of the one
+ *    edge on the path (tb_*, tbr_body). 3 vector ops per 16 candidates
+ *    instead of 4 (and on AVX2 no movemask and byte store per 8).
  * Pass 1's trace-back visits positions 127..0 only, so its first half
  * (positions 128..255) keeps neither. AVX-512 runs two tiles in lock step
- * (one codebook load for both) at K <= 2 and K >= 4, AVX2 at K >= 4
- * (body256t2), when there are at least two tiles per thread. Kernels are
+ * (one codebook load for both) at K <= 2 and K >= 4, AVX2 at every K
+ * (body256bo at K <= 3, body256t2 above), when there are at least two
+ * tiles per thread. Kernels are
  * instantiated per K. Dispatch is at run time (AVX-512 F/BW/VL, AVX2+FMA,
  * portable C); the binary needs no -march. The re-laid-out codebooks are
  * built once per (K, codebook, layout) and kept.
@@ -57,7 +61,12 @@
  * staging at K = 3 (5% slower); pairs at K = 3 (no gain); software
  * prefetch of the codebook stream (slower); non-temporal copies of the
  * K = 4 costs (hist is 4 MB per tile there; 10-25% slower); an fp16 copy
- * of the codebook and eight chains at K >= 4 (an earlier session). */
+ * of the codebook and eight chains at K >= 4 (an earlier session).
+ * Measured and not kept (Zen 3, AVX2): masks at K = 2, 3 (layout B, fused,
+ * pairs at K <= 2: 86k and 89k weights/s against 114k and 110k in
+ * recompute mode); pairs at K = 3 in layout A (104k); the minima of a half
+ * in groups of 4 candidates j with 16-byte stores instead of the
+ * transposes' lane permutes (no gain). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +91,10 @@
  * faster than 1024; 2048 and 4096 were slower. */
 #ifndef FUSE_B
 #define FUSE_B(K) ((K) <= 2 ? 512 : 1024)
+#endif
+/* AVX2 uses layout B (body256bo) and inlined fused pairs for these K */
+#ifndef LAYOUT_B2
+#define LAYOUT_B2(K) ((K) <= 3)
 #endif
 #define FUSE_MAX 1024
 #define PAD 16             /* floats past the end of a cost buffer */
@@ -782,7 +795,168 @@ TGT2 INLINE void body256(const int K, const int wbp, const float *cbo, float w,
 	}
 }
 
-#define BODY256(K, wbp) body256(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1)
+/* Layout B for AVX2 (K with LAYOUT_B2(K)): the codebook and mask layout of
+ * body512bo (16 predecessor groups gv per g-block b), each g-block done as
+ * two 8-lane halves h (gv 16b + 8h .. +7) one after the other, so that the
+ * NK running minima of a half (and of T = 2 tiles at K <= 2) stay in
+ * registers. A half's mask for (k, j) is the byte h of the 16-bit mask
+ * body512bo writes, so the trace-back (bp_k, lb = 1) is the same. The NK
+ * result vectors of a half (lane gv, vector j) are turned into natural edge
+ * order e = gv*NK + j by an NK x 8 transpose (tr256). */
+TGT2 INLINE void tr256(const int K, __m256 *r)
+{
+	if (K == 1) {
+		__m256 lo = _mm256_unpacklo_ps(r[0], r[1]), hi = _mm256_unpackhi_ps(r[0], r[1]);
+		r[0] = _mm256_permute2f128_ps(lo, hi, 0x20);
+		r[1] = _mm256_permute2f128_ps(lo, hi, 0x31);
+		return;
+	}
+	/* K = 2: rows 0-3; K = 3: rows 0-3 and 4-7 (u[4..7]) */
+	__m256 u[8];
+	for (int q = 0; q < (K == 3 ? 2 : 1); q++) {
+		const __m256 *s = r + 4 * q;
+		__m256 t0 = _mm256_unpacklo_ps(s[0], s[1]), t1 = _mm256_unpackhi_ps(s[0], s[1]);
+		__m256 t2 = _mm256_unpacklo_ps(s[2], s[3]), t3 = _mm256_unpackhi_ps(s[2], s[3]);
+		/* u[4q + i]: rows 4q .. 4q+3 of gv i (low 128 bits), gv i + 4 (high) */
+		u[4 * q + 0] = _mm256_shuffle_ps(t0, t2, 0x44);
+		u[4 * q + 1] = _mm256_shuffle_ps(t0, t2, 0xEE);
+		u[4 * q + 2] = _mm256_shuffle_ps(t1, t3, 0x44);
+		u[4 * q + 3] = _mm256_shuffle_ps(t1, t3, 0xEE);
+	}
+	if (K == 2) {
+		r[0] = _mm256_permute2f128_ps(u[0], u[1], 0x20);   /* gv 0, 1 */
+		r[1] = _mm256_permute2f128_ps(u[2], u[3], 0x20);   /* gv 2, 3 */
+		r[2] = _mm256_permute2f128_ps(u[0], u[1], 0x31);   /* gv 4, 5 */
+		r[3] = _mm256_permute2f128_ps(u[2], u[3], 0x31);   /* gv 6, 7 */
+	} else {
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++) {
+			r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);       /* gv i */
+			r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);   /* gv i + 4 */
+		}
+	}
+}
+
+TGT2 INLINE void body256bo(const int K, const int wbp, const int T, const float *cbo,
+                           float wa, float wb, const float *pa, const float *pbb,
+                           size_t ks, int poff, float *oa, float *ob, uint16_t *ba,
+                           uint16_t *bb, int g0, int g1)
+{
+	const int NK = 1 << K;
+	const int b0 = g0 * 4 / NK, b1 = g1 * 4 / NK;   /* 64-edge groups -> g-blocks */
+	const __m256 vw[2] = { _mm256_set1_ps(wa), _mm256_set1_ps(wb) };
+	const float *pt[2] = { pa, pbb };
+	float *ot[2] = { oa, ob };
+	uint8_t *bt[2] = { (uint8_t *)ba, (uint8_t *)bb };
+	if (wbp)
+		for (int t = 0; t < T; t++)
+			bt[t] += (size_t)b0 * (NK - 1) * NK * 2;
+	for (int b = b0; b < b1; b++) {
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			const float *c = cbo + (size_t)b * NK * NK * 16 + 8 * h;
+			__m256 m[2][8], P[2];
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++)
+				P[t] = _mm256_loadu_ps(pt[t] + 16 * b + 8 * h - poff);
+#pragma GCC unroll 8
+			for (int j = 0; j < NK; j++) {
+				__m256 x = _mm256_load_ps(c + 16 * j);
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++) {
+					__m256 d = _mm256_sub_ps(x, vw[t]);
+					m[t][j] = _mm256_fmadd_ps(d, d, P[t]);
+				}
+			}
+			c += 16 * NK;
+#pragma GCC unroll 8
+			for (int k = 1; k < NK; k++, c += 16 * NK) {
+#pragma GCC unroll 2
+				for (int t = 0; t < T; t++)
+					P[t] = _mm256_loadu_ps(pt[t] + 16 * b + 8 * h - poff + k * ks);
+#pragma GCC unroll 8
+				for (int j = 0; j < NK; j++) {
+					__m256 x = _mm256_load_ps(c + 16 * j);
+#pragma GCC unroll 2
+					for (int t = 0; t < T; t++) {
+						__m256 d = _mm256_sub_ps(x, vw[t]);
+						__m256 v = _mm256_fmadd_ps(d, d, P[t]);
+						if (wbp)
+							bt[t][(((size_t)(b - b0) * (NK - 1) + k - 1) * NK + j) * 2 + h] =
+								(uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(v, m[t][j],
+								                                          _CMP_LT_OQ));
+						m[t][j] = _mm256_min_ps(v, m[t][j]);
+					}
+				}
+			}
+#pragma GCC unroll 2
+			for (int t = 0; t < T; t++) {
+				tr256(K, m[t]);
+				float *o = ot[t] + (size_t)16 * NK * (b - b0) + 8 * NK * h;
+#pragma GCC unroll 8
+				for (int j = 0; j < NK; j++)
+					_mm256_store_ps(o + 8 * j, m[t][j]);
+			}
+		}
+	}
+}
+
+/* fused pair of steps (two_steps) with the layout-B kernels inlined, for
+ * one tile or two in lock step (T = 2: tile b's buffers at the b
+ * arguments) */
+TGT2 INLINE void fused256(const int K, const int wbp, const int T, const float *cbo,
+                          float wa0, float wa1, float wb0, float wb1, const float *preva,
+                          const float *prevb, float *nexta, float *nextb, float *mida,
+                          float *midb, uint16_t *ba0, uint16_t *ba1, uint16_t *bb0,
+                          uint16_t *bb1)
+{
+	const int E = 1 << (16 - K), NK = 1 << K, G = 1 << (16 - 2 * K);
+	const int L = FUSE_B(K) / NK;
+	for (int e0 = 0; e0 < E; e0 += FUSE_B(K)) {
+		for (int kk = 0; kk < NK; kk++) {
+			int x0 = kk * G + e0 / NK;
+			body256bo(K, wbp, T, cbo, wa0, wb0, preva, prevb, G, 0, mida + kk * L,
+			          midb + kk * L, ba0, bb0, x0 / 64, (x0 + L) / 64);
+		}
+		body256bo(K, wbp, T, cbo, wa1, wb1, mida, midb, L, e0 / NK, nexta + e0, nextb + e0,
+		          ba1, bb1, e0 / 64, (e0 + FUSE_B(K)) / 64);
+	}
+}
+
+#define FUSED256(K, wbp) fused256(K, wbp, 1, cbo, w0, w1, w0, w1, prev, prev, next, next, \
+                                  mid, mid, bp0, bp1, bp0, bp1)
+
+TGT2 static void fused_avx2(int K, const float *cbo, float w0, float w1, const float *prev,
+                            float *next, float *mid, uint16_t *bp0, uint16_t *bp1)
+{
+	if (bp0) {
+		if (K == 1) FUSED256(1, 1); else if (K == 2) FUSED256(2, 1); else FUSED256(3, 1);
+	} else {
+		if (K == 1) FUSED256(1, 0); else if (K == 2) FUSED256(2, 0); else FUSED256(3, 0);
+	}
+}
+
+#define FUSED256P(K, wbp) fused256(K, wbp, 2, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, \
+                                   nextb, mida, midb, ba0, ba1, bb0, bb1)
+
+TGT2 static void fused2_avx2(int K, const float *cbo, float wa0, float wa1, float wb0,
+                             float wb1, const float *preva, const float *prevb, float *nexta,
+                             float *nextb, float *mida, float *midb, uint16_t *ba0,
+                             uint16_t *ba1, uint16_t *bb0, uint16_t *bb1)
+{
+	if (ba0) {
+		if (K == 1) FUSED256P(1, 1); else FUSED256P(2, 1);
+	} else {
+		if (K == 1) FUSED256P(1, 0); else FUSED256P(2, 0);
+	}
+}
+
+#define BODY256(K, wbp) do { \
+		if (LAYOUT_B2(K)) \
+			body256bo(K, wbp, 1, cbo, w, w, pb, pb, ks, poff, out, out, bp, bp, g0, g1); \
+		else \
+			body256(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
+	} while (0)
 
 TGT2 static void step_avx2(int K, const float *cbo, float w, const float *pb,
                            size_t ks, int poff, float *out, uint16_t *bp,
@@ -848,8 +1022,14 @@ TGT2 INLINE void body256t2(const int K, const float *cbo, float wa, float wb, co
 TGT2 static void step2_avx2(int K, const float *cbo, float wa, float wb, const float *pa,
                             const float *pb, float *oa, float *ob)
 {
-#define BODY256T2(K) body256t2(K, cbo, wa, wb, pa, pb, oa, ob)
-	SWITCH_HIST_K(BODY256T2)
+#define BODY256T2(K, wbp) do { \
+		if (LAYOUT_B2(K)) \
+			body256bo(K, 0, 2, cbo, wa, wb, pa, pb, (size_t)1 << (16 - 2 * (K)), 0, oa, ob, \
+			          NULL, NULL, 0, 1 << (10 - (K))); \
+		else \
+			body256t2(K, cbo, wa, wb, pa, pb, oa, ob); \
+	} while (0)
+	SWITCH_K(BODY256T2, 0)
 }
 #endif
 
@@ -974,6 +1154,12 @@ static void *ws_get(size_t n)
 #ifndef PAIR_MASKS
 #define PAIR_MASKS(K) ((K) <= 2)
 #endif
+#ifndef PAIR_HIST2
+#define PAIR_HIST2(K) 1
+#endif
+#ifndef PAIR_MASKS2
+#define PAIR_MASKS2(K) ((K) <= 2)
+#endif
 
 static void stream_copy(void *dst, const void *src, size_t n)
 {
@@ -993,26 +1179,39 @@ static void stream_fence(void)
 #endif
 }
 
+/* back-pointer k at a position p the recompute mode did not keep (see
+ * tbr_body) */
+typedef int (*tbr_fn)(int K, int S, const float *cbt, const float *hist, size_t hs,
+                      const float *x, int p, int e);
+
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
 	float *mid;        /* FUSE_MAX + PAD floats: fused intermediate costs */
 	uint16_t *bp;      /* masks: 256 positions x E/16 x (2^K - 1) */
 	uint16_t *stage;   /* masks of the two positions in the works */
-	float *hist;       /* recompute mode: 256 positions x hs floats */
+	float *hist;       /* recompute mode: the kept positions, hs floats each */
 	size_t hs;         /* floats per position in hist (E + PAD, 64-byte multiple) */
+	int S;             /* recompute mode: costs kept every S-th position; 0: masks */
+	tbr_fn tbr;        /* recompute mode: back-pointer at a position not kept */
+	int stg;           /* run_pass stages the masks (STAGE(K), kernels that do not
+	                    * send them out themselves) */
 };
 
-/* Back-pointers by recomputation (K >= HIST_K). The steps keep only the
- * running minimum (sub, fma, min per 16 candidates: no compare, no mask
- * store), and the costs entering every position the trace-back visits are
- * kept (hist). The trace-back then recomputes, at each position on the
- * path only, the 2^K candidates of its one edge with the same fmaf from
- * the same stored costs and takes the strict-< argmin (the first k that
- * attains the minimum): exactly the back-pointer the step would have
- * stored. Memory per position is E floats instead of E (2^K - 1) bits, so
- * this pays from K = 4 on (at K <= 3 the costs are 32-128 KB per position,
- * the masks far less). */
+/* Back-pointers by recomputation (recompute mode, stride S > 0: from K =
+ * HIST_K on, and on AVX2 from K = 2, see pick_stride). The steps keep only
+ * the running minimum (sub, fma, min per 16 candidates: no compare, no
+ * mask store), and the costs entering every S-th position the trace-back
+ * visits are kept (hist). The trace-back then recomputes, at each position
+ * on the path only, the 2^K candidates of its one edge with the same fmaf
+ * from the same costs (kept, or recomputed from the kept position below,
+ * tbr_body) and takes the strict-< argmin (the first k that attains the
+ * minimum): exactly the back-pointer the step would have stored. Memory
+ * per kept position is E floats instead of E (2^K - 1) bits: 16 KB at
+ * K = 4, 32 and 64 KB at K = 3 and 2, hence the strides there (4 and 5.4
+ * MB of costs per tile). */
+#ifndef HIST_K
 #define HIST_K 4
+#endif
 #define HIST(K) ((K) >= HIST_K)
 
 /* k of the winner at (p, e): cbt = the codebook by edge, cbt[e * NK + k]
@@ -1043,11 +1242,81 @@ static int tb_scalar(int K, const float *cbt, const float *h, float w, int e)
 	return tb_body(K, cbt, h, w, e);
 }
 
+/* The same where the costs entering p were not kept (p % S != 0): they
+ * are recomputed from the kept position below, p - r with r = p % S, but
+ * only where the argmin needs them: the NK costs entering p that the edge
+ * e's candidates read, the NK^2 entering p - 1 that those read, ..., NK^(r+1)
+ * at p - r, read from hist. Each recomputed cost is the minimum of the
+ * same fmaf values the step computed (a minimum is the same value in any
+ * order: costs are never NaN or -0), so the back-pointer is the one the
+ * kept costs would give. NK^S <= RMAX: S is chosen so (pick_stride). */
+#define RMAX 256
+INLINE int tbr_body(int K, int S, const float *cbt, const float *hist, size_t hs,
+                    const float *x, int p, int e)
+{
+	const int NK = 1 << K, r = p % S;
+	uint16_t ed[2 * RMAX];   /* the edges of all levels, level d at off[d] */
+	float val[2 * RMAX];
+	int off[9];
+	off[0] = 0;
+	for (int k = 0; k < NK; k++)
+		ed[k] = (uint16_t)(k << (16 - 2 * K) | e >> K);
+	for (int d = 0, n = NK; d < r; d++, n *= NK) {
+		off[d + 1] = off[d] + n;
+		for (int i = 0; i < n; i++)
+			for (int k = 0; k < NK; k++)
+				ed[off[d + 1] + i * NK + k] =
+					(uint16_t)(k << (16 - 2 * K) | ed[off[d] + i] >> K);
+	}
+	/* level r: kept costs entering p - r */
+	int n = 1;
+	for (int d = 0; d <= r; d++)
+		n *= NK;
+	const float *h = hist + (size_t)(p - r) / S * hs;
+	for (int i = 0; i < n; i++)
+		val[off[r] + i] = h[ed[off[r] + i]];
+	/* up: the costs entering p - d from those entering p - d - 1 */
+	for (int d = r - 1; d >= 0; d--) {
+		n /= NK;
+		const float w = x[p - d - 1];
+		for (int i = 0; i < n; i++) {
+			const float *c = cbt + (size_t)ed[off[d] + i] * NK;
+			float best = 0.0f;
+			for (int k = 0; k < NK; k++) {
+				float dd = c[k] - w;
+				float v = fmaf(dd, dd, val[off[d + 1] + i * NK + k]);
+				if (k == 0 || v < best)
+					best = v;
+			}
+			val[off[d] + i] = best;
+		}
+	}
+	/* the argmin at p, as tb_body */
+	const float *c = cbt + (size_t)e * NK;
+	float best = 0.0f;
+	int bk = 0;
+	for (int k = 0; k < NK; k++) {
+		float dd = c[k] - x[p];
+		float v = fmaf(dd, dd, val[k]);
+		if (k == 0 || v < best) {
+			best = v;
+			bk = k;
+		}
+	}
+	return bk;
+}
+
 #ifdef X3_X86
 /* the same, inlined where fmaf is an instruction instead of a libm call */
 TGT2 static int tb_fma(int K, const float *cbt, const float *h, float w, int e)
 {
 	return tb_body(K, cbt, h, w, e);
+}
+
+TGT2 static int tbr_fma(int K, int S, const float *cbt, const float *hist, size_t hs,
+                        const float *x, int p, int e)
+{
+	return tbr_body(K, S, cbt, hist, hs, x, p, e);
 }
 
 /* 16 candidates at a time (a gather of the costs unless G = 1); the
@@ -1106,6 +1375,26 @@ static tb_fn pick_tb(void)
 	}
 }
 
+/* Recompute mode's stride S per instruction set and K: the costs entering
+ * every S-th position are kept; 0: masks instead. AVX2 on Zen 3 (2-core
+ * EPYC, tests/bench/viterbi -i avx2, one thread, best of alternated runs):
+ * K = 2 masks 56k (layout A) -> S = 3 114k weights/s (S = 2 ~3% and S = 4
+ * ~9% slower, S = 1 slower still on two threads: 16 MB of costs per tile);
+ * K = 3 masks 85k -> S = 2 110k (S = 1 ~5% slower); K = 1: S = 8 no faster
+ * than the layout-B masks (97k); K = 4: S = 2 no faster than 1. AVX-512
+ * and the portable path: S = 1 from K = HIST_K (not measured otherwise). */
+#ifndef STRIDE2
+#define STRIDE2(K) ((K) == 1 ? 0 : (K) == 2 ? 3 : (K) == 3 ? 2 : 1)
+#endif
+static int pick_stride(int isa, int K)
+{
+	int S = isa == X3_ISA_AVX2 ? STRIDE2(K) : K >= HIST_K;
+	/* tbr_body's bound: NK^S <= RMAX */
+	while (S > 1 && K * S > 8)
+		S--;
+	return S;
+}
+
 /* Fused pair of steps for K <= 3, where the cost buffers (128/64/32 KB) do
  * not fit in L1 next to the codebook stream. Output edges e of the second
  * step in a block [e0, e0 + B) need exactly the intermediate edges
@@ -1133,8 +1422,9 @@ static void two_steps(step_fn step, int K, const float *cbo, float w0, float w1,
  * for pass 1 (whose trace-back visits positions 127..0 only) and 0 for
  * pass 2. Start costs are in wk->ca (pass 1) or, in recompute mode, the
  * hist slot of position 0 (pass 2). Back-pointers (masks) or the costs
- * entering a position (hist) are kept only for positions the trace-back
- * visits: the first half of pass 1 runs without either. Returns the
+ * entering a position (hist, every S-th position) are kept only for
+ * positions the trace-back visits: the first half of pass 1 runs without
+ * either. Returns the
  * buffer holding the final costs (pass 1; pass 2 in recompute mode stops
  * before its last step, whose costs nothing reads). */
 static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const float *cbo,
@@ -1147,9 +1437,9 @@ static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const
 	for (int i = 0; i < 256;) {
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *next = prev == wk->ca ? wk->cb : wk->ca;
-		if (K <= 3) {
+		if (!wk->S) {   /* masks */
 			/* the AVX-512 kernels at K <= 2 send their masks out themselves */
-			int keep = !pass1 || p < 128, stg = keep && STAGE(K) && !ip && !fused;
+			int keep = !pass1 || p < 128, stg = keep && wk->stg;
 			uint16_t *b0 = stg ? wk->stage : keep ? wk->bp + p * ps : NULL;
 			uint16_t *b1 = stg ? wk->stage + ps : keep ? wk->bp + q * ps : NULL;
 			if (ip) {   /* in place: the costs stay in prev (wk->ca) */
@@ -1172,8 +1462,8 @@ static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const
 				break;
 			/* the output enters position q; keep it if the trace-back
 			 * visits q */
-			if (i < 255 && (!pass1 || q < 128))
-				next = wk->hist + q * wk->hs;
+			if (i < 255 && (!pass1 || q < 128) && q % wk->S == 0)
+				next = wk->hist + q / wk->S * wk->hs;
 			step(K, cbo, x[p], prev, G, 0, next, NULL, 0, E / 64);
 			i++;
 		}
@@ -1187,8 +1477,9 @@ static float *run_pass(step_fn step, fused_fn fused, fusedip_fn ip, int K, const
 static inline int k_at(tb_fn tb, int K, int lb, const float *cbt, const float *x,
                        const struct work *wk, int p, int e)
 {
-	if (HIST(K))
-		return tb(K, cbt, wk->hist + p * wk->hs, x[p], e);
+	if (wk->S)
+		return p % wk->S ? wk->tbr(K, wk->S, cbt, wk->hist, wk->hs, x, p, e)
+		                 : tb(K, cbt, wk->hist + p / wk->S * wk->hs, x[p], e);
 	const size_t ps = (size_t)(1 << (12 - K)) * ((1 << K) - 1);
 	return bp_k(K, lb, wk->bp + p * ps, e);
 }
@@ -1235,7 +1526,7 @@ static void start_costs(float *c, int E, int pre)
 /* pass 2 starts in the hist slot of position 0 (recompute mode) */
 static float *start2(int K, struct work *wk)
 {
-	return HIST(K) ? wk->hist : wk->ca;
+	return wk->S ? wk->hist : wk->ca;
 }
 
 static void fast_tile(step_fn step, fused_fn fused, fusedip_fn ip, tb_fn tb, int K, int lb,
@@ -1264,7 +1555,7 @@ static void run_pass2(step2_fn s2, fused2_fn f2, fusedip_fn ip, int K, const flo
 	for (int i = 0; i < 256;) {
 		int p = (i + roll) & 255, q = (p + 1) & 255;
 		float *na = pa == wa->ca ? wa->cb : wa->ca, *nb = pb == wb->ca ? wb->cb : wb->ca;
-		if (K <= 3) {
+		if (!wa->S) {   /* masks */
 			/* the pair kernels send their masks out themselves (no staging) */
 			int keep = !pass1 || p < 128;
 			uint16_t *ba = wa->bp + p * ps, *bb = wb->bp + p * ps;
@@ -1282,9 +1573,9 @@ static void run_pass2(step2_fn s2, fused2_fn f2, fusedip_fn ip, int K, const flo
 		} else {
 			if (!pass1 && i == 255)
 				break;   /* as in run_pass */
-			if (i < 255 && (!pass1 || q < 128)) {
-				na = wa->hist + q * wa->hs;
-				nb = wb->hist + q * wb->hs;
+			if (i < 255 && (!pass1 || q < 128) && q % wa->S == 0) {
+				na = wa->hist + q / wa->S * wa->hs;
+				nb = wb->hist + q / wb->S * wb->hs;
 			}
 			s2(K, cbo, xa[p], xb[p], pa, pb, na, nb);
 			i++;
@@ -1344,7 +1635,7 @@ void x3_viterbi_set_backend(x3_viterbi_backend_fn fn)
 static struct { float *cbo, *cbt; } tables[8][X3_CB_COUNT][2];
 static pthread_mutex_t tables_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static int get_tables(int K, int cb, int lb, const float **cbo, const float **cbt)
+static int get_tables(int K, int cb, int lb, int hist, const float **cbo, const float **cbt)
 {
 	const float *tab = x3_codebook_table(cb);
 	const int E = 1 << (16 - K), NK = 1 << K;
@@ -1370,7 +1661,7 @@ static int get_tables(int K, int cb, int lb, const float **cbo, const float **cb
 		}
 		*po = o;
 	}
-	if (*po && HIST(K) && !*pt) {
+	if (*po && hist && !*pt) {
 		float *t = aligned_alloc(64, sizeof(float) * 65536);
 		if (t)
 			for (int k = 0; k < NK; k++)
@@ -1378,7 +1669,7 @@ static int get_tables(int K, int cb, int lb, const float **cbo, const float **cb
 					t[(size_t)e * NK + k] = tab[(uint32_t)k << (16 - K) | (uint32_t)e];
 		*pt = t;
 	}
-	if (!*po || (HIST(K) && !*pt))
+	if (!*po || (hist && !*pt))
 		rc = X3_ENOMEM;
 	*cbo = *po;
 	*cbt = *pt;
@@ -1399,9 +1690,10 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const float *tab = x3_codebook_table(cb);
 	const int E = 1 << (16 - K), NK = 1 << K;
 	const int isa = x3_viterbi_isa();
-	const int lb = isa == X3_ISA_AVX512 && LAYOUT_B(K);
+	const int lb = (isa == X3_ISA_AVX512 && LAYOUT_B(K)) || (isa == X3_ISA_AVX2 && LAYOUT_B2(K));
+	const int S = pick_stride(isa, K);
 	const float *cbo, *cbt;
-	if (get_tables(K, cb, lb, &cbo, &cbt))
+	if (get_tables(K, cb, lb, S > 0, &cbo, &cbt))
 		return x3_err(X3_ENOMEM, "viterbi: out of memory");
 	step_fn step = pick_step();
 	tb_fn tb = pick_tb();
@@ -1410,6 +1702,8 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512)
 		fused = fused_avx512;
+	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K))
+		fused = fused_avx2;
 	if (isa == X3_ISA_AVX512 && IN_PLACE(K))
 		ip = fusedip_avx512;
 #endif
@@ -1417,25 +1711,27 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	if (nt > ntiles)
 		nt = (int)ntiles;
 	int failed = 0;
-	const size_t bpn = HIST(K) ? 0 : (size_t)256 * (E / 16) * (NK - 1);
-	const size_t hs = HIST(K) ? ((size_t)E + PAD + 15) & ~(size_t)15 : 0;
+	const size_t bpn = S ? 0 : (size_t)256 * (E / 16) * (NK - 1);
+	const size_t hs = S ? ((size_t)E + PAD + 15) & ~(size_t)15 : 0;
 	const size_t cbytes = ((sizeof(float) * (E + PAD)) + 63) & ~(size_t)63;
 
 	const size_t ma = (sizeof(float) * (FUSE_MAX + PAD) + 63) & ~(size_t)63;
 	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
-	const size_t ha = 256 * hs * sizeof(float);
+	const size_t ha = S ? (256 + S - 1) / S * hs * sizeof(float) : 0;
 	const size_t sa = STAGE(K) ? 2 * (bpn / 256) * sizeof(uint16_t) : 0;   /* 64-multiple */
 
 	/* two tiles in lock step where there are at least two per thread */
 	step2_fn s2 = NULL;
 	fused2_fn f2 = NULL;
 #ifdef X3_X86
-	if (isa == X3_ISA_AVX512 && HIST(K))
+	if (isa == X3_ISA_AVX512 && S)
 		s2 = step2_avx512;
-	if (isa == X3_ISA_AVX2 && HIST(K))
+	if (isa == X3_ISA_AVX2 && S && PAIR_HIST2(K))
 		s2 = step2_avx2;
 	if (isa == X3_ISA_AVX512 && PAIR_MASKS(K))
 		f2 = fused2_avx512;
+	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K) && PAIR_MASKS2(K) && !S)
+		f2 = fused2_avx2;
 #endif
 	const int pair = (s2 || f2 || ip) && ntiles >= 2 * (int64_t)nt;
 	const int64_t nunits = pair ? (ntiles + 1) / 2 : ntiles;
@@ -1458,6 +1754,13 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 				wk[j].bp = (uint16_t *)(m + 2 * cbytes + ma);
 				wk[j].hist = (float *)(m + 2 * cbytes + ma + ba);
 				wk[j].hs = hs;
+				wk[j].S = S;
+#ifdef X3_X86
+				wk[j].tbr = tbr_fma;   /* S > 1 only on AVX2 */
+#else
+				wk[j].tbr = NULL;
+#endif
+				wk[j].stg = STAGE(K) && !ip && !(fused && isa == X3_ISA_AVX512);
 				wk[j].stage = (uint16_t *)(m + 2 * cbytes + ma + ba + ha);
 				/* pads are read by the expand loads but never selected */
 				for (int i = 0; i < E + PAD; i++)
