@@ -7,7 +7,10 @@
  * tiles run in lock-step pairs where the path has them plus a single
  * leftover tile, and with three threads, one tile at a time (fewer than
  * two tiles per thread: no pairs). At K = 1 AVX-512 that covers the
- * in-place fused steps for a pair and for one tile. Also larger odd
+ * in-place fused steps for a pair and for one tile; at K = 2, 3 AVX2 the
+ * recompute mode that keeps the costs of every 3rd / 2nd position only,
+ * so that the trace-back recomputes the others (tbr_body) in every tile,
+ * on the tie-heavy tiles too. Also larger odd
  * batches (9 and 7 tiles) at K = 1..8 on one thread (pairs and a single
  * tile) against the fast path with one tile per thread. */
 #include <math.h>
