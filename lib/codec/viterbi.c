@@ -928,14 +928,16 @@ TGT2 INLINE void fused256(const int K, const int wbp, const int T, const float *
 #define FUSED256(K, wbp) fused256(K, wbp, 1, cbo, w0, w1, w0, w1, prev, prev, next, next, \
                                   mid, mid, bp0, bp1, bp0, bp1)
 
+/* masks mode on AVX2 is K = 1 only (pick_stride; a stride of 0 at K = 2, 3
+ * runs two_steps on step_avx2) */
 TGT2 static void fused_avx2(int K, const float *cbo, float w0, float w1, const float *prev,
                             float *next, float *mid, uint16_t *bp0, uint16_t *bp1)
 {
-	if (bp0) {
-		if (K == 1) FUSED256(1, 1); else if (K == 2) FUSED256(2, 1); else FUSED256(3, 1);
-	} else {
-		if (K == 1) FUSED256(1, 0); else if (K == 2) FUSED256(2, 0); else FUSED256(3, 0);
-	}
+	(void)K;
+	if (bp0)
+		FUSED256(1, 1);
+	else
+		FUSED256(1, 0);
 }
 
 #define FUSED256P(K, wbp) fused256(K, wbp, 2, cbo, wa0, wa1, wb0, wb1, preva, prevb, nexta, \
@@ -946,11 +948,11 @@ TGT2 static void fused2_avx2(int K, const float *cbo, float wa0, float wa1, floa
                              float *nextb, float *mida, float *midb, uint16_t *ba0,
                              uint16_t *ba1, uint16_t *bb0, uint16_t *bb1)
 {
-	if (ba0) {
-		if (K == 1) FUSED256P(1, 1); else FUSED256P(2, 1);
-	} else {
-		if (K == 1) FUSED256P(1, 0); else FUSED256P(2, 0);
-	}
+	(void)K;   /* K = 1, as fused_avx2 */
+	if (ba0)
+		FUSED256P(1, 1);
+	else
+		FUSED256P(1, 0);
 }
 
 #define BODY256(K, wbp) do { \
@@ -1159,9 +1161,6 @@ static void *ws_get(size_t n)
 #ifndef PAIR_HIST2
 #define PAIR_HIST2(K) 1
 #endif
-#ifndef PAIR_MASKS2
-#define PAIR_MASKS2(K) ((K) <= 2)
-#endif
 
 static void stream_copy(void *dst, const void *src, size_t n)
 {
@@ -1181,11 +1180,6 @@ static void stream_fence(void)
 #endif
 }
 
-/* back-pointer k at a position p the recompute mode did not keep (see
- * tbr_body) */
-typedef int (*tbr_fn)(int K, int S, const float *cbt, const float *hist, size_t hs,
-                      const float *x, int p, int e);
-
 struct work {
 	float *ca, *cb;    /* E + PAD floats each, 64-byte aligned */
 	float *mid;        /* FUSE_MAX + PAD floats: fused intermediate costs */
@@ -1194,7 +1188,6 @@ struct work {
 	float *hist;       /* recompute mode: the kept positions, hs floats each */
 	size_t hs;         /* floats per position in hist (E + PAD, 64-byte multiple) */
 	int S;             /* recompute mode: costs kept every S-th position; 0: masks */
-	tbr_fn tbr;        /* recompute mode: back-pointer at a position not kept */
 	int stg;           /* run_pass stages the masks (STAGE(K), kernels that do not
 	                    * send them out themselves) */
 };
@@ -1214,7 +1207,6 @@ struct work {
 #ifndef HIST_K
 #define HIST_K 4
 #endif
-#define HIST(K) ((K) >= HIST_K)
 
 /* k of the winner at (p, e): cbt = the codebook by edge, cbt[e * NK + k]
  * = cb[(k << (16-K)) | e] (contiguous per edge); h = costs entering
@@ -1263,7 +1255,8 @@ INLINE int tbr_body(int K, int S, const float *cbt, const float *hist, size_t hs
 	off[0] = 0;
 	for (int k = 0; k < NK; k++)
 		ed[k] = (uint16_t)(k << (16 - 2 * K) | e >> K);
-	for (int d = 0, n = NK; d < r; d++, n *= NK) {
+	int n = NK;   /* edges at level d: NK^(d+1) */
+	for (int d = 0; d < r; d++, n *= NK) {
 		off[d + 1] = off[d] + n;
 		for (int i = 0; i < n; i++)
 			for (int k = 0; k < NK; k++)
@@ -1271,9 +1264,6 @@ INLINE int tbr_body(int K, int S, const float *cbt, const float *hist, size_t hs
 					(uint16_t)(k << (16 - 2 * K) | ed[off[d] + i] >> K);
 	}
 	/* level r: kept costs entering p - r */
-	int n = 1;
-	for (int d = 0; d <= r; d++)
-		n *= NK;
 	const float *h = hist + (size_t)(p - r) / S * hs;
 	for (int i = 0; i < n; i++)
 		val[off[r] + i] = h[ed[off[r] + i]];
@@ -1308,17 +1298,21 @@ INLINE int tbr_body(int K, int S, const float *cbt, const float *hist, size_t hs
 	return bk;
 }
 
+/* S > 1 only on AVX2 (pick_stride), so fmaf is an instruction there */
+#ifdef X3_X86
+TGT2
+#endif
+static int tbr(int K, int S, const float *cbt, const float *hist, size_t hs, const float *x,
+               int p, int e)
+{
+	return tbr_body(K, S, cbt, hist, hs, x, p, e);
+}
+
 #ifdef X3_X86
 /* the same, inlined where fmaf is an instruction instead of a libm call */
 TGT2 static int tb_fma(int K, const float *cbt, const float *h, float w, int e)
 {
 	return tb_body(K, cbt, h, w, e);
-}
-
-TGT2 static int tbr_fma(int K, int S, const float *cbt, const float *hist, size_t hs,
-                        const float *x, int p, int e)
-{
-	return tbr_body(K, S, cbt, hist, hs, x, p, e);
 }
 
 /* 16 candidates at a time (a gather of the costs unless G = 1); the
@@ -1480,7 +1474,7 @@ static inline int k_at(tb_fn tb, int K, int lb, const float *cbt, const float *x
                        const struct work *wk, int p, int e)
 {
 	if (wk->S)
-		return p % wk->S ? wk->tbr(K, wk->S, cbt, wk->hist, wk->hs, x, p, e)
+		return p % wk->S ? tbr(K, wk->S, cbt, wk->hist, wk->hs, x, p, e)
 		                 : tb(K, cbt, wk->hist + p / wk->S * wk->hs, x[p], e);
 	const size_t ps = (size_t)(1 << (12 - K)) * ((1 << K) - 1);
 	return bp_k(K, lb, wk->bp + p * ps, e);
@@ -1704,7 +1698,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512)
 		fused = fused_avx512;
-	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K))
+	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K) && K == 1 && !S)
 		fused = fused_avx2;
 	if (isa == X3_ISA_AVX512 && IN_PLACE(K))
 		ip = fusedip_avx512;
@@ -1732,7 +1726,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 		s2 = step2_avx2;
 	if (isa == X3_ISA_AVX512 && PAIR_MASKS(K))
 		f2 = fused2_avx512;
-	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K) && PAIR_MASKS2(K) && !S)
+	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K) && K == 1 && !S)
 		f2 = fused2_avx2;
 #endif
 	const int pair = (s2 || f2 || ip) && ntiles >= 2 * (int64_t)nt;
@@ -1757,11 +1751,6 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 				wk[j].hist = (float *)(m + 2 * cbytes + ma + ba);
 				wk[j].hs = hs;
 				wk[j].S = S;
-#ifdef X3_X86
-				wk[j].tbr = tbr_fma;   /* S > 1 only on AVX2 */
-#else
-				wk[j].tbr = NULL;
-#endif
 				wk[j].stg = STAGE(K) && !ip && !(fused && isa == X3_ISA_AVX512);
 				wk[j].stage = (uint16_t *)(m + 2 * cbytes + ma + ba + ha);
 				/* pads are read by the expand loads but never selected */
