@@ -1219,28 +1219,34 @@ static void proxy_panel_ref(const float *H, const float *A, int64_t k, int64_t n
 /* One kernel, written once for both vector widths (V lanes of type VT):
  * 6 rows x 2V columns of T a step (12 accumulators: FMA's latency wants
  * more than 8 in flight), then single rows 2V columns at a time, the
- * columns left by the reference. On bench/proxy-error's 2048x2048 (2-core
- * EPYC): AVX-512 0.22 s against 0.33 s with 4 rows and 0.43 s with 8 rows
- * held as an array; AVX2 0.32 s, 4 rows were slower than the unfused loops
- * before (0.46 s). */
+ * columns left (w mod 2V) by the reference. The panel of A comes packed
+ * (px_pack): P[g][l][2V] for the column groups g of 2V, so the 2V values
+ * of row l + 1 follow those of row l. Read in place, a group's rows are n
+ * floats apart, which for n a multiple of 1024 maps them all to the same
+ * few L1 sets: on the 2-core Zen 3 host the packed panel took tr(Aᵀ H A)
+ * of a 4096x4096 A from 1.03 to 0.52 s and of a 14336x1024 A (down_proj's
+ * k) from 2.07 to 1.36 s (2 threads; the same bits). Before: on
+ * bench/proxy-error's 2048x2048 (2-core EPYC), AVX-512 0.22 s against
+ * 0.33 s with 4 rows and 0.43 s with 8 rows held as an array; AVX2 0.32 s,
+ * 4 rows were slower than the unfused loops before (0.46 s). */
 #define PX_KERNEL(NAME, TARGET, VT, V, LD, ST, SET1, FMA)                                    \
 __attribute__((target(TARGET)))                                                              \
-static void NAME(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,           \
-                 int64_t lw, int64_t c0, int64_t w, float *T, int64_t m)                     \
+static void NAME(const float *H, const float *A, const float *P, int64_t k, int64_t n,       \
+                 int64_t l0, int64_t lw, int64_t c0, int64_t w, float *T, int64_t m)         \
 {                                                                                            \
+	const int64_t wf = w / (2 * (V)) * (2 * (V));                                           \
 	int64_t i = 0;                                                                           \
 	for (; i + 6 <= m; i += 6) {                                                             \
 		const float *h = H + i * k + l0;                                                     \
-		int64_t j = 0;                                                                       \
-		for (; j + 2 * (V) <= w; j += 2 * (V)) {                                             \
+		for (int64_t j = 0; j < wf; j += 2 * (V)) {                                          \
 			float *t = T + i * w + j;                                                        \
 			VT a00 = LD(t), a01 = LD(t + (V)), a10 = LD(t + w), a11 = LD(t + w + (V));       \
 			VT a20 = LD(t + 2 * w), a21 = LD(t + 2 * w + (V));                               \
 			VT a30 = LD(t + 3 * w), a31 = LD(t + 3 * w + (V));                               \
 			VT a40 = LD(t + 4 * w), a41 = LD(t + 4 * w + (V));                               \
 			VT a50 = LD(t + 5 * w), a51 = LD(t + 5 * w + (V));                               \
-			const float *e = A + l0 * n + c0 + j;                                            \
-			for (int64_t l = 0; l < lw; l++, e += n) {                                       \
+			const float *e = P + j * lw;                                                     \
+			for (int64_t l = 0; l < lw; l++, e += 2 * (V)) {                                 \
 				VT e0 = LD(e), e1 = LD(e + (V)), b;                                          \
 				b = SET1(h[l]), a00 = FMA(b, e0, a00), a01 = FMA(b, e1, a01);                \
 				b = SET1(h[k + l]), a10 = FMA(b, e0, a10), a11 = FMA(b, e1, a11);            \
@@ -1255,24 +1261,23 @@ static void NAME(const float *H, const float *A, int64_t k, int64_t n, int64_t l
 			ST(t + 4 * w, a40), ST(t + 4 * w + (V), a41);                                    \
 			ST(t + 5 * w, a50), ST(t + 5 * w + (V), a51);                                    \
 		}                                                                                    \
-		if (j < w)                                                                           \
-			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 6, j);                      \
+		if (wf < w)                                                                          \
+			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 6, wf);                     \
 	}                                                                                        \
 	for (; i < m; i++) {                                                                     \
 		const float *h = H + i * k + l0;                                                     \
-		int64_t j = 0;                                                                       \
-		for (; j + 2 * (V) <= w; j += 2 * (V)) {                                             \
+		for (int64_t j = 0; j < wf; j += 2 * (V)) {                                          \
 			float *t = T + i * w + j;                                                        \
 			VT a0 = LD(t), a1 = LD(t + (V));                                                 \
-			const float *e = A + l0 * n + c0 + j;                                            \
-			for (int64_t l = 0; l < lw; l++, e += n) {                                       \
+			const float *e = P + j * lw;                                                     \
+			for (int64_t l = 0; l < lw; l++, e += 2 * (V)) {                                 \
 				VT b = SET1(h[l]);                                                           \
 				a0 = FMA(b, LD(e), a0), a1 = FMA(b, LD(e + (V)), a1);                        \
 			}                                                                                \
 			ST(t, a0), ST(t + (V), a1);                                                      \
 		}                                                                                    \
-		if (j < w)                                                                           \
-			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 1, j);                      \
+		if (wf < w)                                                                          \
+			proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, i, i + 1, wf);                     \
 	}                                                                                        \
 }
 PX_KERNEL(proxy_panel_avx2, "avx2,fma", __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps,
@@ -1329,20 +1334,40 @@ int x3_proxy_set_path(const char *name)
 	return x3_err(X3_EINVAL, "proxy error: no form '%s' (ref, avx2, avx512)", name);
 }
 
-/* rows 0..m-1 of T += H[:, l0:l0+lw] A[l0:l0+lw, c0:c0+w] */
-static void proxy_panel(const float *H, const float *A, int64_t k, int64_t n, int64_t l0,
-                        int64_t lw, int64_t c0, int64_t w, float *T, int64_t m)
+/* the column groups of the vector form in use: 2V floats (0: the reference,
+ * which reads A in place) */
+static int px_group(void)
+{
+	static const int g[] = { 0, 16, 32 };
+	return g[px_pick()];
+}
+
+/* P[g][l][G] = A[l0 + l, c0 + g G + 0 .. G-1] for the whole groups of G
+ * columns of the block's w (the vector kernels' packed panel) */
+static void px_pack(const float *A, int64_t n, int64_t l0, int64_t lw, int64_t c0, int64_t w,
+                    int G, float *P)
+{
+	for (int64_t j = 0; j + G <= w; j += G)
+		for (int64_t l = 0; l < lw; l++)
+			memcpy(P + j * lw + l * G, A + (l0 + l) * n + c0 + j, (size_t)G * sizeof *P);
+}
+
+/* rows 0..m-1 of T += H[:, l0:l0+lw] A[l0:l0+lw, c0:c0+w]; P: that panel
+ * of A packed by px_pack for px_group() (unused by the reference) */
+static void proxy_panel(const float *H, const float *A, const float *P, int64_t k, int64_t n,
+                        int64_t l0, int64_t lw, int64_t c0, int64_t w, float *T, int64_t m)
 {
 	switch (px_pick()) {
 #if defined(__x86_64__) && defined(__GNUC__)
 	case 2:
-		proxy_panel_avx512(H, A, k, n, l0, lw, c0, w, T, m);
+		proxy_panel_avx512(H, A, P, k, n, l0, lw, c0, w, T, m);
 		return;
 	case 1:
-		proxy_panel_avx2(H, A, k, n, l0, lw, c0, w, T, m);
+		proxy_panel_avx2(H, A, P, k, n, l0, lw, c0, w, T, m);
 		return;
 #endif
 	default:
+		(void)P;
 		proxy_panel_ref(H, A, k, n, l0, lw, c0, w, T, 0, m, 0);
 	}
 }
@@ -1372,29 +1397,33 @@ static int proxy_quad(const float *A, const float *H, int64_t k, int64_t n, doub
 	if (!part)
 		return x3_err(X3_ENOMEM, "out of memory for the proxy error");
 	int fail = 0;
-	px_pick();   /* once, before the threads */
+	const int G = px_group();   /* px_pick once, before the threads */
 	#pragma omp parallel if(k * k * n > (1 << 22))
 	{
 		float *T = malloc((size_t)(k * PX_JB) * sizeof *T);
-		if (!T) {
+		float *P = G ? malloc((size_t)(PX_LB * PX_JB) * sizeof *P) : NULL;
+		if (!T || (G && !P)) {
 			#pragma omp atomic write
 			fail = 1;
 		}
 		#pragma omp for schedule(dynamic, 1)
 		for (int64_t b = 0; b < nb; b++) {
-			if (!T)
+			if (!T || (G && !P))
 				continue;
 			int64_t c0 = b * PX_JB, w = n - c0 < PX_JB ? n - c0 : PX_JB;
 			memset(T, 0, (size_t)(k * w) * sizeof *T);
 			double diag = 0;
 			for (int64_t l0 = 0; l0 < k; l0 += PX_LB) {
 				int64_t lw = k - l0 < PX_LB ? k - l0 : PX_LB;
-				proxy_panel(H, A, k, n, l0, lw, c0, w, T, l0 + lw);
+				if (G)
+					px_pack(A, n, l0, lw, c0, w, G, P);
+				proxy_panel(H, A, P, k, n, l0, lw, c0, w, T, l0 + lw);
 				diag += proxy_dot(A, n, c0, w, T, l0, l0 + lw);
 			}
 			part[b] = 2 * proxy_dot(A, n, c0, w, T, 0, k) - diag;
 		}
 		free(T);
+		free(P);
 	}
 	double t = 0;
 	for (int64_t b = 0; b < nb; b++)
