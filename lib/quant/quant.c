@@ -130,32 +130,82 @@ static void qhess_fallback(x3_qhess *h, const char *why)
 	snprintf(h->why, sizeof h->why, "%s", why);
 }
 
+/* The Cholesky factor of x3_block_ldl, blocked by hand so that it runs on
+ * every OpenMP thread and its bits still depend on nothing but A and the
+ * BLAS kernel (blas.h): right-looking, panels of X3_LDL_NB columns from the
+ * top left; per panel the diagonal block by LAPACK's potrf, the rows below
+ * it by trsm in blocks of X3_LDL_NB rows, and the trailing lower triangle
+ * by one sgemm per block of X3_LDL_NB rows, as wide as its diagonal block,
+ * each call on one BLAS thread, the calls' shapes fixed by k alone. OpenBLAS
+ * threads potrf itself with a blocking that follows the thread count, and
+ * its single-threaded potrf left every core but one idle: an 8B down_proj's
+ * 14336x14336 factor took 10-12 s of had-rotate's 22 s on one core of the
+ * 2-core Zen 3 host. Up to X3_LDL_NB it is the one potrf call as before
+ * (the same bits); above, the rounding differs from one call's. A is
+ * row-major, its lower triangle read (the upper is scratch); on return
+ * the lower triangle holds L (A = L Lᵀ); *bad is the 1-based column where
+ * a leading minor is not positive definite, 0 if none. */
+#define X3_LDL_NB 256
+
+static void chol_blocked(float *A, int64_t k, int64_t *bad)
+{
+	*bad = 0;
+	for (int64_t b = 0; b < k; b += X3_LDL_NB) {
+		const int64_t nb = k - b < X3_LDL_NB ? k - b : X3_LDL_NB, r0 = b + nb, m = k - r0;
+		/* row-major lower at (b, b) is column-major upper: no transposed copy */
+		lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)nb, A + b * k + b,
+		                                 (lapack_int)k);
+		if (info != 0) {
+			*bad = info > 0 ? b + info : -1;
+			return;
+		}
+		if (m == 0)
+			break;
+		const int64_t R = X3_LDL_NB, nr = (m + R - 1) / R;
+		/* the panel below: X L11ᵀ = A21 */
+		#pragma omp parallel for schedule(dynamic, 1) if(nr > 1)
+		for (int64_t i = 0; i < nr; i++) {
+			int64_t i0 = r0 + i * R, mi = k - i0 < R ? k - i0 : R;
+			cblas_strsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, (int)mi,
+			            (int)nb, 1.0f, A + b * k + b, (int)k, A + i0 * k + b, (int)k);
+		}
+		/* A22 -= X Xᵀ on and below the diagonal blocks: row block i against
+		 * row blocks 0..i, the widest first */
+		#pragma omp parallel for schedule(dynamic, 1) if(nr > 1)
+		for (int64_t ii = 0; ii < nr; ii++) {
+			int64_t i = nr - 1 - ii, i0 = r0 + i * R, mi = k - i0 < R ? k - i0 : R;
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)mi, (int)(i0 + mi - r0),
+			            (int)nb, -1.0f, A + i0 * k + b, (int)k, A + r0 * k + b, (int)k, 1.0f,
+			            A + i0 * k + r0, (int)k);
+		}
+	}
+}
+
 int x3_block_ldl(float *A, int64_t k)
 {
 	if (k <= 0 || k % X3_QBLOCK)
 		return x3_err(X3_EINVAL, "block LDL: size %lld is not a multiple of 16", (long long)k);
-	/* Row-major lower L with A = L L^T is column-major upper U = L^T with
-	 * A = U^T U: factor in column-major 'U' to avoid LAPACKE's transposed
-	 * copy of the whole matrix. */
-	/* OpenBLAS's threaded potrf and trsm block differently from their
-	 * sequential forms, which changes the rounding: factor on one thread so
-	 * that the result does not depend on the thread count (blas.h). */
+	/* each BLAS call on one thread (blas.h): the result does not depend on
+	 * the thread count */
 	int nthr = x3_blas_serial_begin();
-	lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)k, A, (lapack_int)k);
-	if (info != 0) {
+	int64_t bad;
+	chol_blocked(A, k, &bad);
+	if (bad != 0) {
 		x3_blas_serial_end(nthr);
-		return x3_err(X3_ENUM, "cholesky failed (%s %d)",
-		              info > 0 ? "leading minor not positive definite at" : "bad argument",
-		              (int)info);
+		return x3_err(X3_ENUM, "cholesky failed (%s %lld)",
+		              bad > 0 ? "leading minor not positive definite at" : "bad argument",
+		              (long long)bad);
 	}
 	for (int64_t i = 0; i < k; i++)
 		if (!isfinite(A[i * k + i]) || A[i * k + i] <= 0) {
 			x3_blas_serial_end(nthr);
 			return x3_err(X3_ENUM, "cholesky gave a non-positive pivot at %lld", (long long)i);
 		}
-	/* L <- L blockdiag(D_i)^-1, D_i the 16x16 diagonal blocks of L */
-	float D[X3_QBLOCK * X3_QBLOCK];
+	/* L <- L blockdiag(D_i)^-1, D_i the 16x16 diagonal blocks of L: the
+	 * column blocks are independent, one call each */
+	#pragma omp parallel for schedule(dynamic, 8) if(k > 512)
 	for (int64_t b = 0; b < k; b += X3_QBLOCK) {
+		float D[X3_QBLOCK * X3_QBLOCK];
 		for (int r = 0; r < X3_QBLOCK; r++)
 			for (int c = 0; c < X3_QBLOCK; c++)
 				D[r * X3_QBLOCK + c] = c <= r ? A[(b + r) * k + b + c] : 0.0f;
@@ -289,18 +339,23 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 		x3_qhess_free(h);
 		return x3_err(X3_ENOMEM, "out of memory for a %lldx%lld hessian", (long long)k, (long long)k);
 	}
-	/* normalize by count, symmetrize, pad with zeros */
+	/* normalize by count, symmetrize, pad with zeros; in 64x64 tiles of the
+	 * lower triangle, which the column reads of Hin need at widths like
+	 * 14336 (each element as before: the same bits) */
 	int64_t bad = 0;
-	for (int64_t i = 0; i < kh; i++)
-		for (int64_t j = 0; j <= i; j++) {
-			double a = Hin[i * kh + j], b = Hin[j * kh + i];
-			if (!isfinite(a) || !isfinite(b)) {
-				bad++;
-				continue;
-			}
-			float v = (float)((a + b) * 0.5 / count);
-			H[i * k + j] = H[j * k + i] = v;
-		}
+	#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad) if(kh > 256)
+	for (int64_t ib = 0; ib < kh; ib += 64)
+		for (int64_t jb = 0; jb <= ib; jb += 64)
+			for (int64_t i = ib; i < ib + 64 && i < kh; i++)
+				for (int64_t j = jb; j < jb + 64 && j <= i; j++) {
+					double a = Hin[i * kh + j], b = Hin[j * kh + i];
+					if (!isfinite(a) || !isfinite(b)) {
+						bad++;
+						continue;
+					}
+					float v = (float)((a + b) * 0.5 / count);
+					H[i * k + j] = H[j * k + i] = v;
+				}
 	double dm = diag_mean(H, k);
 	h->diag_mean = dm;
 	if (bad) {

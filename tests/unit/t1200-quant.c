@@ -29,19 +29,24 @@ static void test_signs(void)
 	CHECK(memcmp(a, c, sizeof a) != 0, "signs: another seed gives other signs");
 }
 
-static void test_block_ldl(void)
+/* at k = 128 (one panel of the factor: LAPACK's potrf alone) and 656 (the
+ * blocked factor: panels of 256, 256 and 144, threaded trsm and sgemm; its
+ * activations less correlated: at 2.0 that Gram matrix is singular in F32,
+ * and LAPACK's one call fails at its last pivot too);
+ * bad: where the indefinite matrix's first non-positive-definite leading
+ * minor is (0-based) */
+static void test_block_ldl_k(int64_t k, double corr, int64_t bad)
 {
-	int64_t k = 128;
-	float *X = test_corr_acts(&rng, 512, k, 2.0), *H = test_gram(X, 512, k);
+	float *X = test_corr_acts(&rng, 4 * k, k, corr), *H = test_gram(X, 4 * k, k);
 	float *A = malloc((size_t)(k * k) * sizeof(float));
 	memcpy(A, H, (size_t)(k * k) * sizeof(float));
-	CHECK_OK(x3_block_ldl(A, k), "block LDL of an SPD matrix");
+	CHECK_OK(x3_block_ldl(A, k), "block LDL of an SPD matrix (%lld)", (long long)k);
 	int strict = 1;
 	for (int64_t r = 0; r < k; r++)
 		for (int64_t c = 0; c < k; c++)
 			if (r / 16 <= c / 16 && A[r * k + c] != 0)
 				strict = 0;
-	CHECK(strict, "block LDL: L is strictly block-lower triangular");
+	CHECK(strict, "block LDL %lld: L is strictly block-lower triangular", (long long)k);
 	/* U = I + L: U^-1 H U^-T must be block diagonal */
 	for (int64_t i = 0; i < k; i++)
 		A[i * k + i] = 1.0f;
@@ -60,15 +65,24 @@ static void test_block_ldl(void)
 			else
 				off = fmax(off, v);
 		}
-	CHECK(off < 1e-4 * on, "block LDL: (I+L)^-1 H (I+L)^-T is block diagonal (off %.3g, on %.3g)",
-	      off, on);
+	CHECK(off < 1e-4 * on, "block LDL %lld: (I+L)^-1 H (I+L)^-T is block diagonal (off %.3g, on %.3g)",
+	      (long long)k, off, on);
 	/* not positive definite */
 	memcpy(A, H, (size_t)(k * k) * sizeof(float));
-	A[5 * k + 5] = -1.0f;
+	A[bad * k + bad] = -1.0f;
 	int rc = x3_block_ldl(A, k);
-	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "cholesky"), "block LDL of an indefinite matrix: X3_ENUM (%s)",
+	char at[64];
+	snprintf(at, sizeof at, "not positive definite at %lld)", (long long)bad + 1);
+	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "cholesky") && strstr(x3_errmsg(), at),
+	      "block LDL %lld of a matrix indefinite at %lld: X3_ENUM (%s)", (long long)k, (long long)bad,
 	      x3_errmsg());
 	free(X), free(H), free(A), free(B);
+}
+
+static void test_block_ldl(void)
+{
+	test_block_ldl_k(128, 2.0, 5);
+	test_block_ldl_k(656, 0.5, 400);
 }
 
 /* dense Hb (k x k) in double */

@@ -6,7 +6,8 @@
  * so run it from the top of the checkout) and 1 or 2 BLAS and OpenMP
  * threads. Each child computes, from fixed seeded inputs: the proxy error
  * (our fixed-order loops), the dense linear (x3_gemm_xwt), the Hessian sums
- * (x3_gram_acc_*, the packed F32 ones at a width of several product chunks), the block LDL and an LDLQ encode, and prints them. The
+ * (x3_gram_acc_*, the packed F32 ones at a width of several product chunks), the block LDL (at one
+ * panel and at three, the blocked factor's threaded calls) and an LDLQ encode, and prints them. The
  * parent checks:
  *   - the proxy error is bit-identical under every kernel and thread count;
  *   - every BLAS-backed result is bit-identical for every thread count under
@@ -147,6 +148,16 @@ static int child(void)
 	if (x3_block_ldl(L, K))
 		return 1;
 	printf("ldl %016llx\n", h64(L, K * K * sizeof *L));
+	/* the blocked factor at a size of several panels and a partial one
+	 * (X3_LDL_NB 256: 256 + 256 + 144), where its calls run on the threads */
+	{
+		const int64_t KB = 656;
+		float *HB = spd(KB, KB + 64, 8);
+		if (x3_block_ldl(HB, KB))
+			return 1;
+		printf("ldlb %016llx\n", h64(HB, (size_t)(KB * KB) * sizeof *HB));
+		free(HB);
+	}
 	uint16_t *st = malloc(K * N * sizeof *st);
 	if (x3_ldlq(W, K, N, L, 2, X3_CB_MUL1, 0, st, Q))
 		return 1;
@@ -159,7 +170,7 @@ static int child(void)
 }
 
 struct run {
-	char core[64], proxy[64], xwt[80], gram32[32], gram64[32], gramtri[32], ldl[32], ldlq[80], ldlq_proxy[64];
+	char core[64], proxy[64], xwt[80], gram32[32], gram64[32], gramtri[32], ldl[32], ldlb[32], ldlq[80], ldlq_proxy[64];
 	int rows_ok;
 	double merge, exact;
 };
@@ -187,6 +198,7 @@ static int run_child(const char *coretype, int threads, struct run *r)
 		else if (!strncmp(line, "gram64 ", 7)) snprintf(r->gram64, sizeof r->gram64, "%s", line + 7);
 		else if (!strncmp(line, "gramtri ", 8)) snprintf(r->gramtri, sizeof r->gramtri, "%s", line + 8);
 		else if (!strncmp(line, "ldl ", 4)) snprintf(r->ldl, sizeof r->ldl, "%s", line + 4);
+		else if (!strncmp(line, "ldlb ", 5)) snprintf(r->ldlb, sizeof r->ldlb, "%s", line + 5);
 		else if (!strncmp(line, "ldlq ", 5)) snprintf(r->ldlq, sizeof r->ldlq, "%s", line + 5);
 		else if (!strncmp(line, "ldlq_proxy ", 11)) snprintf(r->ldlq_proxy, sizeof r->ldlq_proxy, "%s", line + 11);
 	}
@@ -249,6 +261,8 @@ int main(int argc, char **argv)
 		CHECK(a->gramtri[0] && !strcmp(a->gramtri, b->gramtri),
 		      "%s: packed F32 Hessian sums over product chunks, 1 vs 2 threads identical", a->core);
 		CHECK(!strcmp(a->ldl, b->ldl), "%s: block LDL, 1 vs 2 threads identical", a->core);
+		CHECK(a->ldlb[0] && !strcmp(a->ldlb, b->ldlb),
+		      "%s: block LDL of 656 (three panels), 1 vs 2 threads identical", a->core);
 		CHECK(!strcmp(a->ldlq, b->ldlq) && !strcmp(a->ldlq_proxy, b->ldlq_proxy),
 		      "%s: LDLQ states, Q and proxy error, 1 vs 2 threads identical", a->core);
 	}
