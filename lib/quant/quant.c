@@ -144,7 +144,8 @@ static void qhess_fallback(x3_qhess *h, const char *why)
  * (the same bits); above, the rounding differs from one call's. A is
  * row-major, its lower triangle read (the upper is scratch); on return
  * the lower triangle holds L (A = L Lᵀ); *bad is the 1-based column where
- * a leading minor is not positive definite, 0 if none. */
+ * a leading minor is not positive definite, 0 if none, LAPACK's negative
+ * argument code if potrf refused its input. */
 #define X3_LDL_NB 256
 
 static void chol_blocked(float *A, int64_t k, int64_t *bad)
@@ -156,7 +157,7 @@ static void chol_blocked(float *A, int64_t k, int64_t *bad)
 		lapack_int info = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'U', (lapack_int)nb, A + b * k + b,
 		                                 (lapack_int)k);
 		if (info != 0) {
-			*bad = info > 0 ? b + info : -1;
+			*bad = info > 0 ? b + info : info;
 			return;
 		}
 		if (m == 0)
