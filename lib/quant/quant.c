@@ -193,6 +193,8 @@ int x3_block_ldl(float *A, int64_t k)
 	chol_blocked(A, k, &bad);
 	if (bad != 0) {
 		x3_blas_serial_end(nthr);
+		if (bad == -4)   /* LAPACKE's check of its 4th argument, the matrix */
+			return x3_err(X3_ENUM, "cholesky failed (non-finite values in the matrix)");
 		return x3_err(X3_ENUM, "cholesky failed (%s %lld)",
 		              bad > 0 ? "leading minor not positive definite at" : "bad argument",
 		              (long long)bad);

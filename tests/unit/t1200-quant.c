@@ -76,6 +76,14 @@ static void test_block_ldl_k(int64_t k, double corr, int64_t bad)
 	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "cholesky") && strstr(x3_errmsg(), at),
 	      "block LDL %lld of a matrix indefinite at %lld: X3_ENUM (%s)", (long long)k, (long long)bad,
 	      x3_errmsg());
+	/* a NaN below the first panel (in the blocked factor it reaches the
+	 * later panels through the trsm and the trailing update): an error */
+	memcpy(A, H, (size_t)(k * k) * sizeof(float));
+	A[(k - 10) * k + 3] = NAN;
+	rc = x3_block_ldl(A, k);
+	CHECK(rc == X3_ENUM && strstr(x3_errmsg(), "non-finite"),
+	      "block LDL %lld with a NaN at (%lld, 3): X3_ENUM naming it (%s)", (long long)k,
+	      (long long)(k - 10), x3_errmsg());
 	free(X), free(H), free(A), free(B);
 }
 
