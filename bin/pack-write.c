@@ -25,13 +25,14 @@
 #include "codec.h"
 #include "frame.h"
 #include "pack.h"
+#include "reader.h"
 #include "safetensors.h"
 
 static const char usage[] =
 	"usage: pack-write --model SRC [--passthrough] [--shard-size MB] [--plan PLAN]\n"
 	"                  [--bits B] [--head-bits N] [--codebook mul1|mcg|3inst]\n"
 	"                  [--cal-rows R] [--cal-cols C] [--out-scales always|never|auto]\n"
-	"                  [--force] [-q] OUT < frames\n";
+	"                  [--check READER] [--force] [-q] OUT < frames\n";
 
 static void help(void)
 {
@@ -53,6 +54,11 @@ static void help(void)
 	       "  --cal-rows R      calibration rows for the config (default 250)\n"
 	       "  --cal-cols C      calibration columns for the config (default 2048)\n"
 	       "  --out-scales S    out_scales for the config (default always)\n"
+	       "  --check READER    before OUT is put in place, check it against what READER\n"
+	       "                    requires to load it (exllamav3, gptqmodel, strict; auto:\n"
+	       "                    exllamav3 where it loads the architecture; none): a\n"
+	       "                    violation fails, naming the tensor and rule, and writes\n"
+	       "                    nothing (default none; exl3-info --check)\n"
 	       "  --force           replace an existing OUT (atomically)\n"
 	       "  -q                no warnings about skipped files\n");
 }
@@ -301,7 +307,12 @@ static void *materialize(const struct ent *e, int *owned)
 	unsigned char *buf = calloc(1, e->t->nbytes ? e->t->nbytes : 1);
 	if (!buf)
 		die("tensor '%s': out of memory", e->t->name);
-	if (st == X3_F64 && e->t->dtype != X3_F32) {   /* via F32 */
+	if (e->src && e->src->scale_inv) {   /* FP8 block-scaled: dequantized */
+		float *f = x3_tensor_f32(e->src);
+		if (!f || x3_convert(buf, e->t->dtype, f, X3_F32, (size_t)n))
+			die_x3("tensor '%s'", e->t->name);
+		free(f);
+	} else if (st == X3_F64 && e->t->dtype != X3_F32) {   /* via F32 */
 		float *f = malloc((size_t)n * sizeof *f + 1);
 		if (!f)
 			die("tensor '%s': out of memory", e->t->name);
@@ -630,6 +641,22 @@ static void write_configs(const x3_pack_qcfg *q, const char *cfg_text, const cha
 		die("fsync %s: %s", tmpdir, strerror(errno));
 }
 
+/* 7b. What the reader requires (reader.h), on the finished temporary
+ * directory: a pack it would not load is never put in place. */
+static void check_reader(int reader, const char *out)
+{
+	x3_reader_violation *v;
+	int n;
+	if (x3_reader_check(reader, tmpdir, &v, &n))
+		die("%s: checking what %s requires: %s", out, x3_reader_name(reader), x3_errmsg());
+	for (int i = 0; i < n; i++)
+		fprintf(stderr, "%s: %s would not load %s: %s: %s: %s\n", progname, x3_reader_name(reader), out,
+		        v[i].what, v[i].rule, v[i].msg);
+	free(v);
+	if (n)
+		die("%s: %d violations of what %s requires: nothing written", out, n, x3_reader_name(reader));
+}
+
 /* 8. Into place: exchange with an existing OUT, or a no-replace rename;
  * then the directory's fsync makes the rename durable. */
 static void install(const struct outname *o)
@@ -671,7 +698,7 @@ static void install(const struct outname *o)
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
-	enum { O_MODEL = 256, O_PASS, O_SHARD, O_PLAN, O_BITS, O_HEAD, O_CB, O_CR, O_CC, O_OS, O_FORCE };
+	enum { O_MODEL = 256, O_PASS, O_SHARD, O_PLAN, O_BITS, O_HEAD, O_CB, O_CR, O_CC, O_OS, O_FORCE, O_CHECK };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, O_MODEL},
 		{"passthrough", no_argument, 0, O_PASS},
@@ -684,11 +711,12 @@ int main(int argc, char **argv)
 		{"cal-cols", required_argument, 0, O_CC},
 		{"out-scales", required_argument, 0, O_OS},
 		{"force", no_argument, 0, O_FORCE},
+		{"check", required_argument, 0, O_CHECK},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	const char *src = NULL, *plan_path = NULL, *codebook = NULL, *out_scales = "always";
-	int passthrough = 0, force = 0;
+	int passthrough = 0, force = 0, reader = -1;
 	double shard_mb = X3_PACK_SHARD_MB, bits_opt = NAN;
 	long head_opt = 0, cal_rows = 250, cal_cols = 2048;
 	int c;
@@ -719,6 +747,14 @@ int main(int argc, char **argv)
 			out_scales = optarg;
 			break;
 		case O_FORCE: force = 1; break;
+		case O_CHECK:
+			if (!strcmp(optarg, "none"))
+				reader = -1;
+			else if (!strcmp(optarg, "auto"))
+				reader = -2;
+			else if ((reader = x3_reader_lookup(optarg)) < 0)
+				usage_error(usage, "--check: '%s' is not auto, none, %s", optarg, x3_reader_names());
+			break;
 		default: usage_error(usage, "bad option");
 		}
 	}
@@ -789,6 +825,18 @@ int main(int argc, char **argv)
 		.measurement = plan.measurement,
 	};
 	write_configs(&q, cfg_text, path, src);
+	if (reader == -2) {
+		char why[256];
+		reader = X3_READER_EXLLAMAV3;
+		if (x3_reader_refuses(reader, &cfg, why, sizeof why)) {
+			reader = -1;
+			if (!quiet)
+				fprintf(stderr, "%s: note: %s; no reader's contract checked (--check gptqmodel or "
+				        "strict checks one)\n", progname, why);
+		}
+	}
+	if (reader >= 0)
+		check_reader(reader, o.out);
 	install(&o);
 	if (!quiet)
 		fprintf(stderr, "%s: wrote %s: %d tensors, %.4f bits (head %d), codebook %s\n",

@@ -265,6 +265,8 @@ static void describe(const char *dir, int what)
 			json_array_append_new(pd, json_integer(x3_pack_pad128(d->in)));
 			json_object_set_new(o, "padded", pd);
 			json_object_set_new(o, "group", json_string(d->group));
+			if (d->tie[0])
+				json_object_set_new(o, "tied_group", json_string(d->tie));
 		}
 		json_object_set_new(o, "layer", json_integer(d->layer));
 		json_object_set_new(o, "role", json_string(x3_role_name(d->d->role)));

@@ -15,14 +15,14 @@ cd "$TMP"
 
 # the description
 check "every module of the description is in the checkpoint" sh -c "tensor-ls --modules M >/dev/null"
-check "linears: 2 x 5 attention, 3 dense, 4 x 3 experts + 3 shared, the head" \
-	test "$(tensor-ls --config M | jq .linears)" -eq 29
+check "linears: 2 x 4 attention, 3 dense, 4 x 3 experts + 3 shared, the head" \
+	test "$(tensor-ls --config M | jq .linears)" -eq 27
 check "q_a_proj and kv_a_proj_with_mqa read the normed hidden state (one Hessian group)" \
 	test "$(tensor-ls --linears M | jq -r 'select(.group == "model.layers.1.self_attn.input") | .key' | tr '\n' ' ')" = \
 	     "model.layers.1.self_attn.q_a_proj model.layers.1.self_attn.kv_a_proj_with_mqa "
-check "kv_b_proj reads the 40-wide latent, q_b_proj the 48-wide q_a (padded to 128)" \
-	test "$(tensor-ls --linears M | jq -c 'select(.layer == 0 and (.key | test("_b_proj"))) | [.shape, .padded, .group]' | tr -d '\n')" = \
-	     '[[96,48],[128,128],"model.layers.0.self_attn.q_b_proj.input"][[128,40],[128,128],"model.layers.0.self_attn.kv_b_proj.input"]'
+check "q_b_proj reads the 48-wide q_a (padded to 128); kv_b_proj a kept matrix of the 40-wide latent (as ExLlamaV3 reads it)" \
+	test "$(tensor-ls --modules M | jq -c 'select(.layer == 0 and (.key | test("_b_proj"))) | [.kind, .shape, .padded, .group]' | tr -d '\n')" = \
+	     '["linear",[96,48],[128,128],"model.layers.0.self_attn.q_b_proj.input"]["matrix",[128,40],null,null]'
 check "router and correction bias: unquantized, role router" \
 	test "$(tensor-ls --modules M | jq -c 'select(.role == "router") | [.key, .kind, .quantized, .shape]' | tr -d '\n')" = \
 	     '["model.layers.1.mlp.gate","matrix",false,[4,64]]["model.layers.1.mlp.gate.e_score_correction_bias","vector",false,[4]]'
@@ -59,8 +59,8 @@ for b in 2 4; do
 	validate q$b --model M "${ev[@]}" -q >v$b.json
 	check "$b bpw: validate ok" jqe '.ok' v$b.json
 	# round to nearest: every decoder linear (q_a/q_b/kv_a_proj_with_mqa/
-	# kv_b/o, MLPs, experts) at b bits, the head at 6; the router and its
-	# bias as the EXL3 model stores them (F16)
+	# o, MLPs, experts) at b bits, the head at 6; the router, its
+	# bias and kv_b_proj as the EXL3 model stores them (F16)
 	kl_vs_rtn "$b bpw" M q$b $b v$b.json 'mlp\.gate\.'
 done
 done_testing

@@ -4,22 +4,23 @@
 #include <string.h>
 #include "arch.h"
 #include "config.h"
+#include "reader.h"
 #include "safetensors.h"
 
 #define L_(s) "model.layers.{L}." s
 #define LIN(key, slot, role, in, out, bias, hq, group, alloc) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc, 0, NULL, NULL, NULL }
+	  L_(group), alloc, 0, NULL, NULL, NULL, X3_TIE_NONE }
 #define NORM(scope, key, slot, dim, when) \
 	{ key, scope, X3_KIND_VECTOR, slot, X3_ROLE_NORM, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0, NULL, NULL, NULL }
+	  NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }
 
 /* The Llama decoder, shared by Llama 2/3, Mistral, Qwen2/2.5 and Qwen3
  * (they differ in config rules: biases, q/k norms, sliding window). Model
  * order: the order of the rows. */
 static const x3_module_desc llama_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	    "self_attn.input", "qkv"),
@@ -41,18 +42,18 @@ static const x3_module_desc llama_mods[] = {
 	    "mlp.down_proj.input", "d"),
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL, NULL, X3_TIE_NONE },
 };
 #define N_(a) (int)(sizeof a / sizeof *a)
 
 /* Rows of a module present only in some layers (WHEN) */
 #define LINW(key, slot, role, in, out, bias, hq, group, alloc, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, when, hq, -1, \
-	  L_(group), alloc, 0, NULL, NULL, NULL }
+	  L_(group), alloc, 0, NULL, NULL, NULL, X3_TIE_NONE }
 /* an expert's linear that a fused checkpoint holds in a 3-D tensor */
 #define LINE(key, slot, role, in, out, hq, group, alloc, fused) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, X3_BIAS_NONE, X3_WHEN_SPARSE, hq, -1, \
-	  L_(group), alloc, 0, NULL, &fused, NULL }
+	  L_(group), alloc, 0, NULL, &fused, NULL, X3_TIE_EXPERTS }
 /* Transformers v5 (its "MoE kernels" checkpoint conversion) and the
  * checkpoints it writes hold a layer's experts as two 3-D tensors:
  * mlp.experts.gate_up_proj (experts, 2 * moe_inter, hidden), each expert's
@@ -64,15 +65,15 @@ static const x3_fused_expert fx_up = { L_("mlp.experts.gate_up_proj"), 2 };
 static const x3_fused_expert fx_down = { L_("mlp.experts.down_proj"), 0 };
 #define MAT(key, slot, role, in, out, when) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0, NULL, NULL, NULL }
+	  NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }
 /* ... named FKEY in a checkpoint with fused experts (x3_module_desc.fused_key) */
 #define MATF(key, slot, role, in, out, when, fkey) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_MATRIX, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, 0, NULL, NULL, L_(fkey) }
+	  NULL, NULL, 0, NULL, NULL, L_(fkey), X3_TIE_NONE }
 /* The attention block and the norms around it, shared by the decoders. */
 #define ATTN_ROWS \
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }, \
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	    "self_attn.input", "qkv"), \
@@ -89,7 +90,7 @@ static const x3_fused_expert fx_down = { L_("mlp.experts.down_proj"), 0 };
 #define POST_ROWS \
 	NORM(X3_SCOPE_POST, "model.norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL, NULL }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }
 
 /* Mixtral: every layer a block_sparse_moe of num_local_experts experts
  * (w1 gate, w3 up, w2 down), softmax top-k routing renormalized; the
@@ -145,14 +146,16 @@ static const x3_module_desc qwen_moe_mods[] = {
  * plus mlp.shared_experts (n_shared_experts of them, one MLP
  * moe_intermediate_size * n_shared_experts wide). q_a_proj and
  * kv_a_proj_with_mqa read the normed hidden state (one Hessian); q_b_proj
- * reads q_a_layernorm's output, kv_b_proj kv_a_layernorm's (of the first
- * kv_lora_rank columns of kv_a). The router mlp.gate and its
- * e_score_correction_bias are kept unquantized. attention_bias gives
+ * reads q_a_layernorm's output. kv_b_proj (applied to kv_a_layernorm's
+ * output, the first kv_lora_rank columns of kv_a) is kept in the source
+ * precision: ExLlamaV3 reads it as a plain tensor and splits it into the
+ * absorbed k and v parts at load (modules/mla_attn.py). The router mlp.gate
+ * and its e_score_correction_bias are kept unquantized. attention_bias gives
  * q_a, kv_a and o a bias (X3_BIAS_O). --hq as ExLlamaV3's deepseek_v3:
  * attention +2, dense MLP +1, shared experts +2. */
 #define VECW(key, slot, role, dim, when, bare) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_VECTOR, slot, role, X3_DIM_NONE, dim, X3_BIAS_NONE, when, 0, -1, \
-	  NULL, NULL, bare, NULL, NULL, NULL }
+	  NULL, NULL, bare, NULL, NULL, NULL, X3_TIE_NONE }
 /* DeepSeek V3's MLP rows, shared by GLM-4 MoE: the first
  * first_k_dense_replace layers a dense mlp.*_proj (--hq +1), the others the
  * router mlp.gate and its e_score_correction_bias (unquantized), the
@@ -181,7 +184,7 @@ static const x3_module_desc qwen_moe_mods[] = {
 	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_experts.down_proj.input", "d", X3_WHEN_SHARED)
 static const x3_module_desc deepseek_v3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINW("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_NONE, 2,
 	     "self_attn.input", "qkv", X3_WHEN_NO_Q_LORA),
@@ -193,8 +196,7 @@ static const x3_module_desc deepseek_v3_mods[] = {
 	LIN("self_attn.kv_a_proj_with_mqa", X3_SLOT_KV_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV_A,
 	    X3_BIAS_O, 2, "self_attn.input", "qkv"),
 	VECW("self_attn.kv_a_layernorm", X3_SLOT_KV_A_NORM, X3_ROLE_NORM, X3_DIM_KV_LORA, X3_WHEN_ALWAYS, 0),
-	LIN("self_attn.kv_b_proj", X3_SLOT_KV_B, X3_ROLE_ATTENTION, X3_DIM_KV_LORA, X3_DIM_KV_B, X3_BIAS_NONE,
-	    2, "self_attn.kv_b_proj.input", "kvb"),
+	MAT("self_attn.kv_b_proj", X3_SLOT_KV_B, X3_ROLE_ATTENTION, X3_DIM_KV_LORA, X3_DIM_KV_B, X3_WHEN_ALWAYS),
 	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_V_ALL, X3_DIM_HIDDEN, X3_BIAS_O, 2,
 	    "self_attn.o_proj.input", "o"),
 	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
@@ -231,10 +233,10 @@ static const char glm4_moe_defaults[] =
 #define GL_(P, s) P "layers.{L}." s
 #define GLIN(P, key, slot, role, in, out, bias, hq, group, alloc) \
 	{ GL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  GL_(P, group), alloc, 0, NULL, NULL, NULL }
+	  GL_(P, group), alloc, 0, NULL, NULL, NULL, X3_TIE_NONE }
 #define GEMMA_ROWS(P, HEAD) \
 	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL }, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }, \
 	NORM(X3_SCOPE_LAYER, GL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	GLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
 	     "self_attn.input", "qkv"), \
@@ -260,7 +262,7 @@ static const char glm4_moe_defaults[] =
 	     X3_WHEN_ALWAYS), \
 	NORM(X3_SCOPE_POST, P "norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
 	{ HEAD, X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0, NULL, NULL, NULL }
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, HEAD ".input", NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }
 static const x3_module_desc gemma_mods[] = { GEMMA_ROWS("model.", "lm_head") };
 static const x3_module_desc gemma3_mm_mods[] = { GEMMA_ROWS("language_model.model.", "language_model.lm_head") };
 /* Hugging Face's Gemma2Config / Gemma3TextConfig defaults: real Gemma3
@@ -295,10 +297,10 @@ static const x3_row_slice phi3_up = { L_("mlp.gate_up_proj"), { X3_DIM_INTER, X3
 /* a linear sliced from a fused source tensor */
 #define LINS(key, slot, role, in, out, bias, hq, group, alloc, slice) \
 	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, bias, X3_WHEN_ALWAYS, hq, -1, \
-	  L_(group), alloc, 0, &slice, NULL, NULL }
+	  L_(group), alloc, 0, &slice, NULL, NULL, X3_TIE_NONE }
 static const x3_module_desc phi3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL },
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINS("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
 	     "self_attn.input", "qkv", phi3_q),
@@ -318,40 +320,56 @@ static const x3_module_desc phi3_mods[] = {
 	POST_ROWS,
 };
 
+/* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE; GPTQModel loads through the
+ * Hugging Face model's own modules, and Phi3's are fused (qkv_proj,
+ * gate_up_proj), not the q/k/v and gate/up linears an EXL3 Phi3 holds. */
 static const x3_arch_desc archs[] = {
 	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
-	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_MISTRAL, "MistralForCausalLM", "mistral", "Mistral", X3_AF_SLIDING,
-	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "Qwen2", X3_AF_QKV_BIAS | X3_AF_USE_SLIDING,
-	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
+	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "Qwen3",
-	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL },
+	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_MIXTRAL, "MixtralForCausalLM", "mixtral", "Mixtral",
 	  X3_AF_SLIDING | X3_AF_MOE | X3_AF_MOE_RENORM, "model.layers.{L}", mixtral_mods, N_(mixtral_mods),
-	  "num_local_experts", NULL },
+	  "num_local_experts", NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe", "Qwen2-MoE",
 	  X3_AF_QKV_BIAS | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
-	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL },
+	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL,
+	  X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3-MoE",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER,
-	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL },
+	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_DEEPSEEK_V3, "DeepseekV3ForCausalLM", "deepseek_v3", "DeepSeek-V3",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
-	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", NULL },
+	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_GEMMA2, "Gemma2ForCausalLM", "gemma2", "Gemma2", X3_AF_ATTN_BIAS | X3_AF_GEMMA,
-	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma2_defaults },
+	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma2_defaults,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_GEMMA3, "Gemma3ForCausalLM", "gemma3_text", "Gemma3",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
-	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma3_defaults },
+	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma3_defaults,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_GEMMA3_MM, "Gemma3ForConditionalGeneration", "gemma3", "Gemma3 multimodal",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
-	  "language_model.model.layers.{L}", gemma3_mm_mods, N_(gemma3_mm_mods), NULL, gemma3_defaults },
+	  "language_model.model.layers.{L}", gemma3_mm_mods, N_(gemma3_mm_mods), NULL, gemma3_defaults,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 	{ X3_ARCH_PHI3, "Phi3ForCausalLM", "phi3", "Phi3", X3_AF_SLIDING,
-	  "model.layers.{L}", phi3_mods, N_(phi3_mods), NULL, NULL },
+	  "model.layers.{L}", phi3_mods, N_(phi3_mods), NULL, NULL,
+	  X3_RD(X3_READER_EXLLAMAV3) },
 	{ X3_ARCH_GLM4_MOE, "Glm4MoeForCausalLM", "glm4_moe", "GLM-4-MoE",
 	  X3_AF_QKV_ATTN_BIAS | X3_AF_USE_QK_NORM | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
-	  "model.layers.{L}", glm4_moe_mods, N_(glm4_moe_mods), "n_routed_experts", glm4_moe_defaults },
+	  "model.layers.{L}", glm4_moe_mods, N_(glm4_moe_mods), "n_routed_experts", glm4_moe_defaults,
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
 };
 
 int x3_arch_count(void) { return N_(archs); }
@@ -421,6 +439,23 @@ static int expand(const char *pat, int layer, int expert, char *buf, size_t n)
 }
 
 static int has_expert(const char *pat) { return strstr(pat, "{E}") != NULL; }
+
+int x3_arch_tie_key(const x3_module_desc *d, int layer, char *buf, size_t n)
+{
+	buf[0] = 0;
+	if (d->tie == X3_TIE_NONE)
+		return X3_OK;
+	size_t k = 0;
+	for (const char *p = d->key; *p; ) {
+		int w = !strncmp(p, "{L}", 3) ? snprintf(buf + k, n - k, "%d", layer) :
+		        !strncmp(p, "{E}", 3) ? snprintf(buf + k, n - k, "*") : snprintf(buf + k, n - k, "%c", *p);
+		if (w < 0 || (size_t)w >= n - k)
+			return x3_err(X3_EINVAL, "module key '%s' of layer %d is too long", d->key, layer);
+		k += (size_t)w;
+		p += *p == '{' && (p[1] == 'L' || p[1] == 'E') && p[2] == '}' ? 3 : 1;
+	}
+	return X3_OK;
+}
 
 /* Match PATTERN against the first len bytes of name: {L} and {E} match a
  * decimal number without leading zeros (the layer in *layer, the expert
@@ -512,6 +547,8 @@ static int instantiate(const x3_model_config *c, const x3_module_desc *d, int la
 	snprintf(m->weight, sizeof m->weight, d->bare ? "%s" : "%s.weight", m->key);
 	snprintf(m->src, sizeof m->src, "%s", m->key);
 	if (d->group && (rc = expand(d->group, layer, expert, m->group, sizeof m->group)))
+		return rc;
+	if ((rc = x3_arch_tie_key(d, layer, m->tie, sizeof m->tie)))
 		return rc;
 	m->in = x3_arch_dim(c, d->in);
 	m->out = x3_arch_dim(c, d->out);

@@ -179,7 +179,19 @@ typedef struct x3_module_desc {
 	                           (Mixtral's router: Transformers v5 stores
 	                           block_sparse_moe.gate as mlp.gate); it is read
 	                           from there and written under KEY. NULL: KEY */
+	unsigned char tie;      /* X3_TIE_*: the linears a reader loads as one
+	                           unit, which must share one K and codebook */
 } x3_module_desc;
+
+/* Tied widths: linears that a reader fuses into one module at load and
+ * so requires to share one K and one codebook (exl3(5) §8.3). A tied
+ * group is one item of the bit allocation. */
+enum {
+	X3_TIE_NONE,
+	X3_TIE_EXPERTS,         /* this row over every expert of its layer:
+	                           ExLlamaV3 loads a layer's experts' gate, up
+	                           and down projections as one MultiLinear each */
+};
 
 /* Config rules of an architecture (x3_arch_desc.flags). */
 enum {
@@ -229,6 +241,8 @@ typedef struct x3_arch_desc {
 	const char *defaults;      /* JSON object: Hugging Face's config defaults
 	                              for the keys its real configs leave out
 	                              (Gemma3's text_config), or NULL */
+	unsigned readers;          /* the readers that load it: X3_RD(X3_READER_*)
+	                              (reader.h) */
 } x3_arch_desc;
 
 int x3_arch_count(void);
@@ -255,6 +269,8 @@ typedef struct x3_module {
 	                                rows, in) view (x3_fused_expert) */
 	int64_t row0, src_rows;      /* 0 and out unless sliced */
 	char group[X3_KEY_MAX + 16]; /* Hessian group ("" unless a linear) */
+	char tie[X3_KEY_MAX + 16];   /* its tied group (x3_arch_tie_key), ""
+	                                when its width is its own */
 	int layer;                   /* 0..n_layers-1; -1 before the layers,
 	                                n_layers after them (the head) */
 	int expert;                  /* its expert ({E}), or -1 */
@@ -311,6 +327,11 @@ int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
  * or past num_hidden_layers (DeepSeek V3's multi-token prediction layer,
  * model.layers.61.* in the real checkpoints)? */
 int x3_arch_skipped(const struct x3_model_config *c, const char *name);
+
+/* The tied group of row d in layer: its key with the expert number as
+ * '*' ("model.layers.3.mlp.experts.*.gate_proj"), or "" for a row not
+ * tied (X3_TIE_NONE). */
+int x3_arch_tie_key(const x3_module_desc *d, int layer, char *buf, size_t n);
 
 /* The table row of a linear key without a model: the first architecture
  * whose linear pattern matches KEY (bitalloc's measurements carry only the

@@ -421,7 +421,19 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)", name, src));
 			continue;
 		}
-		TRY(add_ent(L, name, passthrough_dtype(s->dtype), s->rank, s->shape, -1, s));
+		/* an FP8 block-scaled source tensor (DeepSeek's kv_b_proj) is
+		 * stored dequantized (weight times its block's scale_inv), as F32
+		 * is (F16): the pack of an FP8 checkpoint is that of its
+		 * dequantized copy; its NAME_scale_inv is not stored */
+		if (nl > 10 && !strcmp(name + nl - 10, "_scale_inv")) {
+			char sn[X3_KEY_MAX + 16];
+			snprintf(sn, sizeof sn, "%.*s", (int)(nl - 10), s->name);
+			const x3_tensor *w = x3_st_find(p->src, sn);
+			if (w && w->scale_inv)
+				continue;
+		}
+		TRY(add_ent(L, name, s->scale_inv ? passthrough_dtype(X3_F32) : passthrough_dtype(s->dtype),
+		            s->rank, s->shape, -1, s));
 	}
 
 	/* 4. linears quantized without error feedback (a trellis frame says

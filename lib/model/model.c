@@ -547,7 +547,12 @@ static int hook(struct fwd *f, int layer, int s, const float *x, int64_t ntok, i
 	const struct x3_forward_opts *o = f->o;
 	if (!o->hook || layer < o->hook_first || layer > o->hook_last)
 		return X3_OK;
-	return hook_mod(f, layer, mod(f->m, layer, s), x, ntok, in);
+	const x3_module *d = mod(f->m, layer, s);
+	/* a matrix kept in the source precision (DeepSeek's kv_b_proj) is
+	 * no linear to quantize: no Hessian */
+	if (!d || d->d->kind != X3_KIND_LINEAR)
+		return X3_OK;
+	return hook_mod(f, layer, d, x, ntok, in);
 }
 
 /* ... of an expert's group (x3_capture's expert, all_tokens, row_w) */
