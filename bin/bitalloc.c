@@ -578,6 +578,10 @@ int main(int argc, char **argv)
 				first = 0;
 			}
 		fprintf(stderr, "\n");
+		int tg = x3_ba_tied_groups(ba);
+		if (tg > 0)
+			fprintf(stderr, "%s: %d tied groups (linears a reader loads as one: one K each)\n",
+			        progname, tg);
 	}
 	free(js);
 	x3_ba_free(ba);

@@ -618,14 +618,162 @@ static int solve_lagrange(x3_ba *ba)
 	return X3_OK;
 }
 
-/* The exact DP, else (auto, too large) the Lagrangian, on ba->budget. */
-static int solve_budget(x3_ba *ba, int method)
+/* ---- tied widths ----------------------------------------------------
+ * Linears that a reader loads as one module (arch.h X3_TIE_*: a
+ * projection over every expert of a layer) get one K: the solvers see
+ * each tied group as one item whose cost, numel and error are the sums of
+ * its members', whose widths are those every member allows. */
+
+/* The tied group of a key, "" when its width is its own. */
+static void tie_of(const x3_ba *ba, const char *key, char *buf, size_t n)
+{
+	buf[0] = 0;
+	const x3_module *m = ba->mods ? x3_modules_find(ba->mods, ba->nmods, key) : NULL;
+	if (m) {
+		snprintf(buf, n, "%s", m->tie);
+		return;
+	}
+	int layer;
+	const x3_module_desc *d = x3_arch_classify(key, &layer);
+	if (d && x3_arch_tie_key(d, layer, buf, n))
+		buf[0] = 0;
+}
+
+struct tie_ord { int i; const char *key; };
+static int tie_ord_cmp(const void *a, const void *b)
+{
+	const struct tie_ord *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+	return c ? c : x->i - y->i;
+}
+
+/* The items of the allocation: one per untied tensor, one per tied
+ * group. *item gets each tensor's item; items[j].name is the tied
+ * group's key (owned by *keys) or the tensor's own name (shared). A tied
+ * group whose members --set fixes differently is an error naming both. */
+static int make_items(const x3_ba *ba, x3_ba_tensor **items_out, int *nitems, int **item_out,
+                      char **keys_out)
+{
+	int T = ba->n, rc = X3_OK;
+	size_t kl = X3_KEY_MAX + 16;
+	char *keys = calloc((size_t)(T ? T : 1), kl);
+	struct tie_ord *ord = malloc((size_t)(T ? T : 1) * sizeof *ord);
+	x3_ba_tensor *items = calloc((size_t)(T ? T : 1), sizeof *items);
+	int *item = malloc((size_t)(T ? T : 1) * sizeof *item);
+	if (!keys || !ord || !items || !item) {
+		free(keys); free(ord); free(items); free(item);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < T; i++) {
+		tie_of(ba, ba->t[i].name, keys + (size_t)i * kl, kl);
+		ord[i].i = i;
+		ord[i].key = keys + (size_t)i * kl;
+	}
+	qsort(ord, (size_t)T, sizeof *ord, tie_ord_cmp);
+	int n = 0;
+	for (int s = 0; s < T && !rc; s++) {
+		const x3_ba_tensor *t = &ba->t[ord[s].i];
+		if (!ord[s].key[0] || s == 0 || strcmp(ord[s].key, ord[s - 1].key)) {
+			x3_ba_tensor *g = &items[n++];
+			*g = *t;
+			if (ord[s].key[0]) {
+				g->name = (char *)ord[s].key;
+				g->numel = g->cost = 0;
+				g->importance = 1;
+				g->measured = ~0u;
+				for (int K = 0; K <= X3_BA_KMAX; K++)
+					g->err[K] = 0;
+			}
+		}
+		x3_ba_tensor *g = &items[n - 1];
+		item[ord[s].i] = n - 1;
+		if (!ord[s].key[0])
+			continue;
+		if (t->fixed != g->fixed || (t->fixed && t->lo != g->lo)) {
+			const x3_ba_tensor *f = t->fixed ? t : NULL;
+			for (int r = s - 1; !f && r >= 0 && !strcmp(ord[r].key, ord[s].key); r--)
+				if (ba->t[ord[r].i].fixed)
+					f = &ba->t[ord[r].i];
+			const x3_ba_tensor *o = f == t ? &ba->t[ord[s - 1].i] : t;
+			rc = x3_err(X3_EINVAL, "tensor '%s' is fixed at K=%d but '%s' %s: they are one tied "
+			            "group '%s' (a reader loads them as one module, with one K): --set all of "
+			            "them or none", f ? f->name : t->name, f ? f->lo : t->lo, o->name,
+			            o->fixed ? "at another K" : "is not", ord[s].key);
+			break;
+		}
+		g->numel += t->numel;
+		g->cost += t->cost;
+		g->measured &= t->measured;
+		if (t->lo > g->lo)
+			g->lo = t->lo;
+		if (t->hi < g->hi)
+			g->hi = t->hi;
+		for (int K = 1; K <= X3_BA_KMAX; K++)
+			if (t->measured & (1u << K))
+				g->err[K] += t->err[K] * t->importance;
+	}
+	free(ord);
+	if (rc) {
+		free(keys); free(items); free(item);
+		return rc;
+	}
+	*items_out = items;
+	*nitems = n;
+	*item_out = item;
+	*keys_out = keys;
+	return X3_OK;
+}
+
+int x3_ba_tied_groups(const x3_ba *ba)
+{
+	x3_ba_tensor *items;
+	int n, *item, groups = 0;
+	char *keys;
+	if (make_items(ba, &items, &n, &item, &keys))
+		return -1;
+	/* a tied group's item is named by its key, in keys */
+	for (int j = 0; j < n; j++)
+		groups += items[j].name >= keys && items[j].name < keys + (size_t)ba->n * (X3_KEY_MAX + 16);
+	free(items); free(item); free(keys);
+	return groups;
+}
+
+static int solve_items(x3_ba *ba, int method)
 {
 	if (method == X3_BA_LAGRANGE)
 		return solve_lagrange(ba);
 	int rc = solve_dp(ba);
 	if (rc == X3_ENOMEM && method == X3_BA_AUTO)
 		return solve_lagrange(ba);
+	return rc;
+}
+
+/* The exact DP, else (auto, too large) the Lagrangian, on ba->budget,
+ * over the items (tied groups as one). */
+static int solve_budget(x3_ba *ba, int method)
+{
+	x3_ba_tensor *items;
+	int n, *item;
+	char *keys;
+	int rc = make_items(ba, &items, &n, &item, &keys);
+	if (rc)
+		return rc;
+	x3_ba sub = *ba;
+	sub.t = items;
+	sub.n = n;
+	int64_t need, have;
+	if (!(rc = cost_range(&sub, &need, &have)) && need > ba->budget)
+		rc = ba->size_mode ? x3_err(X3_EINVAL, "the tied groups' widths (one K per group) do not fit "
+		                            "the size") :
+		     x3_err(X3_EINVAL, "the tied groups' widths (one K per group) need %.4f bits at least",
+		            (double)need / (double)ba->total_numel);
+	if (!rc)
+		rc = solve_items(&sub, method);
+	if (!rc)
+		for (int i = 0; i < ba->n; i++)
+			ba->t[i].K = items[item[i]].K;
+	ba->method = sub.method;
+	free(items); free(item); free(keys);
 	return rc;
 }
 
@@ -670,9 +818,14 @@ static char *group_of(const x3_ba *ba, const char *key, int *prio, int *layer)
 	                 d->role == X3_ROLE_MLP || d->role == X3_ROLE_SHARED_EXPERT ? 1 : 0);
 	if (!d->alloc)
 		return strdup(key);
-	const char *dot = strrchr(key, '.');
+	/* a tied linear's group spans its tied group (every expert of the
+	 * layer: ExLlamaV3 promotes a layer's experts' gates and ups together) */
+	char tie[X3_KEY_MAX + 16];
+	tie_of(ba, key, tie, sizeof tie);
+	const char *k = tie[0] ? tie : key;
+	const char *dot = strrchr(k, '.');
 	char buf[1024];
-	snprintf(buf, sizeof buf, "%.*s.%s", dot ? (int)(dot - key) : 0, key, d->alloc);
+	snprintf(buf, sizeof buf, "%.*s.%s", dot ? (int)(dot - k) : 0, k, d->alloc);
 	return strdup(buf);
 }
 
@@ -694,6 +847,8 @@ static int grp_cmp(const void *a, const void *b, void *ctx)
 static int solve_exl3(x3_ba *ba, double bits, int hq)
 {
 	int T = ba->n, ng = 0, rc = X3_OK;
+	if (x3_ba_tied_groups(ba) < 0)   /* --set splits a tied group */
+		return X3_EINVAL;
 	int base = (int)floor(bits);
 	struct grp *g = calloc((size_t)T, sizeof *g);
 	int *gi = malloc((size_t)T * sizeof *gi);
@@ -974,6 +1129,9 @@ char *x3_ba_plan_json(const x3_ba *ba)
 			x3_jw_set(&w, roles, x3_role_name(r), json_pack("{s:i, s:I, s:f}", "linears", rl[r],
 			          "numel", (json_int_t)rn[r], "bits", rb[r]));
 	x3_jw_set(&w, o, "roles", roles);
+	int tg = x3_ba_tied_groups(ba);
+	if (tg > 0)   /* linears that share one K (x3_ba_tied_groups) */
+		x3_jw_set(&w, o, "tied_groups", json_integer(tg));
 	x3_jw_set(&w, o, "histogram", hist);
 	x3_jw_set(&w, o, "histogram_numel", histn);
 	x3_jw_set(&w, o, "expected_error", num_or_null(x3_ba_error(ba)));

@@ -118,6 +118,13 @@ int x3_ba_solve_size(x3_ba *ba, uint64_t size, int method, x3_ba_size_fn fn, voi
  * Lagrangian solver and DP fails. */
 extern int64_t x3_ba_dp_max_cells;
 
+/* Tied widths: the linears a reader loads as one module (arch.h X3_TIE_*,
+ * from the model's modules or else the tables) are one item of every
+ * solver, with the sums of their costs and errors, and get one K. The
+ * number of tied groups among the measured tensors (-1: an error, e.g.
+ * a group that --set fixes only in part). */
+int x3_ba_tied_groups(const x3_ba *ba);
+
 /* Results. Error sums are NAN when a tensor's K was not measured. */
 double x3_ba_bits(const x3_ba *ba);         /* sum numel K / sum numel */
 double x3_ba_error(const x3_ba *ba);        /* sum err[K] * importance */
