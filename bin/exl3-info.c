@@ -23,12 +23,14 @@
 #include "exl3.h"
 #include "frame.h"
 #include "pack.h"
+#include "reader.h"
 #include "safetensors.h"
 
 extern char **environ;
 
 static const char usage[] =
 	"usage: exl3-info [--json] [--plot FILE.svg] [--errors FILE] [-q] SOURCE\n"
+	"       exl3-info --check READER [--json] DIR\n"
 	"  SOURCE          an EXL3 model directory (ours or ExLlamaV3's; sharded or\n"
 	"                  not), a .safetensors file, or a frame stream ('-': stdin)\n"
 	"  --json          one JSON object instead of the table\n"
@@ -36,6 +38,10 @@ static const char usage[] =
 	"                  known, with gnuplot\n"
 	"  --errors FILE   JSON lines {\"tensor\": KEY, \"rel_fro_err\" or \"proxy_err\": X}\n"
 	"                  (exl3-matmul --check, trellis-encode) for the plot and JSON\n"
+	"  --check READER  check DIR against what READER requires to load it\n"
+	"                  (exllamav3, gptqmodel, strict; auto: exllamav3 where it\n"
+	"                  loads the architecture, else none): each violation with\n"
+	"                  its tensor and rule, exit 1 when there is any\n"
 	"  -q              no warnings on standard error\n"
 	"  -h              this help\n";
 
@@ -48,6 +54,7 @@ struct lin {
 	double err;                  /* --errors or proxy_err, else NAN */
 	const char *err_kind;
 	int unq_bits;                /* head as .weight: its dtype's bits */
+	char tie[X3_KEY_MAX + 16];   /* its tied group (arch.h), "" if none */
 };
 /* one tensor left unquantized */
 struct unq {
@@ -284,6 +291,40 @@ static json_t *shape_json(const x3_tensor *t)
 	return a;
 }
 
+/* ---- tied groups: linears a reader loads as one, one K each ----------- */
+struct tg { const char *key; int members, K, cb, mixed; };
+static struct tg *tgs;
+static int ntg;
+
+static void tied_groups(void)
+{
+	for (int i = 0; i < nlin; i++) {
+		const struct lin *L = &lins[i];
+		if (!L->tie[0])
+			continue;
+		int j;
+		for (j = 0; j < ntg && strcmp(tgs[j].key, L->tie); j++)
+			;
+		if (j == ntg) {
+			if (!(tgs = realloc(tgs, (size_t)(ntg + 1) * sizeof *tgs)))
+				die("out of memory");
+			tgs[ntg++] = (struct tg){ L->tie, 0, lin_bits(L), L->q.cb, 0 };
+		}
+		tgs[j].members++;
+		tgs[j].mixed |= lin_bits(L) != tgs[j].K || L->q.cb != tgs[j].cb;
+	}
+}
+
+static json_t *tied_json(void)
+{
+	json_t *a = json_array();
+	for (int j = 0; j < ntg; j++)
+		json_array_append_new(a, json_pack("{s:s, s:i, s:o, s:b}", "group", tgs[j].key, "members",
+		                      tgs[j].members, "K", tgs[j].mixed ? json_null() : json_integer(tgs[j].K),
+		                      "one_k", !tgs[j].mixed));
+	return a;
+}
+
 static json_t *build_json(const char *src, json_t *qcfg)
 {
 	json_t *o = json_object();
@@ -317,6 +358,7 @@ static json_t *build_json(const char *src, json_t *qcfg)
 		json_array_append_new(la, l);
 	}
 	json_object_set_new(o, "linears", la);
+	json_object_set_new(o, "tied_groups", tied_json());
 	json_t *ua = json_array();
 	for (int i = 0; i < nunq; i++) {
 		json_t *u = json_object();
@@ -445,6 +487,16 @@ static void print_table(const char *src, json_t *qcfg)
 		if (hist[k].linears)
 			printf("  K=%d %5d linears %14.0f params %6.2f%%\n", k, hist[k].linears, hist[k].params,
 			       100 * hist[k].params / dec.params);
+	if (ntg) {
+		int mixed = 0;
+		for (int j = 0; j < ntg; j++)
+			mixed += tgs[j].mixed;
+		printf("\n  tied groups (a reader loads each as one: one K): %d, %s\n", ntg,
+		       mixed ? "some of mixed K or codebook:" : "each of one K");
+		for (int j = 0; j < ntg; j++)
+			if (tgs[j].mixed)
+				printf("    %s: %d linears of mixed K or codebook\n", tgs[j].key, tgs[j].members);
+	}
 	printf("\n  codebooks:");
 	for (int k = 0; k < X3_CB_COUNT; k++)
 		if (ncb[k])
@@ -613,17 +665,62 @@ static void run_gnuplot(const char *script, size_t len, int fd, const char *what
 }
 
 /* ---- reading ------------------------------------------------------------ */
+/* ---- --check READER ------------------------------------------------------ */
+static int check_reader(const char *name, const char *dir, int as_json)
+{
+	int r = x3_reader_lookup(name);
+	if (r < 0 && strcmp(name, "auto"))
+		usage_error(usage, "--check: unknown reader (auto, exllamav3, gptqmodel, strict)");
+	x3_model_config c;
+	if (r < 0) {
+		if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c))
+			die_x3("%s", dir);
+		r = x3_reader_loads(X3_READER_EXLLAMAV3, &c) ? X3_READER_EXLLAMAV3 : -1;
+	}
+	x3_reader_violation *v = NULL;
+	int n = 0;
+	if (r >= 0 && x3_reader_check(r, dir, &v, &n))
+		die_x3("%s", dir);
+	if (as_json) {
+		json_t *o = json_object(), *a = json_array();
+		for (int i = 0; i < n; i++)
+			json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "tensor", v[i].what, "rule", v[i].rule,
+			                                   "message", v[i].msg));
+		json_object_set_new(o, "source", json_string(dir));
+		json_object_set_new(o, "reader", r >= 0 ? json_string(x3_reader_name(r)) : json_null());
+		json_object_set_new(o, "ok", json_boolean(n == 0));
+		json_object_set_new(o, "violations", a);
+		json_dumpf(o, stdout, JSON_PRESERVE_ORDER);
+		printf("\n");
+		json_decref(o);
+	} else if (r < 0) {
+		char why[256];
+		x3_reader_refuses(X3_READER_EXLLAMAV3, &c, why, sizeof why);
+		printf("%s: auto: no reader checked (%s)\n", dir, why);
+	} else {
+		for (int i = 0; i < n; i++)
+			printf("%s: %s: %s: %s\n", x3_reader_name(r), v[i].what, v[i].rule, v[i].msg);
+		printf("%s: %s: %s\n", dir, x3_reader_name(r), n ? "violations found" : "ok");
+		if (n)
+			printf("%d violations\n", n);
+	}
+	check_stdout();
+	free(v);
+	return n ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
-	enum { O_JSON = 256, O_PLOT, O_ERRORS };
+	enum { O_JSON = 256, O_PLOT, O_ERRORS, O_CHECK };
 	static const struct option lo[] = {
 		{ "json", no_argument, 0, O_JSON }, { "plot", required_argument, 0, O_PLOT },
+		{ "check", required_argument, 0, O_CHECK },
 		{ "errors", required_argument, 0, O_ERRORS }, { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int as_json = 0, c;
-	const char *plot = NULL, *errfile = NULL;
+	const char *plot = NULL, *errfile = NULL, *check = NULL;
 	while ((c = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
 		switch (c) {
 		case 'h': fputs(usage, stdout); return 0;
@@ -631,12 +728,15 @@ int main(int argc, char **argv)
 		case O_JSON: as_json = 1; break;
 		case O_PLOT: plot = optarg; break;
 		case O_ERRORS: errfile = optarg; break;
+		case O_CHECK: check = optarg; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
 	if (optind + 1 != argc)
 		usage_error(usage, optind == argc ? "a SOURCE is required" : "one SOURCE only");
 	const char *src = argv[optind];
+	if (check)
+		return check_reader(check, src, as_json);
 
 	int kind;
 	if (x3_source_kind(src, &kind))
@@ -756,6 +856,7 @@ int main(int argc, char **argv)
 				if (!(L->q.known & X3_EXL3_OUT_KNOWN))
 					L->q.out = arch_lin[a].out;
 				L->q.known = X3_EXL3_IN_KNOWN | X3_EXL3_OUT_KNOWN;
+				snprintf(L->tie, sizeof L->tie, "%s", arch_lin[a].tie);
 			}
 		nlin++;
 	}
@@ -802,6 +903,11 @@ int main(int argc, char **argv)
 	if (errfile)
 		read_errors(errfile);
 	summarize();
+	tied_groups();
+	for (int j = 0; j < ntg; j++)
+		if (tgs[j].mixed)
+			warning("tied group %s: its %d linears have mixed K or codebook (ExLlamaV3 cannot "
+			        "load it: exl3-info --check exllamav3 names them)", tgs[j].key, tgs[j].members);
 	if (qcfg) {
 		json_t *b = json_object_get(qcfg, "bits");
 		double have = ratio(dec.kparams, dec.params);

@@ -30,7 +30,9 @@ check_fail() {
 have_shared() { [ -f "$SHARED/models/stories260K/model.safetensors" ]; }
 # info_sweep: exl3-info reads back, without a warning, every EXL3 directory
 # the test left under $TMP (a config.json whose quantization_config says
-# exl3, beside model.safetensors or its index). A test that leaves broken
+# exl3, beside model.safetensors or its index), and finds it loadable by
+# ExLlamaV3 where ExLlamaV3 loads the model (exl3-info --check auto: the
+# reader contract, lib/arch/reader.h). A test that leaves broken
 # directories on purpose names them in NO_INFO (shell globs of paths under
 # $TMP, space-separated).
 NO_INFO=
@@ -46,8 +48,10 @@ info_sweep() {
 		if ! exl3-info --json "$d" >"$TMP/.info.json" 2>"$TMP/.info.err" || [ -s "$TMP/.info.err" ] ||
 		   ! jq -e '.summary.linears > 0' "$TMP/.info.json" >/dev/null 2>&1; then
 			bad=$((bad + 1)); echo "# exl3-info ${d#"$TMP"/}:"; sed 's/^/#   /' "$TMP/.info.err" | head -5
+		elif ! exl3-info --check auto "$d" >"$TMP/.info.err" 2>&1; then
+			bad=$((bad + 1)); echo "# exl3-info --check auto ${d#"$TMP"/}:"; sed 's/^/#   /' "$TMP/.info.err" | head -5
 		fi
 	done < <(find "$TMP" -name config.json 2>/dev/null | sort)
-	[ "$n" -eq 0 ] || check "exl3-info reads every EXL3 directory the test wrote ($n)" test "$bad" -eq 0
+	[ "$n" -eq 0 ] || check "exl3-info reads every EXL3 directory the test wrote ($n), each loadable where ExLlamaV3 loads the model" test "$bad" -eq 0
 }
 done_testing() { info_sweep; [ "$T_FAIL" -eq 0 ]; exit $?; }
