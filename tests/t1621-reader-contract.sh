@@ -50,6 +50,12 @@ for m in MX Q3 Q2 GL DS; do
 	done
 done
 
+# --size plans in bytes with the same items: one K per tied group
+sz=$(( $(cat MX.q2.5/* | wc -c) + 2000 ))
+convert MX MX.qs --size $sz --work MX.w2.5 --rows 16 --cols 64 -j 2 -q
+check "MX --size $sz: one K per tied group, the pack within the size" \
+	sh -c "exl3-info --json MX.qs | jq -e 'all(.tied_groups[]; .one_k)' >/dev/null && [ \$(cat MX.qs/* | wc -c) -le $sz ]"
+
 # DeepSeek-V3's kv_b_proj: the source tensor, byte for byte
 for b in 2.5 3.5; do
 	q=DS.q$b
