@@ -126,7 +126,24 @@ static void forward_logits(x3_model *m, const char *dir, const int32_t *ids, lon
 		die_x3("%s: forward", dir);
 }
 
-/* a JSON number, or null when not finite (a diverging model) */
+/* Every logit of a batch is finite: a NaN or Inf would turn the position's
+ * KL and NLL into NaN; the model (or --base file) is named, with the
+ * place of the first one. */
+static void check_logits(const float *lg, long nr, long cols, int64_t V, long r0, const char *what)
+{
+	size_t n = (size_t)nr * (size_t)cols * (size_t)V, bad = n;
+	#pragma omp parallel for if(n > (1 << 20)) schedule(static) reduction(min:bad)
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(lg[i]) && i < bad)
+			bad = i;
+	if (bad < n)
+		die("%s: logit %g is not finite (row %ld, position %ld, token %lld of the vocabulary)", what,
+		    (double)lg[bad], r0 + (long)(bad / ((size_t)cols * V)), (long)(bad / V % cols),
+		    (long long)(bad % V));
+}
+
+/* a JSON number, or null when not finite (a perplexity past the double
+ * range; the logits and the KL are finite, checked) */
 static json_t *num(double v)
 {
 	return isfinite(v) ? json_real(v) : json_null();
@@ -224,6 +241,9 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 		if (x3_writer_put(w, &t))
 			die_x3("%s", save);
 	}
+	char qname[1024];
+	snprintf(qname, sizeof qname, "%s%s%s", qdir ? qdir : "", patch ? " patched with " : "",
+	         patch ? patch : "");
 	double t0 = x3_now();
 	int64_t done = 0;
 	for (long r0 = 0; r0 < rows;) {
@@ -262,8 +282,11 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 			if (x3_writer_put(w, &t))
 				die_x3("%s", save);
 		}
-		if (q)
+		check_logits(a, nr, cols, V, r0, B->r ? B->file : B->dir);
+		if (q) {
 			forward_logits(q, qdir, rid, nr, cols, lq, X3_LOGITS_ALL);
+			check_logits(lq, nr, cols, V, r0, qname);
+		}
 		/* each position into its own slot: no reduction, so the sums of
 		 * x3_kl_summarize do not depend on the threads */
 		x3_klpos *pp = pos + done;

@@ -114,6 +114,15 @@ static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
 	if (!*out)
 		return x3_errprefix(X3_ENOMEM, "tensor '%s'", name);
 	x3_st_drop(t, t->data, t->nbytes);
+	/* a NaN in a norm makes every output non-finite: named here */
+	for (int64_t i = 0; i < n; i++)
+		if (!isfinite((*out)[i])) {
+			int rc = x3_err(X3_ENUM, "tensor '%s': non-finite value %g at [%lld]", name,
+			                (double)(*out)[i], (long long)i);
+			free(*out);
+			*out = NULL;
+			return rc;
+		}
 	return X3_OK;
 }
 
@@ -1065,6 +1074,13 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		           m->embed->dtype, (size_t)H);
 	if (!o->hidden)   /* the rows read are in x now */
 		x3_st_drop(m->embed, m->embed->data, m->embed->nbytes);
+	for (int64_t i = 0; i < T * H && !o->hidden; i++)
+		if (!isfinite(x[i])) {
+			rc = x3_err(X3_ENUM, "tensor '%s': non-finite value %g at [%d][%lld] (token %lld of the input)",
+			            m->embed->name, (double)x[i], tokens[i / H], (long long)(i % H),
+			            (long long)(i / H));
+			goto out;
+		}
 	if (c->gemma && !o->hidden) {
 		/* Gemma: times sqrt(hidden_size) rounded to the embedding's dtype
 		 * (Hugging Face's normalizer is a tensor of the model's dtype:
