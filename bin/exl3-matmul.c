@@ -237,10 +237,17 @@ static void do_check(x3_exl3 *e, const char *path)
 	const float *r = ref->data;
 	double se = 0, sr = 0, mx = 0;
 	for (int64_t j = 0; j < o * i; j++) {
+		/* a non-finite weight on either side has no error to report */
+		if (!isfinite(r[j]))
+			die("%s: '%s': non-finite value %g at [%lld][%lld]", path, ref->name, (double)r[j],
+			    (long long)(j / i), (long long)(j % i));
+		if (!isfinite(w[j]))
+			die("tensor '%s': decodes to a non-finite value %g at [%lld][%lld]", x3_exl3_key(e),
+			    (double)w[j], (long long)(j / i), (long long)(j % i));
 		double d = (double)w[j] - r[j];
 		se += d * d;
 		sr += (double)r[j] * r[j];
-		if (fabs(d) > mx || isnan(d))
+		if (fabs(d) > mx)
 			mx = fabs(d);
 	}
 	double n = (double)(o * i);

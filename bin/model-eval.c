@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <jansson.h>
 #include "util.h"
 #include "util-device.h"
@@ -15,6 +18,7 @@
 #include "frame.h"
 #include "klstats.h"
 #include "model.h"
+#include "safetensors.h"
 #include "tokenizer.h"
 
 static const char usage[] =
@@ -30,9 +34,10 @@ static const char usage[] =
 	"  --quantized DIR  a second model to compare with the first (an EXL3 directory\n"
 	"                   or another HF model): KL(model || quantized) with its median,\n"
 	"                   p90, p99, p99.9, max; ln(PPL(Q)/PPL(base)); delta-p; same top p\n"
-	"  --patch DIR      EXL3 linears (a directory or .safetensors) that replace those\n"
-	"                   of --quantized one by one: e.g. the original with one group\n"
-	"                   of linears quantized\n"
+	"  --patch DIR      EXL3 linears (a directory, a .safetensors file, or frames as\n"
+	"                   trellis-encode writes them) that replace those of\n"
+	"                   --quantized one by one: e.g. the original with one group\n"
+	"                   of linears quantized; one that replaces nothing is an error\n"
 	"  --save-base FILE save --model's logits and the tokens (zstd frames) for --base\n"
 	"  --base FILE      the original's logits from --save-base instead of --model\n"
 	"                   and the text: one forward of the original for any number of packs\n"
@@ -54,7 +59,59 @@ static const char usage[] =
 	"  -h               this help\n";
 
 static int device = X3_DEVICE_CPU;   /* resolved --device */
-static const char *patch;            /* --patch */
+static const char *patch;            /* --patch, as given */
+static const char *patch_st;         /* what the model opens: patch, or its frames as safetensors */
+
+/* --patch FILE of frames (what trellis-encode writes): its tensors into a
+ * temporary .safetensors file (removed at exit) for the model to open; a
+ * directory or a .safetensors file is opened as it is. */
+static char patch_tmpdir[4096], patch_tmp[4200];
+static void patch_tmp_remove(void)
+{
+	if (*patch_tmp)
+		unlink(patch_tmp);
+	if (*patch_tmpdir)
+		rmdir(patch_tmpdir);
+}
+
+static const char *patch_source(const char *p)
+{
+	struct stat sb;
+	size_t n = strlen(p);
+	if ((stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) || (n >= 12 && !strcmp(p + n - 12, ".safetensors")))
+		return p;
+	x3_reader *r;
+	if (x3_reader_open(p, &r))
+		die_x3("--patch %s", p);
+	const char *td = getenv("TMPDIR");
+	snprintf(patch_tmpdir, sizeof patch_tmpdir, "%s/model-eval.XXXXXX", td && *td ? td : "/tmp");
+	if (!mkdtemp(patch_tmpdir)) {
+		int e = errno;
+		*patch_tmpdir = 0;
+		die("--patch %s: a temporary directory: %s", p, strerror(e));
+	}
+	atexit(patch_tmp_remove);
+	snprintf(patch_tmp, sizeof patch_tmp, "%s/patch.safetensors", patch_tmpdir);
+	x3_stw *w;
+	if (x3_stw_create(patch_tmp, 0, &w))
+		die_x3("--patch %s", p);
+	x3_tensor *t;
+	int rc, nf = 0;
+	while ((rc = x3_reader_next(r, &t)) == X3_OK) {
+		if (x3_stw_add(w, t))
+			die_x3("--patch %s: frame '%s'", p, t->name);
+		x3_tensor_free(t);
+		nf++;
+	}
+	if (rc != X3_EOF)
+		die_x3("--patch %s", p);
+	x3_reader_close(r);
+	if (!nf)
+		die("--patch %s: no frames: the patch would replace nothing", p);
+	if (x3_stw_commit(w))
+		die_x3("--patch %s", p);
+	return patch_tmp;
+}
 
 static int32_t *get_rows(const char *model, char **texts, int ntexts, const char *tokens,
                          int split, long *rows, long *cols, long dflt_cols, int strict)
@@ -126,7 +183,24 @@ static void forward_logits(x3_model *m, const char *dir, const int32_t *ids, lon
 		die_x3("%s: forward", dir);
 }
 
-/* a JSON number, or null when not finite (a diverging model) */
+/* Every logit of a batch is finite: a NaN or Inf would turn the position's
+ * KL and NLL into NaN; the model (or --base file) is named, with the
+ * place of the first one. */
+static void check_logits(const float *lg, long nr, long cols, int64_t V, long r0, const char *what)
+{
+	size_t n = (size_t)nr * (size_t)cols * (size_t)V, bad = n;
+	#pragma omp parallel for if(n > (1 << 20)) schedule(static) reduction(min:bad)
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(lg[i]) && i < bad)
+			bad = i;
+	if (bad < n)
+		die("%s: logit %g is not finite (row %ld, position %ld, token %lld of the vocabulary)", what,
+		    (double)lg[bad], r0 + (long)(bad / ((size_t)cols * V)), (long)(bad / V % cols),
+		    (long long)(bad % V));
+}
+
+/* a JSON number, or null when not finite (a perplexity past the double
+ * range; the logits and the KL are finite, checked) */
 static json_t *num(double v)
 {
 	return isfinite(v) ? json_real(v) : json_null();
@@ -183,7 +257,8 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 {
 	x3_model *q = NULL;
 	struct x3_model_opts mo = {0};
-	mo.patch_dir = patch;
+	mo.patch_dir = patch_st;
+	mo.patch_name = patch;
 	if (qdir && x3_model_open(qdir, &mo, &q))
 		die("%s", x3_errmsg());
 	int64_t V = B->V;
@@ -224,6 +299,9 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 		if (x3_writer_put(w, &t))
 			die_x3("%s", save);
 	}
+	char qname[1024];
+	snprintf(qname, sizeof qname, "%s%s%s", qdir ? qdir : "", patch ? " patched with " : "",
+	         patch ? patch : "");
 	double t0 = x3_now();
 	int64_t done = 0;
 	for (long r0 = 0; r0 < rows;) {
@@ -262,8 +340,11 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 			if (x3_writer_put(w, &t))
 				die_x3("%s", save);
 		}
-		if (q)
+		check_logits(a, nr, cols, V, r0, B->r ? B->file : B->dir);
+		if (q) {
 			forward_logits(q, qdir, rid, nr, cols, lq, X3_LOGITS_ALL);
+			check_logits(lq, nr, cols, V, r0, qname);
+		}
 		/* each position into its own slot: no reduction, so the sums of
 		 * x3_kl_summarize do not depend on the threads */
 		x3_klpos *pp = pos + done;
@@ -495,6 +576,8 @@ int main(int argc, char **argv)
 		texts[ntexts++] = argv[i];
 	if (patch && !qdir)
 		usage_error(usage, "--patch needs --quantized DIR (the model it patches)");
+	if (patch)
+		patch_st = patch_source(patch);
 	if (basef) {
 		if (model || ntexts || tokens || gen >= 0 || save || set_rc || split != X3_SPLIT_WHOLE || strict)
 			usage_error(usage, "--base FILE replaces --model and the text: it takes only "

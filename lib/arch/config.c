@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <jansson.h>
 #include "arch.h"
 #include "config.h"
 #include "safetensors.h"
+#include "io.h"
 
 /* Positive integer key. required: absent is an error; else *v untouched. */
 static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t *v)
@@ -687,9 +689,14 @@ int x3_config_text(const char *dir, char **text, size_t *textlen)
 	char path[4096];
 	*text = NULL;
 	snprintf(path, sizeof path, "%s/config.json", dir);
-	FILE *f = fopen(path, "rb");
-	if (!f)
+	int fd, rc = x3_open_regular(path, &fd);
+	if (rc)
+		return rc;
+	FILE *f = fdopen(fd, "rb");
+	if (!f) {
+		close(fd);
 		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
+	}
 	char *buf = NULL;
 	size_t len = 0, cap = 0;
 	for (;;) {

@@ -140,3 +140,29 @@ int x3_write_file_atomic(const char *path, const void *buf, size_t n)
 	}
 	return x3_afile_commit(&f);
 }
+
+int x3_open_regular(const char *path, int *out)
+{
+	*out = -1;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		int e = errno;
+		close(fd);
+		return x3_err(X3_EIO, "%s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return x3_err(X3_EFORMAT, "%s: not a regular file (%s)", path,
+		              S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" :
+		              S_ISSOCK(st.st_mode) ? "a socket" : "a device");
+	}
+	/* blocking reads from here on, as from a plain open */
+	int fl = fcntl(fd, F_GETFL);
+	if (fl != -1)
+		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	*out = fd;
+	return X3_OK;
+}

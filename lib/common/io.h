@@ -1,4 +1,5 @@
-/* io.h: the toolkit's one write loop and one atomic-file helper. Every
+/* io.h: the toolkit's one write loop, one atomic-file helper and one way
+ * to open an input that must be a regular file. Every
  * file an exl3kit program leaves behind is written under a temporary name
  * beside its final one and renamed into place when complete (fsynced,
  * then the directory fsynced), so a crash or a full disk never leaves a
@@ -42,6 +43,12 @@ void x3_afile_abort(x3_afile *f);
 int x3_fsync_dir(const char *dir, const char *path);
 /* The directory of PATH ("." when it has no slash). */
 void x3_dir_of(const char *path, char *dir, size_t n);
+
+/* Open PATH for reading into *fd when it is a regular file (symbolic links
+ * followed): X3_OK, X3_EIO, or X3_EFORMAT "not a regular file" for a FIFO,
+ * socket, device or directory. A FIFO is opened without blocking, so a
+ * missing writer cannot hang the reader. */
+int x3_open_regular(const char *path, int *fd);
 
 /* Write buf to path atomically (x3_afile). */
 int x3_write_file_atomic(const char *path, const void *buf, size_t n);

@@ -80,17 +80,13 @@ void x3_st_drop(const x3_tensor *t, const void *p, size_t n)
 
 static int open_file(x3_st *s, const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
+	int fd, orc = x3_open_regular(path, &fd);
+	if (orc)
+		return orc;
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		close(fd);
 		return x3_err(X3_EIO, "%s: %s", path, strerror(errno));
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return x3_err(X3_EFORMAT, "%s: not a regular file", path);
 	}
 	size_t size = (size_t)st.st_size;
 	if (size < 8) {

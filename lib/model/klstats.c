@@ -43,7 +43,10 @@ void x3_kl_position(const float *a, const float *b, int64_t V, int32_t correct, 
 		double lpa = (double)a[i] - ma - la;
 		kl += exp(lpa) * (((double)a[i] - (double)b[i]) - c);
 	}
-	o->kl = kl > 0 ? kl : 0;   /* rounding can leave -1e-17 for equal inputs */
+	/* KL >= 0, but rounding can leave -1e-17 for equal inputs: a finite
+	 * negative sum is 0. A NaN or Inf (from non-finite logits) stays what it
+	 * is, for x3_kl_summarize to refuse. */
+	o->kl = isfinite(kl) && kl < 0 ? 0 : kl;
 	double lpb_c = (double)b[correct] - mb - lb;
 	o->nll_q = -lpb_c;
 	o->p_q = exp(lpb_c);
@@ -73,6 +76,16 @@ int x3_kl_summarize(const x3_klpos *p, int64_t n, x3_klstats *s)
 {
 	if (n < 1)
 		return x3_err(X3_EINVAL, "no positions to summarize");
+	/* a non-finite value would make every mean and percentile meaningless
+	 * (or, clamped, good): refused, by position and quantity */
+	for (int64_t i = 0; i < n; i++) {
+		const char *bad = !isfinite(p[i].nll_base) || !isfinite(p[i].p_base) ? "the base model's NLL"
+		                : !isfinite(p[i].nll_q) || !isfinite(p[i].p_q) ? "the second model's NLL"
+		                : !isfinite(p[i].kl) ? "the KL divergence" : NULL;
+		if (bad)
+			return x3_err(X3_ENUM, "position %lld: %s is not finite (non-finite logits)",
+			              (long long)i, bad);
+	}
 	double *v = malloc((size_t)n * sizeof *v);
 	if (!v)
 		return x3_err(X3_ENOMEM, "out of memory for %lld positions", (long long)n);

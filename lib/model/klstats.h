@@ -17,7 +17,8 @@ typedef struct {
 	double p_base, p_q;       /* p(correct) */
 	int same_top;             /* argmax equal (first maximum) */
 } x3_klpos;
-/* q may be NULL (perplexity only: kl, nll_q, p_q are 0, same_top 1). */
+/* q may be NULL (perplexity only: kl, nll_q, p_q are 0, same_top 1).
+ * Non-finite logits give non-finite values here (never clamped). */
 void x3_kl_position(const float *base, const float *q, int64_t V, int32_t correct,
                     x3_klpos *out);
 
@@ -42,7 +43,8 @@ typedef struct {
 	/* fraction of positions with the same top token, sqrt(f(1-f)/(n-1)) */
 	double same_top, same_top_err;
 } x3_klstats;
-/* X3_EINVAL when n < 1; X3_ENOMEM. */
+/* X3_EINVAL when n < 1; X3_ENUM when a position's KL, NLL or p is not
+ * finite (NaN is neither averaged nor skipped); X3_ENOMEM. */
 int x3_kl_summarize(const x3_klpos *p, int64_t n, x3_klstats *s);
 
 #endif

@@ -114,6 +114,15 @@ static int load_vec(x3_st *st, const char *name, int64_t n, float **out)
 	if (!*out)
 		return x3_errprefix(X3_ENOMEM, "tensor '%s'", name);
 	x3_st_drop(t, t->data, t->nbytes);
+	/* a NaN in a norm makes every output non-finite: named here */
+	for (int64_t i = 0; i < n; i++)
+		if (!isfinite((*out)[i])) {
+			int rc = x3_err(X3_ENUM, "tensor '%s': non-finite value %g at [%lld]", name,
+			                (double)(*out)[i], (long long)i);
+			free(*out);
+			*out = NULL;
+			return rc;
+		}
 	return X3_OK;
 }
 
@@ -303,20 +312,38 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 	if ((rc = x3_arch_modules(c, &m->mods, &m->nmods)))
 		goto fail;
 	/* every trellis of the patch must replace a linear of the model: a
-	 * misspelt key would otherwise leave the original in place unseen */
+	 * misspelt key would otherwise leave the original in place unseen;
+	 * every other tensor of the patch belongs to one of its linears, and
+	 * a patch without one would run the model unpatched */
+	const char *pname = opts && opts->patch_name ? opts->patch_name : opts ? opts->patch_dir : NULL;
+	int npatched = 0;
 	for (int i = 0; m->patch && i < x3_st_count(m->patch); i++) {
 		const char *n = x3_st_get(m->patch, i)->name;
 		size_t ln = strlen(n);
-		if (ln < 8 || strcmp(n + ln - 8, ".trellis"))
+		char key[X3_KEY_MAX + 16];
+		if (ln < 8 || strcmp(n + ln - 8, ".trellis")) {
+			const char *dot = strrchr(n, '.');
+			snprintf(key, sizeof key, "%.*s.trellis", dot ? (int)(dot - n) : (int)ln, n);
+			if (!dot || !x3_st_find(m->patch, key)) {
+				rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is part of no EXL3 linear of the patch "
+				            "(no '%s')", pname, n, key);
+				goto fail;
+			}
 			continue;
-		char key[X3_KEY_MAX];
+		}
 		snprintf(key, sizeof key, "%.*s", (int)(ln - 8), n);
 		const x3_module *d = x3_modules_find(m->mods, m->nmods, key);
 		if (!d || d->d->kind != X3_KIND_LINEAR) {
-			rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is no linear of %s (%s)", opts->patch_dir, n,
+			rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is no linear of %s (%s)", pname, n,
 			            dir, c->arch_name);
 			goto fail;
 		}
+		npatched++;
+	}
+	if (m->patch && !npatched) {
+		rc = x3_err(X3_EFORMAT, "%s: no EXL3 linear (KEY.trellis): the patch would replace nothing",
+		            pname);
+		goto fail;
 	}
 	if (!(m->slot = malloc((size_t)(c->n_layers + 1) * X3_SLOT_COUNT * sizeof *m->slot))) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
@@ -1070,6 +1097,13 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		           m->embed->dtype, (size_t)H);
 	if (!o->hidden)   /* the rows read are in x now */
 		x3_st_drop(m->embed, m->embed->data, m->embed->nbytes);
+	for (int64_t i = 0; i < T * H && !o->hidden; i++)
+		if (!isfinite(x[i])) {
+			rc = x3_err(X3_ENUM, "tensor '%s': non-finite value %g at [%d][%lld] (token %lld of the input)",
+			            m->embed->name, (double)x[i], tokens[i / H], (long long)(i % H),
+			            (long long)(i / H));
+			goto out;
+		}
 	if (c->gemma && !o->hidden) {
 		/* Gemma: times sqrt(hidden_size) rounded to the embedding's dtype
 		 * (Hugging Face's normalizer is a tensor of the model's dtype:

@@ -42,9 +42,13 @@ struct x3_model_opts {
 	/* Optional directory (or .safetensors file) of EXL3 linears: every
 	 * linear it holds (KEY.trellis ...) is taken from it, one by one,
 	 * instead of from the model or the overlay; everything else stays.
-	 * A trellis that is no linear of the model is an error. (A model with
+	 * A trellis that is no linear of the model, a tensor of no linear the
+	 * patch holds, and a patch with no linear at all are errors. (A model with
 	 * one tensor or group quantized: convert --sensitivity.) */
 	const char *patch_dir;
+	/* the name errors give the patch (default patch_dir): a program that
+	 * made patch_dir from the user's file names that file */
+	const char *patch_name;
 	/* The dense linears of a layer and the head (not the experts) are
 	 * converted to F32 for each product, into one buffer per layer (and
 	 * one for the head) kept until the layer is done (x3_linear_on_use):

@@ -1822,10 +1822,17 @@ int x3_refit_out_scales(const x3_qweight *w, const x3_qhess *h, int metric, x3_q
 			den += (double)B[i * n + j] * T[i * n + j];
 		}
 		/* alpha = argmin (a - alpha b)^T H (a - alpha b); keep 1 where the
-		 * column is empty or zeroed by its scale */
-		al[j] = den > 1e-30 && w->sv[j] != 0 && isfinite(num / den) ? num / den : 1.0;
+		 * column is empty or zeroed by its scale. A non-finite sum (NaN
+		 * from the inputs, or an overflow) stays NaN: an error below. */
+		al[j] = !isfinite(num) || !isfinite(den) ? NAN
+		      : den > 1e-30 && w->sv[j] != 0 ? num / den : 1.0;
 	}
 	for (int64_t j = 0; j < n; j++) {
+		if (!isfinite(al[j])) {
+			rc = x3_err(X3_ENUM, "refit: output channel %lld: the least-squares scale is not finite",
+			            (long long)j);
+			goto done;
+		}
 		uint16_t s = x3_f32_to_f16((float)(w->sv[j] * al[j]));
 		if (!isfinite(x3_f16_to_f32(s))) {
 			rc = x3_err(X3_ENUM, "refit: output scale %lld overflows fp16 (%g x %g)",

@@ -18,9 +18,11 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 #include "x3.h"
+#include "io.h"
 #include "tokenizer.h"
 #include "unicode.h"
 
@@ -851,8 +853,10 @@ static int index_added(x3_tok *t)
 
 static int read_file(const char *path, char **buf, size_t *len)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) return x3_err(X3_EIO, "%s: cannot open: %m", path);
+	int fd, rc0 = x3_open_regular(path, &fd);
+	if (rc0) return rc0;
+	FILE *f = fdopen(fd, "rb");
+	if (!f) { close(fd); return x3_err(X3_EIO, "%s: cannot open: %m", path); }
 	sbuf b = { 0 };
 	char tmp[65536];
 	size_t k;

@@ -5,6 +5,7 @@
  * ln Z - c - ln V, Δp(0) = e^c/Z - 1/V, and the top token is the same
  * (token 0, the first maximum) exactly when c >= 0. */
 #include <math.h>
+#include <string.h>
 #include "test.h"
 #include "klstats.h"
 
@@ -94,5 +95,21 @@ int main(void)
 	x3_klpos one;
 	x3_kl_position(q[4], NULL, V, 0, &one);
 	CHECK(near(one.nll_base, -(2 - log(exp(2) + 3))) && one.kl == 0, "without q: the NLL of the base");
+
+	/* a NaN or an Inf among the second model's logits: the position's KL
+	 * and NLL stay non-finite, and the summary refuses them (never 0) */
+	float qn[V] = {0, NAN, 0, 0}, qi[V] = {0, INFINITY, 0, 0};
+	x3_klpos bad[N];
+	for (int i = 0; i < N; i++)
+		bad[i] = pos[i];
+	x3_kl_position(base[0], qn, V, 0, &bad[3]);
+	CHECK(isnan(bad[3].kl) && !isfinite(bad[3].nll_q), "a NaN logit: KL and NLL NaN, not clamped");
+	CHECK(x3_kl_summarize(bad, N, &r) == X3_ENUM && strstr(x3_errmsg(), "position 3: "),
+	      "... and the summary refuses it, naming the position: %s", x3_errmsg());
+	x3_kl_position(base[0], qi, V, 0, &bad[3]);
+	CHECK(!isfinite(bad[3].kl) && x3_kl_summarize(bad, N, &r) == X3_ENUM, "an Inf logit: refused too");
+	x3_kl_position(qn, q[0], V, 0, &bad[3]);
+	CHECK(x3_kl_summarize(bad, N, &r) == X3_ENUM && strstr(x3_errmsg(), "base model"),
+	      "a NaN in the base logits: refused, naming the base: %s", x3_errmsg());
 	TEST_DONE();
 }
