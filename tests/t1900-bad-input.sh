@@ -106,9 +106,9 @@ check_fail "bitalloc --importance: a directory" 1 "^bitalloc: adir: read error: 
 	bitalloc --bits 3 --importance adir m.jsonl
 check_fail "hessian-capture --text: a directory" 1 "adir: read error: Is a directory" \
 	hessian-capture -q --model m --text adir --rows 1 --cols 8
-check_fail "model-eval: config.json a directory" 1 "cfgdir/config.json: read error: Is a directory" \
+check_fail "model-eval: config.json a directory" 1 "cfgdir/config.json: not a regular file \\(a directory\\)" \
 	model-eval -q --model cfgdir --text t.txt
-check_fail "tokenize: tokenizer.json a directory" 1 "tokdir/tokenizer.json: read error: Is a directory" \
+check_fail "tokenize: tokenizer.json a directory" 1 "tokdir/tokenizer.json: not a regular file \\(a directory\\)" \
 	tokenize -t tokdir --ids t.txt
 # tensor-gen shapes: a trailing x or a sign is a typo, not a smaller tensor
 for a in "w=256x" "w= 3" "w=+3" "w=3,"; do
