@@ -28,19 +28,24 @@ wait_for() { local n=$(($1 * 5)); shift; while ! "$@"; do n=$((n - 1)); [ $n -gt
 d=$TMP/slurm
 mkdir -p -m 700 "$d" && mkdir -p "$d/state" "$d/spool" "$d/log"
 pids=()
+# stop PID: a daemon of this test, TERM, then KILL after 10 s (slurmd
+# that cannot reach its controller does not end on TERM)
+running() { local s; s=$(ps -o stat= -p "$1" 2>/dev/null) && [[ $s != Z* ]]; }
+stop() {
+	kill "$1" 2>/dev/null || return 0
+	wait_for 10 eval '! running '"$1" || kill -KILL "$1" 2>/dev/null
+	wait "$1" 2>/dev/null
+}
 # the daemons this test started, by their pids: jobs of this cluster
 # cancelled first (their slurmstepd ends with them), then slurmd,
 # slurmctld, munged
 stop_all() {
 	if [ ${#pids[@]} -gt 1 ]; then
-		squeue -h -o %i 2>/dev/null | xargs -r scancel 2>/dev/null
-		wait_for 10 sh -c '[ -z "$(squeue -h -o %i 2>/dev/null)" ]' || true
+		timeout 10 squeue -h -o %i 2>/dev/null | xargs -r timeout 10 scancel 2>/dev/null
+		wait_for 10 sh -c '[ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ]' || true
 	fi
 	local i
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill "${pids[i]}" 2>/dev/null
-		wait "${pids[i]}" 2>/dev/null
-	done
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop "${pids[i]}"; done
 	pids=()
 }
 trap 'stop_all; rm -rf "$TMP"' EXIT
@@ -56,8 +61,6 @@ host=$(hostname -s)
 node=$(slurmd -C 2>/dev/null | sed -n '1s/^NodeName=[^ ]* //p')
 [ -n "$node" ] || skip_all "convert --slurm: slurmd -C printed no node configuration"
 export SLURM_CONF=$d/slurm.conf
-# both daemons alive and the node idle
-up() { kill -0 "$cpid" 2>/dev/null && kill -0 "$dpid" 2>/dev/null && [ "$(sinfo -h -n "$host" -o %t 2>/dev/null)" = idle ]; }
 started=0
 for try in 1 2 3; do
 	port=$((20000 + (RANDOM * 7 + $$ + try * 131) % 40000))
@@ -94,13 +97,18 @@ EOF
 	cpid=$!
 	slurmd -D -f "$SLURM_CONF" >"$d/log/slurmd.out" 2>&1 &
 	dpid=$!
-	if wait_for 30 up; then
-		pids+=("$cpid" "$dpid"); started=1; break
-	fi
-	kill "$dpid" "$cpid" 2>/dev/null; wait "$dpid" "$cpid" 2>/dev/null
+	# until the node is idle, 30 s at most, or a daemon has ended (a
+	# port taken: then the next)
+	for i in $(seq 150); do
+		kill -0 "$cpid" 2>/dev/null && kill -0 "$dpid" 2>/dev/null || break
+		[ "$(timeout 5 sinfo -h -n "$host" -o %t 2>/dev/null)" != idle ] || { started=1; break; }
+		sleep 0.2
+	done
+	[ "$started" -eq 0 ] || { pids+=("$cpid" "$dpid"); break; }
+	stop "$dpid"; stop "$cpid"
 done
 [ "$started" -eq 1 ] ||
-	skip_all "convert --slurm: slurmctld and slurmd did not bring node $host to idle ($(grep -h -i -e error -e fatal "$d"/log/*.out | tail -2 | tr '\n' ' ' | cut -c1-240))"
+	skip_all "convert --slurm: slurmctld and slurmd did not bring node $host to idle ($( { grep -h -i fatal "$d"/log/*.out; grep -h -i error "$d"/log/*.out | grep -v -i pmix; } | head -2 | tr '\n' ' ' | cut -c1-240))"
 ok "slurmctld and slurmd on 127.0.0.1:$port: node $host idle ($node)"
 
 tiny_model m 1
@@ -195,7 +203,7 @@ steps() { squeue -h -s -j "\$SLURM_JOB_ID" -o %j | grep -q '^x3-'; }
 setsid convert m c ${opts[*]} --slurm & cpid=\$!
 wait_for 60 test -s stopped-step || { echo "no step reached the stop"; exit 1; }
 steps || { echo "no step of the conversion in squeue"; exit 1; }
-kill -KILL -- -\$cpid; wait \$cpid
+kill -KILL -- -\$cpid; wait \$cpid 2>/dev/null
 wait_for 15 sh -c '! kill -0 \$(cat stopped-step) 2>/dev/null' || { echo "the stopped step still runs"; exit 1; }
 wait_for 15 sh -c '! squeue -h -s -j "\$SLURM_JOB_ID" -o %j | grep -q "^x3-"' || { echo "a step of the conversion is still in squeue"; exit 1; }
 rm -f stop-step
@@ -204,6 +212,18 @@ EOF
 check "kill -9 of convert --slurm: its steps end, a re-run in the allocation completes" sal bash killrun.sh
 [ ! -s stopped-step ] || kill "$(cat stopped-step)" 2>/dev/null || true
 check "... byte-identical to the local run" diff -r a c
+# examples/slurm-convert.sbatch: the allocation sized from the dry run (one
+# node of 2 CPUs, a step of 1 CPU: two steps a node, each with the larger
+# peak of the dry run and a quarter more), then submitted and waited for
+mib=$(jq '[.memory.capture, .memory.encode] | max * 1.25 / 1048576 | ceil' dry.json)
+export X3_NODES=1 X3_CPUS_PER_STEP=1
+check "examples/slurm-convert.sbatch -n: sbatch --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mem-per-cpu=$mib" \
+	sh -c "'$ROOT/examples/slurm-convert.sbatch' -n m e 3 ${opts[*]} 2>/dev/null | grep -q -- 'sbatch .*--nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mem-per-cpu=$mib '"
+check "... submits nothing, writes nothing" sh -c '[ -z "$(squeue -h -o %i)" ] && ! test -e e && ! test -e e.work'
+check "examples/slurm-convert.sbatch: the batch job converts" \
+	env X3_SBATCH_OPTS="--wait -o $TMP/e.log" timeout 300 "$ROOT/examples/slurm-convert.sbatch" m e 3 "${opts[@]}" >e.out 2>e.err
+check "... byte-identical to the local run" diff -r a e
+unset X3_NODES X3_CPUS_PER_STEP
 check_fail "--retries x: a usage error" 2 "--retries: 'x'" convert m b "${opts[@]}" --slurm --retries x
 check_fail "--slurm with --hosts: a usage error" 2 "--slurm excludes" convert m b "${opts[@]}" --slurm --hosts /dev/null
 stop_all
