@@ -8,7 +8,10 @@
 # `salloc -N1 -n2` the capture parts and the encodes run as job steps, and
 # the directory must equal a local run's byte for byte; a step made to fail
 # once is started again (the same bytes), one that always fails ends the
-# conversion (exit 1) naming its node, its step and its stderr.
+# conversion (exit 1) naming its node, its step and its stderr; kill -9 of
+# convert leaves no step running; examples/slurm-convert.sbatch converts
+# through sbatch. First, without the daemons, what a step gets from
+# allocations of other shapes (nodes, tasks, CPUs per task, memory, GPUs).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -16,12 +19,44 @@ cd "$TMP"
 skip_all() { skip "$1"; done_testing; }
 # a test run inside someone's allocation must not see it
 unset $(compgen -e | grep '^SLURM_') 2>/dev/null || true
+command -v parallel >/dev/null || skip_all "convert --slurm: no GNU parallel"
+tiny_model m 1
+opts=(--bits 3 --rows 8 --cols 64 --chunk-rows 3 -q)
+
+# What a step gets, by the allocation's shape, as -n --slurm says and the
+# run uses: SLURM_* as salloc/sbatch set them, and the job's TRES from a
+# stand-in scontrol (no daemon needed for these)
+mkdir fake
+printf '#!/bin/sh\ncase "$1 $2" in\n"show job") echo "JobId=7 NumNodes=2 TRES=$X3T_TRES" ;;\n"show hostnames") printf "n1\\nn2\\n" ;;\nesac\n' >fake/scontrol
+printf '#!/bin/sh\necho "srun: not here" >&2; exit 1\n' >fake/srun
+chmod +x fake/*
+shape() {
+	env PATH="$TMP/fake:$PATH" SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[1-2]' SLURM_JOB_CPUS_PER_NODE='16(x2)' \
+		X3T_TRES=cpu=32,node=2 "$@" convert -n --json --slurm m s "${opts[@]}" |
+		jq -r '[.slurm.per_step.cpus, .slurm.per_step.gpus, .slurm.steps_at_once, .slurm.srun, .devices.encode,
+			(.slurm.nodes | map(.name) | join(","))] | join(" ")'
+}
+check "-n --slurm, 2 nodes of 16 CPUs: a step a node, of 16 CPUs" \
+	test "$(shape)" = "16 0 2 srun --exclusive -N1 -n1 -c 16 cpu n1,n2"
+check "... -n 8: 8 steps of 4 CPUs" test "$(shape SLURM_NTASKS=8)" = "4 0 8 srun --exclusive -N1 -n1 -c 4 cpu n1,n2"
+check "... -c 8 on 16, 16 and 8 CPUs: 5 steps of 8 (CPUs per task first)" \
+	test "$(shape SLURM_JOB_CPUS_PER_NODE='16(x2),8' SLURM_NTASKS=3 SLURM_CPUS_PER_TASK=8)" = "8 0 5 srun --exclusive -N1 -n1 -c 8 cpu n1,n2,"
+check "... --mem 64000 a node, -n 8: --mem 16000 a step" \
+	test "$(shape SLURM_NTASKS=8 SLURM_MEM_PER_NODE=64000)" = "4 0 8 srun --exclusive -N1 -n1 -c 4 --mem=16000 cpu n1,n2"
+check "... --mem-per-cpu 2000: the steps' too" \
+	test "$(shape SLURM_NTASKS=8 SLURM_MEM_PER_CPU=2000)" = "4 0 8 srun --exclusive -N1 -n1 -c 4 --mem-per-cpu=2000 cpu n1,n2"
+check "... 4 GPUs: 4 steps of one GPU and 8 CPUs, the stages on cuda" \
+	test "$(shape X3T_TRES=cpu=32,node=2,billing=32,gres/gpu=4 SLURM_NTASKS=2)" = "8 1 4 srun --exclusive -N1 -n1 -c 8 --gres=gpu:1 cuda n1,n2"
+check_fail "... a step larger than a node: exit 1" 1 "too few CPUs for one step" \
+	env PATH="$TMP/fake:$PATH" SLURM_JOB_ID=7 SLURM_JOB_CPUS_PER_NODE=4 SLURM_CPUS_PER_TASK=8 X3T_TRES=cpu=4 \
+	convert -n --slurm m s "${opts[@]}"
+check_fail "... a CPU list it cannot read: exit 1, naming it" 1 "SLURM_JOB_CPUS_PER_NODE: 'x'" \
+	env PATH="$TMP/fake:$PATH" SLURM_JOB_ID=7 SLURM_JOB_CPUS_PER_NODE=x convert -n --slurm m s "${opts[@]}"
 [ "$(id -u)" -eq 0 ] || skip_all "convert --slurm: the Slurm daemons start as root, and this is uid $(id -u)"
 PATH=$PATH:/usr/sbin:/sbin
 for p in munged slurmctld slurmd salloc srun scontrol sinfo squeue scancel; do
 	command -v "$p" >/dev/null || skip_all "convert --slurm: no $p (Debian slurm-wlm and munge, .ci/deps)"
 done
-command -v parallel >/dev/null || skip_all "convert --slurm: no GNU parallel"
 
 # wait_for SECONDS CMD...: until CMD succeeds, every 0.2 s
 wait_for() { local n=$(($1 * 5)); shift; while ! "$@"; do n=$((n - 1)); [ $n -gt 0 ] || return 1; sleep 0.2; done; }
@@ -111,8 +146,6 @@ done
 	skip_all "convert --slurm: slurmctld and slurmd did not bring node $host to idle ($( { grep -h -i fatal "$d"/log/*.out; grep -h -i error "$d"/log/*.out | grep -v -i pmix; } | head -2 | tr '\n' ' ' | cut -c1-240))"
 ok "slurmctld and slurmd on 127.0.0.1:$port: node $host idle ($node)"
 
-tiny_model m 1
-opts=(--bits 3 --rows 8 --cols 64 --chunk-rows 3 -q)
 # srun as a shim on PATH that notes each call (every job step is one), and
 # a hessian-capture and a trellis-encode that note whether they ran in a
 # step (SLURM_STEP_ID); inside a step the encode fails where told to: once
@@ -184,7 +217,6 @@ check "... its stderr quoted" grep -q '^  trellis-encode: planted failure in ste
 check "... no output that looks complete" sh -c '! test -e b/config.json && ! test -e b/model.safetensors'
 f=$(grep -o 'job step [0-9.]* (enc/[^)]*) failed on node .*tried' cf.err | sed 's/^[^(]*(\([^)]*\)).*/\1/' | head -1)
 check "... the encode that failed (${f:-none named}) left no file" sh -c "[ -n '$f' ] && ! test -e 'b.work/$f'"
-check "... and no step of the job is left" sh -c '[ -z "$(squeue -h -s -o %i | grep -v "\.\(batch\|extern\|interactive\)$")" ]'
 # --retries 0: the first failure ends it
 check_fail "--retries 0: one try" 1 "failed on node $host \(exit [0-9]+\); its stderr" \
 	sal convert m b "${opts[@]}" --slurm --retries 0
