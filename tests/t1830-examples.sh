@@ -15,7 +15,7 @@ check "examples/single-tensor runs on the generated model (a relative MODEL path
 check "single-tensor: three bit widths compared" test "$(grep -cE '^[234]  ' st.out)" -eq 3
 
 # the examples' command lines: -h, a MODEL that is not there, a bad BITS
-for e in quickstart single-tensor mixed-precision own-calibration; do
+for e in quickstart single-tensor mixed-precision own-calibration slurm-convert.sbatch; do
 	check "examples/$e -h prints its description, exit 0" \
 		sh -c "'$ROOT/examples/$e' -h | grep -q '^examples/$e'"
 done
