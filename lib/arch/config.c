@@ -536,12 +536,28 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	if ((rc = get_num(cj, "rope_theta", &c->rope_theta)) ||
 	    (rc = get_num(cj, "rms_norm_eps", &c->rms_eps)))
 		return rc;
+	double prf = 1.0;
+	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
+		return rc;
+	/* Transformers v5 writes rope_parameters {rope_type, rope_theta,
+	 * partial_rotary_factor, ...}: read where the top level has no key of
+	 * its own; a scaled type there is refused, not run as the default */
+	json_t *rpar = json_object_get(cj, "rope_parameters");
+	if (rpar && !json_is_null(rpar)) {
+		if (!json_is_object(rpar))
+			return x3_err(X3_EFORMAT, "config.json: 'rope_parameters' is not an object");
+		if ((!json_object_get(cj, "rope_theta") && (rc = get_num(rpar, "rope_theta", &c->rope_theta))) ||
+		    (!json_object_get(cj, "partial_rotary_factor") &&
+		     (rc = get_num(rpar, "partial_rotary_factor", &prf))))
+			return rc;
+		json_t *ty = json_object_get(rpar, "rope_type"), *rs = json_object_get(cj, "rope_scaling");
+		if (ty && json_is_string(ty) && strcmp(json_string_value(ty), "default") && (!rs || json_is_null(rs)))
+			return x3_err(X3_EUNSUP, "config.json: rope_parameters rope_type '%s' is not supported "
+			              "(default is; other types as rope_scaling)", json_string_value(ty));
+	}
 	if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
 		return x3_err(X3_EFORMAT, "config.json: rope_theta or rms_norm_eps out of range");
 	if ((rc = parse_rope_scaling(cj, c)))
-		return rc;
-	double prf = 1.0;
-	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
 		return rc;
 	/* RoPE on the first head_dim * partial_rotary_factor dimensions of
 	 * each head (Hugging Face truncates to an integer), the rest passed
