@@ -27,7 +27,7 @@ tiny=("$ROOT/examples/make-tiny-llama" --arch glm4_moe_lite --experts 4 --top-k 
 
 # the description
 check "Glm4MoeLiteForCausalLM is in tensor-ls --architectures" \
-	sh -c "tensor-ls --architectures | jq -e 'select(.architecture == \"Glm4MoeLiteForCausalLM\") | .model_type == \"glm4_moe_lite\"' >/dev/null"
+	sh -c "tensor-ls --architectures | jq -se 'map(select(.architecture == \"Glm4MoeLiteForCausalLM\") | .model_type) == [\"glm4_moe_lite\"]' >/dev/null"
 check "every module of the description is in the checkpoint" sh -c "tensor-ls --modules M >/dev/null"
 check "linears: 2 x 4 attention (q_a, q_b, kv_a, o), 3 dense, 4 x 3 experts + 3 shared, the head" \
 	test "$(tensor-ls --config M | jq .linears)" -eq 27
