@@ -35,6 +35,11 @@ static const char help[] =
 	"                   of two that brings the block's largest |w| to 448 or\n"
 	"                   less: the values the F8 weight dequantizes to are\n"
 	"                   exact in F32 and BF16\n"
+	"                   F32, F16 or BF16 also decode MXFP4 weights (GPT-OSS's\n"
+	"                   experts, from a safetensors file or model directory):\n"
+	"                   a selected NAME_blocks, U8 (..., G, 16), with its\n"
+	"                   NAME_scales, U8 (..., G), is written as NAME (..., G*32)\n"
+	"                   (E2M1 values times 2^(scale - 127), exact in F32)\n"
 	"  --zstd[=LEVEL]   compress the output (level 1..22, default 3)\n"
 	"  --regex          patterns are POSIX extended regexes, unanchored\n"
 	"  --meta KEY=VAL   add metadata to every frame (repeatable; UTF-8)\n"
@@ -58,6 +63,15 @@ static x3_dtype to_dtype = X3_DTYPE_COUNT;
 static char **metas;
 static int nmetas;
 static long long row_a = -1, row_b;   /* --rows A:B (row_a < 0: all rows) */
+
+/* Would NAME be selected (without counting a pattern's hits)? */
+static int matches(const char *name)
+{
+	for (int i = 0; i < npats; i++)
+		if (use_regex ? regexec(&res[i], name, 0, NULL, 0) == 0 : x3_glob_match(pats[i], name))
+			return 1;
+	return !npats;
+}
 
 static int selected(const char *name)
 {
@@ -463,6 +477,38 @@ static void from_frames(const char *path)
 	x3_reader_close(r);
 }
 
+/* --dtype F32, F16 or BF16 (a float dtype to decode MXFP4 weights into) */
+static int to_float(void) { return to_dtype == X3_F32 || to_dtype == X3_F16 || to_dtype == X3_BF16; }
+
+/* MXFP4 weights (NAME_blocks and NAME_scales, x3_st_mxfp4) as the float
+ * tensor NAME: decoded to F32, then --dtype, then --rows */
+static void emit_mxfp4(const x3_st *s, const x3_tensor *b)
+{
+	x3_tensor *t, *c;
+	if (x3_st_mxfp4(s, b, &t))
+		die_x3("%s", x3_st_file(s, 0));
+	if (row_a >= 0) {
+		c = slice_rows(t, to_dtype);
+	} else if (!(c = x3_tensor_copy(t, to_dtype))) {
+		die_x3("tensor '%s'", t->name);
+	}
+	x3_tensor_free(t);
+	emit_whole(c);
+	x3_tensor_free(c);
+}
+
+/* NAME_scales whose NAME_blocks is selected too: read by emit_mxfp4 */
+static int mxfp4_scales_of_selected(const x3_st *s, const x3_tensor *t)
+{
+	char bn[1024];
+	size_t l = strlen(t->name);
+	if (l < 8 || strcmp(t->name + l - 7, "_scales") || l + 1 > sizeof bn)
+		return 0;
+	snprintf(bn, sizeof bn, "%.*s_blocks", (int)(l - 7), t->name);
+	const x3_tensor *b = x3_st_find(s, bn);
+	return b && x3_st_is_mxfp4(s, b) && matches(bn);
+}
+
 static void from_st(const char *path)
 {
 	x3_st *s;
@@ -476,9 +522,19 @@ static void from_st(const char *path)
 			fuse_add(t);
 			continue;
 		}
-		if (split_dir)
-			split_open(t->name);
-		emit_mapped(t);
+		if (to_float() && mxfp4_scales_of_selected(s, t))
+			continue;
+		int mx = to_float() && x3_st_is_mxfp4(s, t);
+		if (split_dir) {
+			/* the decoded tensor's file: NAME, not NAME_blocks */
+			char sn[1024];
+			snprintf(sn, sizeof sn, "%.*s", (int)(strlen(t->name) - (mx ? 7 : 0)), t->name);
+			split_open(sn);
+		}
+		if (mx)
+			emit_mxfp4(s, t);
+		else
+			emit_mapped(t);
 		if (split_dir)
 			split_close();
 	}

@@ -19,7 +19,7 @@ cd "$TMP"
 
 # the description
 check "Glm4MoeForCausalLM is in tensor-ls --architectures" \
-	sh -c "tensor-ls --architectures | jq -e 'select(.architecture == \"Glm4MoeForCausalLM\") | .model_type == \"glm4_moe\"' >/dev/null"
+	sh -c "tensor-ls --architectures | jq -se 'map(select(.architecture == \"Glm4MoeForCausalLM\") | .model_type) == [\"glm4_moe\"]' >/dev/null"
 check "every module of the description is in the checkpoint" sh -c "tensor-ls --modules M >/dev/null"
 check "linears: 2 x 4 attention, 3 dense, 4 x 3 experts + 3 shared, the head" \
 	test "$(tensor-ls --config M | jq .linears)" -eq 27

@@ -222,6 +222,18 @@ static const char glm4_moe_defaults[] =
 	"\"n_group\": 1, \"topk_group\": 1, \"first_k_dense_replace\": 1, \"norm_topk_prob\": true, "
 	"\"use_qk_norm\": false, \"attention_bias\": false, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0}";
 
+/* GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek V3's rows: the same
+ * latent attention (kv_b_proj kept as a plain matrix, the layout
+ * ExLlamaV3's mla_attn.py reads) and the same MLP rows, routing and --hq.
+ * Its config differs: mlp_layer_types says which layers are dense
+ * (X3_AF_MLP_TYPES), and Hugging Face's Glm4MoeLiteConfig defaults below
+ * (q_lora_rank 768 when the key is absent, one expert group). */
+static const char glm4_moe_lite_defaults[] =
+	"{\"n_routed_experts\": 64, \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 1536, "
+	"\"n_shared_experts\": 1, \"routed_scaling_factor\": 1.8, \"n_group\": 1, \"topk_group\": 1, "
+	"\"norm_topk_prob\": true, \"q_lora_rank\": 768, \"rope_interleave\": true, "
+	"\"attention_bias\": false, \"rms_norm_eps\": 1e-5}";
+
 /* Gemma 2 / Gemma 3 under the key prefix P ("model." or, for
  * Gemma3ForConditionalGeneration, "language_model.model."), head key HEAD.
  * The Llama rows plus Gemma's norms: post_attention_layernorm on the
@@ -320,7 +332,8 @@ static const x3_module_desc phi3_mods[] = {
 	POST_ROWS,
 };
 
-/* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE; GPTQModel loads through the
+/* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE and no GLM-4.7-Flash (its
+ * glm4_moe_lite.py is only in an unmerged pull request); GPTQModel loads through the
  * Hugging Face model's own modules, and Phi3's are fused (qkv_proj,
  * gate_up_proj), not the q/k/v and gate/up linears an EXL3 Phi3 holds. */
 static const x3_arch_desc archs[] = {
@@ -370,6 +383,11 @@ static const x3_arch_desc archs[] = {
 	  X3_AF_QKV_ATTN_BIAS | X3_AF_USE_QK_NORM | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
 	  "model.layers.{L}", glm4_moe_mods, N_(glm4_moe_mods), "n_routed_experts", glm4_moe_defaults,
 	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	{ X3_ARCH_GLM4_MOE_LITE, "Glm4MoeLiteForCausalLM", "glm4_moe_lite", "GLM-4.7-Flash",
+	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED |
+	  X3_AF_MLP_TYPES,
+	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", glm4_moe_lite_defaults,
+	  X3_RD(X3_READER_GPTQMODEL) },
 };
 
 int x3_arch_count(void) { return N_(archs); }

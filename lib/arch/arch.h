@@ -47,7 +47,10 @@
  * (Glm4MoeForCausalLM) is the Llama attention rows (q/k/v biases by
  * attention_bias, q/k norms by use_qk_norm) over DeepSeek V3's MLP rows
  * (dense layers, router and correction bias, routed and shared experts);
- * its multi-token prediction layer is left out as DeepSeek's. */
+ * its multi-token prediction layer is left out as DeepSeek's.
+ * GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek V3's rows under other
+ * config rules: the dense layers by mlp_layer_types (X3_AF_MLP_TYPES),
+ * GLM's defaults (one expert group, routed_scaling_factor 1.8). */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -226,6 +229,10 @@ enum {
 	                           (config.h's gemma fields) */
 	X3_AF_GEMMA3 = 1 << 17, /* ... Gemma3's: q/k norms, layer_types or
 	                           sliding_window_pattern, rope_local_base_freq */
+	X3_AF_MLP_TYPES = 1 << 18, /* mlp_layer_types ("dense" / "sparse" per
+	                              layer; absent: layer 0 dense) decides the
+	                              dense layers, first_k_dense_replace is not
+	                              read (GLM-4.7-Flash) */
 };
 
 typedef struct x3_arch_desc {

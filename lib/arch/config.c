@@ -264,6 +264,38 @@ static int want_str(json_t *o, const char *key, const char *value)
 	return X3_OK;
 }
 
+/* GLM-4.7-Flash's dense layers (X3_AF_MLP_TYPES): mlp_layer_types, one
+ * "dense" or "sparse" a layer, as Hugging Face's Glm4MoeLiteConfig reads
+ * it; absent, layer 0 dense and the others sparse (its default, whatever
+ * first_k_dense_replace says: the model does not read that key). */
+static int parse_mlp_types(json_t *cj, x3_model_config *c)
+{
+	json_t *t = json_object_get(cj, "mlp_layer_types");
+	c->first_dense = 0;
+	memset(c->mlp_only, 0, sizeof c->mlp_only);
+	if (!t || json_is_null(t)) {
+		c->first_dense = 1;
+		return X3_OK;
+	}
+	if (!json_is_array(t) || (int64_t)json_array_size(t) != c->n_layers)
+		return x3_err(X3_EFORMAT, "config.json: 'mlp_layer_types' is not a list of num_hidden_layers = "
+		              "%lld entries", (long long)c->n_layers);
+	for (size_t l = 0; l < json_array_size(t); l++) {
+		json_t *v = json_array_get(t, l);
+		const char *s = json_is_string(v) ? json_string_value(v) : "";
+		if (!strcmp(s, "sparse"))
+			continue;
+		if (strcmp(s, "dense"))
+			return x3_err(X3_EFORMAT, "config.json: 'mlp_layer_types' entry %zu is not \"dense\" or "
+			              "\"sparse\"", l);
+		if (l >= 1024)
+			return x3_err(X3_EUNSUP, "config.json: 'mlp_layer_types': layer %zu: only layers below "
+			              "1024 can be dense", l);
+		c->mlp_only[l / 64] |= 1ull << (l % 64);
+	}
+	return X3_OK;
+}
+
 /* DeepSeek V3's routing (X3_AF_GROUPED), with Hugging Face's
  * DeepseekV3Config defaults: n_group 8, topk_group 4, routed_scaling_factor
  * 2.5, n_shared_experts 1, first_k_dense_replace 3 (GLM-4 MoE's own
@@ -278,7 +310,8 @@ static int parse_grouped(json_t *cj, x3_model_config *c)
 	if ((rc = get_int(cj, "n_group", 0, 1, &c->n_group)) ||
 	    (rc = get_int(cj, "topk_group", 0, 1, &c->topk_group)) ||
 	    (rc = get_int(cj, "n_shared_experts", 0, 0, &c->n_shared)) ||
-	    (rc = get_int(cj, "first_k_dense_replace", 0, 0, &c->first_dense)) ||
+	    (!(c->desc->flags & X3_AF_MLP_TYPES) &&
+	     (rc = get_int(cj, "first_k_dense_replace", 0, 0, &c->first_dense))) ||
 	    (rc = get_int(cj, "moe_layer_freq", 0, 1, &freq)) ||
 	    (rc = get_num(cj, "routed_scaling_factor", &c->routed_scale)) ||
 	    (rc = want_str(cj, "scoring_func", "sigmoid")) || (rc = want_str(cj, "topk_method", "noaux_tc")))
@@ -297,7 +330,7 @@ static int parse_grouped(json_t *cj, x3_model_config *c)
 	if (c->n_shared > 64 || !(c->routed_scale > 0))
 		return x3_err(X3_EFORMAT, "config.json: 'n_shared_experts' or 'routed_scaling_factor' out of range");
 	c->shared_inter = c->n_shared * c->moe_inter;
-	return X3_OK;
+	return (c->desc->flags & X3_AF_MLP_TYPES) ? parse_mlp_types(cj, c) : X3_OK;
 }
 
 /* Multi-head latent attention (X3_AF_MLA): the ranks and the head dims;
@@ -536,12 +569,28 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	if ((rc = get_num(cj, "rope_theta", &c->rope_theta)) ||
 	    (rc = get_num(cj, "rms_norm_eps", &c->rms_eps)))
 		return rc;
+	double prf = 1.0;
+	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
+		return rc;
+	/* Transformers v5 writes rope_parameters {rope_type, rope_theta,
+	 * partial_rotary_factor, ...}: read where the top level has no key of
+	 * its own; a scaled type there is refused, not run as the default */
+	json_t *rpar = json_object_get(cj, "rope_parameters");
+	if (rpar && !json_is_null(rpar)) {
+		if (!json_is_object(rpar))
+			return x3_err(X3_EFORMAT, "config.json: 'rope_parameters' is not an object");
+		if ((!json_object_get(cj, "rope_theta") && (rc = get_num(rpar, "rope_theta", &c->rope_theta))) ||
+		    (!json_object_get(cj, "partial_rotary_factor") &&
+		     (rc = get_num(rpar, "partial_rotary_factor", &prf))))
+			return rc;
+		json_t *ty = json_object_get(rpar, "rope_type"), *rs = json_object_get(cj, "rope_scaling");
+		if (ty && json_is_string(ty) && strcmp(json_string_value(ty), "default") && (!rs || json_is_null(rs)))
+			return x3_err(X3_EUNSUP, "config.json: rope_parameters rope_type '%s' is not supported "
+			              "(default is; other types as rope_scaling)", json_string_value(ty));
+	}
 	if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
 		return x3_err(X3_EFORMAT, "config.json: rope_theta or rms_norm_eps out of range");
 	if ((rc = parse_rope_scaling(cj, c)))
-		return rc;
-	double prf = 1.0;
-	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
 		return rc;
 	/* RoPE on the first head_dim * partial_rotary_factor dimensions of
 	 * each head (Hugging Face truncates to an integer), the rest passed

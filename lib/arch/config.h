@@ -8,7 +8,8 @@
 
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
        X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
-       X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3, X3_ARCH_GLM4_MOE };
+       X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3, X3_ARCH_GLM4_MOE,
+       X3_ARCH_GLM4_MOE_LITE };
 
 /* the most frequencies of a longrope factor list (rot_dim / 2) */
 #define X3_ROPE_MAX_FACTORS 512
@@ -64,7 +65,8 @@ typedef struct x3_model_config {
 	 * choice only, the top topk_group of n_group groups (by the sum of
 	 * each group's best two), weights times routed_scaling_factor;
 	 * n_shared_experts shared experts (shared_inter = n_shared *
-	 * moe_inter); layers below first_k_dense_replace dense */
+	 * moe_inter); layers below first_k_dense_replace dense (GLM-4.7-Flash:
+	 * those mlp_layer_types says are "dense", in mlp_only) */
 	int sigmoid_route;
 	int64_t n_group, topk_group, n_shared, first_dense;
 	double routed_scale;

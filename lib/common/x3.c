@@ -175,6 +175,34 @@ static float load_f32(const void *src, x3_dtype st, size_t i)
 	}
 }
 
+int x3_mxfp4_decode(const uint8_t *blocks, const uint8_t *scales, size_t ngroups, float *out,
+                    size_t *bad_group)
+{
+	static const float e2m1[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+	                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
+	for (size_t g = 0; g < ngroups; g++) {
+		const uint8_t *b = blocks + 16 * g;
+		float *o = out + 32 * g;
+		if (scales[g] == 0xFF) {
+			*bad_group = g;
+			return x3_err(X3_EFORMAT, "MXFP4 scale 0xFF (NaN in E8M0)");
+		}
+		int e = (int)scales[g] - 127;
+		for (int i = 0; i < 16; i++) {
+			/* ldexpf of a value with at most 2 significant bits: exact
+			 * unless it leaves F32's range */
+			o[2 * i] = ldexpf(e2m1[b[i] & 15], e);
+			o[2 * i + 1] = ldexpf(e2m1[b[i] >> 4], e);
+			if (isinf(o[2 * i]) || isinf(o[2 * i + 1])) {
+				*bad_group = g;
+				return x3_err(X3_EFORMAT, "MXFP4 value %g x 2^%d is beyond F32",
+				              (double)e2m1[isinf(o[2 * i]) ? b[i] & 15 : b[i] >> 4], e);
+			}
+		}
+	}
+	return X3_OK;
+}
+
 int x3_convert(void *dst, x3_dtype dt, const void *src, x3_dtype st, size_t n)
 {
 	if ((unsigned)dt >= X3_DTYPE_COUNT || (unsigned)st >= X3_DTYPE_COUNT)

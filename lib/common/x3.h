@@ -68,6 +68,19 @@ static inline float x3_round_f16(float f) { return x3_f16_to_f32(x3_f32_to_f16(f
  * to itself (copy). Others return X3_EUNSUP. */
 int x3_convert(void *dst, x3_dtype dt, const void *src, x3_dtype st, size_t n);
 
+/* MXFP4 (the OCP microscaling format of GPT-OSS's expert weights): groups
+ * of 32 values, each 16 bytes of E2M1 codes, two a byte, the low nibble
+ * the first value (code: sign bit 3, exponent bits 2..1, mantissa bit 0:
+ * 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, -0 included), times the
+ * group's E8M0 scale byte s, 2^(s - 127). Decodes ngroups groups of
+ * blocks (16 bytes each) and scales (one byte each) into out (32 floats a
+ * group): exact in F32 (subnormals down to 2^-128). X3_EFORMAT with
+ * *bad_group set when a scale is 0xFF (E8M0's NaN) or a value exceeds
+ * F32's range (2^128: 4 or 6 under scale 253, 2 and up under 254); out is
+ * then partial. */
+int x3_mxfp4_decode(const uint8_t *blocks, const uint8_t *scales, size_t ngroups, float *out,
+                    size_t *bad_group);
+
 /* ---- tensors ---------------------------------------------------------- */
 #define X3_MAX_RANK 8
 

@@ -390,6 +390,62 @@ static int link_scales(x3_st *s)
 	return X3_OK;
 }
 
+/* NAME_scales of NAME_blocks into buf; 0 if NAME does not end in _blocks */
+static int mxfp4_scales_name(const char *name, char *buf, size_t n)
+{
+	size_t l = strlen(name);
+	if (l < 8 || strcmp(name + l - 7, "_blocks") || l + 1 > n)
+		return 0;
+	snprintf(buf, n, "%.*s_scales", (int)(l - 7), name);
+	return 1;
+}
+
+int x3_st_is_mxfp4(const x3_st *s, const x3_tensor *t)
+{
+	char sn[1024];
+	return t->dtype == X3_U8 && mxfp4_scales_name(t->name, sn, sizeof sn) && x3_st_find(s, sn);
+}
+
+int x3_st_mxfp4(const x3_st *s, const x3_tensor *b, x3_tensor **out)
+{
+	char sn[1024], bs[64], ss[64];
+	*out = NULL;
+	if (!mxfp4_scales_name(b->name, sn, sizeof sn))
+		return x3_err(X3_EFORMAT, "tensor '%s': MXFP4 blocks are named NAME_blocks", b->name);
+	const x3_tensor *sc = x3_st_find(s, sn);
+	if (!sc)
+		return x3_err(X3_EFORMAT, "tensor '%s': MXFP4 blocks without their scales '%s'", b->name, sn);
+	if (b->dtype != X3_U8 || b->rank < 2 || b->rank > X3_MAX_RANK - 1 || b->shape[b->rank - 1] != 16)
+		return x3_err(X3_EFORMAT, "tensor '%s': %s %s, MXFP4 blocks must be U8 (..., groups, 16)", b->name,
+		              x3_dtype_name(b->dtype), x3_shape_str(b, bs, sizeof bs));
+	int ok = sc->dtype == X3_U8 && sc->rank == b->rank - 1;
+	for (int d = 0; ok && d < sc->rank; d++)
+		ok = sc->shape[d] == b->shape[d];
+	if (!ok) {
+		x3_shape_str(sc, ss, sizeof ss);
+		x3_shape_str(b, bs, sizeof bs);
+		const char *x = strrchr(bs, 'x');
+		return x3_err(X3_EFORMAT, "tensor '%s': %s %s, the MXFP4 scales of '%s' (%s) must be U8 %.*s", sn,
+		              x3_dtype_name(sc->dtype), ss, b->name, bs, x ? (int)(x - bs) : 0, bs);
+	}
+	int64_t sh[X3_MAX_RANK];
+	for (int d = 0; d < b->rank - 1; d++)
+		sh[d] = b->shape[d];
+	sh[b->rank - 2] *= 32;
+	x3_tensor *t = x3_tensor_new(b->name, X3_F32, b->rank - 1, sh, 1);
+	if (!t)
+		return x3_errprefix(X3_ENOMEM, "tensor '%s'", b->name);
+	t->name[strlen(t->name) - 7] = 0;
+	size_t bad = 0, ng = (size_t)x3_tensor_numel(sc);
+	if (x3_mxfp4_decode(b->data, sc->data, ng, t->data, &bad)) {
+		x3_tensor_free(t);
+		return x3_errprefix(X3_EFORMAT, "tensor '%s': group %zu (scale %u in '%s')", b->name, bad,
+		                    ((const uint8_t *)sc->data)[bad], sn);
+	}
+	*out = t;
+	return X3_OK;
+}
+
 int x3_st_open(const char *path, x3_st **out)
 {
 	*out = NULL;

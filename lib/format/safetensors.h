@@ -27,6 +27,18 @@ const char *x3_st_meta(const x3_st *s, const char *key);
  * grow by every layer it has run. A tensor that owns its data (not
  * mapped) is left alone. */
 void x3_st_drop(const x3_tensor *t, const void *p, size_t n);
+/* MXFP4 weights (GPT-OSS's experts): NAME_blocks, U8 (..., G, 16), and
+ * NAME_scales, U8 (..., G): x3_mxfp4_decode's groups (x3.h). Is T such a
+ * NAME_blocks, its NAME_scales in the checkpoint (whatever their shapes:
+ * x3_st_mxfp4 checks them)? */
+int x3_st_is_mxfp4(const x3_st *s, const x3_tensor *t);
+/* The F32 tensor NAME (..., G * 32) that BLOCKS (NAME_blocks) and its
+ * NAME_scales hold, in their layout: (experts, rows, cols) for GPT-OSS,
+ * whose Hugging Face parameter is the transpose of the last two dims.
+ * X3_EFORMAT naming the tensor: a missing NAME_scales, a dtype other than
+ * U8, blocks not (..., G, 16), scales not the blocks' leading shape; a
+ * scale 0xFF or a value beyond F32 (naming the group's index). */
+int x3_st_mxfp4(const x3_st *s, const x3_tensor *blocks, x3_tensor **out);
 /* Which file holds tensor i (for messages). */
 const char *x3_st_file(const x3_st *s, int i);
 void x3_st_close(x3_st *s);

@@ -706,7 +706,13 @@ static int shared_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t n
 	return X3_OK;
 }
 
-/* Multi-head latent attention (DeepSeek V3) of a chunk of nrows rows from
+/* The epsilon of the latent attention's q_a_layernorm and kv_a_layernorm:
+ * Hugging Face builds them with its RMSNorm's default, 1e-6, whatever
+ * rms_norm_eps says (DeepseekV3RMSNorm(q_lora_rank),
+ * Glm4MoeLiteRMSNorm(kv_lora_rank)); GLM-4.7-Flash's rms_norm_eps is 1e-5. */
+#define MLA_NORM_EPS 1e-6
+
+/* Multi-head latent attention (DeepSeek V3, GLM-4.7-Flash) of a chunk of nrows rows from
  * the normed hidden f->xn (nt, hidden) into f->a (nt, heads * v_head_dim):
  *   q = q_b(norm(q_a(x))) (or q_proj(x)), per head (nope | rope);
  *   kv_a(x) = (c | k_rope): c (kv_lora) the latent, k_rope one rope key
@@ -725,7 +731,7 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 	if (c->q_lora > 0) {
 		if ((rc = lin_apply(f, w->lin[X3_SLOT_Q_A], f->xn, nt, cols, f->qa)))
 			return rc;
-		rmsnorm(f->qa, f->qa, w->vec[X3_SLOT_Q_A_NORM], nt, c->q_lora, c->rms_eps);
+		rmsnorm(f->qa, f->qa, w->vec[X3_SLOT_Q_A_NORM], nt, c->q_lora, MLA_NORM_EPS);
 		if ((rc = hook(f, l, X3_SLOT_Q_B, f->qa, nt, c->q_lora)) ||
 		    (rc = lin_apply(f, w->lin[X3_SLOT_Q_B], f->qa, nt, cols, f->q)))
 			return rc;
@@ -736,7 +742,7 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 		return rc;
 	for (int64_t t = 0; t < nt; t++)
 		memcpy(f->ckv + t * kl, f->kva + t * kva, (size_t)kl * sizeof(float));
-	rmsnorm(f->ckv, f->ckv, w->vec[X3_SLOT_KV_A_NORM], nt, kl, c->rms_eps);
+	rmsnorm(f->ckv, f->ckv, w->vec[X3_SLOT_KV_A_NORM], nt, kl, MLA_NORM_EPS);
 	if ((rc = hook(f, l, X3_SLOT_KV_B, f->ckv, nt, kl)) ||
 	    (rc = lin_apply(f, w->lin[X3_SLOT_KV_B], f->ckv, nt, cols, f->kvb)))
 		return rc;
