@@ -103,7 +103,7 @@ check "--hosts vs local: byte-identical directories" diff -r a b
 # every encode went through ssh (one call each: the measurement encodes
 # and the planned ones), on both entries of the list
 n=$(wc -l <"$d/ssh.log")
-jobs=$(make -s -f b.work/Makefile --no-print-directory NOPLAN=1 list-meas | wc -l)
+jobs=$(make -s -C b.work --no-print-directory NOPLAN=1 list-meas | wc -l)
 check "the $jobs measurement encodes, at least, ran over ssh ($n calls)" test "$n" -ge "$jobs"
 check "... on both entries of the host list" \
 	test "$(grep -ow 'x3-host-[ab]' "$d/ssh.log" | sort -u | wc -l)" -eq 2
