@@ -19,6 +19,8 @@ echo x >scratch/notes/a.tmp
 snap scratch >scratch.before
 check_fail "--work DIR holding the user's files: refused" 2 "scratch: not a work directory of convert" \
 	convert m out --work scratch "${opts[@]}"
+check_fail "... convert -n says so too" 2 "scratch: not a work directory of convert" \
+	convert -n m out --work scratch "${opts[@]}"
 check "... every file of it kept, nothing added" test "$(snap scratch)" = "$(cat scratch.before)"
 check "... no OUT" test ! -e out -a ! -e out.lock
 mkdir cwd && cp -r scratch/. cwd/ && snap cwd >cwd.before
