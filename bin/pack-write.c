@@ -362,7 +362,9 @@ struct outname {
 	int exists;
 };
 
-static void out_name(const char *arg, int force, struct outname *o)
+static void out_vs_source(const struct outname *o, const char *src);
+
+static void out_name(const char *arg, const char *src, int force, struct outname *o)
 {
 	snprintf(o->out, sizeof o->out, "%s", arg);
 	for (size_t l = strlen(o->out); l > 1 && o->out[l - 1] == '/'; l--)
@@ -377,10 +379,57 @@ static void out_name(const char *arg, int force, struct outname *o)
 	}
 	if (!*o->base || !strcmp(o->base, ".") || !strcmp(o->base, ".."))
 		usage_error(usage, "OUT '%s' is not a usable directory name", o->out);
+	out_vs_source(o, src);
 	struct stat st;
 	o->exists = lstat(o->out, &st) == 0;
 	if (o->exists && !force)
 		die("%s: exists (use --force to replace it)", o->out);
+}
+
+/* OUT is never the source model, a directory inside it or one that holds
+ * it (--force would replace the model with the pack, or delete it with the
+ * old OUT): compared by device and inode along both paths, whatever their
+ * spelling (symbolic links, "..", a bind mount). A usage error, exit 2. */
+static int same_file(const char *p, const struct stat *b)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && st.st_dev == b->st_dev && st.st_ino == b->st_ino;
+}
+
+/* does PATH or one of its ancestors (by its real path) name B? */
+static int at_or_below(const char *path, const struct stat *b)
+{
+	char *r = realpath(path, NULL);
+	if (!r)
+		return 0;
+	int hit = 0;
+	for (char *sl;;) {
+		if ((hit = same_file(r, b)))
+			break;
+		if (!(sl = strrchr(r, '/')) || (sl == r && !r[1]))
+			break;
+		sl[sl == r] = 0;   /* "/a" -> "/", "/a/b" -> "/a" */
+	}
+	free(r);
+	return hit;
+}
+
+static void out_vs_source(const struct outname *o, const char *src)
+{
+	struct stat ss, os;
+	if (stat(src, &ss) != 0)
+		return;   /* reading the model says what is wrong with it */
+	const char *what = NULL;
+	if (stat(o->out, &os) == 0 && same_file(src, &os))
+		what = "is";
+	else if (at_or_below(stat(o->out, &os) == 0 ? o->out : o->dir, &ss))
+		what = "is inside";
+	else if (stat(o->out, &os) == 0 && at_or_below(src, &os))
+		what = "holds";
+	if (what) {
+		warnx("OUT %s %s the source model %s: refused (write the pack elsewhere)", o->out, what, src);
+		exit(2);
+	}
 }
 
 /* The temporary directory beside OUT, removed on any failure or signal,
@@ -765,7 +814,7 @@ int main(int argc, char **argv)
 	if (isatty(STDIN_FILENO))
 		usage_error(usage, "expects the frames of a conversion on stdin");
 	struct outname o;
-	out_name(argv[optind], force, &o);
+	out_name(argv[optind], src, force, &o);
 
 	/* source model: its config, the description of its modules, its tensors */
 	char path[8192];

@@ -3,12 +3,18 @@
  * --linears, --modules or --config, the description of a model from the
  * library's architecture table (arch.h): what a conversion encodes and
  * passes through, and its config. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <jansson.h>
+#include <xxhash.h>
 #include "arch.h"
 #include "frame.h"
 #include "linear.h"
@@ -18,10 +24,19 @@
 #include "util.h"
 
 static const char usage[] =
-	"usage: tensor-ls [--stats] [SOURCE...]\n"
+	"usage: tensor-ls [--stats] [--digest] [SOURCE...]\n"
 	"       tensor-ls --linears|--modules|--config MODEL\n"
 	"       tensor-ls --architectures\n";
-static int stats;
+static int stats, digest;
+
+/* the XXH3 128-bit digest as 32 hex digits (its canonical byte order) */
+static void hex128(XXH128_hash_t h, char out[33])
+{
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, h);
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", c.digest[i]);
+}
 
 struct acc { double min, max, sum, sq; int64_t n, nan, inf; };
 
@@ -39,7 +54,7 @@ static void acc_add(struct acc *a, const float *f, size_t n)
 	}
 }
 
-static void print_line(const x3_tensor *t, const char *src, const struct acc *a)
+static void print_line(const x3_tensor *t, const char *src, const struct acc *a, const char *xxh)
 {
 	json_t *o = json_object(), *sh = json_array(), *m = json_object();
 	json_object_set_new(o, "name", json_string(t->name));
@@ -52,6 +67,8 @@ static void print_line(const x3_tensor *t, const char *src, const struct acc *a)
 		json_object_set_new(m, t->meta[i].key, json_string(t->meta[i].val));
 	json_object_set_new(o, "meta", m);
 	json_object_set_new(o, "source", json_string(src));
+	if (xxh)
+		json_object_set_new(o, "xxh3", json_string(xxh));
 	if (a) {
 		json_t *s = json_object();
 		json_object_set_new(s, "count", json_integer(a->n + a->nan + a->inf));
@@ -89,18 +106,30 @@ static void ls_frames(const char *path)
 			die("%s", x3_errmsg());
 		struct acc a = {0};
 		size_t es = x3_dtype_size(t->dtype), n = (size_t)x3_tensor_numel(t);
+		XXH3_state_t *h = digest ? XXH3_createState() : NULL;
+		if (digest && (!h || XXH3_128bits_reset(h) != XXH_OK))
+			die("out of memory");
 		for (size_t i = 0; i < n; i += CH) {
 			size_t k = n - i < CH ? n - i : CH;
-			if (!stats)
+			if (!stats && !digest)
 				break;
 			if (x3_reader_data(r, raw, k * es))
 				die("%s", x3_errmsg());
-			x3_convert(f, X3_F32, raw, t->dtype, k);
-			acc_add(&a, f, k);
+			if (h)
+				XXH3_128bits_update(h, raw, k * es);
+			if (stats) {
+				x3_convert(f, X3_F32, raw, t->dtype, k);
+				acc_add(&a, f, k);
+			}
 		}
 		if (x3_reader_skip(r))   /* verifies the checksum without --stats too */
 			die("%s", x3_errmsg());
-		print_line(t, path, stats ? &a : NULL);
+		char xxh[33];
+		if (h) {
+			hex128(XXH3_128bits_digest(h), xxh);
+			XXH3_freeState(h);
+		}
+		print_line(t, path, stats ? &a : NULL, h ? xxh : NULL);
 		x3_tensor_free(t);
 	}
 	free(raw);
@@ -123,10 +152,86 @@ static void ls_st(const char *path)
 			x3_convert(f, X3_F32, (const char *)t->data + j * es, t->dtype, k);
 			acc_add(&a, f, k);
 		}
-		print_line(t, x3_st_file(s, i), stats ? &a : NULL);
+		char xxh[33];
+		if (digest)
+			hex128(XXH3_128bits(t->data, t->nbytes), xxh);
+		print_line(t, x3_st_file(s, i), stats ? &a : NULL, digest ? xxh : NULL);
 	}
 	free(f);
 	x3_st_close(s);
+}
+
+/* --digest of a model directory: after its tensors, one line per file a
+ * conversion reads beside them (config.json, and the files pack-write
+ * copies: tokenizer, generation config, ...), in name order: file, bytes,
+ * xxh3 */
+static void put_json(json_t *o, const char *what);
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void digest_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		die("%s: %s", dir, strerror(errno));
+	char **names = NULL;
+	size_t n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *why;
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (strcmp(e->d_name, "config.json") && !x3_pack_copies(e->d_name, &why))
+			continue;
+		if (!(names = realloc(names, (n + 1) * sizeof *names)) || !(names[n++] = strdup(e->d_name)))
+			die("out of memory");
+	}
+	closedir(d);
+	qsort(names, n, sizeof *names, name_cmp);
+	XXH3_state_t *h = XXH3_createState();
+	char *buf = malloc(1 << 20);
+	if (!h || !buf)
+		die("out of memory");
+	for (size_t i = 0; i < n; i++) {
+		char p[8192];
+		struct stat st;
+		snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+		if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
+			free(names[i]);
+			continue;   /* not a file pack-write copies (a directory, a FIFO) */
+		}
+		int fd = open(p, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			die("%s: %s", p, strerror(errno));
+		XXH3_128bits_reset(h);
+		long long bytes = 0;
+		for (;;) {
+			ssize_t k = read(fd, buf, 1 << 20);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k < 0)
+				die("%s: read error: %s", p, strerror(errno));
+			if (k == 0)
+				break;
+			XXH3_128bits_update(h, buf, (size_t)k);
+			bytes += k;
+		}
+		close(fd);
+		char xxh[33];
+		hex128(XXH3_128bits_digest(h), xxh);
+		json_t *o = json_object();
+		json_object_set_new(o, "file", json_string(names[i]));
+		json_object_set_new(o, "bytes", json_integer(bytes));
+		json_object_set_new(o, "xxh3", json_string(xxh));
+		put_json(o, names[i]);
+		free(names[i]);
+	}
+	XXH3_freeState(h);
+	free(buf);
+	free(names);
 }
 
 static void help(void)
@@ -136,6 +241,11 @@ static void help(void)
 	       "default; a .safetensors file; a model directory): name, dtype, shape,\n"
 	       "bytes, meta, source.\n"
 	       "  --stats      add stats: count, min, max, mean, rms, nan, inf\n"
+	       "  --digest     add xxh3: the XXH3 128-bit digest of the tensor's bytes\n"
+	       "               (32 hex digits); for a model directory, also one line\n"
+	       "               per file a conversion reads beside the tensors\n"
+	       "               (config.json and the files pack-write copies): file,\n"
+	       "               bytes, xxh3\n"
 	       "  --linears    the linears of MODEL from its architecture's description:\n"
 	       "               key, weight, shape, padded, group, layer, role, hq, bias,\n"
 	       "               tied, one line each in model order; rows [first, end)\n"
@@ -298,7 +408,7 @@ static void architectures(void)
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
-	static const struct option lo[] = {{"stats", no_argument, 0, 's'},
+	static const struct option lo[] = {{"stats", no_argument, 0, 's'}, {"digest", no_argument, 0, 'd'},
 		{"linears", no_argument, 0, 'l'}, {"modules", no_argument, 0, 'm'},
 		{"config", no_argument, 0, 'c'}, {"architectures", no_argument, 0, 'a'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
@@ -306,6 +416,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "sh", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': stats = 1; break;
+		case 'd': digest = 1; break;
 		case 'l': case 'm': case 'c': case 'a':
 			if (what && what != c)
 				usage_error(usage, "--linears, --modules, --config and --architectures exclude each other");
@@ -316,15 +427,15 @@ int main(int argc, char **argv)
 		}
 	}
 	if (what == 'a') {
-		if (stats || optind != argc)
-			usage_error(usage, "--architectures takes no SOURCE and no --stats");
+		if (stats || digest || optind != argc)
+			usage_error(usage, "--architectures takes no SOURCE and no --stats or --digest");
 		architectures();
 		check_stdout();
 		return 0;
 	}
 	if (what) {
-		if (stats)
-			usage_error(usage, "--stats lists tensors, not a model's description");
+		if (stats || digest)
+			usage_error(usage, "--stats and --digest list tensors, not a model's description");
 		if (optind + 1 != argc)
 			usage_error(usage, "--linears, --modules and --config take one MODEL directory");
 		describe(argv[optind], what);
@@ -342,6 +453,9 @@ int main(int argc, char **argv)
 			ls_frames(srcs[i]);
 		else
 			ls_st(srcs[i]);
+		struct stat st;
+		if (digest && kind != X3_SRC_FRAMES && stat(srcs[i], &st) == 0 && S_ISDIR(st.st_mode))
+			digest_files(srcs[i]);
 	}
 	check_stdout();
 	return 0;

@@ -12,7 +12,7 @@ check "convert -j 2" convert m ref "${opts[@]}" -j 2
 cp ref.work/measure.jsonl ref.measure.jsonl   # before --head-bits 4 below re-measures the head
 check "OUT is a complete EXL3 directory" test -f ref/config.json -a -f ref/model.safetensors -a -f ref/quantization_config.json
 check "no temporary files left in the work directory" test -z "$(find ref.work -name '*.tmp')"
-check "the work directory's Makefile is up to date after the run" make -q -s -f ref.work/Makefile
+check "the work directory's Makefile is up to date after the run" make -q -s -C ref.work
 before=$(stat -c %Y ref/config.json)
 check "re-running a finished conversion succeeds" convert m ref "${opts[@]}" -j 2
 check "... and rewrites nothing" test "$(stat -c %Y ref/config.json)" = "$before"

@@ -23,7 +23,7 @@ cat >shim/tensor-cat <<SH
 dir=
 for a in "\$@"; do [ "\${prev:-}" != --split ] || dir=\$a; prev=\$a; done
 [ -n "\$dir" ] || exit 0
-w=\$(dirname "\$dir")
+w=\$(cd "\$(dirname "\$dir")" && pwd)   # (make runs in the work directory)
 hb=\$(find "\$w/h1" "\$w/hs" -name '*.input.frames' -printf '%s\n' | awk '{ s += \$1 } END { print s + 0 }')
 ly=\$(ls "\$w/h1" "\$w/hs" | sed -n 's/^model\.layers\.\([0-9]*\)\..*\.input\.frames$/\1/p; s/^lm_head\.input\.frames$/head/p' | sort -u | paste -sd, -)
 wb=\$(find "\$w" -type f -printf '%s\n' | awk '{ s += \$1 } END { print s + 0 }')
@@ -65,7 +65,7 @@ check "the work directory's peak ($wpeak bytes) <= final $final + $pair + 2 x $h
 	test "$wpeak" -le $((final + pair + 2 * hid))
 
 # resume after the deletion: nothing to do, no capture
-check "the Makefile is up to date with the Hessians gone (make -q)" make -q -s -f out.work/Makefile
+check "the Makefile is up to date with the Hessians gone (make -q)" make -q -s -C out.work
 before=$(stat -c %Y out/config.json)
 : >log.out.work
 check "re-running the conversion succeeds" convert m out "${opts[@]}"
@@ -92,7 +92,7 @@ check "... at most two layers have Hessian files at once" \
 	sh -c "! awk '{ print \$3 }' log.out.work | grep -q ',.*,'"
 check "... the head's Hessian is not captured again" sh -c "! awk '{ print \$3 }' log.out.work | grep -q head"
 check "... no Hessian or hidden-state file left" test -z "$(ls out.work/h1 out.work/hs | grep '\.frames$')"
-check "... nothing to do after it (make -q)" make -q -s -f out.work/Makefile
+check "... nothing to do after it (make -q)" make -q -s -C out.work
 check "a fresh --keep-hessians conversion at 3 bpw" convert m k3 --bits 3 --rows 4 --cols 128 -q -j 2 --keep-hessians
 check "... is byte-identical to the reusing one" diff -r k3 r3
 done_testing

@@ -103,7 +103,7 @@ check "--hosts vs local: byte-identical directories" diff -r a b
 # every encode went through ssh (one call each: the measurement encodes
 # and the planned ones), on both entries of the list
 n=$(wc -l <"$d/ssh.log")
-jobs=$(make -s -f b.work/Makefile --no-print-directory NOPLAN=1 list-meas | wc -l)
+jobs=$(make -s -C b.work --no-print-directory NOPLAN=1 list-meas | wc -l)
 check "the $jobs measurement encodes, at least, ran over ssh ($n calls)" test "$n" -ge "$jobs"
 check "... on both entries of the host list" \
 	test "$(grep -ow 'x3-host-[ab]' "$d/ssh.log" | sort -u | wc -l)" -eq 2
@@ -111,6 +111,13 @@ check "... on both entries of the host list" \
 # of 3 are 3 parts, for the layer and for the head
 check "the 6 capture parts ran over ssh" test "$(grep -c '^over-ssh .*--part [0-2] ' hc.log)" -eq 6
 check "... and no capture of a whole layer did" sh -c "! grep '^over-ssh' hc.log | grep -v -e '--part' -e '--list-parts' -e '--merge' | grep -q ."
+# any legal path over ssh too: the jobs get the work directory in the
+# environment (X3_WORK), not in their command's text
+n=$'sp ace #$:\'"\\*\nnl'
+mkdir -p "$n" && cp -r m "$n/m $n"
+check "convert --hosts with blanks, # \$ : ' \" \\ * and a newline in MODEL, OUT and --work" \
+	convert "$n/m $n" "$n/out $n" --work "$n/work $n" "${opts[@]}" --hosts hosts
+check "... byte-identical to the local run" diff -r a "$n/out $n"
 
 # kill -9 (and TERM) of a --hosts conversion while its jobs run over ssh:
 # convert's watchdog (its TERM trap) ends the local make and parallel, then

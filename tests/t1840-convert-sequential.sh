@@ -16,7 +16,7 @@ check "... the work directory keeps no hidden states" test -z "$(ls seq.work/hs 
 check "... every group file of every layer" test "$(ls seq.work/hs | wc -l)" -eq 9
 check "... the head's capture read the quantized layers 0 and 1" \
 	test -L seq.work/ov/2/layer.0.safetensors -a -L seq.work/ov/2/layer.1.safetensors
-check "the work directory's Makefile is up to date" make -q -s -f seq.work/Makefile
+check "the work directory's Makefile is up to date" make -q -s -C seq.work
 
 # the same work directory without the sequential captures, encodes and
 # layers: redone with every capture from the embedding (make CARRY=), into
@@ -24,12 +24,12 @@ check "the work directory's Makefile is up to date" make -q -s -f seq.work/Makef
 redo() { rm -f seq.work/hs/* seq.work/q/* seq.work/enc/*.hs.*; }
 redo
 check "sequential, every capture from the embedding (make CARRY=)" \
-	make -s -f seq.work/Makefile CARRY= OUT="$TMP/full" all
+	make -s -C seq.work CARRY= OUT="$TMP/full" all
 check "... byte-identical to the carried conversion" diff -r seq full
 
 # kill -9 the whole pipeline midway through the layers, resume
 redo
-setsid make -s -f seq.work/Makefile -j 2 OUT="$TMP/res" all & pid=$!
+setsid make -s -C seq.work -j 2 OUT="$TMP/res" all & pid=$!
 for i in $(seq 1 1200); do
 	[ -f seq.work/q/layer.0.safetensors ] && break
 	sleep 0.05
@@ -37,7 +37,7 @@ done
 kill -9 -- "-$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 check "killed midway: no OUT yet" test ! -e res
-check "resume: the re-run completes" make -s -f seq.work/Makefile -j 2 OUT="$TMP/res" all
+check "resume: the re-run completes" make -s -C seq.work -j 2 OUT="$TMP/res" all
 check "resume: byte-identical to the uninterrupted conversion" diff -r seq res
 check "... no hidden states left" test -z "$(ls seq.work/hs | grep hidden)"
 # what a kill -9 leaves of files being written (FILE.tmp-XXXXXX, never
@@ -49,7 +49,7 @@ for f in seq.work/hs/hidden.0.frames seq.work/hs/hidden.1.frames seq.work/q/laye
 	"$(ls seq.work/h1/*.frames | head -n 1 | sed 's|/h1/|/hs/|')"; do
 	echo partial >"$f.tmp-KILLED"
 done
-check "killed temporaries left: the re-run completes" make -s -f seq.work/Makefile -j 2 OUT="$TMP/res2" all
+check "killed temporaries left: the re-run completes" make -s -C seq.work -j 2 OUT="$TMP/res2" all
 check "... byte-identical to the uninterrupted conversion" diff -r seq res2
 check "... none left" test -z "$(find seq.work -name '*.tmp-KILLED')"
 

@@ -167,24 +167,28 @@ convert m m.out --bits 3 --rows 4 --cols 32 -j 2 -q 2>conv2.err
 check "a normal conversion: no fallback warning" sh -c '! grep -q fallback conv2.err'
 check "... and validate reports none" sh -c 'validate m.out -q | jq -e ".fallback == []" >/dev/null'
 
-# a failure before the plan exists: the failure, without make's "plan.mk:
-# No such file or directory" after it
+# a failing tokenizer: named before anything is written (convert's check
+# of what the forward reads), without make's "plan.mk: No such file or
+# directory"
 mkdir badtok && cp m/config.json m/model.safetensors badtok/ && echo '{}' >badtok/tokenizer.json
-check_fail "convert: a failing tokenizer is named" 1 "^tokenize: .*badtok/tokenizer.json: no \"model\" object" \
+check_fail "convert: a failing tokenizer is named" 1 "^convert: .*badtok/tokenizer.json: no \"model\" object" \
 	convert badtok badtok.out --bits 3 --rows 4 --cols 32 -q
 check "... without make's plan.mk noise" sh -c "! grep -q 'plan.mk' '$TMP/cf.err'"
+check "... nothing written" test ! -e badtok.out -a ! -e badtok.out.work
 
 # a short calibration text: said in terms of convert's --rows, not
 # tokenize's count of text rows ("fills only 1 of 55 rows" for --rows 64)
 convert m short.out --bits 3 --rows 64 --cols 32 --cal t.txt --makefile -q >/dev/null
-make -s -f short.out.work/Makefile "$TMP/short.out.work/cal/tokens.frames" 2>short.err >/dev/null
+make -s -C short.out.work cal/tokens.frames 2>short.err >/dev/null
 check "convert: a short calibration text is named in terms of --rows" \
 	grep -q "^convert: warning: the calibration text fills 1 of the 55 text rows of --rows 64 (the other 9 are random tokens): 10 rows of 32 tokens in all" short.err
 check "... and tokenize's own count is not printed" sh -c '! grep -q "^tokenize:" short.err'
 # a full disk while the calibration text is written: exit 1 naming the
 # file, no partial cal.txt (was: exit 2, "awk: write failure")
 for how in "--cal t.txt" ""; do
-	rm -rf full.out.work && mkdir -p full.out.work/tmp && ln -s /dev/full full.out.work/tmp/cal.txt
+	# (the work directory of an earlier run: its marker)
+	rm -rf full.out.work && mkdir -p full.out.work/tmp && : >full.out.work/.exl3-convert-work &&
+		ln -s /dev/full full.out.work/tmp/cal.txt
 	check_fail "convert ${how:-(default text)}: a full disk while writing the calibration text" 1 \
 		"^convert: .*/full.out.work/tmp/cal.txt: cannot write the calibration text: write error: No space left on device" \
 		convert m full.out --bits 3 --rows 4 --cols 32 -q $how
