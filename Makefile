@@ -1,6 +1,8 @@
 # exl3kit: one non-recursive Makefile. See README.md and config.mk.
 #   make            build every program and lib/libexl3kit.a
 #   make test       unit and command-line tests (ends with "N passed, N failed")
+#   make check      the fast tier: the tests tests/fast lists (under 3 minutes)
+#                   (TEST_JOBS=N runs N tests at a time; tests/README.md)
 #   make bench      benchmarks (table + JSON in bench.json)
 #   make check-asan the tests on an ASan+UBSan build in build-asan (ASAN_TESTS=patterns)
 #   make fuzz       fuzz every parser (tests/fuzz; FUZZ_TIME seconds per target)
@@ -102,8 +104,12 @@ tests/bench/gpu.o: CPPFLAGS += -I$(CUDA_HOME)/include
 tests/bench/gpu: tests/bench/gpu.o $(filter-out lib/gpu/gpu_entry.o,$(GPU_OBJ)) $(CU_OBJ) $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
+TEST_JOBS ?= 1
 test: all
-	@tests/run
+	@tests/run -j $(TEST_JOBS)
+
+check: all
+	@tests/run -j $(TEST_JOBS) @tests/fast
 
 bench: all
 	@tests/bench/run
@@ -132,7 +138,7 @@ clean:
 	  tests/unit/*.o tests/unit/*.d $(UNIT) tests/bench/*.o tests/bench/*.d $(BENCH)
 	rm -rf tests/fuzz/build build-asan
 
-.PHONY: all test check-asan bench fuzz deps install clean FORCE
+.PHONY: all test check check-asan bench fuzz deps install clean FORCE
 include tests/gpu/cusim/cusim.mk
 include tests/fuzz/fuzz.mk
 .SECONDARY:

@@ -1,5 +1,5 @@
 # tests/lib-blas.sh: the OpenBLAS kernels (OPENBLAS_CORETYPE) that the
-# determinism tests force (t1205, t1210, t1564, t1815), in one place:
+# determinism tests force (t1205, t1211, t1564, t1815), in one place:
 # sourced by tests/lib.sh (so every command-line test has it), and run by
 # tests/unit/t1205-determinism as `bash tests/lib-blas.sh`, which prints
 # blas_kernels. Defines functions only.

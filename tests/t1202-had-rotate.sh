@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t1200-had-rotate: had-rotate's frames, options and bad input.
+# t1202-had-rotate: had-rotate's frames, options and bad input.
 . "$(dirname "$0")/lib.sh"
 cd "$TMP" || exit 1
 # jqe FILTER FILE: FILTER (over each JSON line) yields something, all true

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t1210-trellis-encode: EXL3 tensors from had-rotate's frames, --measure,
+# t1211-trellis-encode: EXL3 tensors from had-rotate's frames, --measure,
 # codebooks, determinism, bad input.
 . "$(dirname "$0")/lib.sh"
 cd "$TMP" || exit 1

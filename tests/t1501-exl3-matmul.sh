@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t1500-exl3-matmul: the exl3-matmul program (numerics are in
+# t1501-exl3-matmul: the exl3-matmul program (numerics are in
 # tests/unit/t1500-exl3.c; this covers the command line, the stream layout,
 # padding, --dequant/--check, model sources and bad input).
 . "$(dirname "$0")/lib.sh"
