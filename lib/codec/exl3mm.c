@@ -4,8 +4,8 @@
  * Work split: OpenMP over output tiles nb (16 columns each); each thread
  * walks all kb of its columns, so the accumulators stay in registers. The
  * object keeps the tiles in column-major tile order (exl3.c), so that walk
- * reads memory sequentially (with the stored row-major order every tile was
- * a new cache line 32K·n/16 bytes away, and the loop was latency-bound).
+ * reads memory sequentially (in row-major tile order every tile would be
+ * a new cache line 32K·n/16 bytes away, and the loop latency-bound).
  *
  * State extraction (exl3(5) §3.3): state s_i of a tile is the 16 stream bits ending
  * at bit (i+1)K, circularly. In "ext" coordinates, ext[0] = U[8K-1] and

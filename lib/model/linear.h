@@ -47,7 +47,7 @@ typedef struct {
 	int busy;
 } x3_wbuf;
 void x3_wbuf_free(x3_wbuf *b);
-/* A dense linear on the CPU keeps no F32 weight of its own from now on:
+/* A dense linear on the CPU keeps no F32 weight of its own:
  * each x3_linear_apply converts it from the checkpoint (still open) into
  * buf (NULL: a buffer allocated and freed per call) and lets it go after
  * the product (and drops the mapped pages it read), so a forward holds

@@ -1683,8 +1683,8 @@ int64_t x3_sample_strips(int64_t n, double frac, uint64_t seed, const char *name
 	if (ns <= 0)
 		return 0;
 	int64_t m = frac >= 1 ? ns : (int64_t)ceil(frac * (double)ns - 1e-9);
-	/* at least X3_SAMPLE_MIN_STRIPS: one strip of a narrow linear was too
-	 * noisy an estimate (issue 12: KL +2.5-2.9% on 128-wide linears) */
+	/* at least X3_SAMPLE_MIN_STRIPS: one strip of a narrow linear is too
+	 * noisy an estimate (it measured KL +2.5-2.9% on 128-wide linears) */
 	m = m < X3_SAMPLE_MIN_STRIPS ? X3_SAMPLE_MIN_STRIPS : m;
 	m = m > ns ? ns : m;
 	/* one strip drawn uniformly from each of m equal runs of strips
@@ -1768,7 +1768,7 @@ int x3_reconstruct(const float *Wt, const uint16_t *suh, const uint16_t *svh,
 	return X3_OK;
 }
 
-/* ---- output scales refit after the trellis (issue 14 (b)) ----------------- */
+/* ---- output scales refit after the trellis -------------------------------- */
 
 static float *output_metric(const float *H, const float *su, int64_t k);
 
@@ -1855,7 +1855,7 @@ done:
 	return rc;
 }
 
-/* ---- cheap estimate (the sign search, issue 14 part 1) -------------------- */
+/* ---- cheap estimate (for the sign search) --------------------------------- */
 
 int64_t x3_estimate_strips(int64_t n)
 {

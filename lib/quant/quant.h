@@ -35,7 +35,7 @@ const char *x3_out_scales_name(int policy);
  * Hessian derive their input signs from the Hessian's name, so they agree. */
 void x3_quant_signs(uint64_t seed, const char *name, int64_t n, float *sign);
 
-/* The signs of sign draw `draw` (the sign search, issue 14 part 1): draw 0
+/* The signs of sign draw `draw` (for the sign search): draw 0
  * is x3_quant_signs(seed, name), draw d > 0 the stream of "name#d". */
 void x3_quant_signs_draw(uint64_t seed, int draw, const char *name, int64_t n, float *sign);
 
@@ -212,8 +212,8 @@ typedef struct x3_qresult {
 int x3_quantize(const x3_qweight *w, const x3_qhess *h, int K, int cb,
                 int threads, int keep, x3_qresult **out);
 /* x3_quantize at the global scale g when g > 0 (no scale search: its
- * search_tiles are 0; e.g. the scale a sampled measurement at this K found,
- * issue 12), else x3_quantize itself. With refine and g > 0 the search's
+ * search_tiles are 0; e.g. the scale a sampled measurement at this K
+ * found), else x3_quantize itself. With refine and g > 0 the search's
  * fine grid only (5 scales, 0.075 apart, on the whole weight's tile
  * sample), centred on g instead of the coarse grid's best: a scale found
  * on a few tiles made good at under half the search's work. X3_EINVAL on
@@ -222,7 +222,7 @@ int x3_quantize_g(const x3_qweight *w, const x3_qhess *h, int K, int cb,
                   int threads, int keep, double g, int refine, x3_qresult **out);
 void x3_qresult_free(x3_qresult *r);
 
-/* ---- sign search (issue 14 part 1) ----------------------------------- */
+/* ---- sign search ---------------------------------------------------- */
 /* The error of x3_quantize, estimated cheaply: LDLQ of `strips` 16-column
  * strips of W only, evenly spaced over the n/16 (LDLQ feeds the error back
  * along the input, so a strip of output columns quantizes as in the whole
@@ -241,7 +241,7 @@ int x3_quantize_estimate(const x3_qweight *w, const x3_qhess *h, int K, int cb,
  * X3_EST_MIN_STRIPS (all of them when fewer). */
 #define X3_EST_MIN_STRIPS 8
 int64_t x3_estimate_strips(int64_t n);
-/* A measurement from a sample of the weight (issue 12 part 1): the per-K
+/* A measurement from a sample of the weight: the per-K
  * step on ceil(frac * n/16) of its 16-column output strips (at least
  * X3_SAMPLE_MIN_STRIPS, all of them when fewer),
  * chosen by x3_sample_strips(n, frac, seed, name). LDLQ works along the
@@ -271,7 +271,7 @@ int x3_quantize_sample(const x3_qweight *w, const x3_qhess *h, int K, int cb, in
  * Returns m (0 when n < 16). */
 int64_t x3_sample_strips(int64_t n, double frac, uint64_t seed, const char *name, int64_t *strip);
 
-/* ---- output scales refit (issue 14 (b)) ------------------------------ */
+/* ---- output scales refit -------------------------------------------- */
 /* After the trellis is chosen, refit each output channel's scale by least
  * squares: with a_j, b_j column j of Wg Hb_n and Q Hb_n (the target and the
  * decoded trellis with the output Hadamard undone, where svh scales one
@@ -320,7 +320,7 @@ int x3_qhess_from_frame_draw(const x3_tensor *Ht, int64_t k0, uint64_t seed, int
                              x3_qhess **out);
 int x3_qweight_from_frame_draw(const x3_tensor *Wt, const char *key, const x3_qhess *h,
                                uint64_t seed, int draw, int policy, x3_qweight **out);
-/* The sign search (issue 14 part 1): for each draw d = 0 .. draws-1,
+/* The sign search: for each draw d = 0 .. draws-1,
  * finalize the Hessian Ht (NULL: none, the identity with input signs from
  * (seed, key + "/su")) and regularize the weight Wt with draw d's signs,
  * and estimate its error at K (x3_quantize_estimate with strips and
