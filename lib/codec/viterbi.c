@@ -52,23 +52,23 @@
  * instantiated per K. Dispatch is at run time (AVX-512 F/BW/VL, AVX2+FMA,
  * portable C); the binary needs no -march. The re-laid-out codebooks are
  * built once per (K, codebook, layout) and kept.
- * Measured and not kept (build host, AVX-512): in-place pairs at K = 2
- * (4-8% slower there: the store stream is not the bound; with one call
- * per chunk, worse), software prefetch of the in-place chunks, 1024-edge
- * in-place blocks at K = 1 (7% slower); four tiles in lock step at K = 2
- * (a kernel-only loop gained 9%, the encoder lost 7-10%) and at K = 1 in
- * place (slower: four tiles' chunks no longer stay in L1); mask
- * staging at K = 3 (5% slower); pairs at K = 3 (no gain); software
- * prefetch of the codebook stream (slower); non-temporal copies of the
- * K = 4 costs (hist is 4 MB per tile there; 10-25% slower); an fp16 copy
- * of the codebook and eight chains at K >= 4 (an earlier session).
- * Measured and not kept (Zen 3, AVX2): masks at K = 2, 3 (layout B, fused,
- * pairs at K <= 2: 86k and 89k weights/s against 114k and 110k in
- * recompute mode); pairs at K = 3 in layout A (104k); the minima of a half
- * in groups of 4 candidates j with 16-byte stores instead of the
- * transposes' lane permutes (no gain); at K = 3 (S = 2) the two steps into
- * each kept position fused as in two_steps, the intermediate costs in L1
- * (113k -> 114k: the cost stream is not the bound). */
+ * Alternatives measured and not used (build host, AVX-512): in-place
+ * pairs at K = 2 (4-8% slower there: the store stream is not the bound;
+ * with one call per chunk, slower still), software prefetch of the
+ * in-place chunks, 1024-edge in-place blocks at K = 1 (7% slower); four
+ * tiles in lock step at K = 2 (a kernel-only loop gains 9%, the encoder
+ * loses 7-10%) and at K = 1 in place (slower: four tiles' chunks do not
+ * stay in L1); mask staging at K = 3 (5% slower); pairs at K = 3 (no
+ * gain); software prefetch of the codebook stream (slower); non-temporal
+ * copies of the K = 4 costs (hist is 4 MB per tile there; 10-25% slower);
+ * an fp16 copy of the codebook and eight chains at K >= 4 (slower).
+ * Alternatives measured and not used (Zen 3, AVX2): masks at K = 2, 3
+ * (layout B, fused, pairs at K <= 2: 86k and 89k weights/s against 114k
+ * and 110k in recompute mode); pairs at K = 3 in layout A (104k); the
+ * minima of a half in groups of 4 candidates j with 16-byte stores
+ * instead of the transposes' lane permutes (no gain); at K = 3 (S = 2)
+ * the two steps into each kept position fused as in two_steps, the
+ * intermediate costs in L1 (113k -> 114k: the cost stream is not the bound). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,30 +82,27 @@
 #include "codec.h"
 
 #define TARGET_MAX 1e16f   /* |d|^2 * 256 stays far below FLT_MAX */
-/* AVX-512 uses layout B (see body512bt) for these K. (At K = 1 layout A
- * was faster while the costs went to a second buffer; with the in-place
- * pairs of fusedip512 layout B is.) */
-#ifndef LAYOUT_B
-#define LAYOUT_B(K) ((K) <= 3)
-#endif
-/* edges per block of the fused step pair (K <= 3); the mid scratch holds
- * FUSE_MAX. At K = 1, 2 (two tiles, two scratch blocks) 512 measured 3-10%
- * faster than 1024; 2048 and 4096 were slower. */
-#ifndef FUSE_B
-#define FUSE_B(K) ((K) <= 2 ? 512 : 1024)
-#endif
-/* AVX2 uses layout B (body256bo) and inlined fused pairs for these K */
-#ifndef LAYOUT_B2
-#define LAYOUT_B2(K) ((K) <= 3)
-#endif
+/* Tuning constants: per K, the fastest of paths that give the same bits
+ * (measured on the build host, AVX-512, and on Zen 3, AVX2). */
+enum {
+	/* AVX-512 uses layout B (body512bt) for K <= this (at K = 1 thanks to
+	 * fusedip512's in-place pairs; with a second cost buffer A is faster) */
+	LAYOUT_B_MAX_K = 3,
+	/* AVX2 uses layout B (body256bo) and inlined fused pairs for K <= this */
+	LAYOUT_B2_MAX_K = 3,
+	/* fused step pairs (K <= 3) take blocks of FUSE_B_SMALL edges for
+	 * K <= this (two tiles, two scratch blocks), of FUSE_MAX above */
+	FUSE_B_SMALL_MAX_K = 2,
+	/* 3-10% faster than 1024 at K = 1, 2; 2048 and 4096 are slower */
+	FUSE_B_SMALL = 512,
+	/* AVX-512 fused pairs update the costs in place (fusedip512) at this
+	 * K; K = 2 works too (bit-identical) but is 5-8% slower than fused512p */
+	IN_PLACE_K = 1,
+};
+/* edges per block of the fused step pair; the mid scratch holds FUSE_MAX */
+#define FUSE_B(K) ((K) <= FUSE_B_SMALL_MAX_K ? FUSE_B_SMALL : FUSE_MAX)
 #define FUSE_MAX 1024
 #define PAD 16             /* floats past the end of a cost buffer */
-/* in-place fused pairs (AVX-512, K = 1), see fusedip512() */
-/* K = 2 works too (bit-identical, IP_N = 8 there as well) but measured
- * 5-8% slower than fused512p: build with -D'IN_PLACE(K)=((K)<=2)' to try */
-#ifndef IN_PLACE
-#define IN_PLACE(K) ((K) == 1)
-#endif
 #define IP_N 8                        /* chunk index bits */
 #define IP_C(K) (1 << (8 - (K)))      /* floats per chunk: 2^(16-K) / 2^IP_N */
 #define IP_B(K) (IP_C(K) << 2 * (K))  /* block: 512 at K = 1, 1024 at K = 2 */
@@ -376,7 +373,7 @@ TGT512 INLINE void body512(const int K, const int wbp, const float *cbo, float w
 	body512t(K, wbp, 1, cbo, w, w, pb, pb, ks, poff, out, out, bp, bp, g0, g1);
 }
 
-/* Layout B (AVX-512, K with LAYOUT_B(K)): lanes are 16 consecutive
+/* Layout B (AVX-512, K <= LAYOUT_B_MAX_K): lanes are 16 consecutive
  * predecessor groups gv = e >> K, so the predecessor costs k*ks + gv are
  * one contiguous load shared by the NK candidates j = e & (NK-1) of every
  * gv, with no expand permute. The NK result vectors R_j (lane gv) are then
@@ -488,7 +485,7 @@ TGT512 INLINE void body512b(const int K, const int wbp, const float *cbo, float 
 /* one instance per K and back-pointer mode: shifts and trip counts are
  * constants; bp == NULL selects the instance without masks */
 #define BODY512(K, wbp) do { \
-		if (LAYOUT_B(K)) \
+		if ((K) <= LAYOUT_B_MAX_K) \
 			body512b(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
 		else \
 			body512(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
@@ -520,14 +517,14 @@ TGT512 INLINE void fused512(const int K, const int wbp, const float *cbo, float 
 	for (int e0 = 0; e0 < E; e0 += FUSE_B(K)) {
 		for (int kk = 0; kk < NK; kk++) {
 			int x0 = kk * G + e0 / NK;
-			if (LAYOUT_B(K))
+			if ((K) <= LAYOUT_B_MAX_K)
 				body512b(K, wbp, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64,
 				         (x0 + L) / 64);
 			else
 				body512(K, wbp, cbo, w0, prev, G, 0, mid + kk * L, bp0, x0 / 64,
 				        (x0 + L) / 64);
 		}
-		if (LAYOUT_B(K))
+		if ((K) <= LAYOUT_B_MAX_K)
 			body512b(K, wbp, cbo, w1, mid, L, e0 / NK, next + e0, bp1, e0 / 64,
 			         (e0 + FUSE_B(K)) / 64);
 		else
@@ -569,9 +566,7 @@ TGT512 static void step2_avx512(int K, const float *cbo, float wa, float wb, con
  * (instead of the per-position staging of run_pass): a block's second
  * step writes 8 g-blocks x 12 masks = 3 lines, the first step's call for
  * kk 2 x 12 masks, so four blocks fill 3 lines per kk. */
-#if FUSE_B(2) != 512
-#error "fused512p's mask lines (R, r0, r1) assume FUSE_B(2) == 512"
-#endif
+_Static_assert(FUSE_B(2) == 512, "fused512p's mask lines (R, r0, r1) assume FUSE_B(2) == 512");
 /* Send n masks (whole 64-byte lines) of each of the T tiles from their L1
  * lines s0, s1 to dst[t] + off, one non-temporal store per line. */
 TGT512 INLINE void stream_masks(int T, uint16_t *const dst[2], size_t off, const uint16_t *s0,
@@ -647,7 +642,7 @@ TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
 		FUSED512(3, 0);
 }
 
-/* In-place fused pairs of steps (AVX-512, layout B, K = 1: IN_PLACE(K)).
+/* In-place fused pairs of steps (AVX-512, layout B, K = IN_PLACE_K = 1).
  * At K = 1 a cost buffer (128 KB) lives in L2, and writing the second
  * step's outputs to a second buffer costs a read-for-ownership from L2 per
  * line; with layout B that store stream, not the arithmetic, bounded the
@@ -656,7 +651,7 @@ TGT512 static void fused_avx512(int K, const float *cbo, float w0, float w1,
  * first step has just read (still in L1), so one buffer per tile suffices
  * and no line is fetched only to be overwritten. (The scheme holds for
  * K = 2 as well, with n = 8; measured slower there, so not used by
- * default, see IN_PLACE.)
+ * default, see IN_PLACE_K.)
  *
  * Why that works. Cut the edges into chunks of C = B / NK^2 (B = IP_B(K)
  * outputs per block). Block j (outputs e0 = jB .. e0 + B - 1, logical
@@ -718,7 +713,7 @@ TGT512 INLINE void fusedip512(const int K, const int wbp, const int T, const flo
 	}
 }
 
-/* cb2 == NULL: one tile; K = 1, 2 (IN_PLACE) */
+/* cb2 == NULL: one tile; K = 1, 2 (IN_PLACE_K) */
 TGT512 static void fusedip_avx512(int K, const float *cbo, float wa0, float wa1, float wb0,
                                   float wb1, float *ca, float *cb2, float *mida, float *midb,
                                   uint16_t *ba0, uint16_t *ba1, uint16_t *bb0, uint16_t *bb1,
@@ -797,7 +792,7 @@ TGT2 INLINE void body256(const int K, const int wbp, const float *cbo, float w,
 	}
 }
 
-/* Layout B for AVX2 (K with LAYOUT_B2(K)): the codebook and mask layout of
+/* Layout B for AVX2 (K <= LAYOUT_B2_MAX_K): the codebook and mask layout of
  * body512bo (16 predecessor groups gv per g-block b), each g-block done as
  * two 8-lane halves h (gv 16b + 8h .. +7) one after the other, so that the
  * NK running minima of a half (and of T = 2 tiles at K <= 2) stay in
@@ -956,7 +951,7 @@ TGT2 static void fused2_avx2(int K, const float *cbo, float wa0, float wa1, floa
 }
 
 #define BODY256(K, wbp) do { \
-		if (LAYOUT_B2(K)) \
+		if ((K) <= LAYOUT_B2_MAX_K) \
 			body256bo(K, wbp, 1, cbo, w, w, pb, pb, ks, poff, out, out, bp, bp, g0, g1); \
 		else \
 			body256(K, wbp, cbo, w, pb, ks, poff, out, bp, g0, g1); \
@@ -1027,7 +1022,7 @@ TGT2 static void step2_avx2(int K, const float *cbo, float wa, float wb, const f
                             const float *pb, float *oa, float *ob)
 {
 #define BODY256T2(K, wbp) do { \
-		if (LAYOUT_B2(K)) \
+		if ((K) <= LAYOUT_B2_MAX_K) \
 			body256bo(K, 0, 2, cbo, wa, wb, pa, pb, (size_t)1 << (16 - 2 * (K)), 0, oa, ob, \
 			          NULL, NULL, 0, 1 << (10 - (K))); \
 		else \
@@ -1151,16 +1146,11 @@ static void *ws_get(size_t n)
  * where they evicted the codebook and the cost buffers, nor cost a
  * read-for-ownership; the trace-back reads one line per position back.
  * n and both addresses are multiples of 64. */
-#ifndef STAGE
-#define STAGE(K) ((K) <= 2)   /* at K = 3 it measured 5% slower */
-#endif
-/* K <= 3 with masks: two tiles in lock step where that measured faster */
-#ifndef PAIR_MASKS
-#define PAIR_MASKS(K) ((K) <= 2)
-#endif
-#ifndef PAIR_HIST2
-#define PAIR_HIST2(K) 1
-#endif
+enum {
+	STAGE_MAX_K = 2,      /* run_pass stages the masks for K <= this (K = 3: 5% slower) */
+	PAIR_MASKS_MAX_K = 2, /* AVX-512 masks mode: two tiles in lock step for K <= this (faster) */
+	PAIR_HIST2 = 1,       /* AVX2 recompute mode: two tiles in lock step at every K */
+};
 
 static void stream_copy(void *dst, const void *src, size_t n)
 {
@@ -1188,7 +1178,7 @@ struct work {
 	float *hist;       /* recompute mode: the kept positions, hs floats each */
 	size_t hs;         /* floats per position in hist (E + PAD, 64-byte multiple) */
 	int S;             /* recompute mode: costs kept every S-th position; 0: masks */
-	int stg;           /* run_pass stages the masks (STAGE(K), kernels that do not
+	int stg;           /* run_pass stages the masks (K <= STAGE_MAX_K, kernels that do not
 	                    * send them out themselves) */
 };
 
@@ -1204,9 +1194,7 @@ struct work {
  * per kept position is E floats instead of E (2^K - 1) bits: 16 KB at
  * K = 4, 32 and 64 KB at K = 3 and 2, hence the strides there (4 and 5.4
  * MB of costs per tile). */
-#ifndef HIST_K
-#define HIST_K 4
-#endif
+enum { HIST_K = 4 };   /* AVX-512 and portable path: recompute mode from K = HIST_K on */
 
 /* k of the winner at (p, e): cbt = the codebook by edge, cbt[e * NK + k]
  * = cb[(k << (16-K)) | e] (contiguous per edge); h = costs entering
@@ -1379,12 +1367,10 @@ static tb_fn pick_tb(void)
  * K = 3 masks 85k -> S = 2 110k (S = 1 ~5% slower); K = 1: S = 8 no faster
  * than the layout-B masks (97k); K = 4: S = 2 no faster than 1. AVX-512
  * and the portable path: S = 1 from K = HIST_K (not measured otherwise). */
-#ifndef STRIDE2
-#define STRIDE2(K) ((K) == 1 ? 0 : (K) == 2 ? 3 : (K) == 3 ? 2 : 1)
-#endif
+static const unsigned char stride2[9] = { 0, 0, 3, 2, 1, 1, 1, 1, 1 };   /* AVX2's S by K */
 static int pick_stride(int isa, int K)
 {
-	int S = isa == X3_ISA_AVX2 ? STRIDE2(K) : K >= HIST_K;
+	int S = isa == X3_ISA_AVX2 ? stride2[K] : K >= HIST_K;
 	/* tbr_body's bound: NK^S <= RMAX */
 	while (S > 1 && K * S > 8)
 		S--;
@@ -1686,7 +1672,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const float *tab = x3_codebook_table(cb);
 	const int E = 1 << (16 - K), NK = 1 << K;
 	const int isa = x3_viterbi_isa();
-	const int lb = (isa == X3_ISA_AVX512 && LAYOUT_B(K)) || (isa == X3_ISA_AVX2 && LAYOUT_B2(K));
+	const int lb = (isa == X3_ISA_AVX512 && K <= LAYOUT_B_MAX_K) || (isa == X3_ISA_AVX2 && K <= LAYOUT_B2_MAX_K);
 	const int S = pick_stride(isa, K);
 	const float *cbo, *cbt;
 	if (get_tables(K, cb, lb, S > 0, &cbo, &cbt))
@@ -1698,9 +1684,9 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512)
 		fused = fused_avx512;
-	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K) && K == 1 && !S)
+	if (isa == X3_ISA_AVX2 && K <= LAYOUT_B2_MAX_K && K == 1 && !S)
 		fused = fused_avx2;
-	if (isa == X3_ISA_AVX512 && IN_PLACE(K))
+	if (isa == X3_ISA_AVX512 && K == IN_PLACE_K)
 		ip = fusedip_avx512;
 #endif
 	int nt = threads > 0 ? threads : omp_get_max_threads();
@@ -1714,7 +1700,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 	const size_t ma = (sizeof(float) * (FUSE_MAX + PAD) + 63) & ~(size_t)63;
 	const size_t ba = (bpn * sizeof(uint16_t) + 63) & ~(size_t)63;
 	const size_t ha = S ? (256 + S - 1) / S * hs * sizeof(float) : 0;
-	const size_t sa = STAGE(K) ? 2 * (bpn / 256) * sizeof(uint16_t) : 0;   /* 64-multiple */
+	const size_t sa = K <= STAGE_MAX_K ? 2 * (bpn / 256) * sizeof(uint16_t) : 0;   /* 64-multiple */
 
 	/* two tiles in lock step where there are at least two per thread */
 	step2_fn s2 = NULL;
@@ -1722,11 +1708,11 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 #ifdef X3_X86
 	if (isa == X3_ISA_AVX512 && S)
 		s2 = step2_avx512;
-	if (isa == X3_ISA_AVX2 && S && PAIR_HIST2(K))
+	if (isa == X3_ISA_AVX2 && S && PAIR_HIST2)
 		s2 = step2_avx2;
-	if (isa == X3_ISA_AVX512 && PAIR_MASKS(K))
+	if (isa == X3_ISA_AVX512 && K <= PAIR_MASKS_MAX_K)
 		f2 = fused2_avx512;
-	if (isa == X3_ISA_AVX2 && LAYOUT_B2(K) && K == 1 && !S)
+	if (isa == X3_ISA_AVX2 && K <= LAYOUT_B2_MAX_K && K == 1 && !S)
 		f2 = fused2_avx2;
 #endif
 	const int pair = (s2 || f2 || ip) && ntiles >= 2 * (int64_t)nt;
@@ -1751,7 +1737,7 @@ int x3_viterbi_encode(int K, int cb, const float *x, int64_t ntiles,
 				wk[j].hist = (float *)(m + 2 * cbytes + ma + ba);
 				wk[j].hs = hs;
 				wk[j].S = S;
-				wk[j].stg = STAGE(K) && !ip && !(fused && isa == X3_ISA_AVX512);
+				wk[j].stg = K <= STAGE_MAX_K && !ip && !(fused && isa == X3_ISA_AVX512);
 				wk[j].stage = (uint16_t *)(m + 2 * cbytes + ma + ba + ha);
 				/* pads are read by the expand loads but never selected */
 				for (int i = 0; i < E + PAD; i++)
