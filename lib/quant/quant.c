@@ -1281,12 +1281,13 @@ static void proxy_panel_ref(const float *H, const float *A, int64_t k, int64_t n
  * (px_pack): P[g][l][2V] for the column groups g of 2V, so the 2V values
  * of row l + 1 follow those of row l. Read in place, a group's rows are n
  * floats apart, which for n a multiple of 1024 maps them all to the same
- * few L1 sets: on the 2-core Zen 3 host the packed panel took tr(Aᵀ H A)
- * of a 4096x4096 A from 1.03 to 0.52 s and of a 14336x1024 A (down_proj's
- * k) from 2.07 to 1.36 s (2 threads; the same bits). Before: on
- * bench/proxy-error's 2048x2048 (2-core EPYC), AVX-512 0.22 s against
- * 0.33 s with 4 rows and 0.43 s with 8 rows held as an array; AVX2 0.32 s,
- * 4 rows were slower than the unfused loops before (0.46 s). */
+ * few L1 sets: on the 2-core Zen 3 host the packed panel computes
+ * tr(Aᵀ H A) of a 4096x4096 A in 0.52 s against 1.03 s read in place, and
+ * of a 14336x1024 A (down_proj's k) in 1.36 s against 2.07 s (2 threads;
+ * the same bits). The 6 rows, measured with A read in place on
+ * bench/proxy-error's 2048x2048 (2-core EPYC): AVX-512 0.22 s against
+ * 0.33 s with 4 rows and 0.43 s with 8 rows held as an array; AVX2 0.32 s
+ * (4 rows are slower than the unfused loops' 0.46 s). */
 #define PX_KERNEL(NAME, TARGET, VT, V, LD, ST, SET1, FMA)                                    \
 __attribute__((target(TARGET)))                                                              \
 static void NAME(const float *H, const float *A, const float *P, int64_t k, int64_t n,       \
