@@ -47,6 +47,11 @@ check "no lock file left beside OUT" test ! -e ref.lock
 # ---- two at once -----------------------------------------------------------
 convert m a "${opts[@]}" & pid=$!
 wait_for 60 grep -q "^pid $pid " a.work/lock 2>/dev/null
+# the holder and what it runs stopped while the others try (a tiny
+# conversion could otherwise end before they reach the lock); a stopped
+# holder still holds it
+held=$(procs "$pid" | cut -d' ' -f1)
+kill -STOP $held 2>/dev/null
 check_fail "a second convert into the same OUT refuses, naming the holder" 1 \
 	"work directory .*/a\.work is in use by another conversion: pid $pid on .*lock file .*/a\.work/lock" \
 	convert m a "${opts[@]}"
@@ -54,6 +59,7 @@ check_fail "... also with another --work" 1 "/a is in use by another conversion:
 	convert m a "${opts[@]}" --work other.work
 check_fail "... and another OUT into the same --work" 1 "a\.work is in use by another conversion: pid $pid" \
 	convert m b "${opts[@]}" --work a.work
+kill -CONT $held 2>/dev/null
 wait "$pid"; rc=$?
 check "the first conversion completes unharmed" test "$rc" -eq 0
 check "... byte-identical to the uninterrupted one" diff -r ref a
