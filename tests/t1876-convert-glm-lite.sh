@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# t1872-convert-glm-lite: a tiny seeded GLM-4.7-Flash
+# t1876-convert-glm-lite: a tiny seeded GLM-4.7-Flash
 # (examples/make-tiny-llama --arch glm4_moe_lite: DeepSeek's latent
 # attention with q_lora 48, kv_lora 40, head dims 24/8/20, interleaved
 # rope; mlp_layer_types with layer 0 dense (intermediate 96) and layer 1 of
