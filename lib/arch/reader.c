@@ -286,6 +286,19 @@ static void read_linear(struct ctx *x, const x3_st *st, const x3_module *m, stru
 	L->out = m->out;
 }
 
+/* a linear's width as one number: K 0..8 (0 unquantized) and codebook */
+#define WIDTHS (9 * X3_CB_COUNT)
+static int width(const struct lin *l) { return l->K * X3_CB_COUNT + (l->K ? l->cb : 0); }
+
+/* tied groups in order: by group, then by index */
+static int tie_cmp(const void *a, const void *b, void *mods)
+{
+	const x3_module *m = mods;
+	int i = *(const int *)a, j = *(const int *)b;
+	int c = strcmp(m[i].tie, m[j].tie);
+	return c ? c : i - j;
+}
+
 /* present, kept, tied, fused-codebook, aligned: the modules of the
  * description against the tensors */
 static void module_rules(struct ctx *x, const x3_st *st, const x3_model_config *c)
@@ -327,38 +340,42 @@ static void module_rules(struct ctx *x, const x3_st *st, const x3_model_config *
 			          x3_role_name(d->d->role), d->d->kind == X3_KIND_VECTOR ? "vector" : "matrix");
 	}
 	/* tied: one K and one codebook per tied group (MultiLinear asserts
-	 * it); the members off the group's most common width are named */
-	for (int i = 0; i < nm && exl(x); i++) {
-		if (!m[i].tie[0])
-			continue;
-		int first = 1;
-		for (int j = 0; j < i && first; j++)
-			first = strcmp(m[j].tie, m[i].tie) != 0;
-		if (!first)
-			continue;
-		int best = i, bestn = 0;
-		for (int a = i; a < nm; a++) {
-			if (strcmp(m[a].tie, m[i].tie) || L[a].K < 0)
-				continue;
-			int c = 0;
-			for (int b = i; b < nm; b++)
-				c += !strcmp(m[b].tie, m[i].tie) && L[b].K == L[a].K && L[b].cb == L[a].cb;
-			if (c > bestn)
-				best = a, bestn = c;
-		}
-		for (int a = i; a < nm; a++) {
-			if (strcmp(m[a].tie, m[i].tie) || L[a].K < 0 || (L[a].K == L[best].K && L[a].cb == L[best].cb))
+	 * it); the members off the group's most common width are named. The
+	 * groups' members in index order, group by group (a DeepSeek-V3 has
+	 * ~45,000 expert linears: no pass over all modules per group) */
+	int *ord = malloc((size_t)(nm > 0 ? nm : 1) * sizeof *ord), no = 0;
+	if (!ord) {
+		free(L);
+		free(m);
+		x->err = 1;
+		return;
+	}
+	for (int i = 0; i < nm && exl(x); i++)
+		if (m[i].tie[0] && L[i].K >= 0)
+			ord[no++] = i;
+	qsort_r(ord, (size_t)no, sizeof *ord, tie_cmp, m);
+	for (int s = 0, e; s < no; s = e) {
+		int cnt[WIDTHS] = {0}, best = ord[s];
+		for (e = s; e < no && !strcmp(m[ord[e]].tie, m[ord[s]].tie); e++)
+			cnt[width(&L[ord[e]])]++;
+		for (int a = s; a < e; a++)   /* the most common; the first on a tie */
+			if (cnt[width(&L[ord[a]])] > cnt[width(&L[best])])
+				best = ord[a];
+		for (int a = s; a < e; a++) {
+			const struct lin *la = &L[ord[a]], *lb = &L[best];
+			if (width(la) == width(lb))
 				continue;
 			char wa[32], wb[32];
-			snprintf(wa, sizeof wa, L[a].K ? "K=%d %s" : "unquantized", L[a].K,
-			         L[a].K ? x3_codebook_name(L[a].cb) : "");
-			snprintf(wb, sizeof wb, L[best].K ? "K=%d %s" : "unquantized", L[best].K,
-			         L[best].K ? x3_codebook_name(L[best].cb) : "");
-			violation(x, m[a].key, "tied", "%s, but %d of its tied group %s are %s: ExLlamaV3 loads "
-			          "the group as one MultiLinear and asserts one K and codebook", wa, bestn,
-			          m[i].tie, wb);
+			snprintf(wa, sizeof wa, la->K ? "K=%d %s" : "unquantized", la->K,
+			         la->K ? x3_codebook_name(la->cb) : "");
+			snprintf(wb, sizeof wb, lb->K ? "K=%d %s" : "unquantized", lb->K,
+			         lb->K ? x3_codebook_name(lb->cb) : "");
+			violation(x, m[ord[a]].key, "tied", "%s, but %d of its tied group %s are %s: ExLlamaV3 "
+			          "loads the group as one MultiLinear and asserts one K and codebook", wa,
+			          cnt[width(lb)], m[ord[s]].tie, wb);
 		}
 	}
+	free(ord);
 	/* fused-codebook: ExLlamaV3 fuses k/v and gate/up of equal K
 	 * (attn.py, mlp.py) and then asserts one codebook */
 	static const int pairs[][2] = { { X3_SLOT_K, X3_SLOT_V }, { X3_SLOT_GATE, X3_SLOT_UP },
@@ -367,8 +384,13 @@ static void module_rules(struct ctx *x, const x3_st *st, const x3_model_config *
 		for (size_t p = 0; p < sizeof pairs / sizeof *pairs; p++) {
 			if (m[i].d->slot != pairs[p][0] || L[i].K <= 0 || m[i].expert >= 0)
 				continue;
-			for (int j = 0; j < nm; j++)
-				if (m[j].layer == m[i].layer && m[j].expert < 0 && m[j].d->slot == pairs[p][1] &&
+			int j0 = i, j1 = i;   /* the modules of i's layer, adjacent */
+			while (j0 > 0 && m[j0 - 1].layer == m[i].layer)
+				j0--;
+			while (j1 + 1 < nm && m[j1 + 1].layer == m[i].layer)
+				j1++;
+			for (int j = j0; j <= j1; j++)
+				if (m[j].expert < 0 && m[j].d->slot == pairs[p][1] &&
 				    L[j].K == L[i].K && L[j].cb != L[i].cb)
 					violation(x, m[j].key, "fused-codebook", "codebook %s, %s of the same K has %s: "
 					          "ExLlamaV3 fuses them and asserts one codebook",
