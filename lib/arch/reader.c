@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <jansson.h>
 #include "reader.h"
 #include "arch.h"
 #include "codec.h"
 #include "exl3.h"
+#include "io.h"
 #include "pack.h"
 #include "safetensors.h"
 
@@ -112,11 +114,18 @@ static void violation(struct ctx *x, const char *what, const char *rule, const c
 static int exl(const struct ctx *x) { return x->reader == X3_READER_EXLLAMAV3 || x->reader == X3_READER_STRICT; }
 static int gptq(const struct ctx *x) { return x->reader == X3_READER_GPTQMODEL || x->reader == X3_READER_STRICT; }
 
+/* DIR/FILE as JSON, or NULL (missing, unreadable, not JSON, or not a
+ * regular file: a FIFO there must not hang the check) */
 static json_t *load_json(const char *dir, const char *file)
 {
 	char p[4096];
+	int fd;
 	snprintf(p, sizeof p, "%s/%s", dir, file);
-	return json_load_file(p, 0, NULL);
+	if (x3_open_regular(p, &fd))
+		return NULL;
+	json_t *j = json_loadfd(fd, 0, NULL);
+	close(fd);
+	return j;
 }
 
 static int exists(const char *dir, const char *file)
