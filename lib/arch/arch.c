@@ -332,8 +332,42 @@ static const x3_module_desc phi3_mods[] = {
 	POST_ROWS,
 };
 
+/* GPT-OSS (GptOssForCausalLM): the Llama attention (q/k/v/o biases by
+ * attention_bias, Hugging Face's default true) and its learned sinks,
+ * self_attn.sinks (heads), kept in the source precision; every layer a
+ * mixture of experts: mlp.router (experts, hidden) and its bias
+ * mlp.router.bias (experts) kept, the experts' gate, up and down linears
+ * with biases under the per-expert keys ExLlamaV3's gpt_oss.py loads
+ * (one K per projection across a layer's experts). --hq as ExLlamaV3's
+ * gpt_oss: attention +2. */
+#define GPTOSS_EXPERT(key, slot, in, out, group, alloc) \
+	{ L_(key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, X3_ROLE_EXPERT, in, out, X3_BIAS_ALWAYS, X3_WHEN_SPARSE, 0, \
+	  -1, L_(group), alloc, 0, NULL, NULL, NULL, X3_TIE_EXPERTS }
+static const x3_module_desc gpt_oss_mods[] = {
+	ATTN_ROWS,
+	VECW("self_attn.sinks", X3_SLOT_SINKS, X3_ROLE_ATTENTION, X3_DIM_HEADS, X3_WHEN_ALWAYS, 1),
+	MAT("mlp.router", X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, X3_WHEN_SPARSE),
+	VECW("mlp.router.bias", X3_SLOT_ROUTER_LOGIT_BIAS, X3_ROLE_ROUTER, X3_DIM_EXPERTS, X3_WHEN_SPARSE, 1),
+	GPTOSS_EXPERT("mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	              "mlp.experts.{E}.input", "gu"),
+	GPTOSS_EXPERT("mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_DIM_HIDDEN, X3_DIM_MOE_INTER,
+	              "mlp.experts.{E}.input", "gu"),
+	GPTOSS_EXPERT("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_DIM_MOE_INTER, X3_DIM_HIDDEN,
+	              "mlp.experts.{E}.down_proj.input", "d"),
+	POST_ROWS,
+};
+/* Hugging Face's GptOssConfig defaults (its rope_parameters: the yarn
+ * scaling a config without rope_scaling gets) */
+static const char gpt_oss_defaults[] =
+	"{\"num_local_experts\": 128, \"num_experts_per_tok\": 4, \"sliding_window\": 128, "
+	"\"rms_norm_eps\": 1e-5, \"attention_bias\": true, \"swiglu_limit\": 7.0, \"swiglu_alpha\": 1.702, "
+	"\"head_dim\": 64, \"tie_word_embeddings\": false, \"max_position_embeddings\": 131072, "
+	"\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 150000.0, \"factor\": 32.0, "
+	"\"beta_fast\": 32.0, \"beta_slow\": 1.0, \"truncate\": false, \"original_max_position_embeddings\": 4096}}";
+
 /* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE and no GLM-4.7-Flash (its
- * glm4_moe_lite.py is only in an unmerged pull request); GPTQModel loads through the
+ * glm4_moe_lite.py is only in an unmerged pull request); GPT-OSS's reader is
+ * ExLlamaV3's gpt_oss.py (GPTQModel's EXL3 path is not checked for it); GPTQModel loads through the
  * Hugging Face model's own modules, and Phi3's are fused (qkv_proj,
  * gate_up_proj), not the q/k/v and gate/up linears an EXL3 Phi3 holds. */
 static const x3_arch_desc archs[] = {
@@ -388,6 +422,9 @@ static const x3_arch_desc archs[] = {
 	  X3_AF_MLP_TYPES,
 	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", glm4_moe_lite_defaults,
 	  X3_RD(X3_READER_GPTQMODEL) },
+	{ X3_ARCH_GPT_OSS, "GptOssForCausalLM", "gpt_oss", "GPT-OSS", X3_AF_ATTN_BIAS | X3_AF_MOE | X3_AF_GPT_OSS,
+	  "model.layers.{L}", gpt_oss_mods, N_(gpt_oss_mods), "num_local_experts", gpt_oss_defaults,
+	  X3_RD(X3_READER_EXLLAMAV3) },
 };
 
 int x3_arch_count(void) { return N_(archs); }
@@ -437,6 +474,7 @@ int64_t x3_arch_dim(const x3_model_config *c, int dim)
 	case X3_DIM_KV_A: return c->kv_lora + c->qk_rope;
 	case X3_DIM_KV_B: return c->n_heads * (c->qk_nope + c->v_dim);
 	case X3_DIM_V_ALL: return c->mla ? c->n_heads * c->v_dim : c->n_heads * c->head_dim;
+	case X3_DIM_HEADS: return c->n_heads;
 	default: return 0;
 	}
 }
@@ -549,7 +587,8 @@ static int present(const x3_model_config *c, const x3_module_desc *d, int layer)
 
 static int has_bias(const x3_model_config *c, int b)
 {
-	return b == X3_BIAS_QKV ? c->qkv_bias : b == X3_BIAS_O ? c->o_bias : b == X3_BIAS_MLP ? c->mlp_bias : 0;
+	return b == X3_BIAS_QKV ? c->qkv_bias : b == X3_BIAS_O ? c->o_bias : b == X3_BIAS_MLP ? c->mlp_bias :
+	       b == X3_BIAS_ALWAYS;
 }
 
 static int instantiate(const x3_model_config *c, const x3_module_desc *d, int layer, int expert,
@@ -775,6 +814,18 @@ int x3_arch_fused_scan(x3_model_config *c, const x3_st *st)
 	c->fused_experts = 0;
 	if (!a || !(a->flags & X3_AF_MOE) || !st)
 		return X3_OK;
+	/* GPT-OSS's hub layouts (MXFP4 blocks and scales, or the BF16
+	 * re-uploads' (experts, hidden, 2 * inter) interleaved gate_up_proj)
+	 * are not read: refused naming the tensor, not run as missing experts */
+	static const char *const hub[] = { "mlp.experts.gate_up_proj", "mlp.experts.gate_up_proj_blocks" };
+	for (int l = 0; (a->flags & X3_AF_GPT_OSS) && l < c->n_layers; l++)
+		for (int i = 0; i < 2; i++) {
+			snprintf(name, sizeof name, "model.layers.%d.%s", l, hub[i]);
+			if (x3_st_find(st, name))
+				return x3_err(X3_EUNSUP, "tensor '%s': GPT-OSS's fused expert tensors (the hub's MXFP4 "
+				              "or BF16 layout) are not read; per-expert mlp.experts.E.{gate,up,down}_proj "
+				              "linears with biases are", name);
+		}
 	/* fused if any sparse layer has a fused tensor; then every one must
 	 * have both, of the config's shapes (gate_up's rows read by two rows
 	 * of the table: checked once, by the gate's) */

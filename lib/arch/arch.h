@@ -50,7 +50,11 @@
  * its multi-token prediction layer is left out as DeepSeek's.
  * GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek V3's rows under other
  * config rules: the dense layers by mlp_layer_types (X3_AF_MLP_TYPES),
- * GLM's defaults (one expert group, routed_scaling_factor 1.8). */
+ * GLM's defaults (one expert group, routed_scaling_factor 1.8).
+ * GPT-OSS (GptOssForCausalLM) is the Llama attention rows with biases and
+ * self_attn.sinks (a vector per layer, kept), mlp.router (kept, with its
+ * bias a vector) and per-expert gate/up/down linears with biases, the
+ * layout ExLlamaV3's gpt_oss.py loads (mlp.experts.E.*_proj). */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -99,11 +103,13 @@ enum {
 	X3_DIM_KV_A,            /* kv_lora_rank + qk_rope_head_dim */
 	X3_DIM_KV_B,            /* heads * (qk_nope_head_dim + v_head_dim) */
 	X3_DIM_V_ALL,           /* heads * v_head_dim */
+	X3_DIM_HEADS,           /* num_attention_heads (GPT-OSS's sinks) */
 	X3_DIM_COUNT
 };
 
 /* The config flag that gives a module a bias. */
-enum { X3_BIAS_NONE, X3_BIAS_QKV, X3_BIAS_O, X3_BIAS_MLP };
+enum { X3_BIAS_NONE, X3_BIAS_QKV, X3_BIAS_O, X3_BIAS_MLP,
+       X3_BIAS_ALWAYS /* always a bias (GPT-OSS's experts) */ };
 /* When a module is present. */
 enum {
 	X3_WHEN_ALWAYS, X3_WHEN_QK_NORM,
@@ -130,6 +136,9 @@ enum {
 	/* Gemma's norms of the attention's and the MLP's outputs (before the
 	 * residual adds them); its pre_feedforward_layernorm is POST_NORM */
 	X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM,
+	/* GPT-OSS: one learned sink logit per query head (heads), the
+	 * router's bias added to its logits (experts) */
+	X3_SLOT_SINKS, X3_SLOT_ROUTER_LOGIT_BIAS,
 	X3_SLOT_COUNT
 };
 
@@ -233,6 +242,10 @@ enum {
 	                              layer; absent: layer 0 dense) decides the
 	                              dense layers, first_k_dense_replace is not
 	                              read (GLM-4.7-Flash) */
+	X3_AF_GPT_OSS = 1u << 24, /* GPT-OSS: attention sinks, sliding and full
+	                             layers by layer_types, router bias with a
+	                             softmax over the top k logits, experts with
+	                             biases and the clamped SwiGLU (swiglu_limit) */
 };
 
 typedef struct x3_arch_desc {

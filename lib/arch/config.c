@@ -87,6 +87,11 @@ static int parse_yarn(json_t *rs, x3_model_config *c)
 		return rc;
 	if (!(c->rope_beta_fast > 0) || !(c->rope_beta_slow > 0))
 		return x3_err(X3_EFORMAT, "config.json: rope_scaling yarn needs positive beta_fast and beta_slow");
+	/* truncate (Transformers' default true): the ramp's ends floored and
+	 * ceiled to whole dimensions; GPT-OSS's false keeps them fractional */
+	c->rope_truncate = 1;
+	if ((rc = get_bool(rs, "truncate", &c->rope_truncate)))
+		return rc;
 	if (af > 0)
 		c->rope_attn_factor = af;
 	else if (ms != 0 && msa != 0)
@@ -168,6 +173,10 @@ static int parse_rope_scaling(json_t *root, x3_model_config *c)
 {
 	json_t *rs = json_object_get(root, "rope_scaling");
 	c->rope_type = 0;
+	/* GPT-OSS: Transformers v5's rope_parameters carries the scaling (yarn
+	 * by GptOssConfig's default) where there is no rope_scaling */
+	if ((c->desc->flags & X3_AF_GPT_OSS) && (!rs || json_is_null(rs)))
+		rs = json_object_get(root, "rope_parameters");
 	if (!rs || json_is_null(rs))
 		return X3_OK;
 	if (!json_is_object(rs))
@@ -559,6 +568,61 @@ static int parse_gemma(json_t *cj, x3_model_config *c)
 	return X3_OK;
 }
 
+/* layer_types (num_hidden_layers entries, sliding_attention or
+ * full_attention) into swa_layers; absent: every layer whose number plus
+ * one is odd slides (Gemma2's and GPT-OSS's alternation) */
+static int parse_layer_types(json_t *cj, x3_model_config *c)
+{
+	if (c->n_layers > 1024)
+		return x3_err(X3_EUNSUP, "config.json: %lld layers: only 1024 are supported", (long long)c->n_layers);
+	json_t *lt = json_object_get(cj, "layer_types");
+	if (!lt || json_is_null(lt)) {
+		for (int64_t l = 0; l < c->n_layers; l++)
+			if ((l + 1) % 2)
+				c->swa_layers[l / 64] |= 1ull << (l % 64);
+		return X3_OK;
+	}
+	if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->n_layers)
+		return x3_err(X3_EFORMAT, "config.json: 'layer_types' is not a list of num_hidden_layers = %lld "
+		              "entries", (long long)c->n_layers);
+	for (size_t i = 0; i < json_array_size(lt); i++) {
+		const char *t = json_string_value(json_array_get(lt, i));
+		if (t && !strcmp(t, "sliding_attention"))
+			c->swa_layers[i / 64] |= 1ull << (i % 64);
+		else if (!t || strcmp(t, "full_attention"))
+			return x3_err(X3_EUNSUP, "config.json: 'layer_types' entry %zu: '%s' is not "
+			              "sliding_attention or full_attention", i, t ? t : "(not a string)");
+	}
+	return X3_OK;
+}
+
+/* GPT-OSS (X3_AF_GPT_OSS; GptOssConfig's defaults filled in): the
+ * sliding layers (layer_types) and their window, the sinks, the routing,
+ * the experts' clamped SwiGLU. The hub's configs give the top k twice
+ * (num_experts_per_tok, experts_per_token): they must agree. */
+static int parse_gpt_oss(json_t *cj, x3_model_config *c)
+{
+	int rc;
+	int64_t ept = c->n_experts_tok;
+	c->swiglu_alpha = 1.702;
+	if ((rc = get_int(cj, "sliding_window", 1, 1, &c->sliding_window)) ||
+	    (rc = get_int(cj, "experts_per_token", 0, 1, &ept)) ||
+	    (rc = get_num(cj, "swiglu_limit", &c->swiglu_limit)) ||
+	    (rc = get_num(cj, "swiglu_alpha", &c->swiglu_alpha)))
+		return rc;
+	if (ept != c->n_experts_tok)
+		return x3_err(X3_EFORMAT, "config.json: 'experts_per_token' = %lld and 'num_experts_per_tok' = %lld "
+		              "disagree", (long long)ept, (long long)c->n_experts_tok);
+	if (!(c->swiglu_limit > 0))
+		return x3_err(X3_EFORMAT, "config.json: 'swiglu_limit' = %g is not positive", c->swiglu_limit);
+	if (!isfinite(c->swiglu_alpha))
+		return x3_err(X3_EFORMAT, "config.json: 'swiglu_alpha' is not finite");
+	c->sinks = 1;
+	c->topk_softmax = 1;
+	c->swa_masked = 1;
+	return parse_layer_types(cj, c);
+}
+
 /* What only the forward pass needs: RoPE, activation, attention window,
  * token ids; options it cannot run are refused here. */
 static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
@@ -584,7 +648,8 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 		     (rc = get_num(rpar, "partial_rotary_factor", &prf))))
 			return rc;
 		json_t *ty = json_object_get(rpar, "rope_type"), *rs = json_object_get(cj, "rope_scaling");
-		if (ty && json_is_string(ty) && strcmp(json_string_value(ty), "default") && (!rs || json_is_null(rs)))
+		if (ty && json_is_string(ty) && strcmp(json_string_value(ty), "default") && (!rs || json_is_null(rs)) &&
+		    !(c->desc->flags & X3_AF_GPT_OSS))
 			return x3_err(X3_EUNSUP, "config.json: rope_parameters rope_type '%s' is not supported "
 			              "(default is; other types as rope_scaling)", json_string_value(ty));
 	}
@@ -617,6 +682,8 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 			return rc;
 		goto ids;
 	}
+	if ((c->desc->flags & X3_AF_GPT_OSS) && (rc = parse_gpt_oss(cj, c)))
+		return rc;
 	json_t *act = json_object_get(cj, "hidden_act");
 	if (act && !json_is_null(act)) {
 		if (!json_is_string(act))
@@ -639,8 +706,9 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 		if (use && (rc = get_int(cj, "sliding_window", 0, 1, &win)))
 			return rc;
 	}
-	c->sliding_window = win;
-	if (json_object_get(cj, "layer_types"))
+	if (!c->swa_masked)
+		c->sliding_window = win;
+	if (json_object_get(cj, "layer_types") && !c->swa_masked)
 		for (size_t i = 0; i < json_array_size(json_object_get(cj, "layer_types")); i++) {
 			json_t *lt = json_array_get(json_object_get(cj, "layer_types"), i);
 			if (json_is_string(lt) && strcmp(json_string_value(lt), "full_attention") &&

@@ -9,7 +9,8 @@
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
        X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
        X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3, X3_ARCH_GLM4_MOE,
-       X3_ARCH_GLM4_MOE_LITE };
+       X3_ARCH_GLM4_MOE_LITE,
+       X3_ARCH_GPT_OSS };
 
 /* the most frequencies of a longrope factor list (rot_dim / 2) */
 #define X3_ROPE_MAX_FACTORS 512
@@ -83,6 +84,14 @@ typedef struct x3_model_config {
 	double attn_softcap, final_softcap, rope_local_theta;
 	uint64_t swa_layers[16];
 	int swa_masked;          /* the window is masked per layer (swa_layers) */
+	/* GPT-OSS (gpt_oss): one sink logit per head in every softmax, the
+	 * router's bias on its logits and the softmax over the top k of them
+	 * (topk_softmax), experts' SwiGLU clamped at swiglu_limit (gate at
+	 * most the limit, up within +-limit, (up + 1) * gate * sigmoid(alpha
+	 * gate), swiglu_alpha 1.702 by default); yarn's ramp ends truncated to whole dimensions unless
+	 * rope_scaling says truncate false (rope_truncate 0) */
+	int sinks, topk_softmax, rope_truncate;
+	double swiglu_limit, swiglu_alpha;
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;
