@@ -20,9 +20,11 @@ static int64_t first_key(int64_t i, int64_t window)
  * SGEMM), each output row times 1 / (sum of its weights). */
 static void head_task(const float *q, const float *k, const float *v, float *out, int64_t r,
                       int64_t h, int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv,
-                      float scale, int64_t window, float softcap, float *kh, float *vh, float *qb,
-                      float *S, float *ob)
+                      float scale, int64_t window, float softcap, const float *sinks, float *kh,
+                      float *vh, float *qb, float *S, float *ob)
 {
+	/* the head's sink logit: a key without a value in the softmax */
+	const float sink = sinks ? sinks[h] : -INFINITY;
 	const int64_t kvh = h / (nq / nkv);
 	const float *kr = k + (r * cols * nkv + kvh) * hd;
 	const float *vr = v + (r * cols * nkv + kvh) * hdv;
@@ -47,7 +49,7 @@ static void head_task(const float *q, const float *k, const float *v, float *out
 			if (softcap > 0)
 				for (int64_t j = lo; j <= hi; j++)
 					s[j] = softcap * tanhf(s[j] / softcap);
-			float mx = -INFINITY;
+			float mx = sink;
 			for (int64_t j = lo; j <= hi; j++)
 				mx = s[j] > mx ? s[j] : mx;
 			float sum = 0;
@@ -55,6 +57,8 @@ static void head_task(const float *q, const float *k, const float *v, float *out
 				s[j] = expf(s[j] - mx);
 				sum += s[j];
 			}
+			if (sinks)
+				sum += expf(sink - mx);
 			inv[t] = 1.0f / sum;
 			if (lo > 0)
 				memset(s, 0, (size_t)lo * sizeof *s);
@@ -74,6 +78,13 @@ static void head_task(const float *q, const float *k, const float *v, float *out
 int x3_attention(const float *q, const float *k, const float *v, float *out, int64_t nrows,
                  int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv, float scale,
                  int64_t window, float softcap)
+{
+	return x3_attention_sinks(q, k, v, out, nrows, cols, nq, nkv, hd, hdv, scale, window, softcap, NULL);
+}
+
+int x3_attention_sinks(const float *q, const float *k, const float *v, float *out, int64_t nrows,
+                       int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv, float scale,
+                       int64_t window, float softcap, const float *sinks)
 {
 	if (nrows <= 0 || cols <= 0 || nq <= 0)
 		return X3_OK;
@@ -98,7 +109,7 @@ int x3_attention(const float *q, const float *k, const float *v, float *out, int
 			for (int64_t h = 0; h < nq; h++)
 				if (ok)
 					head_task(q, k, v, out, r, h, cols, nq, nkv, hd, hdv, scale, window, softcap,
-					          kh, vh, qb, S, ob);
+					          sinks, kh, vh, qb, S, ob);
 		free(kh), free(vh), free(qb), free(S), free(ob);
 	}
 	x3_blas_serial_end(prev);

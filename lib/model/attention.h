@@ -28,5 +28,13 @@
 int x3_attention(const float *q, const float *k, const float *v, float *out, int64_t nrows,
                  int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv, float scale,
                  int64_t window, float softcap);
+/* ... with one sink logit per query head (sinks (nq); NULL: none, as
+ * x3_attention): the softmax of each query runs over its scores and its
+ * head's sink, which has no value (GPT-OSS's learned sinks; Hugging Face's
+ * softmax over [scores, sink] with the sink's column dropped). A sink of
+ * -inf adds nothing: the same bits as x3_attention. */
+int x3_attention_sinks(const float *q, const float *k, const float *v, float *out, int64_t nrows,
+                       int64_t cols, int64_t nq, int64_t nkv, int64_t hd, int64_t hdv, float scale,
+                       int64_t window, float softcap, const float *sinks);
 
 #endif

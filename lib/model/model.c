@@ -72,7 +72,8 @@ static const int lin_slots[] = { X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V, X3_SLOT_O,
 	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN,
 	X3_SLOT_Q_A, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_B };
 static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM,
-	X3_SLOT_Q_A_NORM, X3_SLOT_KV_A_NORM, X3_SLOT_ROUTER_BIAS, X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM };
+	X3_SLOT_Q_A_NORM, X3_SLOT_KV_A_NORM, X3_SLOT_ROUTER_BIAS, X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM,
+	X3_SLOT_SINKS, X3_SLOT_ROUTER_LOGIT_BIAS };
 #define N_LIN (int)(sizeof lin_slots / sizeof *lin_slots)
 #define N_VEC (int)(sizeof vec_slots / sizeof *vec_slots)
 
@@ -473,10 +474,15 @@ static void rope_freqs(const x3_model_config *c, int64_t cols, double *f)
 	double lo = 0, hi = 0;
 	if (c->rope_type == 3) {
 		/* the ramp between extrapolated (fast) and interpolated (slow)
-		 * frequencies, its ends truncated to whole dimensions */
+		 * frequencies, its ends truncated to whole dimensions unless
+		 * rope_scaling says truncate false */
 		double orig = (double)c->rope_orig_max_pos;
-		lo = fmax(floor(yarn_dim(c->rope_beta_fast, (double)rd, c->rope_theta, orig)), 0);
-		hi = fmin(ceil(yarn_dim(c->rope_beta_slow, (double)rd, c->rope_theta, orig)), (double)rd - 1);
+		lo = yarn_dim(c->rope_beta_fast, (double)rd, c->rope_theta, orig);
+		hi = yarn_dim(c->rope_beta_slow, (double)rd, c->rope_theta, orig);
+		if (c->rope_truncate)   /* rope_scaling's truncate (GPT-OSS: false) */
+			lo = floor(lo), hi = ceil(hi);
+		lo = fmax(lo, 0);
+		hi = fmin(hi, (double)rd - 1);
 		if (lo == hi)
 			hi += 0.001;
 	}
@@ -627,6 +633,8 @@ static int moe_apply(void *ctx, int64_t e, int j, const float *x, int64_t n, flo
 	return lin_apply(c->f, c->w->ex[e * 3 + j], x, n, 0, y);
 }
 
+static struct x3_moe moe_params(const x3_model_config *c, const struct layer_w *w);
+
 /* The all-token capture of every expert of layer l over xn (nt, hidden)
  * (x3_forward_opts.moe_all_tokens): the hook only, no output. */
 static int moe_all_tokens(struct fwd *f, int l, const struct layer_w *w, int64_t nt)
@@ -636,6 +644,7 @@ static int moe_all_tokens(struct fwd *f, int l, const struct layer_w *w, int64_t
 	const struct x3_forward_opts *o = f->o;
 	if (!o->hook || l < o->hook_first || l > o->hook_last || f->tok0 >= o->moe_all_tokens)
 		return X3_OK;
+	struct x3_moe p = moe_params(c, w);
 	float *g = malloc((size_t)(nt * I) * sizeof *g), *u = malloc((size_t)(nt * I) * sizeof *u);
 	int rc = g && u ? X3_OK : x3_err(X3_ENOMEM, "moe: out of memory for %lld tokens", (long long)nt);
 	for (int64_t e = 0; e < w->nex && !rc; e++) {
@@ -644,8 +653,7 @@ static int moe_all_tokens(struct fwd *f, int l, const struct layer_w *w, int64_t
 		    (rc = lin_apply(f, w->ex[e * 3], f->xn, nt, f->cols, g)) ||
 		    (rc = lin_apply(f, w->ex[e * 3 + 1], f->xn, nt, f->cols, u)))
 			break;
-		for (int64_t i = 0; i < nt * I; i++)
-			g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		x3_moe_act(&p, g, u, nt * I);
 		rc = hook_ex(f, l, dd, g, nt, dd->in, 1, NULL);
 	}
 	free(g), free(u);
@@ -659,7 +667,9 @@ static struct x3_moe moe_params(const x3_model_config *c, const struct layer_w *
 	                        .inter = c->moe_inter, .renorm = c->norm_topk,
 	                        .router = w->vec[X3_SLOT_ROUTER], .sigmoid = c->sigmoid_route,
 	                        .score_bias = w->vec[X3_SLOT_ROUTER_BIAS], .n_group = c->n_group,
-	                        .topk_group = c->topk_group, .scale = c->routed_scale };
+	                        .topk_group = c->topk_group, .scale = c->routed_scale,
+	                        .router_bias = w->vec[X3_SLOT_ROUTER_LOGIT_BIAS], .topk_softmax = c->topk_softmax,
+	                        .act_limit = c->swiglu_limit, .act_alpha = c->swiglu_alpha };
 }
 
 static int shared_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nt, float *mo);
@@ -790,8 +800,10 @@ static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, i
 		rope_apply(f->q, nt, nq, hd, rope_dim(c), cols, cs, sn);
 		rope_apply(f->k, nt, nkv, hd, rope_dim(c), cols, cs, sn);
 		double sc = c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd);
-		if ((rc = x3_attention(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd, (float)sc,
-		                    swa ? c->sliding_window : 0, (float)c->attn_softcap)))
+		/* GPT-OSS's sinks (NULL elsewhere) */
+		if ((rc = x3_attention_sinks(f->q, f->k, f->v, f->a, nrows, cols, nq, nkv, hd, hd, (float)sc,
+		                             swa ? c->sliding_window : 0, (float)c->attn_softcap,
+		                             w->vec[X3_SLOT_SINKS])))
 			return rc;
 	}
 	if ((rc = hook(f, l, X3_SLOT_O, f->a, nt, x3_arch_dim(c, X3_DIM_V_ALL))))
@@ -957,8 +969,7 @@ static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t 
 				    (rc = lin_apply(f, lg, f->xn, nt, cols, g)) ||
 				    (rc = lin_apply(f, lu, f->xn, nt, cols, u)))
 					break;
-				for (int64_t i = 0; i < nt * I; i++)
-					g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+				x3_moe_act(&p, g, u, nt * I);
 				if ((rc = hook_ex(f, l, dd, g, nt, dd->in, 1, NULL)))
 					break;
 			}
@@ -970,8 +981,7 @@ static int moe_layer(struct fwd *f, int l, struct layer_w *w, float *x, int64_t 
 				if ((rc = hook_ex(f, l, dg, xe, n, dg->in, 0, ew)) ||
 				    (rc = lin_apply(f, lg, xe, n, 0, g)) || (rc = lin_apply(f, lu, xe, n, 0, u)))
 					break;
-				for (int64_t i = 0; i < n * I; i++)
-					g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+				x3_moe_act(&p, g, u, n * I);
 				if ((rc = hook_ex(f, l, dd, g, n, dd->in, 0, ew)) || (rc = lin_apply(f, ld, g, n, 0, ye)))
 					break;
 				float *mc = mo + t0 * H;

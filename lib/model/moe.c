@@ -35,6 +35,48 @@ static void topk(const float *l, int64_t n, int64_t k, int renorm, int32_t *idx,
 	}
 }
 
+/* GPT-OSS's routing of logits l (n): the top k logits (ties: the lower
+ * index), their weights the softmax over the k */
+static void topk_logits(const float *l, int64_t n, int64_t k, int32_t *idx, float *w)
+{
+	for (int64_t j = 0; j < k; j++) {
+		int64_t best = -1;
+		for (int64_t e = 0; e < n; e++) {
+			int used = 0;
+			for (int64_t i = 0; i < j && !used; i++)
+				used = idx[i] == e;
+			if (!used && (best < 0 || l[e] > l[best]))
+				best = e;
+		}
+		idx[j] = (int32_t)best;
+	}
+	double mx = l[idx[0]], sum = 0;
+	for (int64_t j = 0; j < k; j++)
+		sum += exp((double)l[idx[j]] - mx);
+	for (int64_t j = 0; j < k; j++)
+		w[j] = (float)(exp((double)l[idx[j]] - mx) / sum);
+}
+
+void x3_moe_act(const struct x3_moe *p, float *g, const float *u, int64_t n)
+{
+	if (p->act_limit > 0) {
+		const float lim = (float)p->act_limit, al = (float)p->act_alpha;
+		#pragma omp parallel for if(n > (1 << 16)) schedule(static)
+		for (int64_t i = 0; i < n; i++) {
+			float gv = g[i] < lim ? g[i] : lim, uv = u[i] < -lim ? -lim : u[i] > lim ? lim : u[i];
+			/* NaN passes through (neither comparison holds): never clamped to a number */
+			if (isnan(g[i]))
+				gv = g[i];
+			if (isnan(u[i]))
+				uv = u[i];
+			g[i] = (uv + 1.0f) * (gv / (1.0f + expf(-al * gv)));
+		}
+		return;
+	}
+	for (int64_t i = 0; i < n; i++)
+		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 /* DeepSeek V3's grouped sigmoid routing of logits l (n) (moe.h): idx, w */
 static void topk_grouped(const struct x3_moe *p, const float *l, int32_t *idx, float *w)
 {
@@ -90,6 +132,8 @@ static void route_one(const struct x3_moe *p, const float *l, int32_t *idx, floa
 {
 	if (p->sigmoid)
 		topk_grouped(p, l, idx, w);
+	else if (p->topk_softmax)
+		topk_logits(l, p->n_experts, p->top_k, idx, w);
 	else
 		topk(l, p->n_experts, p->top_k, p->renorm, idx, w);
 }
@@ -100,6 +144,9 @@ int x3_moe_route(const struct x3_moe *p, const float *x, int64_t nt, int64_t seg
 	if (!l)
 		return x3_err(X3_ENOMEM, "moe: out of memory for the router logits");
 	int rc = x3_gemm_xwt(x, nt, seg, p->hidden, p->router, p->n_experts, l);
+	for (int64_t t = 0; t < nt && !rc && p->router_bias; t++)
+		for (int64_t e = 0; e < p->n_experts; e++)
+			l[t * p->n_experts + e] += p->router_bias[e];
 	if (!rc)
 		for (int64_t t = 0; t < nt; t++)
 			route_one(p, l + t * p->n_experts, idx + t * p->top_k, w + t * p->top_k);
@@ -145,8 +192,7 @@ int x3_moe_forward(const struct x3_moe *p, const float *x, int64_t nt, int64_t s
 			break;
 		if ((rc = p->apply(p->ctx, e, 0, xe, n, g)) || (rc = p->apply(p->ctx, e, 1, xe, n, u)))
 			break;
-		for (int64_t i = 0; i < n * I; i++)
-			g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+		x3_moe_act(p, g, u, n * I);
 		if ((rc = p->apply(p->ctx, e, 2, g, n, ye)))
 			break;
 		for (int64_t r = 0; r < n; r++)

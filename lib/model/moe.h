@@ -8,6 +8,9 @@
  * Σ_k w_k · down_e(silu(gate_e(x)) * up_e(x)) over its k experts, summed in
  * the order of the experts' numbers.
  *
+ * GPT-OSS routes on the logits plus a bias: the top k, weighted by the
+ * softmax over those k; its experts' SwiGLU is clamped (x3_moe_act).
+ *
  * The batched form gathers the rows routed to each expert and multiplies
  * them through a callback (the model's linears: dense or EXL3, and the
  * place the per-expert Hessian capture reads the routed rows).
@@ -42,7 +45,19 @@ struct x3_moe {
 	const float *score_bias;  /* (n_experts) e_score_correction_bias */
 	int64_t n_group, topk_group;
 	double scale;
+	/* GPT-OSS: router_bias (n_experts; may be NULL) added to the logits;
+	 * topk_softmax: the top k of the logits, their weights the softmax
+	 * over those k (Hugging Face's GptOssTopKRouter); act_limit > 0: the
+	 * experts' clamped SwiGLU (x3_moe_act) with act_alpha */
+	const float *router_bias;
+	int topk_softmax;
+	double act_limit, act_alpha;
 };
+
+/* The experts' activation in place: g (n) = silu(g) * u, or with
+ * act_limit > 0 (GPT-OSS) g' = min(g, limit), u' = clamp(u, -limit,
+ * limit), g = (u' + 1) * g' * sigmoid(act_alpha * g'). */
+void x3_moe_act(const struct x3_moe *p, float *g, const float *u, int64_t n);
 
 /* The top k experts of each of the nt rows of x (nt, hidden): idx and w
  * (nt, top_k), best first. seg: rows per sequence for the router product
