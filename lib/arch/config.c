@@ -734,6 +734,10 @@ ids:
 
 	if (c->foreign_quant) {
 		json_t *qm = json_object_get(json_object_get(root, "quantization_config"), "quant_method");
+		if ((c->desc->flags & X3_AF_GPT_OSS) && qm && json_is_string(qm) && !strcmp(json_string_value(qm), "mxfp4"))
+			return x3_err(X3_EUNSUP, "config.json: quantization_config with quant_method 'mxfp4' (the hub's "
+			              "MXFP4 experts) is not supported: GPT-OSS is read in the per-expert layout, "
+			              "mlp.experts.E.{gate,up,down}_proj with biases");
 		return x3_err(X3_EUNSUP, "config.json: quantization_config with quant_method "
 		              "'%s' is not supported (exl3 is)",
 		              qm && json_is_string(qm) ? json_string_value(qm) : "?");

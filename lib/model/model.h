@@ -9,7 +9,11 @@
  * DeepseekV3ForCausalLM (multi-head latent attention, "yarn" rope_scaling,
  * grouped sigmoid routing, shared experts), Glm4MoeForCausalLM (its
  * routing under GQA with q/k/v biases, optional q/k RMSNorms and RoPE on the
- * first partial_rotary_factor of each head); Phi3ForCausalLM;
+ * first partial_rotary_factor of each head); GptOssForCausalLM (q/k/v/o
+ * biases, one learned sink logit per head, sliding and full layers by
+ * layer_types, yarn RoPE without truncation, the router's bias and the
+ * softmax over the top k logits, experts with biases and the clamped
+ * SwiGLU); Phi3ForCausalLM;
  * Gemma2ForCausalLM,
  * Gemma3ForCausalLM and Gemma3ForConditionalGeneration's language model
  * ((1 + w) RMSNorms, norms after the attention and the MLP, the embedding

@@ -447,6 +447,9 @@ int main(void)
 	CHECK(bad(&a, "c3", ", \"layer_types\": [\"sliding_attention\", \"chunked_attention\", \"full_attention\"]",
 	          "'layer_types' entry 1"), "an unknown layer type: named");
 	CHECK(bad(&a, "c4", ", \"swiglu_limit\": 0", "'swiglu_limit'"), "swiglu_limit 0: named");
+	CHECK(bad(&a, "c6", ", \"quantization_config\": {\"quant_method\": \"mxfp4\", \"modules_to_not_convert\": "
+	          "[\"model.layers.*.self_attn\"]}", "quant_method 'mxfp4' (the hub's MXFP4 experts) is not supported"),
+	      "the hub's MXFP4 quantization_config: refused, saying what is read");
 	build(&a, 1);
 	x3_rng g;
 	x3_rng_seed(&g, 3, 0);
