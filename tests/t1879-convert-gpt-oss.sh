@@ -11,7 +11,8 @@
 # its bias and one K per projection over the layer's experts; validate
 # accepts each; exl3-info --check exllamav3 is clean; the KL to the
 # original falls as the bits rise and stays below round-to-nearest at the
-# same bits. Bad inputs (sinks of the wrong length, a missing expert bias,
+# same bits; a pack whose config lacks a key ExLlamaV3 reads without a
+# default (layer_types) fails its config rule. Bad inputs (sinks of the wrong length, a missing expert bias,
 # the hub's fused gate_up_proj): exit 1 naming the tensor, nothing
 # written. The forward itself: tests/unit/t1579.
 . "$(dirname "$0")/lib.sh"
@@ -61,6 +62,13 @@ for b in 2.5 4; do
 	kl_vs_rtn "$b bpw" M q$b $b v$b.json 'mlp\.router|self_attn\.sinks'
 done
 
+# a config without layer_types converts (GptOssConfig's default alternation)
+# but ExLlamaV3's gpt_oss.py reads it without a default: the config rule
+mkdir NL && cp q4/* NL/ && jq 'del(.layer_types)' q4/config.json >NL/config.json
+exl3-info --check exllamav3 --json NL >NL.check 2>&1 && rc=0 || rc=$?
+check "--check exllamav3 on a pack without layer_types: exit 1, the config rule naming it" \
+	sh -c "[ $rc -eq 1 ] && jq -e '[.violations[] | [.rule, .tensor]] == [[\"config\", \"config.json\"]] and (.violations[0].message | test(\"layer_types\"))' NL.check >/dev/null"
+
 # bad inputs: exit 1 naming the tensor, nothing written
 mkdir bad1 && cp M/config.json M/tokenizer*.json bad1/
 { tensor-ls M | jq -r .name | grep -vxF model.layers.1.self_attn.sinks | xargs tensor-cat -q M
@@ -80,5 +88,5 @@ mkdir bad3 && cp M/config.json M/tokenizer*.json bad3/
 check_fail "convert: the hub's fused gate_up_proj refused, named" 1 \
 	"model\.layers\.1\.mlp\.experts\.gate_up_proj.*not read" convert bad3 bad3.out --bits 3 --rows 4 --cols 32 -q
 check "... nothing written" test ! -e bad3.out
-NO_INFO="bad1 bad2 bad3"
+NO_INFO="bad1 bad2 bad3 NL"
 done_testing

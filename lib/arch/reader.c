@@ -163,6 +163,18 @@ static void config_files(struct ctx *x, const x3_model_config *c)
 			          "GPTQModel finds no EXL3 module to load");
 		json_decref(q);
 	}
+	/* config: ExLlamaV3's gpt_oss.py reads these keys without a default
+	 * (Hugging Face's GptOssConfig has defaults for them, exl3kit reads
+	 * those: a config without them converts, but does not load) */
+	static const char *const gpt_oss_keys[] = { "hidden_size", "num_attention_heads", "num_hidden_layers",
+		"intermediate_size", "num_local_experts", "num_experts_per_tok", "rms_norm_eps", "sliding_window",
+		"layer_types" };
+	json_t *cj = load_json(x->dir, "config.json");
+	for (size_t i = 0; exl(x) && c->arch == X3_ARCH_GPT_OSS && i < sizeof gpt_oss_keys / sizeof *gpt_oss_keys; i++)
+		if (!cj || !json_object_get(cj, gpt_oss_keys[i]) || json_is_null(json_object_get(cj, gpt_oss_keys[i])))
+			violation(x, "config.json", "config", "no \"%s\": ExLlamaV3's gpt_oss.py reads it without a "
+			          "default and refuses the model", gpt_oss_keys[i]);
+	json_decref(cj);
 	if (exl(x) && c->arch == X3_ARCH_GEMMA3_MM && !exists(x->dir, "preprocessor_config.json"))
 		violation(x, "preprocessor_config.json", "files", "missing: ExLlamaV3 loads Gemma3's "
 		          "multimodal model with its image preprocessor's config");
