@@ -132,11 +132,12 @@ deps:
 	@./.ci/deps
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(LIBEXECDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(LIBEXECDIR)
 	install -m 755 $(PROGS) $(DESTDIR)$(BINDIR)
 	for p in pipelines/*; do [ -f "$$p" ] && install -m 755 "$$p" $(DESTDIR)$(BINDIR)/exl3-$$(basename $$p) || true; done
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
 	install -m 644 man/*.5 $(DESTDIR)$(MANDIR)/man5
+	install -m 644 man/*.7 $(DESTDIR)$(MANDIR)/man7
 	$(if $(BACKEND_OUT),install -m 755 $(BACKEND) $(DESTDIR)$(LIBEXECDIR))
 
 clean:

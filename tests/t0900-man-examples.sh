@@ -3,7 +3,7 @@
 # bash -e -o pipefail script of its "$ " lines, run in an empty directory
 # with bin/ and pipelines/ on PATH.
 . "$(dirname "$0")/lib.sh"
-for page in "$ROOT"/man/*.[15]; do
+for page in "$ROOT"/man/*.[157]; do
 	name=$(basename "$page")
 	awk -v out="$TMP/$name" '
 		/^\.SH EXAMPLES/ { inex = 1; next }
