@@ -57,8 +57,14 @@ BENCH := $(filter-out tests/bench/gpu,$(BENCH))
 endif
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
 LIB := lib/libexl3kit.a
+# the pipelines under the names they are installed and documented as
+# (exl3-convert(1), ...): with bin/ on PATH the tree runs them as installed
+PIPE_LINKS := $(patsubst pipelines/%,bin/exl3-%,$(wildcard pipelines/convert pipelines/validate pipelines/plot-kl))
 
-all: $(LIB) $(PROGS) $(UNIT) $(BENCH) $(BACKEND_OUT)
+all: $(LIB) $(PROGS) $(PIPE_LINKS) $(UNIT) $(BENCH) $(BACKEND_OUT)
+
+$(PIPE_LINKS): bin/exl3-%: pipelines/%
+	$(call say,LN,$@)ln -sfn ../pipelines/$* $@
 
 %.o: %.c
 	$(call say,CC,$@)$(CC) $(CPPFLAGS) $(X3_CFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
@@ -126,15 +132,16 @@ deps:
 	@./.ci/deps
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(LIBEXECDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(LIBEXECDIR)
 	install -m 755 $(PROGS) $(DESTDIR)$(BINDIR)
 	for p in pipelines/*; do [ -f "$$p" ] && install -m 755 "$$p" $(DESTDIR)$(BINDIR)/exl3-$$(basename $$p) || true; done
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
 	install -m 644 man/*.5 $(DESTDIR)$(MANDIR)/man5
+	install -m 644 man/*.7 $(DESTDIR)$(MANDIR)/man7
 	$(if $(BACKEND_OUT),install -m 755 $(BACKEND) $(DESTDIR)$(LIBEXECDIR))
 
 clean:
-	rm -f lib/*/*.o lib/*/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(BACKEND) lib/.libexecdir $(PROGS) \
+	rm -f lib/*/*.o lib/*/*.d bin/*.o bin/*.d kernels/*.o $(LIB) $(BACKEND) lib/.libexecdir $(PROGS) $(PIPE_LINKS) \
 	  tests/unit/*.o tests/unit/*.d $(UNIT) tests/bench/*.o tests/bench/*.d $(BENCH)
 	rm -rf tests/fuzz/build build-asan
 

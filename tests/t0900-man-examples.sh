@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every man page's EXAMPLES run as tests: each .EX/.EE block becomes one
 # bash -e -o pipefail script of its "$ " lines, run in an empty directory
-# with bin/ and pipelines/ on PATH.
+# with bin/ on PATH, as after make install: the pipelines by their installed
+# names (exl3-convert), not pipelines/ (whose convert is also ImageMagick's).
 . "$(dirname "$0")/lib.sh"
-for page in "$ROOT"/man/*.[15]; do
+PATH=${PATH//"$ROOT/pipelines:"/}
+for page in "$ROOT"/man/*.[157]; do
 	name=$(basename "$page")
 	awk -v out="$TMP/$name" '
 		/^\.SH EXAMPLES/ { inex = 1; next }

@@ -49,7 +49,7 @@ check "... below $R chunks in memory ($((pn >> 20)) MiB) by 3/4 of down_proj's p
 	test $((pn - ps)) -ge $((I * I * 3))
 check "... the same Hessians, byte for byte" cmp h.nospill h.spill
 check "... and nothing left in the spill directory" test -z "$(ls -A sp)"
-# convert -n's estimate of a capture's memory (README "Dry run"): above what
+# convert -n's estimate of a capture's memory (exl3kit(7), SIZES AND THE DRY RUN): above what
 # the capture of a layer took, and not more than twice it
 est=$(convert m out --bits 4 --rows $R --cols $C -n --json | jq .memory.capture)
 check "convert -n: capture memory estimate $((est >> 20)) MiB >= the measured $((p3 >> 20)) MiB, <= twice it" \

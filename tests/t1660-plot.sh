@@ -26,7 +26,7 @@ check "... bits (3 series) and decode errors (3 series)" test "$(svg_series vc.s
 check "... the errors panel says rel_fro_err" grep -q "per-tensor rel_fro_err" vc.svg
 check_fail "validate --plot needs an argument" 2 "option '--plot' needs an argument" validate p --plot
 
-# plot-kl: the README's results table (stories260K), drawn
+# plot-kl: the results table of exl3-quantize(7) (stories260K), drawn
 rep() { jq -n --argjson b "$1" --argjson k "$2" '{ok: true, bits: $b, eval: {kl_divergence: $k}}' >"$3"; }
 rep 2.495 0.297 o25.json; rep 3.000 0.122 o3.json; rep 4.000 0.0323 o4.json; rep 5.000 0.0084 o5.json
 rep 3.000 0.117 s3.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproducibility of a whole conversion (README "Reproducibility"): at a
+# Reproducibility of a whole conversion (exl3kit(7), REPRODUCIBILITY): at a
 # fractional target, where the plan decides between two widths per tensor,
 # -j 1 on one BLAS/OpenMP thread and -j 2 on two give byte-identical
 # directories, plans, measurements and encodes (the work directory's enc/,
@@ -11,7 +11,7 @@
 # SkylakeX or Sandybridge), on a one-layer generated Llama at the same
 # target (two rows of 200 tokens, no head encode: the smallest conversion
 # whose plan still mixes widths). Between kernels the bytes may differ
-# (README); the test checks only what README promises.
+# (exl3kit(7)); the test checks only what that page promises.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"

@@ -2,7 +2,7 @@
 # pipelines/convert keeps the work directory's Hessians bounded: a layer's
 # Hessian files are deleted once its encodes are done, and a layer's capture
 # waits until those of the layer two before it are gone, so at most two
-# layers' Hessians exist at once (README: the peak disk formula). Checked on
+# layers' Hessians exist at once (exl3kit(7): the peak disk formula). Checked on
 # a generated three-layer Llama by a tensor-cat on PATH that, after every
 # capture's --split, records the Hessian bytes, the layers that have
 # Hessian files and the whole work directory's bytes: the Hessian peak is at

@@ -16,7 +16,7 @@
  *     vs SkylakeX, say): those order their fused multiply-adds differently.
  * Numbers the toolkit decides on (proxy errors, scale search, the plan) are
  * computed by our own fixed-order loops instead (quant.c), so they do not
- * depend on the kernel either; README "Reproducibility" states the whole
+ * depend on the kernel either; exl3kit(7), REPRODUCIBILITY, states the whole
  * rule. */
 #ifndef X3_BLAS_H
 #define X3_BLAS_H

@@ -16,9 +16,9 @@
 # 129280-token vocabulary) on 2, 16 and 64 cores from this run's CPU seconds
 # per weight of the attention and of the experts (measured as one; a lower
 # bound that assumes the encodes spread over the cores), its memory from the
-# bound of the README (2 x (largest weight F32 + its Hessian F64) + the
+# bound of exl3kit(7), PERFORMANCE (2 x (largest weight F32 + its Hessian F64) + the
 # calibration's hidden states + a constant, the largest weight being the
-# 129280 x 7168 head) and its peak disk from the README's formula (the
+# 129280 x 7168 head) and its peak disk from its formula (SIZES AND THE DRY RUN: the
 # output + the Hessian files (F32) of two layers + the hidden states).
 #   BENCH_MOE_HIDDEN/INTER/EXPERTS/HEADS  the layer (7168, 2048, 8, 128)
 #   BENCH_MOE_TINY_ONLY=1                 only the tiny model
@@ -94,12 +94,12 @@ if [ -z "${BENCH_MOE_TINY_ONLY:-}" ]; then
 		printf "  %-8s %12s\n", "cores", "hours"
 		split("2 16 64", nc, " ")
 		for (i = 1; i <= 3; i++) { t = spw * total / nc[i] / 3600; printf "  %-8d %12.1f\n", nc[i], t; js = js sprintf("%s{\"cores\":%d,\"hours\":%.2f}", i > 1 ? "," : "", nc[i], t) }
-		# memory: the bound of issue 12 and the README, 2 x (the largest
+		# memory: the bound of exl3kit(7), 2 x (the largest
 		# weight F32, the head, + its Hessian F64) + hidden states + 64 MiB;
 		# the capture of a MoE layer holds the weights and sums of one expert at
-		# a time (README, "Memory of a MoE layer"), far below it
+		# a time (exl3kit(7), "Memory of a mixture-of-experts layer"), far below it
 		mem = 2 * (V * h * 4 + h * h * 8) + R * C * h * 4 + 64 * 1048576
-		# disk: the formula of the README: the output (B bits a decoder weight,
+		# disk: the formula of exl3kit(7): the output (B bits a decoder weight,
 		# the head at 6, the embedding and norms 16) + two MoE layers of
 		# Hessian files (F32, in^2 x 4 a group: per expert its gate/up
 		# input h x h and its down input mi x mi; the attention inputs

@@ -1,5 +1,5 @@
 /* t1205-determinism: what the toolkit's numbers may and may not depend on
- * (README "Reproducibility", lib/common/blas.h).
+ * (exl3kit(7), REPRODUCIBILITY; lib/common/blas.h).
  *
  * The test runs itself as a child under several OpenBLAS kernels
  * (OPENBLAS_CORETYPE: those this CPU can run, tests/lib-blas.sh's list,
