@@ -9,7 +9,9 @@
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
        X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
        X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3, X3_ARCH_GLM4_MOE,
-       X3_ARCH_GLM4_MOE_LITE };
+       X3_ARCH_GLM4_MOE_LITE,
+       X3_ARCH_QWEN3_NEXT, X3_ARCH_QWEN3_5, X3_ARCH_QWEN3_5_MM, X3_ARCH_QWEN3_5_MOE,
+       X3_ARCH_QWEN3_5_MOE_MM };
 
 /* the most frequencies of a longrope factor list (rot_dim / 2) */
 #define X3_ROPE_MAX_FACTORS 512
@@ -83,6 +85,15 @@ typedef struct x3_model_config {
 	double attn_softcap, final_softcap, rope_local_theta;
 	uint64_t swa_layers[16];
 	int swa_masked;          /* the window is masked per layer (swa_layers) */
+	/* Qwen3-Next / Qwen3.5 hybrids (hybrid): the layers of lin_layers
+	 * (bit l) are Gated DeltaNet linear attention (gdn.h: lin_nk key and
+	 * lin_nv value heads of lin_dk and lin_dv, conv kernel lin_kconv), the
+	 * others gated full attention (q_proj's rows per head [query | gate],
+	 * the output times sigmoid(gate)); every RMSNorm but the DeltaNet's
+	 * gated one scales by 1 + w (norm_offset) */
+	int hybrid, norm_offset;
+	int64_t lin_nk, lin_nv, lin_dk, lin_dv, lin_kconv;
+	uint64_t lin_layers[16];
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;
