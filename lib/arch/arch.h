@@ -50,7 +50,14 @@
  * its multi-token prediction layer is left out as DeepSeek's.
  * GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek V3's rows under other
  * config rules: the dense layers by mlp_layer_types (X3_AF_MLP_TYPES),
- * GLM's defaults (one expert group, routed_scaling_factor 1.8). */
+ * GLM's defaults (one expert group, routed_scaling_factor 1.8).
+ * The Qwen3-Next / Qwen3.5 hybrids (X3_AF_HYBRID) have two kinds of
+ * layer, by layer_types or full_attention_interval (X3_WHEN_FULL_ATTN,
+ * X3_WHEN_LINEAR_ATTN): gated attention, whose q_proj holds each head's
+ * query and gate (X3_DIM_Q2), and the Gated DeltaNet (lib/model/gdn.h),
+ * whose in_proj_qkvz (or in_proj_qkv and in_proj_z) and out_proj are
+ * linears, in_proj_ba (or in_proj_b, in_proj_a) kept matrices, conv1d a
+ * kept depthwise conv (X3_KIND_CONV), A_log and dt_bias bare vectors. */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
