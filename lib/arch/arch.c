@@ -514,21 +514,21 @@ static const x3_arch_desc archs[] = {
 	  X3_AF_MLP_TYPES,
 	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", glm4_moe_lite_defaults,
 	  X3_RD(X3_READER_GPTQMODEL) },
-	/* the Qwen3-Next / Qwen3.5 hybrids (Gated DeltaNet) */
+	/* the Qwen3-Next / Qwen3.5 hybrids (Gated DeltaNet); ExLlamaV3 v1.4.1
+	 * registers Qwen3.5 under its ...ForConditionalGeneration names only
+	 * (architecture/qwen3_5.py), the text under model.language_model. */
 	{ X3_ARCH_QWEN3_NEXT, "Qwen3NextForCausalLM", "qwen3_next", "Qwen3-Next",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.layers.{L}", qwen3_next_mods, N_(qwen3_next_mods), "num_experts", qwen3_next_defaults,
 	  X3_RD(X3_READER_EXLLAMAV3) },
 	{ X3_ARCH_QWEN3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3.5", X3_AF_HYBRID,
-	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), NULL, qwen3_5_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) },
+	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), NULL, qwen3_5_defaults, 0 },
 	{ X3_ARCH_QWEN3_5_MM, "Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3.5 multimodal", X3_AF_HYBRID,
 	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), NULL, qwen3_5_defaults,
 	  X3_RD(X3_READER_EXLLAMAV3) },
 	{ X3_ARCH_QWEN3_5_MOE, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "Qwen3.5-MoE",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
-	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), "num_experts", qwen3_5_moe_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) },
+	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), "num_experts", qwen3_5_moe_defaults, 0 },
 	{ X3_ARCH_QWEN3_5_MOE_MM, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "Qwen3.5-MoE multimodal",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), "num_experts",

@@ -443,6 +443,9 @@ static int parse_hybrid(json_t *cj, x3_model_config *c)
 	if (c->n_layers > 1024)
 		return x3_err(X3_EUNSUP, "config.json: %lld layers: a hybrid of more than 1024 is not supported",
 		              (long long)c->n_layers);
+	c->full_interval = 4;
+	if ((rc = get_int(cj, "full_attention_interval", 0, 1, &c->full_interval)))
+		return rc;
 	json_t *lt = json_object_get(cj, "layer_types");
 	if (lt && !json_is_null(lt)) {
 		if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->n_layers)
@@ -459,11 +462,8 @@ static int parse_hybrid(json_t *cj, x3_model_config *c)
 		}
 		return X3_OK;
 	}
-	int64_t iv = 4;
-	if ((rc = get_int(cj, "full_attention_interval", 0, 1, &iv)))
-		return rc;
 	for (int64_t l = 0; l < c->n_layers; l++)
-		if ((l + 1) % iv)
+		if ((l + 1) % c->full_interval)
 			c->lin_layers[l / 64] |= 1ull << (l % 64);
 	return X3_OK;
 }
@@ -870,6 +870,12 @@ int x3_config_load(const char *dir, x3_model_config *cfg)
 int64_t x3_config_chunk_tokens(const x3_model_config *c)
 {
 	int64_t inter = c->intermediate > c->moe_inter ? c->intermediate : c->moe_inter;
-	int64_t per = 4 * (4 * c->hidden + 3 * inter), fit = per > 0 ? (256LL << 20) / per : 4096;
+	int64_t per = 4 * (4 * c->hidden + 3 * inter);
+	if (c->hybrid) {
+		/* the DeltaNet's projections, their conv, the gated q_proj */
+		int64_t cd = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv, vd = c->lin_nv * c->lin_dv;
+		per += 4 * (3 * cd + 3 * vd + 2 * c->n_heads * c->head_dim);
+	}
+	int64_t fit = per > 0 ? (256LL << 20) / per : 4096;
 	return fit < 4096 ? fit : 4096;
 }

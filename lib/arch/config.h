@@ -93,6 +93,9 @@ typedef struct x3_model_config {
 	 * gated one scales by 1 + w (norm_offset) */
 	int hybrid, norm_offset;
 	int64_t lin_nk, lin_nv, lin_dk, lin_dv, lin_kconv;
+	int64_t full_interval;   /* full_attention_interval (default 4), read
+	                            beside layer_types (ExLlamaV3's Qwen3-Next
+	                            follows it alone) */
 	uint64_t lin_layers[16];
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
@@ -117,8 +120,9 @@ int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg);
 int x3_config_load(const char *dir, x3_model_config *cfg);
 /* Tokens per forward chunk by default (hessian-capture --chunk, convert's
  * memory estimate): 4096, fewer where a chunk's activations, about 4 (4
- * hidden + 3 intermediate) bytes a token, would pass 256 MiB (the forward
- * runs whole rows, at least one). */
+ * hidden + 3 intermediate, and a hybrid's DeltaNet and gated q_proj
+ * widths) bytes a token, would pass 256 MiB (the forward runs whole rows,
+ * at least one). */
 int64_t x3_config_chunk_tokens(const x3_model_config *c);
 
 #endif

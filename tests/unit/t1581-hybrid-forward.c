@@ -27,6 +27,8 @@
 #include "model.h"
 #include "arch.h"
 #include "gdn.h"
+#include "config.h"
+#include "reader.h"
 
 struct hy {
 	int H, I, layers, heads, kv, hd, vocab;
@@ -432,6 +434,24 @@ int main(void)
 	      "the fused projections regrouped give the split form's logits (rel %.2g)",
 	      l1 && l2 ? test_max_rel(l1, l2, (size_t)2 * 40 * nx.vocab) : -1.0);
 	free(l1), free(l2);
+
+	/* the reader contract: ExLlamaV3's Qwen3-Next follows
+	 * full_attention_interval alone and builds every layer with experts */
+	x3_model_config c;
+	CHECK(!x3_config_load(test_path("next"), &c) && x3_reader_loads(X3_READER_EXLLAMAV3, &c),
+	      "ExLlamaV3 loads the Qwen3-Next checkpoint");
+	struct hy lt = nx;
+	lt.types = 1, lt.linear = 0x5;
+	build(&lt, 4);
+	CHECK(!write_model(&lt, test_path("next-types"), NULL) && !x3_config_load(test_path("next-types"), &c) &&
+	      !x3_reader_loads(X3_READER_EXLLAMAV3, &c) && x3_reader_loads(X3_READER_STRICT, &c),
+	      "... not one whose layer_types disagree with full_attention_interval (4)");
+	CHECK(!write_model(&nx, test_path("next-dense"), ", \"mlp_only_layers\": [1]") &&
+	      !x3_config_load(test_path("next-dense"), &c) && !x3_reader_loads(X3_READER_EXLLAMAV3, &c),
+	      "... nor one with a dense layer (mlp_only_layers)");
+	CHECK(!write_model(&sp, test_path("split"), NULL) && !x3_config_load(test_path("split"), &c) &&
+	      !x3_reader_loads(X3_READER_EXLLAMAV3, &c),
+	      "ExLlamaV3 v1.4.1 does not load Qwen3_5MoeForCausalLM (only ...ForConditionalGeneration)");
 
 	/* bad checkpoints */
 	build(&d, 1);
