@@ -89,18 +89,18 @@ check "... the router and shared_expert_gate kept" \
 check "... exl3-info --check exllamav3 clean" exl3-info --check exllamav3 qe
 
 # bad inputs: exit 1 naming the key or tensor, nothing written
-mkdir bad1 && cp M/model.safetensors M/tokenizer*.json bad1/
+mkdir bad1 && cp M/model.safetensors M/tokenizer*.json M/preprocessor_config.json bad1/
 jq 'del(.text_config.linear_num_key_heads)' M/config.json >bad1/config.json
 check_fail "convert: linear_num_key_heads missing, named" 1 'linear_num_key_heads' \
 	convert bad1 bad1.out --bits 3 --rows 4 --cols 32 -q
 check "... nothing written" test ! -e bad1.out
-mkdir bad2 && cp M/config.json M/tokenizer*.json bad2/
+mkdir bad2 && cp M/config.json M/tokenizer*.json M/preprocessor_config.json bad2/
 { tensor-ls M | jq -r .name | grep -v "^$P\.1\.linear_attn\.conv1d\.weight\$" | xargs tensor-cat -q M
   tensor-gen -s 7 "$P.1.linear_attn.conv1d.weight=176x4"; } | tensor-cat -q -o bad2/model.safetensors -
 check_fail "convert: a conv1d of shape 176x4 (not 176x1x4) named" 1 "$P\.1\.linear_attn\.conv1d\.weight" \
 	convert bad2 bad2.out --bits 3 --rows 4 --cols 32 -q
 check "... nothing written" test ! -e bad2.out
-mkdir bad3 && cp ME/model.safetensors ME/tokenizer*.json bad3/
+mkdir bad3 && cp ME/model.safetensors ME/tokenizer*.json ME/preprocessor_config.json bad3/
 jq '.text_config.num_experts = 3' ME/config.json >bad3/config.json
 check_fail "convert: num_experts 3 against fused experts of 2: the tensor named" 1 "mlp\.experts\.gate_up_proj" \
 	convert bad3 bad3.out --bits 3 --rows 4 --cols 32 -q
