@@ -536,7 +536,10 @@ static void classify(const x3_pack_in *pin, const char *out, x3_pack_layout *lay
 	for (int i = 0; i < lay->nprob && i < 200; i++)
 		warnx("%s", lay->prob[i]);
 	nprob = lay->nprob;
-	if (lay->skipped && !quiet)
+	if (lay->skipped && !quiet && pin->cfg->hybrid)
+		warnx("note: %d tensors of %s's multi-token prediction layer (mtp.*) left out", lay->skipped,
+		      pin->src_name);
+	else if (lay->skipped && !quiet)
 		warnx("note: %d tensors of %s's layers from %lld on (multi-token prediction) left out",
 		      lay->skipped, pin->src_name, (long long)pin->cfg->n_layers);
 	for (int i = 0; i < lay->nent; i++) {

@@ -275,7 +275,7 @@ static void put_json(json_t *o, const char *what)
 static const char *kind_name(int k)
 {
 	return k == X3_KIND_LINEAR ? "linear" : k == X3_KIND_VECTOR ? "vector" :
-	       k == X3_KIND_MATRIX ? "matrix" : "embedding";
+	       k == X3_KIND_MATRIX ? "matrix" : k == X3_KIND_CONV ? "conv" : "embedding";
 }
 
 /* A module's tensors in a model that is not quantized: its weight (float,
@@ -291,6 +291,15 @@ static void check_module(const char *dir, x3_st *st, const x3_module *m)
 	 * shapes were checked on load (arch.h x3_arch_fused_scan) */
 	if (m->fused && w && w->rank == 3 && w->shape[0] * w->shape[1] == m->src_rows && w->shape[2] == m->in)
 		return;
+	/* a depthwise conv1d: (channels, 1, kernel) */
+	if (m->d->kind == X3_KIND_CONV) {
+		char b[64];
+		if (!(w && w->rank == 3 && w->shape[0] == m->out && w->shape[1] == 1 && w->shape[2] == m->in &&
+		      (w->dtype == X3_F32 || w->dtype == X3_F16 || w->dtype == X3_BF16)))
+			die("%s: tensor '%s': %s, config says %lldx1x%lld (channels x 1 x kernel)", dir, m->weight,
+			    w ? x3_shape_str(w, b, sizeof b) : "missing", (long long)m->out, (long long)m->in);
+		return;
+	}
 	if (x3_tensor_check_float(w, m->weight, vec ? 1 : 2, m->src_rows, m->in)) {
 		if (m->sliced)
 			die("%s: %s (a fused tensor: linear '%s' is its rows %lld..%lld)", dir, x3_errmsg(), m->key,

@@ -364,6 +364,131 @@ static const char gpt_oss_defaults[] =
 	"\"head_dim\": 64, \"tie_word_embeddings\": false, \"max_position_embeddings\": 131072, "
 	"\"rope_parameters\": {\"rope_type\": \"yarn\", \"rope_theta\": 150000.0, \"factor\": 32.0, "
 	"\"beta_fast\": 32.0, \"beta_slow\": 1.0, \"truncate\": false, \"original_max_position_embeddings\": 4096}}";
+/* The Qwen3-Next / Qwen3.5 hybrids under the key prefix P ("model." or,
+ * for the multimodal checkpoints, "model.language_model."): every layer an
+ * input_layernorm, then either gated full attention (q_proj (2 Q, hidden):
+ * each head's query then its gate; q/k norms) or the Gated DeltaNet
+ * (linear_attn.*, gdn.h), then post_attention_layernorm and the MLP (dense,
+ * or Qwen2-MoE's experts with a shared expert and its sigmoid gate). As
+ * ExLlamaV3 (architecture/qwen3_next.py, qwen3_5.py,
+ * modules/gated_delta_net.py) quantizes and keeps them: in_proj_qkvz, or
+ * in_proj_qkv and in_proj_z, read one Hessian (the normed hidden state),
+ * out_proj its own (the gated norm's output); in_proj_ba, or in_proj_b and
+ * in_proj_a, conv1d, A_log, dt_bias and the norms are kept in the source
+ * precision, as are the router and shared_expert_gate. --hq as ExLlamaV3:
+ * attention and DeltaNet +2, shared expert +2. Their multi-token
+ * prediction layer (mtp.*) is left out (x3_arch_skipped) and the vision tower
+ * (model.visual.*) passed through. */
+#define HL_(P, s) P "layers.{L}." s
+#define HLIN(P, key, slot, role, in, out, hq, group, alloc, when) \
+	{ HL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, X3_BIAS_NONE, when, hq, -1, \
+	  HL_(P, group), alloc, 0, NULL, NULL, NULL, X3_TIE_NONE }
+#define HKEPT(P, key, kind, slot, role, in, out, when, bare) \
+	{ HL_(P, key), X3_SCOPE_LAYER, kind, slot, role, in, out, X3_BIAS_NONE, when, 0, -1, \
+	  NULL, NULL, bare, NULL, NULL, NULL, X3_TIE_NONE }
+#define HEXP(P, key, slot, in, out, group, alloc, fused) \
+	{ HL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, X3_ROLE_EXPERT, in, out, X3_BIAS_NONE, X3_WHEN_SPARSE, 0, -1, \
+	  HL_(P, group), alloc, 0, NULL, &fused, NULL, X3_TIE_EXPERTS }
+#define HYBRID_HEAD_ROWS(P) \
+	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }, \
+	NORM(X3_SCOPE_LAYER, HL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
+	HLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q2, 2, \
+	     "self_attn.input", "qkv", X3_WHEN_FULL_ATTN), \
+	HLIN(P, "self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, 2, \
+	     "self_attn.input", "qkv", X3_WHEN_FULL_ATTN), \
+	HLIN(P, "self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, 2, \
+	     "self_attn.input", "qkv", X3_WHEN_FULL_ATTN), \
+	NORM(X3_SCOPE_LAYER, HL_(P, "self_attn.q_norm"), X3_SLOT_Q_NORM, X3_DIM_HEAD_DIM, X3_WHEN_FULL_ATTN), \
+	NORM(X3_SCOPE_LAYER, HL_(P, "self_attn.k_norm"), X3_SLOT_K_NORM, X3_DIM_HEAD_DIM, X3_WHEN_FULL_ATTN), \
+	HLIN(P, "self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, 2, \
+	     "self_attn.o_proj.input", "o", X3_WHEN_FULL_ATTN)
+#define HYBRID_GDN_TAIL_ROWS(P) \
+	HKEPT(P, "linear_attn.conv1d", X3_KIND_CONV, X3_SLOT_GDN_CONV, X3_ROLE_ATTENTION, X3_DIM_GDN_KCONV, \
+	      X3_DIM_GDN_CONV, X3_WHEN_LINEAR_ATTN, 0), \
+	HKEPT(P, "linear_attn.A_log", X3_KIND_VECTOR, X3_SLOT_GDN_ALOG, X3_ROLE_ATTENTION, X3_DIM_NONE, \
+	      X3_DIM_GDN_NV, X3_WHEN_LINEAR_ATTN, 1), \
+	HKEPT(P, "linear_attn.dt_bias", X3_KIND_VECTOR, X3_SLOT_GDN_DT, X3_ROLE_ATTENTION, X3_DIM_NONE, \
+	      X3_DIM_GDN_NV, X3_WHEN_LINEAR_ATTN, 1), \
+	HKEPT(P, "linear_attn.norm", X3_KIND_VECTOR, X3_SLOT_GDN_NORM, X3_ROLE_NORM, X3_DIM_NONE, \
+	      X3_DIM_GDN_DV, X3_WHEN_LINEAR_ATTN, 0), \
+	HLIN(P, "linear_attn.out_proj", X3_SLOT_GDN_OUT, X3_ROLE_ATTENTION, X3_DIM_GDN_V, X3_DIM_HIDDEN, 2, \
+	     "linear_attn.out_proj.input", "o", X3_WHEN_LINEAR_ATTN), \
+	NORM(X3_SCOPE_LAYER, HL_(P, "post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS)
+/* Qwen3-Next's fused projections, grouped per key head (gdn.h) */
+#define HYBRID_GDN_FUSED_ROWS(P) \
+	HLIN(P, "linear_attn.in_proj_qkvz", X3_SLOT_GDN_QKVZ, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_QKVZ, 2, \
+	     "linear_attn.input", "qkv", X3_WHEN_LINEAR_ATTN), \
+	HKEPT(P, "linear_attn.in_proj_ba", X3_KIND_MATRIX, X3_SLOT_GDN_BA, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, \
+	      X3_DIM_GDN_BA, X3_WHEN_LINEAR_ATTN, 0), \
+	HYBRID_GDN_TAIL_ROWS(P)
+/* Qwen3.5's split projections */
+#define HYBRID_GDN_SPLIT_ROWS(P) \
+	HLIN(P, "linear_attn.in_proj_qkv", X3_SLOT_GDN_QKV, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_CONV, 2, \
+	     "linear_attn.input", "qkv", X3_WHEN_LINEAR_ATTN), \
+	HLIN(P, "linear_attn.in_proj_z", X3_SLOT_GDN_Z, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_V, 2, \
+	     "linear_attn.input", "qkv", X3_WHEN_LINEAR_ATTN), \
+	HKEPT(P, "linear_attn.in_proj_b", X3_KIND_MATRIX, X3_SLOT_GDN_B, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, \
+	      X3_DIM_GDN_NV, X3_WHEN_LINEAR_ATTN, 0), \
+	HKEPT(P, "linear_attn.in_proj_a", X3_KIND_MATRIX, X3_SLOT_GDN_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, \
+	      X3_DIM_GDN_NV, X3_WHEN_LINEAR_ATTN, 0), \
+	HYBRID_GDN_TAIL_ROWS(P)
+/* the MLP: dense layers' (Qwen3.5), or the experts with a shared expert
+ * (Qwen3-Next per expert, Qwen3.5-MoE fused 3-D) */
+#define HYBRID_MLP_ROWS(P, FG, FU, FD) \
+	HLIN(P, "mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, 0, "mlp.input", "gu", \
+	     X3_WHEN_DENSE), \
+	HLIN(P, "mlp.up_proj", X3_SLOT_UP, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, 0, "mlp.input", "gu", \
+	     X3_WHEN_DENSE), \
+	HLIN(P, "mlp.down_proj", X3_SLOT_DOWN, X3_ROLE_MLP, X3_DIM_INTER, X3_DIM_HIDDEN, 0, "mlp.down_proj.input", \
+	     "d", X3_WHEN_DENSE), \
+	HKEPT(P, "mlp.gate", X3_KIND_MATRIX, X3_SLOT_ROUTER, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_EXPERTS, \
+	      X3_WHEN_SPARSE, 0), \
+	HEXP(P, "mlp.experts.{E}.gate_proj", X3_SLOT_EXP_GATE, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
+	     "mlp.experts.{E}.input", "gu", FG), \
+	HEXP(P, "mlp.experts.{E}.up_proj", X3_SLOT_EXP_UP, X3_DIM_HIDDEN, X3_DIM_MOE_INTER, \
+	     "mlp.experts.{E}.input", "gu", FU), \
+	HEXP(P, "mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_DIM_MOE_INTER, X3_DIM_HIDDEN, \
+	     "mlp.experts.{E}.down_proj.input", "d", FD), \
+	HLIN(P, "mlp.shared_expert.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN, \
+	     X3_DIM_SHARED_INTER, 2, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED), \
+	HLIN(P, "mlp.shared_expert.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN, \
+	     X3_DIM_SHARED_INTER, 2, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED), \
+	HLIN(P, "mlp.shared_expert.down_proj", X3_SLOT_SHX_DOWN, X3_ROLE_SHARED_EXPERT, X3_DIM_SHARED_INTER, \
+	     X3_DIM_HIDDEN, 2, "mlp.shared_expert.down_proj.input", "d", X3_WHEN_SHARED), \
+	HKEPT(P, "mlp.shared_expert_gate", X3_KIND_MATRIX, X3_SLOT_SHX_SCALE, X3_ROLE_ROUTER, X3_DIM_HIDDEN, \
+	      X3_DIM_ONE, X3_WHEN_SHARED, 0), \
+	NORM(X3_SCOPE_POST, P "norm", X3_SLOT_FINAL_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
+	{ "lm_head", X3_SCOPE_POST, X3_KIND_LINEAR, X3_SLOT_HEAD, X3_ROLE_HEAD, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, X3_SLOT_EMBED, "lm_head.input", NULL, 0, NULL, \
+	  NULL, NULL, X3_TIE_NONE }
+static const x3_fused_expert hfx_gate_m = { "model.layers.{L}.mlp.experts.gate_up_proj", 1 };
+static const x3_fused_expert hfx_up_m = { "model.layers.{L}.mlp.experts.gate_up_proj", 2 };
+static const x3_fused_expert hfx_down_m = { "model.layers.{L}.mlp.experts.down_proj", 0 };
+static const x3_fused_expert hfx_gate_lm = { "model.language_model.layers.{L}.mlp.experts.gate_up_proj", 1 };
+static const x3_fused_expert hfx_up_lm = { "model.language_model.layers.{L}.mlp.experts.gate_up_proj", 2 };
+static const x3_fused_expert hfx_down_lm = { "model.language_model.layers.{L}.mlp.experts.down_proj", 0 };
+static const x3_module_desc qwen3_next_mods[] = {
+	HYBRID_HEAD_ROWS("model."), HYBRID_GDN_FUSED_ROWS("model."),
+	HYBRID_MLP_ROWS("model.", hfx_gate_m, hfx_up_m, hfx_down_m),
+};
+static const x3_module_desc qwen3_5_mods[] = {
+	HYBRID_HEAD_ROWS("model."), HYBRID_GDN_SPLIT_ROWS("model."),
+	HYBRID_MLP_ROWS("model.", hfx_gate_m, hfx_up_m, hfx_down_m),
+};
+static const x3_module_desc qwen3_5_mm_mods[] = {
+	HYBRID_HEAD_ROWS("model.language_model."), HYBRID_GDN_SPLIT_ROWS("model.language_model."),
+	HYBRID_MLP_ROWS("model.language_model.", hfx_gate_lm, hfx_up_lm, hfx_down_lm),
+};
+/* Hugging Face's defaults for the keys real hybrid configs may leave out
+ * (the linear_* keys are required: config.c) */
+static const char qwen3_next_defaults[] =
+	"{\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"rms_norm_eps\": 1e-6, "
+	"\"attention_bias\": false, \"head_dim\": 256, \"tie_word_embeddings\": false}";
+static const char qwen3_5_defaults[] =
+	"{\"rms_norm_eps\": 1e-6, \"attention_bias\": false, \"head_dim\": 256}";
+static const char qwen3_5_moe_defaults[] =
+	"{\"norm_topk_prob\": true, \"rms_norm_eps\": 1e-6, \"attention_bias\": false, \"head_dim\": 256}";
 
 /* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE and no GLM-4.7-Flash (its
  * glm4_moe_lite.py is only in an unmerged pull request); GPT-OSS's reader is
@@ -425,6 +550,25 @@ static const x3_arch_desc archs[] = {
 	{ X3_ARCH_GPT_OSS, "GptOssForCausalLM", "gpt_oss", "GPT-OSS", X3_AF_ATTN_BIAS | X3_AF_MOE | X3_AF_GPT_OSS,
 	  "model.layers.{L}", gpt_oss_mods, N_(gpt_oss_mods), "num_local_experts", gpt_oss_defaults,
 	  X3_RD(X3_READER_EXLLAMAV3) },
+	/* the Qwen3-Next / Qwen3.5 hybrids (Gated DeltaNet); ExLlamaV3 v1.4.1
+	 * registers Qwen3.5 under its ...ForConditionalGeneration names only
+	 * (architecture/qwen3_5.py), the text under model.language_model. */
+	{ X3_ARCH_QWEN3_NEXT, "Qwen3NextForCausalLM", "qwen3_next", "Qwen3-Next",
+	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
+	  "model.layers.{L}", qwen3_next_mods, N_(qwen3_next_mods), "num_experts", qwen3_next_defaults,
+	  X3_RD(X3_READER_EXLLAMAV3) },
+	{ X3_ARCH_QWEN3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3.5", X3_AF_HYBRID,
+	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), NULL, qwen3_5_defaults, 0 },
+	{ X3_ARCH_QWEN3_5_MM, "Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3.5 multimodal", X3_AF_HYBRID,
+	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), NULL, qwen3_5_defaults,
+	  X3_RD(X3_READER_EXLLAMAV3) },
+	{ X3_ARCH_QWEN3_5_MOE, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "Qwen3.5-MoE",
+	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
+	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), "num_experts", qwen3_5_moe_defaults, 0 },
+	{ X3_ARCH_QWEN3_5_MOE_MM, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "Qwen3.5-MoE multimodal",
+	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
+	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), "num_experts",
+	  qwen3_5_moe_defaults, X3_RD(X3_READER_EXLLAMAV3) },
 };
 
 int x3_arch_count(void) { return N_(archs); }
@@ -475,6 +619,14 @@ int64_t x3_arch_dim(const x3_model_config *c, int dim)
 	case X3_DIM_KV_B: return c->n_heads * (c->qk_nope + c->v_dim);
 	case X3_DIM_V_ALL: return c->mla ? c->n_heads * c->v_dim : c->n_heads * c->head_dim;
 	case X3_DIM_HEADS: return c->n_heads;
+	case X3_DIM_Q2: return 2 * c->n_heads * c->head_dim;
+	case X3_DIM_GDN_QKVZ: return 2 * c->lin_nk * c->lin_dk + 2 * c->lin_nv * c->lin_dv;
+	case X3_DIM_GDN_CONV: return 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv;
+	case X3_DIM_GDN_V: return c->lin_nv * c->lin_dv;
+	case X3_DIM_GDN_NV: return c->lin_nv;
+	case X3_DIM_GDN_BA: return 2 * c->lin_nv;
+	case X3_DIM_GDN_DV: return c->lin_dv;
+	case X3_DIM_GDN_KCONV: return c->lin_kconv;
 	default: return 0;
 	}
 }
@@ -559,11 +711,18 @@ int x3_arch_sparse_layer(const x3_model_config *c, int l)
 	return c->sparse_step <= 1 || (l + 1) % c->sparse_step == 0;
 }
 
+int x3_arch_linear_layer(const x3_model_config *c, int l)
+{
+	return c->hybrid && l >= 0 && l < c->n_layers && l < 1024 && (c->lin_layers[l / 64] >> (l % 64) & 1);
+}
+
 int x3_arch_skipped(const x3_model_config *c, const char *name)
 {
 	const x3_arch_desc *a = c->desc;
 	if (!a)
 		return 0;
+	if ((a->flags & X3_AF_HYBRID) && !strncmp(name, "mtp.", 4))
+		return 1;
 	for (const char *p = name; (p = strchr(p, '.')); p++) {
 		int l;
 		if (match_n(a->layer_prefix, name, (size_t)(p - name), &l))
@@ -581,6 +740,8 @@ static int present(const x3_model_config *c, const x3_module_desc *d, int layer)
 	case X3_WHEN_SHARED: return x3_arch_sparse_layer(c, layer) && c->shared_inter > 0;
 	case X3_WHEN_Q_LORA: return c->q_lora > 0;
 	case X3_WHEN_NO_Q_LORA: return c->q_lora <= 0;
+	case X3_WHEN_FULL_ATTN: return !x3_arch_linear_layer(c, layer);
+	case X3_WHEN_LINEAR_ATTN: return x3_arch_linear_layer(c, layer);
 	default: return 1;
 	}
 }

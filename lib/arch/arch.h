@@ -54,7 +54,14 @@
  * GPT-OSS (GptOssForCausalLM) is the Llama attention rows with biases and
  * self_attn.sinks (a vector per layer, kept), mlp.router (kept, with its
  * bias a vector) and per-expert gate/up/down linears with biases, the
- * layout ExLlamaV3's gpt_oss.py loads (mlp.experts.E.*_proj). */
+ * layout ExLlamaV3's gpt_oss.py loads (mlp.experts.E.*_proj).
+ * The Qwen3-Next / Qwen3.5 hybrids (X3_AF_HYBRID) have two kinds of
+ * layer, by layer_types or full_attention_interval (X3_WHEN_FULL_ATTN,
+ * X3_WHEN_LINEAR_ATTN): gated attention, whose q_proj holds each head's
+ * query and gate (X3_DIM_Q2), and the Gated DeltaNet (lib/model/gdn.h),
+ * whose in_proj_qkvz (or in_proj_qkv and in_proj_z) and out_proj are
+ * linears, in_proj_ba (or in_proj_b, in_proj_a) kept matrices, conv1d a
+ * kept depthwise conv (X3_KIND_CONV), A_log and dt_bias bare vectors. */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -78,6 +85,9 @@ enum {
 	X3_KIND_EMBEDDING,      /* weight (out = vocab, in = hidden), passed through */
 	X3_KIND_MATRIX,         /* weight (out, in) passed through unquantized (a
 	                           router, a shared-expert gate) */
+	X3_KIND_CONV,           /* weight (out, 1, in): a depthwise conv1d of
+	                           kernel in, passed through (the Gated
+	                           DeltaNet's) */
 };
 
 /* Where a module sits: before the layers, in every layer, after them. */
@@ -104,6 +114,16 @@ enum {
 	X3_DIM_KV_B,            /* heads * (qk_nope_head_dim + v_head_dim) */
 	X3_DIM_V_ALL,           /* heads * v_head_dim */
 	X3_DIM_HEADS,           /* num_attention_heads (GPT-OSS's sinks) */
+	/* the hybrids (Qwen3-Next, Qwen3.5): the gated attention's q_proj
+	 * (query and gate per head), the Gated DeltaNet's widths (gdn.h) */
+	X3_DIM_Q2,              /* 2 * heads * head_dim */
+	X3_DIM_GDN_QKVZ,        /* 2 key_dim + 2 value_dim (in_proj_qkvz) */
+	X3_DIM_GDN_CONV,        /* 2 key_dim + value_dim (in_proj_qkv, conv1d) */
+	X3_DIM_GDN_V,           /* value_dim = value heads * their width */
+	X3_DIM_GDN_NV,          /* value heads (in_proj_b, in_proj_a, A_log) */
+	X3_DIM_GDN_BA,          /* 2 * value heads (in_proj_ba) */
+	X3_DIM_GDN_DV,          /* a value head's width (the gated norm) */
+	X3_DIM_GDN_KCONV,       /* linear_conv_kernel_dim */
 	X3_DIM_COUNT
 };
 
@@ -118,6 +138,8 @@ enum {
 	X3_WHEN_SHARED,         /* ... that have a shared expert */
 	X3_WHEN_Q_LORA,         /* q_lora_rank is set (DeepSeek's q_a/q_b) */
 	X3_WHEN_NO_Q_LORA,      /* ... is null (a plain q_proj) */
+	X3_WHEN_FULL_ATTN,      /* a hybrid's full-attention layers */
+	X3_WHEN_LINEAR_ATTN,    /* ... its Gated DeltaNet layers */
 };
 
 /* What the forward pass uses a module as. */
@@ -139,6 +161,11 @@ enum {
 	/* GPT-OSS: one learned sink logit per query head (heads), the
 	 * router's bias added to its logits (experts) */
 	X3_SLOT_SINKS, X3_SLOT_ROUTER_LOGIT_BIAS,
+	/* the Gated DeltaNet (gdn.h): Qwen3-Next's fused in_proj_qkvz and
+	 * in_proj_ba, or Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b,
+	 * in_proj_a; conv1d, A_log, dt_bias, the gated norm, out_proj */
+	X3_SLOT_GDN_QKVZ, X3_SLOT_GDN_BA, X3_SLOT_GDN_QKV, X3_SLOT_GDN_Z, X3_SLOT_GDN_B, X3_SLOT_GDN_A,
+	X3_SLOT_GDN_CONV, X3_SLOT_GDN_ALOG, X3_SLOT_GDN_DT, X3_SLOT_GDN_NORM, X3_SLOT_GDN_OUT,
 	X3_SLOT_COUNT
 };
 
@@ -238,6 +265,12 @@ enum {
 	                           (config.h's gemma fields) */
 	X3_AF_GEMMA3 = 1 << 17, /* ... Gemma3's: q/k norms, layer_types or
 	                           sliding_window_pattern, rope_local_base_freq */
+	X3_AF_HYBRID = 1 << 19, /* Qwen3-Next / Qwen3.5: Gated DeltaNet and gated
+	                           full-attention layers (layer_types or
+	                           full_attention_interval, linear_* keys),
+	                           (1 + w) norms, config.h's hybrid fields;
+	                           the multi-token prediction layer mtp.* is
+	                           left out (x3_arch_skipped) */
 	X3_AF_MLP_TYPES = 1 << 18, /* mlp_layer_types ("dense" / "sparse" per
 	                              layer; absent: layer 0 dense) decides the
 	                              dense layers, first_k_dense_replace is not
@@ -343,9 +376,12 @@ int x3_arch_fused_scan(struct x3_model_config *c, const struct x3_st *st);
 int x3_arch_match(const char *pattern, const char *name, int *layer);
 /* Is layer l of the model a mixture-of-experts layer? */
 int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
+/* Is layer l of a hybrid (config.h hybrid) a Gated DeltaNet layer? */
+int x3_arch_linear_layer(const struct x3_model_config *c, int l);
 /* Is tensor NAME a part of the checkpoint the model leaves out: a layer at
  * or past num_hidden_layers (DeepSeek V3's multi-token prediction layer,
- * model.layers.61.* in the real checkpoints)? */
+ * model.layers.61.* in the real checkpoints), or one under the
+ * hybrids' multi-token prediction layer (mtp.*)? */
 int x3_arch_skipped(const struct x3_model_config *c, const char *name);
 
 /* The tied group of row d in layer: its key with the expert number as

@@ -429,6 +429,54 @@ static int parse_moe(json_t *cj, x3_model_config *c)
 	return X3_OK;
 }
 
+/* The Qwen3-Next / Qwen3.5 hybrids (X3_AF_HYBRID): the Gated DeltaNet's
+ * heads and conv kernel (every linear_* key required: a model without
+ * them is not one of these), and which layers are linear attention:
+ * layer_types ("linear_attention" / "full_attention"), else every
+ * full_attention_interval-th layer full (Hugging Face's default 4). */
+static int parse_hybrid(json_t *cj, x3_model_config *c)
+{
+	int rc;
+	c->hybrid = c->norm_offset = c->qk_norm = 1;
+	if ((rc = get_int(cj, "linear_num_key_heads", 1, 1, &c->lin_nk)) ||
+	    (rc = get_int(cj, "linear_num_value_heads", 1, 1, &c->lin_nv)) ||
+	    (rc = get_int(cj, "linear_key_head_dim", 1, 1, &c->lin_dk)) ||
+	    (rc = get_int(cj, "linear_value_head_dim", 1, 1, &c->lin_dv)) ||
+	    (rc = get_int(cj, "linear_conv_kernel_dim", 1, 1, &c->lin_kconv)))
+		return rc;
+	if (c->lin_nk > 4096 || c->lin_nv > 4096 || c->lin_dk > 65536 || c->lin_dv > 65536 || c->lin_kconv > 64)
+		return x3_err(X3_EFORMAT, "config.json: implausibly large linear attention dimensions");
+	if (c->lin_nv % c->lin_nk)
+		return x3_err(X3_EFORMAT, "config.json: 'linear_num_value_heads' %lld is not a multiple of "
+		              "'linear_num_key_heads' %lld", (long long)c->lin_nv, (long long)c->lin_nk);
+	if (c->n_layers > 1024)
+		return x3_err(X3_EUNSUP, "config.json: %lld layers: a hybrid of more than 1024 is not supported",
+		              (long long)c->n_layers);
+	c->full_interval = 4;
+	if ((rc = get_int(cj, "full_attention_interval", 0, 1, &c->full_interval)))
+		return rc;
+	json_t *lt = json_object_get(cj, "layer_types");
+	if (lt && !json_is_null(lt)) {
+		if (!json_is_array(lt) || (int64_t)json_array_size(lt) != c->n_layers)
+			return x3_err(X3_EFORMAT, "config.json: 'layer_types' is not a list of num_hidden_layers = "
+			              "%lld entries", (long long)c->n_layers);
+		for (size_t i = 0; i < json_array_size(lt); i++) {
+			json_t *v = json_array_get(lt, i);
+			const char *t = json_is_string(v) ? json_string_value(v) : "";
+			if (!strcmp(t, "linear_attention"))
+				c->lin_layers[i / 64] |= 1ull << (i % 64);
+			else if (strcmp(t, "full_attention"))
+				return x3_err(X3_EFORMAT, "config.json: 'layer_types' entry %zu is not "
+				              "\"linear_attention\" or \"full_attention\"", i);
+		}
+		return X3_OK;
+	}
+	for (int64_t l = 0; l < c->n_layers; l++)
+		if ((l + 1) % c->full_interval)
+			c->lin_layers[l / 64] |= 1ull << (l % 64);
+	return X3_OK;
+}
+
 /* The sizes, the tied head and the biases: what the description of the
  * modules needs (lib/arch/arch.c). */
 static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
@@ -483,6 +531,8 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 		return rc;
 
 	if ((rc = parse_moe(cj, c)))
+		return rc;
+	if ((f & X3_AF_HYBRID) && (rc = parse_hybrid(cj, c)))
 		return rc;
 
 	json_t *q = json_object_get(root, "quantization_config");
@@ -633,7 +683,8 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	if ((rc = get_num(cj, "rope_theta", &c->rope_theta)) ||
 	    (rc = get_num(cj, "rms_norm_eps", &c->rms_eps)))
 		return rc;
-	double prf = 1.0;
+	/* the hybrids' default rotates a quarter of each head */
+	double prf = c->hybrid ? 0.25 : 1.0;
 	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
 		return rc;
 	/* Transformers v5 writes rope_parameters {rope_type, rope_theta,
@@ -708,7 +759,7 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	}
 	if (!c->swa_masked)
 		c->sliding_window = win;
-	if (json_object_get(cj, "layer_types") && !c->swa_masked)
+	if (json_object_get(cj, "layer_types") && !c->swa_masked && !c->hybrid)
 		for (size_t i = 0; i < json_array_size(json_object_get(cj, "layer_types")); i++) {
 			json_t *lt = json_array_get(json_object_get(cj, "layer_types"), i);
 			if (json_is_string(lt) && strcmp(json_string_value(lt), "full_attention") &&
@@ -891,6 +942,12 @@ int x3_config_load(const char *dir, x3_model_config *cfg)
 int64_t x3_config_chunk_tokens(const x3_model_config *c)
 {
 	int64_t inter = c->intermediate > c->moe_inter ? c->intermediate : c->moe_inter;
-	int64_t per = 4 * (4 * c->hidden + 3 * inter), fit = per > 0 ? (256LL << 20) / per : 4096;
+	int64_t per = 4 * (4 * c->hidden + 3 * inter);
+	if (c->hybrid) {
+		/* the DeltaNet's projections, their conv, the gated q_proj */
+		int64_t cd = 2 * c->lin_nk * c->lin_dk + c->lin_nv * c->lin_dv, vd = c->lin_nv * c->lin_dv;
+		per += 4 * (3 * cd + 3 * vd + 2 * c->n_heads * c->head_dim);
+	}
+	int64_t fit = per > 0 ? (256LL << 20) / per : 4096;
 	return fit < 4096 ? fit : 4096;
 }

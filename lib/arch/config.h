@@ -10,7 +10,9 @@ enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIX
        X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
        X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3, X3_ARCH_GLM4_MOE,
        X3_ARCH_GLM4_MOE_LITE,
-       X3_ARCH_GPT_OSS };
+       X3_ARCH_GPT_OSS,
+       X3_ARCH_QWEN3_NEXT, X3_ARCH_QWEN3_5, X3_ARCH_QWEN3_5_MM, X3_ARCH_QWEN3_5_MOE,
+       X3_ARCH_QWEN3_5_MOE_MM };
 
 /* the most frequencies of a longrope factor list (rot_dim / 2) */
 #define X3_ROPE_MAX_FACTORS 512
@@ -92,6 +94,18 @@ typedef struct x3_model_config {
 	 * rope_scaling says truncate false (rope_truncate 0) */
 	int sinks, topk_softmax, rope_truncate;
 	double swiglu_limit, swiglu_alpha;
+	/* Qwen3-Next / Qwen3.5 hybrids (hybrid): the layers of lin_layers
+	 * (bit l) are Gated DeltaNet linear attention (gdn.h: lin_nk key and
+	 * lin_nv value heads of lin_dk and lin_dv, conv kernel lin_kconv), the
+	 * others gated full attention (q_proj's rows per head [query | gate],
+	 * the output times sigmoid(gate)); every RMSNorm but the DeltaNet's
+	 * gated one scales by 1 + w (norm_offset) */
+	int hybrid, norm_offset;
+	int64_t lin_nk, lin_nv, lin_dk, lin_dv, lin_kconv;
+	int64_t full_interval;   /* full_attention_interval (default 4), read
+	                            beside layer_types (ExLlamaV3's Qwen3-Next
+	                            follows it alone) */
+	uint64_t lin_layers[16];
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;
@@ -115,8 +129,9 @@ int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg);
 int x3_config_load(const char *dir, x3_model_config *cfg);
 /* Tokens per forward chunk by default (hessian-capture --chunk, convert's
  * memory estimate): 4096, fewer where a chunk's activations, about 4 (4
- * hidden + 3 intermediate) bytes a token, would pass 256 MiB (the forward
- * runs whole rows, at least one). */
+ * hidden + 3 intermediate, and a hybrid's DeltaNet and gated q_proj
+ * widths) bytes a token, would pass 256 MiB (the forward runs whole rows,
+ * at least one). */
 int64_t x3_config_chunk_tokens(const x3_model_config *c);
 
 #endif

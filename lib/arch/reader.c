@@ -59,6 +59,25 @@ static const char *refusal(int r, const x3_model_config *c, const char **rule, c
 		         "another model than this one", (long long)c->n_group, (long long)c->topk_group);
 		return buf;
 	}
+	if (c->hybrid && c->n_experts > 0 && !c->norm_topk) {
+		snprintf(buf, n, "norm_topk_prob false: ExLlamaV3 asserts it true for %s", c->desc->family);
+		return buf;
+	}
+	*rule = "layers";
+	for (int l = 0; c->arch == X3_ARCH_QWEN3_NEXT && l < c->n_layers; l++) {
+		if (x3_arch_linear_layer(c, l) != ((l + 1) % c->full_interval != 0)) {
+			snprintf(buf, n, "layer %d: layer_types disagree with full_attention_interval %lld, which "
+			         "ExLlamaV3's Qwen3-Next follows alone (another model than this one)", l,
+			         (long long)c->full_interval);
+			return buf;
+		}
+		if (!x3_arch_sparse_layer(c, l)) {
+			snprintf(buf, n, "layer %d is dense (mlp_only_layers, decoder_sparse_step): ExLlamaV3's "
+			         "Qwen3-Next builds every layer with experts", l);
+			return buf;
+		}
+	}
+	*rule = "routing";
 	if ((c->arch == X3_ARCH_QWEN3_MOE || c->arch == X3_ARCH_GLM4_MOE) && !c->norm_topk) {
 		snprintf(buf, n, "norm_topk_prob false: ExLlamaV3 renormalizes the top-k routing weights, "
 		         "another model than this one");
@@ -175,6 +194,10 @@ static void config_files(struct ctx *x, const x3_model_config *c)
 			violation(x, "config.json", "config", "no \"%s\": ExLlamaV3's gpt_oss.py reads it without a "
 			          "default and refuses the model", gpt_oss_keys[i]);
 	json_decref(cj);
+	if (exl(x) && (c->arch == X3_ARCH_QWEN3_5_MM || c->arch == X3_ARCH_QWEN3_5_MOE_MM) &&
+	    !exists(x->dir, "preprocessor_config.json"))
+		violation(x, "preprocessor_config.json", "files", "missing: ExLlamaV3 loads Qwen3.5's "
+		          "multimodal model with its image preprocessor's config");
 	if (exl(x) && c->arch == X3_ARCH_GEMMA3_MM && !exists(x->dir, "preprocessor_config.json"))
 		violation(x, "preprocessor_config.json", "files", "missing: ExLlamaV3 loads Gemma3's "
 		          "multimodal model with its image preprocessor's config");

@@ -13,6 +13,7 @@
 #include "safetensors.h"
 #include "linear.h"
 #include "moe.h"
+#include "gdn.h"
 #include "blas.h"
 
 struct x3_model {
@@ -70,10 +71,11 @@ static x3_st *norm_src(const x3_model *m, int layer, const char *name)
 /* the linears and the norm vectors of a layer, by slot */
 static const int lin_slots[] = { X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V, X3_SLOT_O,
 	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN,
-	X3_SLOT_Q_A, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_B };
+	X3_SLOT_Q_A, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_B,
+	X3_SLOT_GDN_QKVZ, X3_SLOT_GDN_QKV, X3_SLOT_GDN_Z, X3_SLOT_GDN_OUT };
 static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM,
 	X3_SLOT_Q_A_NORM, X3_SLOT_KV_A_NORM, X3_SLOT_ROUTER_BIAS, X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM,
-	X3_SLOT_SINKS, X3_SLOT_ROUTER_LOGIT_BIAS };
+	X3_SLOT_SINKS, X3_SLOT_ROUTER_LOGIT_BIAS, X3_SLOT_GDN_ALOG, X3_SLOT_GDN_DT, X3_SLOT_GDN_NORM };
 #define N_LIN (int)(sizeof lin_slots / sizeof *lin_slots)
 #define N_VEC (int)(sizeof vec_slots / sizeof *vec_slots)
 
@@ -149,6 +151,10 @@ static int lin_needed(const x3_model_config *c, int s, int sparse)
 	int mlp = s == X3_SLOT_GATE || s == X3_SLOT_UP || s == X3_SLOT_DOWN;
 	if (mlp)
 		return !sparse;
+	/* a hybrid's layer has the attention's or the DeltaNet's linears,
+	 * as the description says (opened where present) */
+	if (c->hybrid)
+		return 0;
 	if (c->mla)
 		return s == X3_SLOT_O || s == X3_SLOT_KV_A || s == X3_SLOT_KV_B ||
 		       (c->q_lora > 0 ? s == X3_SLOT_Q_A || s == X3_SLOT_Q_B : s == X3_SLOT_Q);
@@ -161,6 +167,48 @@ static int open_mod(const x3_model *m, int l, const x3_module *d, int check, x3_
 {
 	return x3_linear_open_rows(lin_src(m, l, d->key), d->key, d->sliced ? d->src : NULL, d->row0,
 	                           d->src_rows, d->in, d->out, d->bias, check, lin);
+}
+
+/* A Gated DeltaNet layer's kept matrices (in_proj_ba, or in_proj_b and
+ * in_proj_a) and its conv1d (conv_dim, 1, kernel), as F32 in w->vec (or
+ * only checked). */
+static int gdn_load(const x3_model *m, int l, int check, struct layer_w *w)
+{
+	static const int mats[] = { X3_SLOT_GDN_BA, X3_SLOT_GDN_B, X3_SLOT_GDN_A, X3_SLOT_GDN_CONV };
+	int rc;
+	for (int i = 0; i < 4; i++) {
+		const x3_module *d = mod(m, l, mats[i]);
+		if (!d)
+			continue;
+		x3_st *st = norm_src(m, l, d->weight);
+		const x3_tensor *t = x3_st_find(st, d->weight);
+		if (mats[i] == X3_SLOT_GDN_CONV) {
+			char b[64];
+			if (!t)
+				return x3_err(X3_EFORMAT, "tensor '%s' is missing", d->weight);
+			if (t->rank != 3 || t->shape[0] != d->out || t->shape[1] != 1 || t->shape[2] != d->in)
+				return x3_err(X3_EFORMAT, "tensor '%s': shape %s, config says %lldx1x%lld (a depthwise "
+				              "conv1d: channels x 1 x linear_conv_kernel_dim)", d->weight,
+				              x3_shape_str(t, b, sizeof b), (long long)d->out, (long long)d->in);
+			if (t->dtype != X3_F32 && t->dtype != X3_F16 && t->dtype != X3_BF16)
+				return x3_err(X3_EFORMAT, "tensor '%s': dtype %s (F32, F16 or BF16 expected)", d->weight,
+				              x3_dtype_name(t->dtype));
+		} else if ((rc = x3_linear_open(st, d->src, d->in, d->out, 0, 1, NULL))) {
+			return rc;
+		}
+		if (check)
+			continue;
+		if (!(w->vec[mats[i]] = x3_tensor_f32(t)))
+			return x3_errprefix(X3_ENOMEM, "tensor '%s'", d->weight);
+		x3_st_drop(t, t->data, t->nbytes);
+	}
+	if (!mod(m, l, X3_SLOT_GDN_CONV) || !mod(m, l, X3_SLOT_GDN_OUT) || !mod(m, l, X3_SLOT_GDN_NORM) ||
+	    !mod(m, l, X3_SLOT_GDN_ALOG) || !mod(m, l, X3_SLOT_GDN_DT) ||
+	    !(mod(m, l, X3_SLOT_GDN_QKVZ) ? mod(m, l, X3_SLOT_GDN_BA) != NULL :
+	      mod(m, l, X3_SLOT_GDN_QKV) && mod(m, l, X3_SLOT_GDN_Z) && mod(m, l, X3_SLOT_GDN_B) &&
+	      mod(m, l, X3_SLOT_GDN_A)))
+		return x3_err(X3_EINVAL, "layer %d: the description lacks a module of the Gated DeltaNet", l);
+	return X3_OK;
 }
 
 /* Load (or with check set, only validate) the weights of layer l; the
@@ -197,9 +245,13 @@ static int layer_load(const x3_model *m, int l, int check, int all_ex, struct la
 		if (d && (rc = load_vec(norm_src(m, l, d->weight), d->weight, d->out,
 		                        check ? NULL : &w->vec[d->d->slot])))
 			goto fail;
-		if (d && !check && m->cfg.gemma && d->d->role == X3_ROLE_NORM)
+		/* (1 + w) norms: Gemma's, the hybrids' (not the DeltaNet's gated one) */
+		if (d && !check && d->d->role == X3_ROLE_NORM &&
+		    (m->cfg.gemma || (m->cfg.norm_offset && d->d->slot != X3_SLOT_GDN_NORM)))
 			gemma_norm(w->vec[d->d->slot], d->out);
 	}
+	if (x3_arch_linear_layer(&m->cfg, l) && (rc = gdn_load(m, l, check, w)))
+		goto fail;
 	if (!w->sparse)
 		return X3_OK;
 	/* the router and the shared-expert gate: dense matrices */
@@ -558,6 +610,10 @@ struct fwd {
 	float *cosl, *sinl;     /* the sliding layers' RoPE (rope_local_theta) or NULL */
 	int64_t tok0;           /* the chunk's first token in the layer */
 	float *qa, *kva, *ckv, *kvb;   /* MLA: q_a, kv_a, normed latent, kv_b outputs */
+	float *qg;                     /* hybrids: q_proj's [query | gate] per head,
+	                                  then the gates (nt, heads * head_dim) */
+	float *gp, *gmix, *gz, *gb, *ga;   /* ... the DeltaNet's projections:
+	                                      qkvz, [q | k | v], z, b, a */
 };
 
 /* x3_linear_apply, its time in the forward's timing */
@@ -770,6 +826,38 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 	return x3_attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale, 0, 0);
 }
 
+/* A Gated DeltaNet layer's token mixing (gdn.h) on a chunk of nrows rows,
+ * from the normed hidden f->xn (nt, hidden) into f->a (nt, value_dim), the
+ * input of out_proj: Qwen3-Next's fused projections regrouped into
+ * Qwen3.5's split ones (in_proj_qkvz and in_proj_qkv, in_proj_z read one
+ * Hessian); in_proj_ba / in_proj_b, in_proj_a are kept matrices. */
+static int gdn_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrows)
+{
+	const x3_model_config *c = &f->m->cfg;
+	const x3_gdn_shape s = { c->lin_nk, c->lin_nv, c->lin_dk, c->lin_dv, c->lin_kconv, c->rms_eps };
+	const x3_gdn_weights gw = { w->vec[X3_SLOT_GDN_CONV], w->vec[X3_SLOT_GDN_ALOG], w->vec[X3_SLOT_GDN_DT],
+	                            w->vec[X3_SLOT_GDN_NORM] };
+	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, nv = c->lin_nv;
+	int rc;
+	if (w->lin[X3_SLOT_GDN_QKVZ]) {
+		if ((rc = hook(f, l, X3_SLOT_GDN_QKVZ, f->xn, nt, H)) ||
+		    (rc = lin_apply(f, w->lin[X3_SLOT_GDN_QKVZ], f->xn, nt, cols, f->gp)) ||
+		    (rc = x3_gemm_xwt(f->xn, nt, cols, H, w->vec[X3_SLOT_GDN_BA], 2 * nv, f->ga)))
+			return rc;
+		/* in_proj_ba's outputs (nt, 2 nv) in ga, a's regrouped after them */
+		x3_gdn_unfuse(&s, f->gp, f->ga, nt, f->gmix, f->gz, f->gb, f->ga + nt * 2 * nv);
+		memmove(f->ga, f->ga + nt * 2 * nv, (size_t)(nt * nv) * sizeof(float));
+	} else {
+		if ((rc = hook(f, l, X3_SLOT_GDN_QKV, f->xn, nt, H)) ||
+		    (rc = lin_apply(f, w->lin[X3_SLOT_GDN_QKV], f->xn, nt, cols, f->gmix)) ||
+		    (rc = lin_apply(f, w->lin[X3_SLOT_GDN_Z], f->xn, nt, cols, f->gz)) ||
+		    (rc = x3_gemm_xwt(f->xn, nt, cols, H, w->vec[X3_SLOT_GDN_B], nv, f->gb)) ||
+		    (rc = x3_gemm_xwt(f->xn, nt, cols, H, w->vec[X3_SLOT_GDN_A], nv, f->ga)))
+			return rc;
+	}
+	return x3_gdn_forward(&s, &gw, f->gmix, f->gz, f->gb, f->ga, nrows, cols, f->a);
+}
+
 /* The attention of a layer on a chunk of nrows rows and its residual: x
  * (ntok, hidden) updated in place. */
 static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, int64_t nrows)
@@ -780,16 +868,31 @@ static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, i
 	int rc;
 
 	rmsnorm(f->xn, x, w->vec[X3_SLOT_IN_NORM], nt, H, c->rms_eps);
-	if (c->mla) {
+	int lin = x3_arch_linear_layer(c, l);
+	if (lin) {
+		if ((rc = gdn_chunk(f, l, w, nrows)))
+			return rc;
+	} else if (c->mla) {
 		if ((rc = mla_chunk(f, l, w, nrows)))
 			return rc;
 	} else {
 		if ((rc = hook(f, l, X3_SLOT_Q, f->xn, nt, H)))
 			return rc;
-		if ((rc = lin_apply(f, w->lin[X3_SLOT_Q], f->xn, nt, cols, f->q)) ||
+		if ((rc = lin_apply(f, w->lin[X3_SLOT_Q], f->xn, nt, cols, c->hybrid ? f->qg : f->q)) ||
 		    (rc = lin_apply(f, w->lin[X3_SLOT_K], f->xn, nt, cols, f->k)) ||
 		    (rc = lin_apply(f, w->lin[X3_SLOT_V], f->xn, nt, cols, f->v)))
 			return rc;
+		if (c->hybrid) {
+			/* gated attention: each head's [query | gate]; the gates
+			 * packed to the front of qg (nt, heads * head_dim) */
+			for (int64_t t = 0; t < nt; t++)
+				for (int64_t h = 0; h < nq; h++)
+					memcpy(f->q + (t * nq + h) * hd, f->qg + (t * nq + h) * 2 * hd, (size_t)hd * sizeof(float));
+			for (int64_t t = 0; t < nt; t++)
+				for (int64_t h = 0; h < nq; h++)
+					memmove(f->qg + (t * nq + h) * hd, f->qg + (t * nq + h) * 2 * hd + hd,
+					        (size_t)hd * sizeof(float));
+		}
 		if (c->qk_norm) {
 			rmsnorm(f->q, f->q, w->vec[X3_SLOT_Q_NORM], nt * nq, hd, c->rms_eps);
 			rmsnorm(f->k, f->k, w->vec[X3_SLOT_K_NORM], nt * nkv, hd, c->rms_eps);
@@ -805,11 +908,17 @@ static int attn_chunk(struct fwd *f, int l, const struct layer_w *w, float *x, i
 		                             swa ? c->sliding_window : 0, (float)c->attn_softcap,
 		                             w->vec[X3_SLOT_SINKS])))
 			return rc;
+		if (c->hybrid) {
+			#pragma omp parallel for if(nt * nq * hd > (1 << 16)) schedule(static)
+			for (int64_t i = 0; i < nt * nq * hd; i++)
+				f->a[i] *= 1.0f / (1.0f + expf(-f->qg[i]));
+		}
 	}
-	if ((rc = hook(f, l, X3_SLOT_O, f->a, nt, x3_arch_dim(c, X3_DIM_V_ALL))))
+	const int os = lin ? X3_SLOT_GDN_OUT : X3_SLOT_O;
+	if ((rc = hook(f, l, os, f->a, nt, lin ? x3_arch_dim(c, X3_DIM_GDN_V) : x3_arch_dim(c, X3_DIM_V_ALL))))
 		return rc;
 	/* o_proj output into xn (free now), then the residual */
-	if ((rc = lin_apply(f, w->lin[X3_SLOT_O], f->a, nt, cols, f->xn)))
+	if ((rc = lin_apply(f, w->lin[os], f->a, nt, cols, f->xn)))
 		return rc;
 	if (w->vec[X3_SLOT_ATTN_OUT_NORM])   /* Gemma's post_attention_layernorm */
 		rmsnorm(f->xn, f->xn, w->vec[X3_SLOT_ATTN_OUT_NORM], nt, H, c->rms_eps);
@@ -1056,7 +1165,8 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	float *x = o->hidden ? o->hidden : malloc((size_t)T * H * sizeof *x);
 	f.xn = malloc((size_t)ct * i64max(H, qd) * sizeof(float));
 	f.q = malloc((size_t)ct * qd * sizeof(float));
-	f.a = malloc((size_t)ct * i64max(i64max(qd, vall), H) * sizeof(float));   /* also the shared expert's output */
+	int64_t gvd = x3_arch_dim(c, X3_DIM_GDN_V);
+	f.a = malloc((size_t)ct * i64max(i64max(i64max(qd, vall), H), gvd) * sizeof(float));   /* also the shared expert's output */
 	f.k = malloc((size_t)ct * kvd * sizeof(float));
 	f.v = malloc((size_t)ct * i64max(kvd, vall) * sizeof(float));
 	if (c->mla) {
@@ -1066,6 +1176,16 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		f.kvb = malloc((size_t)ct * x3_arch_dim(c, X3_DIM_KV_B) * sizeof(float));
 	}
 	int mla_fail = c->mla && (!f.qa || !f.kva || !f.ckv || !f.kvb);
+	if (c->hybrid) {
+		int64_t gcd = x3_arch_dim(c, X3_DIM_GDN_CONV), gnv = c->lin_nv;
+		f.qg = malloc((size_t)ct * 2 * qd * sizeof(float));
+		f.gp = malloc((size_t)ct * (gcd + gvd) * sizeof(float));
+		f.gmix = malloc((size_t)ct * gcd * sizeof(float));
+		f.gz = malloc((size_t)ct * gvd * sizeof(float));
+		f.gb = malloc((size_t)ct * 2 * gnv * sizeof(float));
+		f.ga = malloc((size_t)ct * 3 * gnv * sizeof(float));
+		mla_fail |= !f.qg || !f.gp || !f.gmix || !f.gz || !f.gb || !f.ga;
+	}
 	int64_t gi = i64max(c->intermediate, c->shared_inter);
 	f.g = malloc((size_t)ct * gi * sizeof(float));
 	f.u = malloc((size_t)ct * gi * sizeof(float));
@@ -1194,7 +1314,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	}
 	if (o->timing)
 		o->timing->load += x3_now() - t0;
-	if (c->gemma)
+	if (c->gemma || c->norm_offset)
 		gemma_norm(norm, fn->out);
 	for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
 		nr = chunk_len(r0, chunk_rows, seg, rows);
@@ -1237,6 +1357,7 @@ out:
 	free(f.xn), free(f.q), free(f.a), free(f.k), free(f.v), free(f.g), free(f.u), free(f.mo);
 	free(f.cosv), free(f.sinv), free(f.cosl), free(f.sinl), free(fr);
 	free(f.qa), free(f.kva), free(f.ckv), free(f.kvb);
+	free(f.qg), free(f.gp), free(f.gmix), free(f.gz), free(f.gb), free(f.ga);
 	if (o->timing)
 		o->timing->total += x3_now() - t_begin;
 	return rc;

@@ -19,7 +19,11 @@
  * ((1 + w) RMSNorms, norms after the attention and the MLP, the embedding
  * scaled by sqrt(hidden) in its dtype, query_pre_attn_scalar, attention and
  * final soft-capping, sliding-window layers masked per layer with Gemma3's
- * local RoPE base, GELU (tanh) MLP).
+ * local RoPE base, GELU (tanh) MLP); the hybrids Qwen3NextForCausalLM,
+ * Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and their
+ * ...ForConditionalGeneration language models (Gated DeltaNet layers,
+ * lib/model/gdn.h, between gated full-attention layers; (1 + w) RMSNorms;
+ * a shared expert with its sigmoid gate).
  *
  * The forward runs layer by layer over all token rows: the hidden states of
  * every token are kept (rows*cols*hidden floats), one layer's weights are

@@ -159,7 +159,7 @@ struct synth_tens *synth_add(const char *name, int r, int c, double scale, doubl
 	}
 	struct synth_tens *t = &synth_t[synth_n++];
 	snprintf(t->name, sizeof t->name, "%s", name);
-	t->r = r, t->c = c;
+	t->r = r, t->c = c, t->mid = 0, t->omit = 0;
 	t->v = malloc(sizeof(double) * (size_t)r * (c ? c : 1));
 	for (int i = 0; i < r * (c ? c : 1); i++)
 		t->v[i] = mean + scale * x3_rng_normal(g);
@@ -208,7 +208,11 @@ int synth_write_as(const char *dir, x3_dtype dt0, x3_dtype (*dt_of)(const char *
 	for (int i = 0; i < synth_n && !rc; i++) {
 		const struct synth_tens *s = &synth_t[i];
 		x3_dtype dt = dt_of ? dt_of(s->name, dt0) : dt0;
-		x3_tensor *t = s->c ? x3_tensor_new2(s->name, dt, s->r, s->c) : x3_tensor_new1(s->name, dt, s->r);
+		if (s->omit)
+			continue;
+		int64_t sh3[3] = { s->mid > 0 ? s->r / s->mid : 0, s->mid, s->c };
+		x3_tensor *t = s->mid > 0 ? x3_tensor_new(s->name, dt, 3, sh3, 1) :
+		               s->c ? x3_tensor_new2(s->name, dt, s->r, s->c) : x3_tensor_new1(s->name, dt, s->r);
 		if (!t) {
 			rc = X3_ENOMEM;
 			break;

@@ -54,6 +54,9 @@ struct synth_tens {
 	char name[128];
 	int r, c;        /* (r, c), or a vector of r when c == 0 */
 	double *v;
+	int mid;         /* > 0: written as (r / mid, mid, c) (a conv1d's
+	                    (channels, 1, kernel), fused experts' 3-D tensors) */
+	int omit;        /* kept for synth_get, not written */
 };
 extern struct synth_tens synth_t[SYNTH_MAX];
 extern int synth_n;
