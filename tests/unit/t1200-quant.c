@@ -1,4 +1,4 @@
-/* t1200-quant: the quantizer's steps (lib/quant/quant.c) on synthetic data:
+/* t1200-quant: the quantizer's steps (lib/quant/quant*.c) on synthetic data:
  * signs, Hessian finalization and its fallbacks, block LDL, regularization,
  * out_scales, scale search, LDLQ, proxy error, packing and decoding. */
 #include <math.h>
