@@ -40,13 +40,14 @@ static int cmp_desc(const void *a, const void *b)
 	return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int x3_out_scales_auto(const float *d, int64_t k, double *skew)
+int x3_out_scales_auto(const float *d, int64_t k, double *skew, int *apply)
 {
+	*skew = 0;
+	*apply = 0;
 	double *s = xmalloc((size_t)k, sizeof(double));
-	if (!s) {
-		*skew = 0;
-		return 1;
-	}
+	if (!s)
+		return x3_err(X3_ENOMEM, "out of memory for the out_scales decision (%lld channels)",
+		              (long long)k);
 	for (int64_t i = 0; i < k; i++)
 		s[i] = d[i] > 0 ? sqrt((double)d[i]) : 0.0;
 	qsort(s, (size_t)k, sizeof *s, cmp_desc);
@@ -58,7 +59,8 @@ int x3_out_scales_auto(const float *d, int64_t k, double *skew)
 	}
 	free(s);
 	*skew = all > 0 ? top / all : 0;
-	return *skew < 0.15;
+	*apply = *skew < 0.15;
+	return X3_OK;
 }
 
 /* ---- regularization ---------------------------------------------------- */
@@ -153,7 +155,11 @@ int x3_regularize(const float *Whf, int64_t n0, int64_t k0, const x3_qhess *h,
 		apply = 0;
 	else {
 		double skew;
-		apply = x3_out_scales_auto(h->diag, k, &skew);
+		if ((rc = x3_out_scales_auto(h->diag, k, &skew, &apply))) {
+			free(c);
+			x3_qweight_free(w);
+			return rc;
+		}
 	}
 	/* an all-zero weight must come out exactly zero: svh = 0 does that */
 	if (w->zeros)

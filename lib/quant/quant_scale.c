@@ -43,8 +43,11 @@ int64_t x3_scale_sample(const float *W, int64_t k, int64_t n, float *tiles)
 	if (nx > (tk * tn + 1) / 2)
 		nx = (tk * tn + 1) / 2;
 	struct ms *v = xmalloc((size_t)(tk * tn), sizeof *v);
-	if (!v)
-		return m;
+	if (!v) {
+		x3_err(X3_ENOMEM, "out of memory for the scale search's sample (%lld tiles)",
+		       (long long)(tk * tn));
+		return -1;
+	}
 	for (int64_t t = 0; t < tk * tn; t++) {
 		int64_t tr = t / tn, tc = t % tn;
 		double s = 0;
@@ -217,6 +220,10 @@ int x3q_scale_search(const float *W, int64_t k, int64_t n, int K, int cb,
 	if (!tiles)
 		return x3_err(X3_ENOMEM, "out of memory in the scale search");
 	int64_t m = x3_scale_sample(W, k, n, tiles);
+	if (m < 0) {
+		free(tiles);
+		return X3_ENOMEM;
+	}
 	/* over the cap: every (m/cap)-th sampled tile, in sample order (the
 	 * diagonal and the outliers in proportion) */
 	if (cap > 0 && m > cap) {
