@@ -75,8 +75,8 @@ static void qhess_fallback(x3_qhess *h, const char *why)
  * threads potrf itself with a blocking that follows the thread count, and
  * its single-threaded potrf left every core but one idle: an 8B down_proj's
  * 14336x14336 factor took 10-12 s of had-rotate's 22 s on one core of the
- * 2-core Zen 3 host. Up to X3_LDL_NB it is the one potrf call as before
- * (the same bits); above, the rounding differs from one call's. A is
+ * 2-core Zen 3 host. Up to X3_LDL_NB it is a single potrf call; above,
+ * the rounding differs from a single call's. A is
  * row-major, its lower triangle read (the upper is scratch); on return
  * the lower triangle holds L (A = L Lᵀ); *bad is the 1-based column where
  * a leading minor is not positive definite, 0 if none, LAPACK's negative
@@ -231,7 +231,8 @@ int x3_qhess_finalize(const float *Hin, int64_t kh, int64_t k, double count,
 	}
 	/* normalize by count, symmetrize, pad with zeros; in 64x64 tiles of the
 	 * lower triangle, which the column reads of Hin need at widths like
-	 * 14336 (each element as before: the same bits) */
+	 * 14336 (each element computed as in a plain loop over (i, j): the
+	 * order of the tiles changes no bit) */
 	int64_t bad = 0;
 	#pragma omp parallel for schedule(dynamic, 1) reduction(+ : bad) if(kh > 256)
 	for (int64_t ib = 0; ib < kh; ib += 64)
