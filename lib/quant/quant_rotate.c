@@ -1,6 +1,6 @@
 /* quant_rotate.c: the random signs of the rotation and the 128-point
  * Hadamard transforms on the quantizer's device (exl3(5) §9.1 step 6,
- * §9.2 step 3): the sign vectors and their draws for the sign search,
+ * exl3(5) §9.2 step 3): the sign vectors and their draws for the sign search,
  * x3_quant_set_device and the row/column transforms that honour it. */
 #include <stdio.h>
 #include "codec.h"
