@@ -2,16 +2,20 @@
 # t0930-layers: the library's folders are its layers (lib/README.md), and
 # every #include keeps to them: tests/layers-check passes on this tree and
 # fails, naming the file and the header, on copies of it with one bad
-# include or one misplaced file planted.
+# include or one misplaced file planted; it fails on a .c file over 1,000
+# lines that its allow-list does not name, and on two .c files of lib/ with
+# one base name, and warns (without failing) of a function over 150 lines.
 . "$(dirname "$0")/lib.sh"
 chk=$ROOT/tests/layers-check
 
 # passes "what" DIR: the checker accepts DIR, silently
 passes() {
-	if "$chk" "$2" 2>"$TMP/p.err" && [ ! -s "$TMP/p.err" ]; then ok "$1"
+	if "$chk" "$2" >/dev/null 2>"$TMP/p.err" && [ ! -s "$TMP/p.err" ]; then ok "$1"
 	else notok "$1"; sed 's/^/#   /' "$TMP/p.err" | head -20; fi
 }
 passes "this tree keeps to lib/layers" "$ROOT"
+# the long functions it warns of, as diagnostics
+"$chk" "$ROOT" 2>/dev/null | sed 's/^/# /' || true
 
 # a fresh copy of the sources lib/ and bin/ hold (no build outputs)
 copy() {
@@ -45,6 +49,22 @@ plant lib/extra/extra.c '#include "x3.h"'
 check_fail "a folder that is not a layer" 1 "lib/extra: a folder that lib/layers does not list" "$chk" "$TMP/t"
 plant lib/model/frame.h '/* a second frame.h */'
 check_fail "one header name in two layers" 1 'lib/(format|model)/frame\.h: header name also in lib/(model|format)/' "$chk" "$TMP/t"
+# file and function sizes
+copy; seq 1001 | sed 's|^|/* line |; s|$| */|' > "$TMP/t/lib/text/big.c"
+check_fail "a .c file of 1001 lines" 1 'lib/text/big\.c: 1001 lines, over 1000' "$chk" "$TMP/t"
+copy; seq 1001 | sed 's|^|/* line |; s|$| */|' > "$TMP/t/bin/big.c"
+check_fail "a program's .c file of 1001 lines" 1 'bin/big\.c: 1001 lines, over 1000' "$chk" "$TMP/t"
+copy; seq 1200 | sed 's|^|/* line |; s|$| */|' >> "$TMP/t/lib/model/model.c"
+passes "a file on the allow-list (lib/model/model.c) may be longer" "$TMP/t"
+copy; printf '/* a second quant.c */\n' > "$TMP/t/lib/model/quant.c"
+check_fail "two .c files of lib/ with one base name" 1 'lib/(model|quant)/quant\.c: base name also of lib/(quant|model)/quant\.c' "$chk" "$TMP/t"
+copy; { printf 'int longfn(void)\n{\n\tint x = 0;\n'; seq 148 | sed 's/.*/\tx++;/'; printf '}\n'; } >> "$TMP/t/lib/common/x3.c"
+passes "a function of 151 lines only warns" "$TMP/t"
+check "  the warning names the file, the line and the function" \
+	sh -c '"$1" "$2" 2>/dev/null | grep -Eq "^warning: lib/common/x3\.c:[0-9]+: longfn\(\) is 151 lines \(over 150\)"' - "$chk" "$TMP/t"
+copy; { printf 'int shortfn(void)\n{\n\tint x = 0;\n'; seq 147 | sed 's/.*/\tx++;/'; printf '}\n'; } >> "$TMP/t/lib/common/x3.c"
+check "  and not of one of 150" sh -c '! "$1" "$2" 2>/dev/null | grep -q shortfn' - "$chk" "$TMP/t"
+
 # the rule comes from lib/layers: with model allowed in common the first plant passes
 plant lib/common/x3.c '#include "model.h"'
 sed -i 's/^common.*/common	model/' "$TMP/t/lib/layers"

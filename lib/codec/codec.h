@@ -4,11 +4,13 @@
  *   trellis.c   - tile permutation (exl3(5) §4.2), pack/unpack of
  *                 16x16 tiles (exl3(5) §3),
  *                 decode of a trellis tensor to W~ (exl3(5) §7)
- *   viterbi.c   - tail-biting Viterbi encoder of 256-value tiles (exl3(5) §9.6),
- *                 plain C reference + SIMD fast path
+ *   viterbi.c   - tail-biting Viterbi encoder of 256-value tiles (exl3(5) §9.6):
+ *                 plain C reference and the fast path's driver, with its
+ *                 kernels per instruction set in viterbi_scalar.c,
+ *                 viterbi_avx2.c and viterbi_avx512.c
  *   hadamard.c  - blockwise Hadamard-128 (exl3(5) §6.1)
- *   quant.c     - Hessian finalization, block LDL, LDLQ, regularization,
- *                 scale search, fallback, proxy error (exl3(5) §9) */
+ *   exl3.c, exl3mm.c - the EXL3 linear (exl3.h)
+ * The quantizer that uses them is lib/quant/ (quant.h). */
 #ifndef X3_CODEC_H
 #define X3_CODEC_H
 

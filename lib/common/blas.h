@@ -15,7 +15,7 @@
  *   - NOT the same under another OpenBLAS kernel (OPENBLAS_CORETYPE Haswell
  *     vs SkylakeX, say): those order their fused multiply-adds differently.
  * Numbers the toolkit decides on (proxy errors, scale search, the plan) are
- * computed by our own fixed-order loops instead (quant.c), so they do not
+ * computed by our own fixed-order loops instead (lib/quant/), so they do not
  * depend on the kernel either; exl3kit(7), REPRODUCIBILITY, states the whole
  * rule. */
 #ifndef X3_BLAS_H

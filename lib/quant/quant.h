@@ -106,8 +106,9 @@ void x3_qhess_free(x3_qhess *h);
 int x3_block_ldl(float *A, int64_t k);
 
 /* out_scales "auto" decision from the damped diagonal d (k values):
- * skew = sum of the top floor(k/50) sqrt(d) / sum of all; apply iff < 0.15. */
-int x3_out_scales_auto(const float *d, int64_t k, double *skew);
+ * skew = sum of the top floor(k/50) sqrt(d) / sum of all; *apply = 1 iff
+ * skew < 0.15. X3_OK, or X3_ENOMEM (*apply = 0, *skew = 0). */
+int x3_out_scales_auto(const float *d, int64_t k, double *skew, int *apply);
 
 /* ---- regularization (exl3(5) §9.2) ----------------------------------- */
 typedef struct x3_qweight {
@@ -136,7 +137,7 @@ void x3_qweight_free(x3_qweight *w);
 /* ---- quantization (exl3(5) §9.3-§9.5) -------------------------------- */
 /* Sample tiles for the scale search (exl3(5) §9.3) from W (k x n): writes up to
  * x3_scale_sample_max(k, n) tiles of 256 values in trellis order into
- * tiles, returns the count. */
+ * tiles, returns the count, or -1 when out of memory (x3_errmsg says so). */
 int64_t x3_scale_sample_max(int64_t k, int64_t n);
 int64_t x3_scale_sample(const float *W, int64_t k, int64_t n, float *tiles);
 /* Global scale search over the sampled tiles: coarse grid, fine grid,

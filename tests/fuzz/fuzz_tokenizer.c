@@ -1,4 +1,4 @@
-/* fuzz_tokenizer: libFuzzer target for lib/text/tokenizer.c. First byte even:
+/* fuzz_tokenizer: libFuzzer target for the tokenizer (lib/text/). First byte even:
  * the rest is text for a fixed tokenizer that uses every component
  * (added tokens with lstrip/rstrip/single_word/normalized, NFC, Replace,
  * Split behaviours, ByteLevel, Metaspace, byte fallback, decoders): encode

@@ -1,4 +1,4 @@
-/* t1200-quant: the quantizer's steps (lib/quant/quant.c) on synthetic data:
+/* t1200-quant: the quantizer's steps (lib/quant/quant*.c) on synthetic data:
  * signs, Hessian finalization and its fallbacks, block LDL, regularization,
  * out_scales, scale search, LDLQ, proxy error, packing and decoding. */
 #include <math.h>
@@ -238,10 +238,16 @@ static void test_auto(void)
 	double skew;
 	for (int i = 0; i < 500; i++)
 		d[i] = 1.0f;
-	CHECK(x3_out_scales_auto(d, 500, &skew) == 1 && fabs(skew - 0.02) < 1e-9, "auto: flat diagonal -> apply (skew %.3f)", skew);
+	int apply = -1;
+	CHECK(x3_out_scales_auto(d, 500, &skew, &apply) == X3_OK && apply == 1 && fabs(skew - 0.02) < 1e-9, "auto: flat diagonal -> apply (skew %.3f)", skew);
 	for (int i = 0; i < 10; i++)
 		d[i * 37] = 400.0f;   /* sqrt 20: top 10 of 500 hold 200/(200+490) */
-	CHECK(x3_out_scales_auto(d, 500, &skew) == 0 && skew > 0.15, "auto: 10 outlier channels -> no out scales (skew %.3f)", skew);
+	CHECK(x3_out_scales_auto(d, 500, &skew, &apply) == X3_OK && apply == 0 && skew > 0.15, "auto: 10 outlier channels -> no out scales (skew %.3f)", skew);
+	/* a buffer of 2^61 doubles cannot be allocated: an error, not a decision
+	 * (d is not read before the allocation) */
+	apply = -1;
+	CHECK(x3_out_scales_auto(d, (int64_t)1 << 61, &skew, &apply) == X3_ENOMEM && apply == 0,
+	      "auto: out of memory -> X3_ENOMEM (apply %d), not a decision", apply);
 	int policy;
 	CHECK(x3_out_scales_parse("auto", &policy) == X3_OK && policy == X3_OUT_SCALES_AUTO &&
 	      x3_out_scales_parse("sometimes", &policy) == X3_EINVAL, "out_scales parsing");

@@ -1,5 +1,5 @@
 /* t1201-quant-repeats: the quantizer encodes each distinct tile once
- * (lib/quant/quant.c encode_tiles); its results must be exactly those of encoding
+ * (lib/quant/quant_tiles.c); its results must be exactly those of encoding
  * every tile. Padded weights repeat themselves after the Hadamard transform
  * (a 64x64 weight padded to 128x128 is four equal 64x64 blocks), so the
  * scale search and LDLQ see repeated tiles; here both are compared with a

@@ -1,6 +1,6 @@
 /* t1740-gpu-quant: the quantizer's dense algebra on the GPU against CPU
  * references: Hessian X^T X (fp32 SSYRK vs float64, within fp32 rounding),
- * block LDL (cuSOLVER vs LAPACK, as quant.c's x3_block_ldl computes it),
+ * block LDL (cuSOLVER vs LAPACK, as lib/quant/quant_hess.c's x3_block_ldl computes it),
  * the damping retries, and LDLQ: without feedback bit-identical to the CPU
  * Viterbi of each block row; with feedback the same proxy error as the CPU
  * x3_ldlq within 2%. Skips without a device. On cusim, the CPU emulator
