@@ -90,15 +90,6 @@ static int enc_needed(const x3_plan *p, const x3_plan_lin *l, int seq, int k)
 	return o->sens == X3_SENS_MEASURE && k == o->sens_k;
 }
 
-/* Hessian group of a linear, its layer */
-static int group_layer(const x3_plan *p, const char *g)
-{
-	for (int i = 0; i < p->nlin; i++)
-		if (!strcmp(p->lin[i].m->group, g))
-			return p->lin[i].m->layer;
-	return -2;
-}
-
 /* ---- the graph of the steps before the plan (for the recapture set) ------ */
 typedef struct {
 	char *path;
@@ -109,6 +100,7 @@ typedef struct {
 	int maxm_done;       /* newest time of what it is made from, itself included */
 	int maxm_valid;
 	struct timespec maxm;
+	int layer1;          /* an h1 Hessian group: its layer + 1 */
 	int made_state;      /* 0 not visited, 1 visiting, 2 done */
 	int made;
 } gnode;
@@ -172,7 +164,7 @@ static int g_find(graph *g, const char *path, int add)
 	return g->nn++;
 }
 
-/* rule TARGET: DEPS (a space-separated list of names) */
+/* rule TARGET: DEPS (a space-separated list of names); its node, or -1 */
 static int g_rule(graph *g, const char *target, const char *deps)
 {
 	int t = g_find(g, target, 1);
@@ -206,7 +198,7 @@ static int g_rule(graph *g, const char *target, const char *deps)
 		}
 		n->dep[n->ndep++] = d;
 	}
-	return 0;
+	return t;
 }
 
 static void g_free(graph *g)
@@ -375,7 +367,7 @@ static void rule(emit *e, int pre, const char *target, const char *deps, const c
 	out(e, "$(W)/%s:%s\n", target, sb(&d));
 	if (recipe && *recipe)
 		out(e, "\t%s\n", recipe);
-	if (pre && e->g && g_rule(e->g, target, deps))
+	if (pre && e->g && g_rule(e->g, target, deps) < 0)
 		e->err = 1;
 	free(d.s);
 }
@@ -549,6 +541,18 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 	}
 
 	/* ---- captures: one grouped rule per layer and Hessian set --------- */
+	/* (the first linear of each Hessian group) */
+	unsigned char *first = calloc(p->nlin, 1);
+	graph gs = {0};
+	if (!first)
+		return x3_err(X3_ENOMEM, "out of memory");
+	for (int i = 0; i < p->nlin; i++)
+		if (g_find(&gs, p->lin[i].m->group, 0) == -2) {
+			if (g_find(&gs, p->lin[i].m->group, 1) < 0)
+				e.err = 1;
+			first[i] = 1;
+		}
+	g_free(&gs);
 	sbuf prev = {0};
 	sbuf h1all = {0};
 	for (int l = 0; l <= last; l++) {
@@ -558,10 +562,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 			const x3_module *m = p->lin[i].m;
 			if (m->layer != l)
 				continue;
-			int seen = 0;
-			for (int j = 0; j < i && !seen; j++)
-				seen = !strcmp(p->lin[j].m->group, m->group);
-			if (seen)
+			if (!first[i])
 				continue;
 			sb_add(&h1, "%s$(W)/h1/%s.frames", h1.n ? " " : "", m->group);
 			sb_add(&h1n, " h1/%s.frames", m->group);
@@ -610,8 +611,11 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 					break;
 				char name[1024];
 				snprintf(name, sizeof name, "%.*s", (int)k, s);
-				if (g_rule(g, name, sb(&deps)))
+				int gi = g_rule(g, name, sb(&deps));
+				if (gi < 0)
 					e.err = 1;
+				else
+					g->n[gi].layer1 = l + 1;
 				s += k;
 			}
 			free(deps.s);
@@ -663,6 +667,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 	out(&e, "\n");
 	free(prev.s);
 	free(h1all.s);
+	free(first);
 
 	/* ---- per linear: encodes, draws, sampled measurements ---------------- */
 	sbuf drawf = {0}, drawp = {0};
@@ -825,9 +830,12 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 	/* ---- the steps of the plan --------------------------------------------- */
 	rule(&e, 1, N_TOKENS, "cal/cal.txt params/capture src/tokenizer", NULL);
 	{
+		/* (written with $(MEAS), in the graph with its names) */
 		sbuf dp = {0};
 		sb_add(&dp, "%s params/plan", sb(&meas));
-		rule(&e, 1, N_MEASURE, sb(&dp), NULL);
+		out(&e, "$(W)/" N_MEASURE ": $(MEAS) $(W)/params/plan\n");
+		if (g && g_rule(g, N_MEASURE, sb(&dp)) < 0)
+			e.err = 1;
 		free(dp.s);
 	}
 	rule(&e, 1, N_PLAN, o->sens != X3_SENS_OFF ? N_MEASURE " src/config importance.jsonl" :
@@ -858,12 +866,10 @@ int x3_plan_recap(const x3_plan *p, const char *work, unsigned char *recap)
 		memset(recap, 0, p->last + 1);
 		for (int i = 0; i < g.nn; i++) {
 			gnode *n = &g.n[i];
-			if (!n->made || strncmp(n->path, "h1/", 3))
+			if (!n->made || !n->layer1)
 				continue;
-			char grp[X3_KEY_MAX + 16];
-			snprintf(grp, sizeof grp, "%.*s", (int)(strlen(n->path) - 3 - 7), n->path + 3);
-			int l = group_layer(p, grp);
-			if (l >= 0 && l <= p->last)
+			int l = n->layer1 - 1;
+			if (l <= p->last)
 				recap[l] = 1;
 		}
 	}
