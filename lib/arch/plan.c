@@ -447,6 +447,29 @@ static void sens_groups_free(sgroup *g, int n)
 	free(g);
 }
 
+/* the rule of an encode of L at K from the Hessians of h1 (SEQ 0) or hs */
+static void enc_rule(emit *e, const x3_plan_lin *l, int seq, int k)
+{
+	const x3_plan *p = e->p;
+	const x3_module *m = l->m;
+	const char *set = seq ? "hs" : "h1";
+	int sk = p->o.sens_k, pick = draws_of(p, l) && !seq;
+	sbuf t = {0}, d = {0};
+	enc_name(&t, l, set, k);
+	sb_add(&d, "%s/%s.frames params/quant src/%s", set, m->group, m->key);
+	if (pick)
+		sb_add(&d, " draw/%s.k%d.pick params/draw", m->key, sk);
+	char rec[2048];
+	if (pick && k == sk)
+		snprintf(rec, sizeof rec, "$(call encpick,%s)", m->key);
+	else
+		snprintf(rec, sizeof rec, "$(call enc,%s,%s,%d,%s,%s,%s,%d,%s)", m->key, m->weight,
+		         m->bias, l->rows, set, m->group, k, pick ? "1" : "");
+	rule(e, !seq, sb(&t), sb(&d), rec);
+	free(t.s);
+	free(d.s);
+}
+
 static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, graph *g)
 {
 	const x3_plan_opts *o = &p->o;
@@ -677,23 +700,10 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 		int dr = draws_of(p, l);
 		for (int seq = 0; seq < 2; seq++) {
 			const char *set = seq ? "hs" : "h1";
-			for (int k = 1; k <= 8; k++) {
-				if (!enc_needed(p, l, seq, k))
-					continue;
-				t.n = d.n = 0;
-				enc_name(&t, l, set, k);
-				sb_add(&d, "%s/%s.frames params/quant src/%s", set, m->group, m->key);
-				int pick = dr && !seq;
-				if (pick)
-					sb_add(&d, " draw/%s.k%d.pick params/draw", m->key, sk);
-				char rec[2048];
-				if (pick && k == sk)
-					snprintf(rec, sizeof rec, "$(call encpick,%s)", m->key);
-				else
-					snprintf(rec, sizeof rec, "$(call enc,%s,%s,%d,%s,%s,%s,%d,%s)", m->key, m->weight,
-					         m->bias, l->rows, set, m->group, k, pick ? "1" : "");
-				rule(&e, !seq, sb(&t), sb(&d), rec);
-			}
+			(void)set;
+			for (int k = 1; k <= 8; k++)
+				if (enc_needed(p, l, seq, k))
+					enc_rule(&e, l, seq, k);
 		}
 		if (dr) {
 			sbuf js = {0};
@@ -935,6 +945,7 @@ int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f)
 		free(txt.s);
 		return x3_err(X3_EIO, "%s: read error", plan_json);
 	}
+	emit e = {p, f, NULL, 0};
 	x3_pack_plan pl;
 	if (x3_pack_plan_parse(sb(&txt), plan_json, p->mods, p->nmods, &pl)) {
 		free(txt.s);
@@ -959,11 +970,13 @@ int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f)
 		sbuf nm = {0};
 		if (o->sample[0] && !o->sequential && !l->head && has_k(o, K))
 			sb_add(&nm, "enc/%s.h1.k%d.s%s.frames", l->m->key, K, o->sample);
-		else if (enc_needed(p, l, o->sequential, K))
+		else {
+			/* a width outside the measured set (the plan's own): its rule
+			 * here, for rules.mk has none */
 			enc_name(&nm, l, o->sequential ? "hs" : "h1", K);
-		else
-			rc = x3_err(X3_EFORMAT, "%s: linear '%s' at K=%d, a width the conversion did not measure",
-			            plan_json, l->m->key, K);
+			if (!enc_needed(p, l, o->sequential, K))
+				enc_rule(&e, l, o->sequential, K);
+		}
 		if (!rc) {
 			int li = l->m->layer;
 			sb_add(&byl[li < 0 ? 0 : li], " $(W)/%s", sb(&nm));
@@ -976,7 +989,7 @@ int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f)
 		for (int l = 0; l <= p->nlayers; l++)
 			if (byl[l].n)
 				err |= fprintf(f, "FINAL_L%d :=%s\n", l, sb(&byl[l])) < 0;
-		if (err)
+		if (err || e.err)
 			rc = x3_err(X3_EIO, "cannot write plan.mk");
 	}
 	for (int l = 0; l <= p->nlayers + 1; l++)
