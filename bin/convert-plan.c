@@ -11,13 +11,12 @@
 #include "plan.h"
 
 static const char usage[] =
-	"usage: convert-plan [OPTIONS] MODEL WORK        (WORK/rules.mk; prints the recapture set)\n"
-	"       convert-plan [OPTIONS] --recap MODEL WORK (the recapture set only)\n"
-	"       convert-plan [OPTIONS] --finals PLAN MODEL (plan.mk on stdout)\n"
-	"       convert-plan [OPTIONS] --list meas|draws|sens-groups MODEL\n"
-	"  OPTIONS: [--head-bits N] [--mode onepass|sequential] [--sample F|full]\n"
-	"           [--measure LIST] [--draws N] [--sensitivity off|measure|file]\n"
-	"           [--sensitivity-by tensor|group|layer] [--sensitivity-k K] [--sens-file NAME]\n";
+	"usage: convert-plan [--recap] OPTS MODEL WORK\n"
+	"       convert-plan --finals PLAN OPTS MODEL\n"
+	"       convert-plan --list meas|draws|sens-groups OPTS MODEL\n"
+	"   OPTS: --measure LIST [--head-bits N] [--mode onepass|sequential] [--sample F|full]\n"
+	"         [--draws N] [--sensitivity off|measure|file] [--sensitivity-by tensor|group|layer]\n"
+	"         [--sensitivity-k K] [--sens-file NAME]\n";
 
 static void help(void)
 {
@@ -29,7 +28,21 @@ static void help(void)
 	     "fan-out lists, and after bitalloc the final encodes (--finals). The\n"
 	     "recapture set is the layers whose h1 Hessians make would capture on its\n"
 	     "way to the plan, decided from the work directory's file times as make\n"
-	     "decides, without running make.");
+	     "decides, without running make.\n"
+	     "\n"
+	     "  --recap           print the recapture set only, write nothing\n"
+	     "  --finals PLAN     plan.mk on stdout from bitalloc's PLAN: K.<key>, FINAL, FINAL_L<l>\n"
+	     "  --list L          meas (the measurement encodes), draws (the draws' encodes)\n"
+	     "                    or sens-groups, one a line\n"
+	     "  --measure LIST    the measured widths, e.g. 2,3,4\n"
+	     "  --head-bits N     the head's width (default 6; 16: not encoded)\n"
+	     "  --mode M          onepass (default) or sequential\n"
+	     "  --sample F|full   convert's --sample (default full)\n"
+	     "  --draws N         with --sign-metric kl: the draws per decoder linear\n"
+	     "  --sensitivity S   off (default), measure or file\n"
+	     "  --sensitivity-by U  tensor (default), group or layer\n"
+	     "  --sensitivity-k K the K of the measurement and of the draws\n"
+	     "  --sens-file NAME  the sensitivity file in the work directory");
 }
 
 static int parse_int(const char *opt, const char *s, int lo, int hi)
