@@ -217,24 +217,19 @@ mv -f $@.tmp $@
 endef
 
 # ---- plan ----------------------------------------------------------------
+# (the names go through a file: a command line holds about 128 KiB)
 $(W)/measure.jsonl:
-	for f in $(MEAS); do case $$f in *.json) cat $$f ;; *) tensor-ls $$f ;; esac; done | jq -c '$(MEASURE_JQ)' >$@.tmp
-	mv -f $@.tmp $@
-# a measurement line (bitalloc's input) from the metadata of a trellis frame,
-# or from a sampled measurement's line (with how it was sampled)
-MEASURE_JQ := if .meta then (select(.meta.role == "trellis") | .meta | {tensor: .key, K: (.K | tonumber), proxy_err: (.proxy_err | tonumber), numel: ((.in_features | tonumber) * (.out_features | tonumber))}) \
-  else {tensor, K, proxy_err, numel, sample, strips, strips_total, search_tiles, ldlq_tiles} end
-# the sampled measurement's work in the plan (its "measurement", from
-# bitalloc --measurement, goes on into quantization_config.json)
-PLAN_JQ := . + (if $$s == "" then {} else {measurement_work: \
-  {strips: ([$$m[] | select(.strips) | .strips] | add), strips_total: ([$$m[] | select(.strips) | .strips_total] | add), \
-   viterbi_tiles: {search: ([$$m[] | .search_tiles // 0] | add), ldlq: ([$$m[] | .ldlq_tiles // 0] | add)}}} end)
+	$(file >$@.tmp.list,$(MEAS))xargs -a $@.tmp.list bitalloc --lines >$@.tmp
+	rm -f $@.tmp.list && mv -f $@.tmp $@
 
+# the plan (bitalloc): with --sample, "measurement" says how the widths
+# were measured (pack-write copies it into quantization_config.json) and
+# "measurement_work" sums the sampled measurements' strips and tiles
 $(W)/plan.json:
 	bitalloc -q $(if $(SIZE),--size $(SIZE),--bits $(BITS)) --head-bits $(HEAD_BITS) $(SETS) \
 	  --model $(MODEL) --codebook $(CODEBOOK) --cal-rows $(ROWS) --cal-cols $(COLS) \
-	  $(if $(SENS_FILE),--importance $(W)/importance.jsonl) $(MEASOPT) -o $@.ba $<
-	jq --arg s '$(SAMPLE)' --slurpfile m $< '$(PLAN_JQ)' $@.ba >$@.tmp && rm -f $@.ba && mv -f $@.tmp $@
+	  $(if $(SENS_FILE),--importance $(W)/importance.jsonl) $(MEASOPT) -o $@.tmp $<
+	mv -f $@.tmp $@
 
 # sensitivity (--sensitivity measure|FILE): rules.mk has one rule per
 # group. base.json: the original's logits over SENS_ROWS calibration text
@@ -256,7 +251,7 @@ sensg = t0=$$(date +%s.%N) && rm -f $@.tmp.safetensors && \
     seconds: ((now - ($$t0 | tonumber)) * 1000 | round / 1000)}' >$@.tmp && \
   rm -f $@.tmp.safetensors && mv -f $@.tmp $@
 $(W)/sens/measured.k$(SENS_K).jsonl:
-	for f in $(SENS_ERR); do tensor-ls $$f; done | jq -c '$(MEASURE_JQ)' >$@.err
+	$(file >$@.tmp.list,$(SENS_ERR))xargs -a $@.tmp.list bitalloc --lines >$@.err && rm -f $@.tmp.list
 	jq -nc --slurpfile h $(W)/params/sens --slurpfile g $(W)/sens/groups.jsonl \
 	  --slurpfile kl <(cat $(SENS_GROUPS)) --slurpfile all $(W)/sens/all.k$(SENS_K).json \
 	  --slurpfile e $@.err --slurpfile b $(W)/sens/base.json --argjson K $(SENS_K) '$(SENS_JQ)' >$@.tmp
