@@ -180,37 +180,31 @@ static void lines_of(const char *path)
 	x3_reader_close(r);
 }
 
-/* the work of sampled measurements, summed over the lines of FILEs:
- * strips over those that say how they were sampled (null when none does),
- * the Viterbi tiles over all */
-static json_t *measurement_work(int n, char **files)
+
+/* the work of the sampled measurements read (a plan's measurement_work):
+ * strips over the lines that say how they were sampled, Viterbi tiles over
+ * all */
+static struct { json_int_t strips, total, search, ldlq; int any; } work;
+
+static void add_work(const char *text, size_t n)
 {
-	json_int_t strips = 0, total = 0, search = 0, ldlq = 0;
-	int any = 0;
-	for (int i = 0; i < n; i++) {
-		FILE *f = strcmp(files[i], "-") ? fopen(files[i], "r") : NULL;
-		if (!f)
-			continue;
-		char *line = NULL;
-		size_t cap = 0;
-		while (getline(&line, &cap, f) > 0) {
-			json_t *o = json_loads(line, 0, NULL);
-			json_t *s = json_object_get(o, "strips");
-			if (json_is_integer(s)) {
-				any = 1;
-				strips += json_integer_value(s);
-				total += json_integer_value(json_object_get(o, "strips_total"));
-			}
-			search += json_integer_value(json_object_get(o, "search_tiles"));
-			ldlq += json_integer_value(json_object_get(o, "ldlq_tiles"));
-			json_decref(o);
+	const char *s = text, *end = text + n;
+	while (s < end) {
+		const char *e = memchr(s, '\n', (size_t)(end - s));
+		if (!e)
+			e = end;
+		json_t *o = json_loadb(s, (size_t)(e - s), 0, NULL);
+		json_t *st = json_object_get(o, "strips");
+		if (json_is_integer(st)) {
+			work.any = 1;
+			work.strips += json_integer_value(st);
+			work.total += json_integer_value(json_object_get(o, "strips_total"));
 		}
-		free(line);
-		fclose(f);
+		work.search += json_integer_value(json_object_get(o, "search_tiles"));
+		work.ldlq += json_integer_value(json_object_get(o, "ldlq_tiles"));
+		json_decref(o);
+		s = e + 1;
 	}
-	return json_pack("{sosos{sIsI}}", "strips", any ? json_integer(strips) : json_null(),
-	                 "strips_total", any ? json_integer(total) : json_null(), "viterbi_tiles",
-	                 "search", search, "ldlq", ldlq);
 }
 
 static void read_file(x3_ba *ba, const char *path, int importance)
@@ -219,7 +213,36 @@ static void read_file(x3_ba *ba, const char *path, int importance)
 	if (!f)
 		die("%s: %s", path, strerror(errno));
 	const char *label = strcmp(path, "-") ? path : "stdin";
-	int rc = importance ? x3_ba_read_importance(ba, f, label) : x3_ba_read(ba, f, label);
+	int rc;
+	if (importance)
+		rc = x3_ba_read_importance(ba, f, label);
+	else {
+		/* read whole (a pipe is read once), its work summed, then parsed */
+		char *buf = NULL;
+		size_t n = 0, cap = 0, k;
+		do {
+			if (n + 65536 > cap) {
+				cap = (n + 65536) * 2;
+				char *nb = realloc(buf, cap);
+				if (!nb)
+					die("out of memory");
+				buf = nb;
+			}
+			k = fread(buf + n, 1, cap - n, f);
+			n += k;
+		} while (k > 0);
+		if (ferror(f))
+			die("%s: read error", label);
+		add_work(buf, n);
+		FILE *m = fmemopen(buf, n ? n : 1, "r");
+		if (!m)
+			die("out of memory");
+		if (!n)
+			fgetc(m);
+		rc = x3_ba_read(ba, m, label);
+		fclose(m);
+		free(buf);
+	}
 	if (f != stdin)
 		fclose(f);
 	if (rc)
@@ -681,9 +704,10 @@ int main(int argc, char **argv)
 		x3_jw w = X3_JW_INIT;
 		json_t *po = json_loads(js, 0, NULL);
 		x3_jw_set(&w, po, "measurement", json_incref(mj));
-		json_t *mw = measurement_work(argc - optind, argv + optind);
-		if (mw)
-			x3_jw_set(&w, po, "measurement_work", mw);
+		x3_jw_set(&w, po, "measurement_work",
+		          json_pack("{sosos{sIsI}}", "strips", work.any ? json_integer(work.strips) : json_null(),
+		                    "strips_total", work.any ? json_integer(work.total) : json_null(),
+		                    "viterbi_tiles", "search", work.search, "ldlq", work.ldlq));
 		free(js);
 		js = x3_jw_dump(&w, po, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10), "plan", NULL);
 		json_decref(po);
