@@ -412,40 +412,46 @@ typedef struct {
 	sbuf members;        /* "A B C" */
 } sgroup;
 
-static int sens_groups(const x3_plan *p, sgroup **out, int *n)
-{
-	sgroup *g = calloc(p->nlin, sizeof *g);
-	if (!g)
-		return x3_err(X3_ENOMEM, "out of memory");
-	int ng = 0;
-	for (int i = 0; i < p->nlin; i++) {
-		const x3_plan_lin *l = &p->lin[i];
-		if (l->head)
-			continue;
-		char name[sizeof g->name];
-		sens_group_name(p, l, name, sizeof name);
-		int j;
-		/* in the order of their first linear */
-		for (j = ng - 1; j >= 0; j--)
-			if (!strcmp(g[j].name, name))
-				break;
-		if (j < 0) {
-			j = ng++;
-			snprintf(g[j].name, sizeof g[j].name, "%s", name);
-		}
-		sb_add(&g[j].members, "%s%s", g[j].members.n ? " " : "", l->m->key);
-	}
-	*out = g;
-	*n = ng;
-	return 0;
-}
-
 static void sens_groups_free(sgroup *g, int n)
 {
 	for (int i = 0; i < n; i++)
 		free(g[i].members.s);
 	free(g);
 }
+
+static int sens_groups(const x3_plan *p, sgroup **out, int *n)
+{
+	sgroup *g = calloc(p->nlin, sizeof *g);
+	if (!g)
+		return x3_err(X3_ENOMEM, "out of memory");
+	int ng = 0;
+	/* the groups in the order of their first linear; a name's group by
+	 * hash (node j of the set is group j) */
+	graph set = {0};
+	for (int i = 0; i < p->nlin; i++) {
+		const x3_plan_lin *l = &p->lin[i];
+		if (l->head)
+			continue;
+		char name[sizeof g->name];
+		sens_group_name(p, l, name, sizeof name);
+		int j = g_find(&set, name, 1);
+		if (j < 0) {
+			g_free(&set);
+			sens_groups_free(g, ng);
+			return x3_err(X3_ENOMEM, "out of memory");
+		}
+		if (j == ng) {
+			ng++;
+			snprintf(g[j].name, sizeof g[j].name, "%s", name);
+		}
+		sb_add(&g[j].members, "%s%s", g[j].members.n ? " " : "", l->m->key);
+	}
+	g_free(&set);
+	*out = g;
+	*n = ng;
+	return 0;
+}
+
 
 /* the rule of an encode of L at K from the Hessians of h1 (SEQ 0) or hs */
 static void enc_rule(emit *e, const x3_plan_lin *l, int seq, int k)
