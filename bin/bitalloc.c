@@ -12,6 +12,7 @@
 #include "arch.h"
 #include "bitalloc.h"
 #include "jsonw.h"
+#include "frame.h"
 #include "pack.h"
 #include "safetensors.h"
 
@@ -24,6 +25,7 @@ static const char usage[] =
 	"                [--method M] [-o PLAN] [-q] [FILE...]\n"
 	"       bitalloc --predict --model SRC (--bits B | --size BYTES) [--head-bits N]\n"
 	"                [--codebook C] [--cal-rows R] [--cal-cols C] [--set REGEX=K]...\n"
+	"       bitalloc --lines FILE...\n"
 	"       (any of them: [--measurement JSON])\n";
 
 static void help(void)
@@ -57,7 +59,152 @@ static void help(void)
 	       "  --measurement J   a JSON object saying how the widths were measured (e.g.\n"
 	       "                    {\"method\":\"sample\",\"sample\":0.125}): the plan's\n"
 	       "                    \"measurement\", which pack-write copies into\n"
-	       "                    quantization_config.json (and the byte model counts)\n");
+	       "                    quantization_config.json (and the byte model counts);\n"
+	       "                    the plan gets the sampled measurements' work summed\n"
+	       "                    (\"measurement_work\": strips, Viterbi tiles)\n"
+	       "  --lines           print the measurement line of each FILE: a trellis-encode\n"
+	       "                    frame stream (its trellis frame's metadata) or its\n"
+	       "                    --measure JSON lines (with how they were sampled)\n");
+}
+
+/* ---- --lines: the measurements as bitalloc reads them -------------------- */
+/* a JSON line on stdout: O's members in order, a real as the shortest
+ * text that reads back as the same double */
+static void put_line(json_t *o, const char *what)
+{
+	const char *k;
+	json_t *v;
+	int first = 1;
+	putchar('{');
+	json_object_foreach(o, k, v) {
+		json_t *ks = json_string(k);
+		char *kt = json_dumps(ks, JSON_ENCODE_ANY);
+		json_decref(ks);
+		if (!kt)
+			die("%s: cannot encode its measurement", what);
+		printf("%s%s:", first ? "" : ",", kt);
+		free(kt);
+		first = 0;
+		if (json_is_real(v)) {
+			double d = json_real_value(v);
+			char b[64];
+			for (int p = 1; p <= 17; p++) {
+				snprintf(b, sizeof b, "%.*g", p, d);
+				if (strtod(b, NULL) == d)
+					break;
+			}
+			if (!strpbrk(b, ".eEn"))
+				strcat(b, ".0");
+			fputs(b, stdout);
+		} else {
+			char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+			if (!t)
+				die("%s: cannot encode its measurement", what);
+			fputs(t, stdout);
+			free(t);
+		}
+	}
+	puts("}");
+	json_decref(o);
+}
+
+static double meta_num(const x3_tensor *t, const char *key, const char *path)
+{
+	const char *v = x3_meta_get(t, key);
+	char *e;
+	double d = v ? strtod(v, &e) : NAN;
+	if (!v || e == v || *e)
+		die("%s: frame '%s': metadata '%s' is not a number", path, t->name, key);
+	return d;
+}
+
+/* FILE: JSON lines (its first byte '{'), else a frame stream */
+static void lines_of(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		die("%s: %s", path, strerror(errno));
+	int c = fgetc(f);
+	if (c == '{') {
+		ungetc(c, f);
+		static const char *const keys[] = {"tensor", "K", "proxy_err", "numel", "sample", "strips",
+		                                   "strips_total", "search_tiles", "ldlq_tiles"};
+		char *line = NULL;
+		size_t cap = 0;
+		long no = 0;
+		while (getline(&line, &cap, f) > 0) {
+			no++;
+			json_error_t je;
+			json_t *in = json_loads(line, 0, &je);
+			if (!json_is_object(in))
+				die("%s:%ld: not a JSON object", path, no);
+			json_t *o = json_object();
+			for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+				json_t *v = json_object_get(in, keys[i]);
+				json_object_set_new(o, keys[i], v ? json_incref(v) : json_null());
+			}
+			json_decref(in);
+			put_line(o, path);
+		}
+		free(line);
+		if (ferror(f))
+			die("%s: read error", path);
+		fclose(f);
+		return;
+	}
+	fclose(f);
+	x3_reader *r;
+	if (x3_reader_open(path, &r))
+		die("%s", x3_errmsg());
+	x3_tensor *t;
+	int rc;
+	while ((rc = x3_reader_next_header(r, &t)) == 0) {
+		const char *role = x3_meta_get(t, "role"), *key = x3_meta_get(t, "key");
+		if (role && !strcmp(role, "trellis")) {
+			if (!key)
+				die("%s: trellis frame '%s' has no key", path, t->name);
+			json_t *o = json_object();
+			json_object_set_new(o, "tensor", json_string(key));
+			json_object_set_new(o, "K", json_integer((json_int_t)meta_num(t, "K", path)));
+			json_object_set_new(o, "proxy_err", json_real(meta_num(t, "proxy_err", path)));
+			json_object_set_new(o, "numel", json_integer((json_int_t)meta_num(t, "in_features", path) *
+			                                             (json_int_t)meta_num(t, "out_features", path)));
+			put_line(o, path);
+		}
+		x3_tensor_free(t);
+		if (x3_reader_skip(r))
+			die("%s", x3_errmsg());
+	}
+	if (rc != X3_EOF)
+		die("%s", x3_errmsg());
+	x3_reader_close(r);
+}
+
+
+/* the work of the sampled measurements read (a plan's measurement_work):
+ * strips over the lines that say how they were sampled, Viterbi tiles over
+ * all */
+static struct { json_int_t strips, total, search, ldlq; int any; } work;
+
+static void add_work(const char *text, size_t n)
+{
+	const char *s = text, *end = text + n;
+	while (s < end) {
+		const char *e = memchr(s, '\n', (size_t)(end - s));
+		if (!e)
+			e = end;
+		json_t *o = json_loadb(s, (size_t)(e - s), 0, NULL);
+		json_t *st = json_object_get(o, "strips");
+		if (json_is_integer(st)) {
+			work.any = 1;
+			work.strips += json_integer_value(st);
+			work.total += json_integer_value(json_object_get(o, "strips_total"));
+		}
+		work.search += json_integer_value(json_object_get(o, "search_tiles"));
+		work.ldlq += json_integer_value(json_object_get(o, "ldlq_tiles"));
+		json_decref(o);
+		s = e + 1;
+	}
 }
 
 static void read_file(x3_ba *ba, const char *path, int importance)
@@ -66,7 +213,36 @@ static void read_file(x3_ba *ba, const char *path, int importance)
 	if (!f)
 		die("%s: %s", path, strerror(errno));
 	const char *label = strcmp(path, "-") ? path : "stdin";
-	int rc = importance ? x3_ba_read_importance(ba, f, label) : x3_ba_read(ba, f, label);
+	int rc;
+	if (importance)
+		rc = x3_ba_read_importance(ba, f, label);
+	else {
+		/* read whole (a pipe is read once), its work summed, then parsed */
+		char *buf = NULL;
+		size_t n = 0, cap = 0, k;
+		do {
+			if (n + 65536 > cap) {
+				cap = (n + 65536) * 2;
+				char *nb = realloc(buf, cap);
+				if (!nb)
+					die("out of memory");
+				buf = nb;
+			}
+			k = fread(buf + n, 1, cap - n, f);
+			n += k;
+		} while (k > 0);
+		if (ferror(f))
+			die("%s: read error", label);
+		add_work(buf, n);
+		FILE *m = fmemopen(buf, n ? n : 1, "r");
+		if (!m)
+			die("out of memory");
+		if (!n)
+			fgetc(m);
+		rc = x3_ba_read(ba, m, label);
+		fclose(m);
+		free(buf);
+	}
 	if (f != stdin)
 		fclose(f);
 	if (rc)
@@ -319,7 +495,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_BITS = 256, O_HEAD, O_HQ, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
-	       O_CR, O_CC, O_PREDICT, O_MEAS };
+	       O_CR, O_CC, O_PREDICT, O_MEAS, O_LINES };
 	static const struct option lo[] = {
 		{"bits", required_argument, 0, O_BITS},
 		{"head-bits", required_argument, 0, O_HEAD},
@@ -335,6 +511,7 @@ int main(int argc, char **argv)
 		{"cal-cols", required_argument, 0, O_CC},
 		{"predict", no_argument, 0, O_PREDICT},
 		{"measurement", required_argument, 0, O_MEAS},
+		{"lines", no_argument, 0, O_LINES},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -344,7 +521,7 @@ int main(int argc, char **argv)
 	const char *imp = NULL, *out = NULL, *model = NULL, *codebook = "mul1";
 	uint64_t size = 0;
 	long cal_rows = 250, cal_cols = 2048;
-	int predict = 0;
+	int predict = 0, lines = 0;
 	json_t *mj = NULL;        /* --measurement */
 	char *mtext = NULL;
 	char **sets = calloc((size_t)argc, sizeof *sets);
@@ -396,8 +573,17 @@ int main(int argc, char **argv)
 			if (!(mtext = json_dumps(mj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))))
 				die("out of memory");
 			break;
+		case O_LINES: lines = 1; break;
 		default: usage_error(usage, "bad option");
 		}
+	}
+	if (lines) {
+		if (optind == argc)
+			usage_error(usage, "--lines needs FILEs");
+		for (int i = optind; i < argc; i++)
+			lines_of(argv[i]);
+		check_stdout();
+		return 0;
 	}
 	if (isnan(bits) == !size)
 		usage_error(usage, size ? "--bits and --size exclude each other" : "--bits or --size is required");
@@ -518,6 +704,10 @@ int main(int argc, char **argv)
 		x3_jw w = X3_JW_INIT;
 		json_t *po = json_loads(js, 0, NULL);
 		x3_jw_set(&w, po, "measurement", json_incref(mj));
+		x3_jw_set(&w, po, "measurement_work",
+		          json_pack("{sosos{sIsI}}", "strips", work.any ? json_integer(work.strips) : json_null(),
+		                    "strips_total", work.any ? json_integer(work.total) : json_null(),
+		                    "viterbi_tiles", "search", work.search, "ldlq", work.ldlq));
 		free(js);
 		js = x3_jw_dump(&w, po, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10), "plan", NULL);
 		json_decref(po);

@@ -168,4 +168,19 @@ ln -s dsk $'d\xff'
 check_fail "--predict with a model path that is not UTF-8: an error naming 'model'" 1 \
 	"^bitalloc: --predict: cannot write 'model': the value is not UTF-8$" bitalloc --predict --model $'d\xff' --bits 3.5
 
+jqe() { jq -e "$@" >/dev/null; }
+# --lines: the measurement line of a trellis-encode frame stream (the
+# trellis frame's metadata) and of its --measure --sample lines
+tensor-gen -s 3 w=32x256 | had-rotate -q --out-scales always | trellis-encode -q -K 3 >lw.frames
+check "--lines: a trellis frame's metadata as {tensor, K, proxy_err, numel}" \
+	jqe --argjson p "$(tensor-ls lw.frames | jq -r 'select(.meta.role == "trellis") | .meta.proxy_err')" \
+	'.tensor == "w" and .K == 3 and .numel == 8192 and .proxy_err == $p and (keys | length) == 4' \
+	<(bitalloc --lines lw.frames)
+echo '{"tensor":"w","K":2,"proxy_err":0.25,"numel":8192,"sample":0.5,"strips":8,"strips_total":16,"extra":1}' >lw.json
+check "--lines: a sampled line passed on with how it was sampled (null where absent), nothing else" \
+	test "$(bitalloc --lines lw.json)" = '{"tensor":"w","K":2,"proxy_err":0.25,"numel":8192,"sample":0.5,"strips":8,"strips_total":16,"search_tiles":null,"ldlq_tiles":null}'
+check "a plan with --measurement sums the sampled work (measurement_work)" \
+	jqe '.measurement_work == {strips: 8, strips_total: 16, viterbi_tiles: {search: 0, ldlq: 0}}' \
+	<(bitalloc -q --bits 2 --measurement '{"method":"sample","sample":0.5}' <(bitalloc --lines lw.json))
+
 done_testing

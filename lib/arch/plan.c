@@ -1,0 +1,1007 @@
+/* plan.c: the plan of a conversion: explicit make rules for the files the
+ * options need, and the recapture set (plan.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "plan.h"
+#include "config.h"
+#include "pack.h"
+
+/* ---- the work directory's names ------------------------------------------ */
+/* Every name below is relative to the work directory; the rules write
+ * them as $(W)/NAME. */
+#define N_TOKENS "cal/tokens.frames"
+#define N_BASE "sens/base.json"
+#define N_PLAN "plan.json"
+#define N_MEASURE "measure.jsonl"
+
+static int has_k(const x3_plan_opts *o, int k)
+{
+	for (int i = 0; i < o->nmeasure; i++)
+		if (o->measure[i] == k)
+			return 1;
+	return 0;
+}
+
+int x3_plan_build(const char *dir, const x3_plan_opts *o, x3_plan *p)
+{
+	memset(p, 0, sizeof *p);
+	p->o = *o;
+	x3_model_config c;
+	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c))
+		return -1;
+	if (x3_arch_modules(&c, &p->mods, &p->nmods))
+		return x3_errprefix(X3_EFORMAT, "%s", dir);
+	p->nlayers = c.n_layers;
+	p->last = o->head_bits == 16 ? c.n_layers - 1 : c.n_layers;
+	p->lin = calloc(p->nmods ? p->nmods : 1, sizeof *p->lin);
+	if (!p->lin)
+		return x3_err(X3_ENOMEM, "out of memory");
+	for (int i = 0; i < p->nmods; i++) {
+		const x3_module *m = &p->mods[i];
+		if (m->d->kind != X3_KIND_LINEAR)
+			continue;
+		int head = m->d->role == X3_ROLE_HEAD;
+		if (head && o->head_bits == 16)
+			continue;
+		x3_plan_lin *l = &p->lin[p->nlin++];
+		l->m = m;
+		l->head = head;
+		if (m->sliced)
+			snprintf(l->rows, sizeof l->rows, "%lld:%lld", (long long)m->row0,
+			         (long long)(m->row0 + m->out));
+	}
+	if (!p->nlin)
+		return x3_err(X3_EFORMAT, "%s: no linears to encode", dir);
+	return 0;
+}
+
+void x3_plan_free(x3_plan *p)
+{
+	free(p->mods);
+	free(p->lin);
+	memset(p, 0, sizeof *p);
+}
+
+/* ---- the file names of one linear ---------------------------------------- */
+static int draws_of(const x3_plan *p, const x3_plan_lin *l)
+{
+	return p->o.draws > 0 && !l->head;
+}
+
+/* the encodes from Hessian set SET ("h1", "hs") at K that the plan has a
+ * rule for: the measurements (the head at its width), the sensitivity's
+ * encodes at its K, and the sequential finals at every measured width */
+static int enc_needed(const x3_plan *p, const x3_plan_lin *l, int seq, int k)
+{
+	const x3_plan_opts *o = &p->o;
+	if (seq && !o->sequential)
+		return 0;
+	if (l->head)
+		return k == o->head_bits;
+	if (seq)
+		return has_k(o, k);
+	if (!o->sample[0] && has_k(o, k))
+		return 1;
+	return o->sens == X3_SENS_MEASURE && k == o->sens_k;
+}
+
+/* ---- the graph of the steps before the plan (for the recapture set) ------ */
+typedef struct {
+	char *path;
+	int *dep, ndep, cap;
+	int target;          /* has a rule (a secondary target) */
+	int stat_done, exists;
+	struct timespec mt;
+	int maxm_done;       /* newest time of what it is made from, itself included */
+	int maxm_valid;
+	struct timespec maxm;
+	int layer1;          /* an h1 Hessian group: its layer + 1 */
+	int made_state;      /* 0 not visited, 1 visiting, 2 done */
+	int made;
+} gnode;
+
+typedef struct {
+	gnode *n;
+	int nn, cap;
+	int *ht;
+	size_t htcap;
+	const char *work;
+} graph;
+
+static uint64_t hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+	return h;
+}
+
+static int g_find(graph *g, const char *path, int add)
+{
+	if ((size_t)(g->nn + 1) * 2 > g->htcap) {
+		size_t nc = g->htcap ? g->htcap * 2 : 1024;
+		int *nt = malloc(nc * sizeof *nt);
+		if (!nt)
+			return -1;
+		for (size_t i = 0; i < nc; i++)
+			nt[i] = -1;
+		for (int i = 0; i < g->nn; i++) {
+			size_t j = hash(g->n[i].path) & (nc - 1);
+			while (nt[j] >= 0)
+				j = (j + 1) & (nc - 1);
+			nt[j] = i;
+		}
+		free(g->ht);
+		g->ht = nt;
+		g->htcap = nc;
+	}
+	size_t j = hash(path) & (g->htcap - 1);
+	while (g->ht[j] >= 0) {
+		if (!strcmp(g->n[g->ht[j]].path, path))
+			return g->ht[j];
+		j = (j + 1) & (g->htcap - 1);
+	}
+	if (!add)
+		return -2;
+	if (g->nn == g->cap) {
+		int nc = g->cap ? g->cap * 2 : 1024;
+		gnode *nn = realloc(g->n, nc * sizeof *nn);
+		if (!nn)
+			return -1;
+		g->n = nn;
+		g->cap = nc;
+	}
+	gnode *n = &g->n[g->nn];
+	memset(n, 0, sizeof *n);
+	if (!(n->path = strdup(path)))
+		return -1;
+	g->ht[j] = g->nn;
+	return g->nn++;
+}
+
+/* rule TARGET: DEPS (a space-separated list of names); its node, or -1 */
+static int g_rule(graph *g, const char *target, const char *deps)
+{
+	int t = g_find(g, target, 1);
+	if (t < 0)
+		return -1;
+	g->n[t].target = 1;
+	char name[1024];
+	const char *s = deps;
+	while (*s) {
+		while (*s == ' ')
+			s++;
+		size_t k = strcspn(s, " ");
+		if (!k)
+			break;
+		if (k >= sizeof name)
+			return -1;
+		memcpy(name, s, k);
+		name[k] = 0;
+		s += k;
+		int d = g_find(g, name, 1);
+		if (d < 0)
+			return -1;
+		gnode *n = &g->n[t];
+		if (n->ndep == n->cap) {
+			int nc = n->cap ? n->cap * 2 : 4;
+			int *nd = realloc(n->dep, nc * sizeof *nd);
+			if (!nd)
+				return -1;
+			n->dep = nd;
+			n->cap = nc;
+		}
+		n->dep[n->ndep++] = d;
+	}
+	return t;
+}
+
+static void g_free(graph *g)
+{
+	for (int i = 0; i < g->nn; i++) {
+		free(g->n[i].path);
+		free(g->n[i].dep);
+	}
+	free(g->n);
+	free(g->ht);
+}
+
+static int ts_after(struct timespec a, struct timespec b)
+{
+	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+static void g_stat(graph *g, gnode *n)
+{
+	if (n->stat_done)
+		return;
+	n->stat_done = 1;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", g->work, n->path);
+	struct stat st;
+	n->exists = stat(path, &st) == 0;
+	if (n->exists)
+		n->mt = st.st_mtim;
+}
+
+/* the newest time among a target's own (where it exists) and, through its
+ * rules, what it is made from: make's check of a secondary prerequisite,
+ * which it does not remake unless its dependent is remade, looks through
+ * it at its prerequisites against the dependent's time */
+static void g_maxm(graph *g, int i)
+{
+	gnode *n = &g->n[i];
+	if (n->maxm_done)
+		return;
+	n->maxm_done = 1;
+	g_stat(g, n);
+	if (n->exists) {
+		n->maxm = n->mt;
+		n->maxm_valid = 1;
+	}
+	if (!n->target)
+		return;
+	for (int d = 0; d < n->ndep; d++) {
+		g_maxm(g, n->dep[d]);
+		gnode *m = &g->n[n->dep[d]];
+		n = &g->n[i];
+		if (m->maxm_valid && (!n->maxm_valid || ts_after(m->maxm, n->maxm))) {
+			n->maxm = m->maxm;
+			n->maxm_valid = 1;
+		}
+	}
+}
+
+/* make asked to update target I: remade when missing or when anything it
+ * is made from is newer than it; then its prerequisites are updated too */
+static int g_made(graph *g, int i)
+{
+	gnode *n = &g->n[i];
+	if (n->made_state)
+		return n->made;
+	n->made_state = 1;
+	g_stat(g, n);
+	int must = !n->exists;
+	for (int d = 0; d < n->ndep && !must; d++) {
+		int j = g->n[i].dep[d];
+		g_maxm(g, j);
+		gnode *m = &g->n[j];
+		if (m->maxm_valid && ts_after(m->maxm, g->n[i].mt))
+			must = 1;
+	}
+	if (must)
+		for (int d = 0; d < g->n[i].ndep; d++) {
+			int j = g->n[i].dep[d];
+			if (g->n[j].target)
+				g_made(g, j);
+		}
+	n = &g->n[i];
+	n->made = must;
+	n->made_state = 2;
+	return must;
+}
+
+/* ---- the rules ------------------------------------------------------------- */
+/* The text goes to f (may be NULL) and the steps before the plan to the
+ * graph (may be NULL). */
+typedef struct {
+	const x3_plan *p;
+	FILE *f;
+	graph *g;
+	int err;
+} emit;
+
+static void out(emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out(emit *e, const char *fmt, ...)
+{
+	if (!e->f)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	if (vfprintf(e->f, fmt, ap) < 0)
+		e->err = 1;
+	va_end(ap);
+}
+
+/* a growing string */
+typedef struct {
+	char *s;
+	size_t n, cap;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (k < 0)
+		return;
+	if (b->n + k + 1 > b->cap) {
+		size_t nc = (b->n + k + 1) * 2;
+		char *ns = realloc(b->s, nc);
+		if (!ns)
+			abort();
+		b->s = ns;
+		b->cap = nc;
+	}
+	va_start(ap, fmt);
+	vsnprintf(b->s + b->n, k + 1, fmt, ap);
+	va_end(ap);
+	b->n += k;
+}
+
+static const char *sb(sbuf *b)
+{
+	return b->s ? b->s : "";
+}
+
+/* $(W)/A $(W)/B ... from "A B ..." */
+static void sb_w(sbuf *b, const char *names)
+{
+	const char *s = names;
+	while (*s) {
+		while (*s == ' ')
+			s++;
+		size_t k = strcspn(s, " ");
+		if (!k)
+			break;
+		sb_add(b, " $(W)/%.*s", (int)k, s);
+		s += k;
+	}
+}
+
+/* a rule: TARGET: DEPS (names relative to the work directory), its recipe
+ * RECIPE (one line, may be empty); in the graph when PRE (a step before the
+ * plan) */
+static void rule(emit *e, int pre, const char *target, const char *deps, const char *recipe)
+{
+	sbuf d = {0};
+	sb_w(&d, deps);
+	out(e, "$(W)/%s:%s\n", target, sb(&d));
+	if (recipe && *recipe)
+		out(e, "\t%s\n", recipe);
+	if (pre && e->g && g_rule(e->g, target, deps) < 0)
+		e->err = 1;
+	free(d.s);
+}
+
+static void enc_name(sbuf *b, const x3_plan_lin *l, const char *set, int k)
+{
+	sb_add(b, "enc/%s.%s.k%d.frames", l->m->key, set, k);
+}
+
+/* the measurements of a linear: the head at its width; a decoder linear at
+ * every measured width, whole or sampled */
+static void meas_names(const x3_plan *p, const x3_plan_lin *l, sbuf *b)
+{
+	if (l->head) {
+		sb_add(b, " ");
+		enc_name(b, l, "h1", p->o.head_bits);
+		return;
+	}
+	for (int i = 0; i < p->o.nmeasure; i++) {
+		if (p->o.sample[0])
+			sb_add(b, " enc/%s.h1.k%d.s%s.json", l->m->key, p->o.measure[i], p->o.sample);
+		else {
+			sb_add(b, " ");
+			enc_name(b, l, "h1", p->o.measure[i]);
+		}
+	}
+}
+
+/* the sensitivity's groups: names and members (decoder linears) */
+static void sens_group_name(const x3_plan *p, const x3_plan_lin *l, char *buf, size_t n)
+{
+	if (p->o.sens_by == X3_SENS_BY_TENSOR)
+		snprintf(buf, n, "%s", l->m->key);
+	else if (p->o.sens_by == X3_SENS_BY_GROUP)
+		snprintf(buf, n, "%s", l->m->group);
+	else
+		snprintf(buf, n, "layer.%d.%s", l->m->layer, x3_role_name(l->m->d->role));
+}
+
+typedef struct {
+	char name[X3_KEY_MAX + 32];
+	sbuf members;        /* "A B C" */
+} sgroup;
+
+static void sens_groups_free(sgroup *g, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(g[i].members.s);
+	free(g);
+}
+
+static int sens_groups(const x3_plan *p, sgroup **out, int *n)
+{
+	sgroup *g = calloc(p->nlin, sizeof *g);
+	if (!g)
+		return x3_err(X3_ENOMEM, "out of memory");
+	int ng = 0;
+	/* the groups in the order of their first linear; a name's group by
+	 * hash (node j of the set is group j) */
+	graph set = {0};
+	for (int i = 0; i < p->nlin; i++) {
+		const x3_plan_lin *l = &p->lin[i];
+		if (l->head)
+			continue;
+		char name[sizeof g->name];
+		sens_group_name(p, l, name, sizeof name);
+		int j = g_find(&set, name, 1);
+		if (j < 0) {
+			g_free(&set);
+			sens_groups_free(g, ng);
+			return x3_err(X3_ENOMEM, "out of memory");
+		}
+		if (j == ng) {
+			ng++;
+			snprintf(g[j].name, sizeof g[j].name, "%s", name);
+		}
+		sb_add(&g[j].members, "%s%s", g[j].members.n ? " " : "", l->m->key);
+	}
+	g_free(&set);
+	*out = g;
+	*n = ng;
+	return 0;
+}
+
+
+/* the rule of an encode of L at K from the Hessians of h1 (SEQ 0) or hs */
+static void enc_rule(emit *e, const x3_plan_lin *l, int seq, int k)
+{
+	const x3_plan *p = e->p;
+	const x3_module *m = l->m;
+	const char *set = seq ? "hs" : "h1";
+	int sk = p->o.sens_k, pick = draws_of(p, l) && !seq;
+	sbuf t = {0}, d = {0};
+	enc_name(&t, l, set, k);
+	sb_add(&d, "%s/%s.frames params/quant src/%s", set, m->group, m->key);
+	if (pick)
+		sb_add(&d, " draw/%s.k%d.pick params/draw", m->key, sk);
+	char rec[2048];
+	if (pick && k == sk)
+		snprintf(rec, sizeof rec, "$(call encpick,%s)", m->key);
+	else
+		snprintf(rec, sizeof rec, "$(call enc,%s,%s,%d,%s,%s,%s,%d,%s)", m->key, m->weight,
+		         m->bias, l->rows, set, m->group, k, pick ? "1" : "");
+	rule(e, !seq, sb(&t), sb(&d), rec);
+	free(t.s);
+	free(d.s);
+}
+
+static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, graph *g)
+{
+	const x3_plan_opts *o = &p->o;
+	emit e = {p, f, g, 0};
+	int nl = p->nlayers, last = p->last;
+	int sk = o->sens_k;
+	sbuf t = {0}, d = {0};
+
+	out(&e, "# rules.mk: the conversion's steps, written by convert-plan from the\n"
+	        "# model's description and the options (man convert-plan); the recipes\n"
+	        "# are pipelines/convert.mk's\n");
+	/* the layers whose h1 Hessians this run captures */
+	out(&e, "RECAP ?=");
+	for (int l = 0; l <= last; l++)
+		if (recap && recap[l])
+			out(&e, " %d", l);
+	out(&e, "\n");
+	/* SRC_L<l>: what the captures of layer l read of the model */
+	sbuf srcl = {0};
+	sb_add(&srcl, "src/config src/layer.-1");
+	for (int l = 0; l <= nl; l++) {
+		sb_add(&srcl, " src/layer.%d", l);
+		sbuf v = {0};
+		sb_w(&v, sb(&srcl));
+		out(&e, "SRC_L%d :=%s\n", l, sb(&v));
+		free(v.s);
+	}
+	sbuf srcall = {0};
+	sb_add(&srcall, "%s src/other", sb(&srcl));
+	{
+		sbuf v = {0};
+		sb_w(&v, sb(&srcall));
+		out(&e, "SRC_ALL :=%s\n", sb(&v));
+		free(v.s);
+	}
+	/* PASS_L<l>: the tensors of layer l that are passed through */
+	for (int l = 0; l < nl; l++) {
+		int any = 0;
+		for (int i = 0; i < p->nmods; i++) {
+			const x3_module *m = &p->mods[i];
+			if (m->d->kind == X3_KIND_LINEAR || m->layer != l)
+				continue;
+			if (!any)
+				out(&e, "PASS_L%d :=", l);
+			out(&e, " %s", m->weight);
+			any = 1;
+		}
+		if (any)
+			out(&e, "\n");
+	}
+	/* the keys */
+	out(&e, "DECODER :=");
+	for (int i = 0; i < p->nlin; i++)
+		if (!p->lin[i].head)
+			out(&e, " %s", p->lin[i].m->key);
+	out(&e, "\nHEAD :=");
+	for (int i = 0; i < p->nlin; i++)
+		if (p->lin[i].head)
+			out(&e, " %s", p->lin[i].m->key);
+	out(&e, "\n");
+
+	/* MEAS, MEAS_L<l>: the measurements (and with SAMPLE and the
+	 * sensitivity, its encodes: they need the same Hessians) */
+	sbuf meas = {0};
+	for (int i = 0; i < p->nlin; i++)
+		meas_names(p, &p->lin[i], &meas);
+	{
+		sbuf v = {0};
+		sb_w(&v, sb(&meas));
+		out(&e, "MEAS :=%s\n", sb(&v));
+		free(v.s);
+	}
+	for (int l = -1; l <= nl; l++) {
+		sbuf ml = {0};
+		for (int i = 0; i < p->nlin; i++) {
+			const x3_plan_lin *li = &p->lin[i];
+			if (li->m->layer != l)
+				continue;
+			meas_names(p, li, &ml);
+			if (o->sample[0] && o->sens == X3_SENS_MEASURE && !li->head) {
+				sb_add(&ml, " ");
+				enc_name(&ml, li, "h1", sk);
+			}
+		}
+		if (ml.n) {
+			sbuf v = {0};
+			sb_w(&v, sb(&ml));
+			out(&e, "MEAS_L%d :=%s\n", l, sb(&v));
+			free(v.s);
+		}
+		free(ml.s);
+	}
+
+	/* ---- captures: one grouped rule per layer and Hessian set --------- */
+	/* (the first linear of each Hessian group) */
+	unsigned char *first = calloc(p->nlin, 1);
+	graph gs = {0};
+	if (!first)
+		return x3_err(X3_ENOMEM, "out of memory");
+	for (int i = 0; i < p->nlin; i++)
+		if (g_find(&gs, p->lin[i].m->group, 0) == -2) {
+			if (g_find(&gs, p->lin[i].m->group, 1) < 0)
+				e.err = 1;
+			first[i] = 1;
+		}
+	g_free(&gs);
+	sbuf prev = {0};
+	sbuf h1all = {0};
+	for (int l = 0; l <= last; l++) {
+		sbuf h1 = {0}, hs = {0}, ex1 = {0}, exs = {0}, h1n = {0};
+		/* the layer's Hessian groups, each once, in model order */
+		for (int i = 0; i < p->nlin; i++) {
+			const x3_module *m = p->lin[i].m;
+			if (m->layer != l)
+				continue;
+			if (!first[i])
+				continue;
+			sb_add(&h1, "%s$(W)/h1/%s.frames", h1.n ? " " : "", m->group);
+			sb_add(&h1n, " h1/%s.frames", m->group);
+			sb_add(&hs, "%s$(W)/hs/%s.frames", hs.n ? " " : "", m->group);
+			if (m->d->role == X3_ROLE_EXPERT) {
+				sb_add(&ex1, "%s$(W)/h1/%s.frames", ex1.n ? " " : "", m->group);
+				sb_add(&exs, "%s$(W)/hs/%s.frames", exs.n ? " " : "", m->group);
+			}
+		}
+		sb_add(&h1all, "%s%s", h1all.n ? " " : "", sb(&h1));
+		/* h1: layer l's capture starts from the hidden states that layer
+		 * l-1's saved (order-only on its stamp); with BOUND, only once
+		 * the Hessians of layer l-2 are deleted: at most two layers' at a
+		 * time; those edges only for the layers of RECAP */
+		sbuf after = {0};
+		if (l > 0)
+			sb_add(&after, " $(W)/done/h1cap.%d", l - 1);
+		if (l >= 2)
+			sb_add(&after, " $(if $(BOUND),$(W)/done/h1.%d)", l - 2);
+		char pl[16] = "", nx[16] = "", l2[16] = "", sv[4] = "";
+		if (l > 0)
+			snprintf(pl, sizeof pl, "%d", l - 1);
+		if (l != last)
+			snprintf(nx, sizeof nx, "%d", l + 1);
+		if (l >= 2)
+			snprintf(l2, sizeof l2, "%d", l - 2);
+		if (l != last)
+			strcpy(sv, "1");
+		out(&e, "%s $(W)/done/h1cap.%d &: $(W)/" N_TOKENS " $(SRC_L%d) $(call h1parts,%d)", sb(&h1), l, l, l);
+		if (after.n)
+			out(&e, " $(if $(filter %d,$(RECAP)),|%s)", l, sb(&after));
+		out(&e, "\n\t$(call stale,%s) $(call h1cap,%d,%s,%s,%s)\n", sb(&h1), l, pl, nx, sb(&ex1));
+		if (g) {
+			/* (in the graph: the groups, made from the tokens and the
+			 * layers read, without the parts and the order-only edges) */
+			sbuf deps = {0};
+			sb_add(&deps, N_TOKENS " src/config src/layer.-1");
+			for (int j = 0; j <= l; j++)
+				sb_add(&deps, " src/layer.%d", j);
+			const char *s = sb(&h1n);
+			while (*s) {
+				while (*s == ' ')
+					s++;
+				size_t k = strcspn(s, " ");
+				if (!k)
+					break;
+				char name[1024];
+				snprintf(name, sizeof name, "%.*s", (int)k, s);
+				int gi = g_rule(g, name, sb(&deps));
+				if (gi < 0)
+					e.err = 1;
+				else
+					g->n[gi].layer1 = l + 1;
+				s += k;
+			}
+			free(deps.s);
+		}
+		out(&e, "$(foreach p,$(PARTS),$(eval $(call H1PART,%d,%s,%s,%s,$(p))))\n", l, pl, l2, nx);
+		out(&e, "h1-parts-%d: ; @printf '%%s\\n' $(call h1parts,%d)\n", l, l);
+		out(&e, "h1-groups-%d: %s\n", l, sb(&h1));
+		/* the stamp of layer l's h1 Hessians: its measurement encodes
+		 * done, the Hessians deleted (unless KEEP) */
+		out(&e, "$(W)/done/h1.%d: $(MEAS_L%d)\n\t$(call hdone,$@,%s)\n", l, l, sb(&h1));
+		/* hs: the same with SPLIT, its parts from the parts of the layer
+		 * before (hspart), merged in chunk order (hscap) */
+		sbuf ql = {0};
+		{
+			const char *s = sb(&prev);
+			while (*s) {
+				while (*s == ' ')
+					s++;
+				size_t k = strcspn(s, " ");
+				if (!k)
+					break;
+				sb_add(&ql, " $(W)/q/layer.%.*s.safetensors", (int)k, s);
+				s += k;
+			}
+		}
+		out(&e, "%s &: $(W)/" N_TOKENS " $(SRC_L%d)%s $(call hsparts,%d)", sb(&hs), l, sb(&ql), l);
+		if (l > 0)
+			out(&e, " | $(if $(BOUND),$(W)/done/hs.%d)", l - 1);
+		out(&e, "\n\t$(call stale,%s) $(call hscap,%d,%s,%s,%s,%s)\n", sb(&hs), l, sb(&prev), pl, sv, sb(&exs));
+		out(&e, "$(foreach p,$(PARTS),$(eval $(call HSPART,%d,%s,%s,%s,$(p),%s)))\n", l, sb(&prev), pl, sv, sb(&ql));
+		out(&e, "hs-parts-%d: ; @printf '%%s\\n' $(call hsparts,%d)\n", l, l);
+		out(&e, "hs-groups-%d: %s\n", l, sb(&hs));
+		out(&e, "$(W)/done/hs.%d: $(FINAL_L%d)\n\t$(call hdone,$@,%s)\n", l, l, sb(&hs));
+		if (l < nl)
+			out(&e, "$(W)/q/layer.%d.safetensors: $(FINAL_L%d) $(W)/src/layer.%d\n"
+			        "\t$(call qlayer,%d,$@,$(filter %%.frames,$^))\n", l, l, l, l);
+		sb_add(&prev, "%s%d", prev.n ? " " : "", l);
+		free(h1.s); free(hs.s); free(ex1.s); free(exs.s); free(h1n.s); free(after.s); free(ql.s);
+	}
+	out(&e, "h1-groups: %s\n", sb(&h1all));
+	out(&e, "HDONE := ");
+	for (int l = 0; l <= last; l++)
+		out(&e, " $(W)/done/h1.%d $(if $(filter sequential,$(MODE)),$(W)/done/hs.%d)", l, l);
+	out(&e, "\n.PHONY: h1-groups");
+	for (int l = 0; l <= nl; l++)
+		out(&e, " h1-parts-%d hs-parts-%d", l, l);
+	for (int l = 0; l <= nl; l++)
+		out(&e, " h1-groups-%d hs-groups-%d", l, l);
+	out(&e, "\n");
+	free(prev.s);
+	free(h1all.s);
+	free(first);
+
+	/* ---- per linear: encodes, draws, sampled measurements ---------------- */
+	sbuf drawf = {0}, drawp = {0};
+	for (int i = 0; i < p->nlin; i++) {
+		const x3_plan_lin *l = &p->lin[i];
+		const x3_module *m = l->m;
+		int dr = draws_of(p, l);
+		for (int seq = 0; seq < 2; seq++) {
+			const char *set = seq ? "hs" : "h1";
+			(void)set;
+			for (int k = 1; k <= 8; k++)
+				if (enc_needed(p, l, seq, k))
+					enc_rule(&e, l, seq, k);
+		}
+		if (dr) {
+			sbuf js = {0};
+			for (int dd = 0; dd < o->draws; dd++) {
+				char tg[X3_KEY_MAX + 64], dp[3 * X3_KEY_MAX], rec[2048];
+				snprintf(tg, sizeof tg, "draw/%s.k%d.d%d.frames", m->key, sk, dd);
+				snprintf(dp, sizeof dp, "h1/%s.frames params/quant src/%s", m->group, m->key);
+				snprintf(rec, sizeof rec, "$(call draw,%s,%s,%d,%s,%s,%d)", m->key, m->weight, m->bias,
+				         l->rows, m->group, dd);
+				rule(&e, 1, tg, dp, rec);
+				sb_add(&drawf, " $(W)/%s", tg);
+				char tj[X3_KEY_MAX + 64];
+				snprintf(tj, sizeof tj, "draw/%s.k%d.d%d.json", m->key, sk, dd);
+				snprintf(dp, sizeof dp, "%s " N_BASE, tg);
+				snprintf(rec, sizeof rec, "$(call sensg,%s.k%d.d%d)", m->key, sk, dd);
+				rule(&e, 1, tj, dp, rec);
+				sb_add(&js, " %s", tj);
+			}
+			char tp[X3_KEY_MAX + 64];
+			snprintf(tp, sizeof tp, "draw/%s.k%d.pick", m->key, sk);
+			rule(&e, 1, tp, sb(&js), "$(pick)");
+			sb_add(&drawp, " $(W)/%s", tp);
+			free(js.s);
+		}
+		if (o->sample[0] && !l->head)
+			for (int j = 0; j < o->nmeasure; j++) {
+				int k = o->measure[j];
+				char tg[X3_KEY_MAX + 64], dp[3 * X3_KEY_MAX], rec[2048];
+				snprintf(tg, sizeof tg, "enc/%s.h1.k%d.s%s.json", m->key, k, o->sample);
+				snprintf(dp, sizeof dp, "h1/%s.frames params/quant src/%s", m->group, m->key);
+				snprintf(rec, sizeof rec, "$(call smeas,%s,%s,%s,%s,%d)", m->key, m->weight, l->rows,
+				         m->group, k);
+				rule(&e, 1, tg, dp, rec);
+				if (o->sequential)
+					continue;
+				/* the final encode at a sampled width */
+				char tf[X3_KEY_MAX + 64];
+				snprintf(tf, sizeof tf, "enc/%s.h1.k%d.s%s.frames", m->key, k, o->sample);
+				snprintf(dp, sizeof dp, "h1/%s.frames params/quant src/%s %s", m->group, m->key, tg);
+				snprintf(rec, sizeof rec, "$(call sfin,%s,%s,%d,%s,%s,%d)", m->key, m->weight, m->bias,
+				         l->rows, m->group, k);
+				rule(&e, 0, tf, dp, rec);
+			}
+	}
+	out(&e, "DRAWF :=%s\nDRAWP :=%s\n", sb(&drawf), sb(&drawp));
+	free(drawf.s);
+	free(drawp.s);
+
+	/* ---- the sensitivity ----------------------------------------------------- */
+	sbuf sensg = {0}, senserr = {0};
+	if (o->sens == X3_SENS_MEASURE) {
+		sgroup *sg;
+		int ng;
+		if (sens_groups(p, &sg, &ng))
+			return -1;
+		sbuf all = {0};
+		for (int j = 0; j < ng; j++) {
+			sbuf fr = {0};
+			const char *s = sb(&sg[j].members);
+			while (*s) {
+				size_t k = strcspn(s, " ");
+				sb_add(&fr, " enc/%.*s.h1.k%d.frames", (int)k, s, sk);
+				s += k;
+				while (*s == ' ')
+					s++;
+			}
+			char tg[X3_KEY_MAX + 64];
+			snprintf(tg, sizeof tg, "sens/%s.k%d.json", sg[j].name, sk);
+			if (o->draws > 0 && o->sens_by == X3_SENS_BY_TENSOR) {
+				/* the picked draw's KL is this measurement already */
+				char dp[X3_KEY_MAX + 64], rec[2 * X3_KEY_MAX + 128];
+				snprintf(dp, sizeof dp, "draw/%s.k%d.pick", sg[j].name, sk);
+				snprintf(rec, sizeof rec, "$(call senspick,%s)", sg[j].name);
+				rule(&e, 1, tg, dp, rec);
+			} else {
+				sbuf dp = {0};
+				sb_add(&dp, "%s " N_BASE, sb(&fr));
+				char rec[X3_KEY_MAX + 64];
+				snprintf(rec, sizeof rec, "$(call sensg,%s)", sg[j].name);
+				rule(&e, 1, tg, sb(&dp), rec);
+				free(dp.s);
+			}
+			sb_add(&sensg, " %s", tg);
+			sb_add(&all, "%s", sb(&fr));
+			free(fr.s);
+		}
+		char tg[64];
+		snprintf(tg, sizeof tg, "sens/all.k%d.json", sk);
+		sb_add(&all, " " N_BASE);
+		rule(&e, 1, tg, sb(&all), "$(call sensg,all)");
+		free(all.s);
+		sens_groups_free(sg, ng);
+		{
+			sbuf v = {0};
+			sb_w(&v, sb(&sensg));
+			out(&e, "SENS_GROUPS :=%s\n", sb(&v));
+			free(v.s);
+		}
+		rule(&e, 1, "sens/groups.jsonl", "params/sens", "$(sens_groups_jsonl)");
+		for (int i = 0; i < p->nlin; i++)
+			if (!p->lin[i].head)
+				sb_add(&senserr, " enc/%s.h1.k%d.frames", p->lin[i].m->key, sk);
+		{
+			sbuf v = {0};
+			sb_w(&v, sb(&senserr));
+			out(&e, "SENS_ERR :=%s\n", sb(&v));
+			free(v.s);
+		}
+		sbuf dp = {0};
+		sb_add(&dp, "%s sens/all.k%d.json sens/groups.jsonl%s", sb(&sensg), sk, sb(&senserr));
+		char tm[64];
+		snprintf(tm, sizeof tm, "sens/measured.k%d.jsonl", sk);
+		rule(&e, 1, tm, sb(&dp), NULL);
+		free(dp.s);
+	}
+	if (o->sens != X3_SENS_OFF)
+		out(&e, "SENS_FILE := %s\n", o->sens_file);
+	if (o->sens != X3_SENS_OFF || o->draws > 0) {
+		char dp[256];
+		snprintf(dp, sizeof dp, N_TOKENS " params/sens %s", sb(&srcall));
+		rule(&e, 1, N_BASE, dp, NULL);
+	}
+	if (o->sens != X3_SENS_OFF) {
+		char dp[128];
+		snprintf(dp, sizeof dp, "%s params/sensfile", o->sens_file);
+		rule(&e, 1, "sensitivity.jsonl", dp, NULL);
+		rule(&e, 1, "importance.jsonl", "sensitivity.jsonl", NULL);
+	}
+	free(sensg.s);
+	free(senserr.s);
+	free(srcl.s);
+	free(srcall.s);
+
+	/* ---- the steps of the plan --------------------------------------------- */
+	rule(&e, 1, N_TOKENS, "cal/cal.txt params/capture src/tokenizer", NULL);
+	{
+		/* (written with $(MEAS), in the graph with its names) */
+		sbuf dp = {0};
+		sb_add(&dp, "%s params/plan", sb(&meas));
+		out(&e, "$(W)/" N_MEASURE ": $(MEAS) $(W)/params/plan\n");
+		if (g && g_rule(g, N_MEASURE, sb(&dp)) < 0)
+			e.err = 1;
+		free(dp.s);
+	}
+	rule(&e, 1, N_PLAN, o->sens != X3_SENS_OFF ? N_MEASURE " src/config importance.jsonl" :
+	                                              N_MEASURE " src/config", NULL);
+	rule(&e, 1, "plan.mk", N_PLAN " Makefile convert.mk", NULL);
+	free(meas.s);
+	free(t.s);
+	free(d.s);
+	if (e.err)
+		return x3_err(X3_EIO, "cannot write the rules");
+	return 0;
+}
+
+int x3_plan_write_rules(const x3_plan *p, const unsigned char *recap, FILE *f)
+{
+	return write_all(p, recap, f, NULL);
+}
+
+int x3_plan_recap(const x3_plan *p, const char *work, unsigned char *recap)
+{
+	graph g = {0};
+	g.work = work;
+	int rc = write_all(p, NULL, NULL, &g);
+	if (!rc) {
+		int top = g_find(&g, "plan.mk", 0);
+		if (top >= 0)
+			g_made(&g, top);
+		memset(recap, 0, p->last + 1);
+		for (int i = 0; i < g.nn; i++) {
+			gnode *n = &g.n[i];
+			if (!n->made || !n->layer1)
+				continue;
+			int l = n->layer1 - 1;
+			if (l <= p->last)
+				recap[l] = 1;
+		}
+	}
+	g_free(&g);
+	return rc;
+}
+
+int x3_plan_write_sens_groups(const x3_plan *p, FILE *f)
+{
+	sgroup *g;
+	int n;
+	if (sens_groups(p, &g, &n))
+		return -1;
+	int err = 0;
+	for (int i = 0; i < n; i++)
+		err |= fprintf(f, "%s|%s\n", g[i].name, sb(&g[i].members)) < 0;
+	sens_groups_free(g, n);
+	return err ? x3_err(X3_EIO, "cannot write the groups") : 0;
+}
+
+int x3_plan_write_list(const x3_plan *p, const char *list, FILE *f)
+{
+	int err = 0;
+	if (!strcmp(list, "meas")) {
+		sbuf b = {0};
+		for (int i = 0; i < p->nlin; i++)
+			meas_names(p, &p->lin[i], &b);
+		const char *s = sb(&b);
+		while (*s) {
+			while (*s == ' ')
+				s++;
+			size_t k = strcspn(s, " ");
+			if (!k)
+				break;
+			err |= fprintf(f, "%.*s\n", (int)k, s) < 0;
+			s += k;
+		}
+		free(b.s);
+	} else if (!strcmp(list, "draws")) {
+		for (int i = 0; i < p->nlin; i++)
+			if (draws_of(p, &p->lin[i]))
+				for (int dd = 0; dd < p->o.draws; dd++)
+					err |= fprintf(f, "draw/%s.k%d.d%d.frames\n", p->lin[i].m->key, p->o.sens_k, dd) < 0;
+	} else
+		return x3_err(X3_EINVAL, "no list '%s' (meas, draws)", list);
+	return err ? x3_err(X3_EIO, "cannot write the list") : 0;
+}
+
+int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f)
+{
+	const x3_plan_opts *o = &p->o;
+	FILE *in = fopen(plan_json, "rb");
+	if (!in)
+		return x3_err(X3_EIO, "%s: %s", plan_json, strerror(errno));
+	sbuf txt = {0};
+	char buf[65536];
+	size_t k;
+	while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+		sb_add(&txt, "%.*s", (int)k, buf);
+	int rerr = ferror(in);
+	fclose(in);
+	if (rerr) {
+		free(txt.s);
+		return x3_err(X3_EIO, "%s: read error", plan_json);
+	}
+	emit e = {p, f, NULL, 0};
+	x3_pack_plan pl;
+	if (x3_pack_plan_parse(sb(&txt), plan_json, p->mods, p->nmods, &pl)) {
+		free(txt.s);
+		return -1;
+	}
+	free(txt.s);
+	int rc = 0, err = 0;
+	sbuf *byl = calloc(p->nlayers + 2, sizeof *byl);
+	sbuf all = {0};
+	if (!byl) {
+		x3_pack_plan_free(&pl);
+		return x3_err(X3_ENOMEM, "out of memory");
+	}
+	err |= fprintf(f, "# plan.mk: the planned K of every linear and the final encodes,\n"
+	                  "# written by convert-plan --finals from %s\n", plan_json) < 0;
+	for (int i = 0; i < p->nlin && !rc; i++) {
+		const x3_plan_lin *l = &p->lin[i];
+		int K = pl.K[l->m - p->mods];
+		if (!K)
+			continue;
+		err |= fprintf(f, "K.%s := %d\n", l->m->key, K) < 0;
+		sbuf nm = {0};
+		if (o->sample[0] && !o->sequential && !l->head && has_k(o, K))
+			sb_add(&nm, "enc/%s.h1.k%d.s%s.frames", l->m->key, K, o->sample);
+		else {
+			/* a width outside the measured set (the plan's own): its rule
+			 * here, for rules.mk has none */
+			enc_name(&nm, l, o->sequential ? "hs" : "h1", K);
+			if (!enc_needed(p, l, o->sequential, K))
+				enc_rule(&e, l, o->sequential, K);
+		}
+		if (!rc) {
+			int li = l->m->layer;
+			sb_add(&byl[li < 0 ? 0 : li], " $(W)/%s", sb(&nm));
+			sb_add(&all, " $(W)/%s", sb(&nm));
+		}
+		free(nm.s);
+	}
+	if (!rc) {
+		err |= fprintf(f, "FINAL :=%s\n", sb(&all)) < 0;
+		for (int l = 0; l <= p->nlayers; l++)
+			if (byl[l].n)
+				err |= fprintf(f, "FINAL_L%d :=%s\n", l, sb(&byl[l])) < 0;
+		if (err || e.err)
+			rc = x3_err(X3_EIO, "cannot write plan.mk");
+	}
+	for (int l = 0; l <= p->nlayers + 1; l++)
+		free(byl[l].s);
+	free(byl);
+	free(all.s);
+	x3_pack_plan_free(&pl);
+	return rc;
+}
