@@ -50,7 +50,12 @@
  * its multi-token prediction layer is left out as DeepSeek's.
  * GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek V3's rows under other
  * config rules: the dense layers by mlp_layer_types (X3_AF_MLP_TYPES),
- * GLM's defaults (one expert group, routed_scaling_factor 1.8). */
+ * GLM's defaults (one expert group, routed_scaling_factor 1.8).
+ * GLM-5 (GlmMoeDsaForCausalLM) and DeepSeek V3.2 (DeepseekV32ForCausalLM)
+ * are DeepSeek V3's rows plus the indexer of their sparse attention
+ * (X3_AF_DSA): self_attn.indexer.wq_b, a linear reading q_b_proj's input
+ * (one Hessian group), and wk, k_norm (weight and bias) and weights_proj
+ * kept in the source precision; GLM-5's "shared" layers have none. */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -99,6 +104,10 @@ enum {
 	X3_DIM_KV_A,            /* kv_lora_rank + qk_rope_head_dim */
 	X3_DIM_KV_B,            /* heads * (qk_nope_head_dim + v_head_dim) */
 	X3_DIM_V_ALL,           /* heads * v_head_dim */
+	/* the sparse-attention indexer (GLM-5, DeepSeek V3.2) */
+	X3_DIM_IDX_Q,           /* index_n_heads * index_head_dim */
+	X3_DIM_IDX_HD,          /* index_head_dim */
+	X3_DIM_IDX_HEADS,       /* index_n_heads */
 	X3_DIM_COUNT
 };
 
@@ -112,6 +121,8 @@ enum {
 	X3_WHEN_SHARED,         /* ... that have a shared expert */
 	X3_WHEN_Q_LORA,         /* q_lora_rank is set (DeepSeek's q_a/q_b) */
 	X3_WHEN_NO_Q_LORA,      /* ... is null (a plain q_proj) */
+	X3_WHEN_INDEXER,        /* in the layers that run their own indexer
+	                           (not GLM-5's "shared" indexer_types) */
 };
 
 /* What the forward pass uses a module as. */
@@ -130,6 +141,10 @@ enum {
 	/* Gemma's norms of the attention's and the MLP's outputs (before the
 	 * residual adds them); its pre_feedforward_layernorm is POST_NORM */
 	X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM,
+	/* the sparse-attention indexer: wq_b (its queries from the MLA query
+	 * latent), wk (one key per token), k_norm's weight and bias (a
+	 * LayerNorm), weights_proj (a weight per head) */
+	X3_SLOT_IDX_QB, X3_SLOT_IDX_K, X3_SLOT_IDX_K_NORM, X3_SLOT_IDX_K_BIAS, X3_SLOT_IDX_W,
 	X3_SLOT_COUNT
 };
 
@@ -233,6 +248,9 @@ enum {
 	                              layer; absent: layer 0 dense) decides the
 	                              dense layers, first_k_dense_replace is not
 	                              read (GLM-4.7-Flash) */
+	X3_AF_DSA = 1 << 26,    /* DeepSeek sparse attention: MLA whose keys an
+	                           indexer selects (index_topk, index_n_heads,
+	                           index_head_dim; GLM-5's indexer_types) */
 };
 
 typedef struct x3_arch_desc {
@@ -330,6 +348,9 @@ int x3_arch_fused_scan(struct x3_model_config *c, const struct x3_st *st);
 int x3_arch_match(const char *pattern, const char *name, int *layer);
 /* Is layer l of the model a mixture-of-experts layer? */
 int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
+/* Is layer l one without an indexer of its own, which attends to the keys
+ * the indexer of the last layer before it picked (GLM-5's "shared")? */
+int x3_arch_idx_shared(const struct x3_model_config *c, int l);
 /* Is tensor NAME a part of the checkpoint the model leaves out: a layer at
  * or past num_hidden_layers (DeepSeek V3's multi-token prediction layer,
  * model.layers.61.* in the real checkpoints)? */

@@ -9,7 +9,8 @@
 enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIXTRAL,
        X3_ARCH_QWEN2_MOE, X3_ARCH_QWEN3_MOE, X3_ARCH_DEEPSEEK_V3,
        X3_ARCH_GEMMA2, X3_ARCH_GEMMA3, X3_ARCH_GEMMA3_MM, X3_ARCH_PHI3, X3_ARCH_GLM4_MOE,
-       X3_ARCH_GLM4_MOE_LITE };
+       X3_ARCH_GLM4_MOE_LITE,
+       X3_ARCH_GLM_MOE_DSA = 40, X3_ARCH_DEEPSEEK_V32 };
 
 /* the most frequencies of a longrope factor list (rot_dim / 2) */
 #define X3_ROPE_MAX_FACTORS 512
@@ -83,6 +84,14 @@ typedef struct x3_model_config {
 	double attn_softcap, final_softcap, rope_local_theta;
 	uint64_t swa_layers[16];
 	int swa_masked;          /* the window is masked per layer (swa_layers) */
+	/* DeepSeek sparse attention (dsa: GLM-5, DeepSeek V3.2): an indexer of
+	 * index_heads heads of index_hd (its first qk_rope dimensions rotated,
+	 * rotate-half) picks each query's index_topk keys; the layers whose bit
+	 * is set in idx_shared have no indexer and attend to the keys the
+	 * last layer before them with one picked (GLM-5's "shared") */
+	int dsa;
+	int64_t index_topk, index_heads, index_hd;
+	uint64_t idx_shared[16];
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;
