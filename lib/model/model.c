@@ -734,10 +734,13 @@ static int dsa_select(struct fwd *f, int l, const struct layer_w *w, int64_t nro
 	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, ih = c->index_heads, hd = c->index_hd;
 	int rc;
 	if (x3_arch_idx_shared(c, l)) {
+		/* a forward resumed at this layer (hessian-capture's layer by
+		 * layer calibration) has not run the layer that picked them */
 		if (f->sel_layer < 0)
-			return x3_err(X3_EUNSUP, "layer %d reuses the keys an earlier layer's indexer picked, and this "
-			              "forward runs none before it (rows of %lld tokens, index_topk %lld)", l,
-			              (long long)cols, (long long)c->index_topk);
+			return x3_err(X3_EUNSUP, "layer %d reuses the keys an earlier layer's indexer picked (indexer_types "
+			              "\"shared\"), and this forward starts after that layer: rows of %lld tokens are "
+			              "longer than index_topk %lld (rows of at most index_topk tokens attend to every "
+			              "key)", l, (long long)cols, (long long)c->index_topk);
 		return X3_OK;
 	}
 	if ((rc = lin_apply(f, w->lin[X3_SLOT_IDX_QB], f->qa, nt, cols, f->iq)) ||

@@ -9,7 +9,10 @@
  * DeepseekV3ForCausalLM (multi-head latent attention, "yarn" rope_scaling,
  * grouped sigmoid routing, shared experts), Glm4MoeForCausalLM (its
  * routing under GQA with q/k/v biases, optional q/k RMSNorms and RoPE on the
- * first partial_rotary_factor of each head); Phi3ForCausalLM;
+ * first partial_rotary_factor of each head); GlmMoeDsaForCausalLM and
+ * DeepseekV32ForCausalLM (DeepSeek V3's with the sparse attention of
+ * indexer.h: rows longer than index_topk attend to the keys the indexer
+ * picks); Phi3ForCausalLM;
  * Gemma2ForCausalLM,
  * Gemma3ForCausalLM and Gemma3ForConditionalGeneration's language model
  * ((1 + w) RMSNorms, norms after the attention and the MLP, the embedding
