@@ -365,17 +365,16 @@ static const x3_module_desc dsa_mods[] = {
 	POST_ROWS,
 };
 /* Hugging Face's GlmMoeDsaConfig and DeepseekV32Config defaults (the
- * latter's routing defaults are DeepSeek V3's: parse_grouped); the MLA
- * rope of both on interleaved pairs (rope_interleave: DeepSeek V3.2's
- * attention always, GLM's by default) */
+ * latter's routing defaults are DeepSeek V3's: parse_grouped; the rope
+ * layouts are config.c's) */
 static const char glm_moe_dsa_defaults[] =
 	"{\"n_routed_experts\": 256, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 2048, "
 	"\"n_shared_experts\": 1, \"routed_scaling_factor\": 2.5, \"n_group\": 1, \"topk_group\": 1, "
 	"\"first_k_dense_replace\": 3, \"norm_topk_prob\": true, \"q_lora_rank\": 2048, "
-	"\"rope_interleave\": true, \"attention_bias\": false, \"rms_norm_eps\": 1e-5, "
+	"\"attention_bias\": false, \"rms_norm_eps\": 1e-5, "
 	"\"index_topk\": 2048, \"index_head_dim\": 128, \"index_n_heads\": 32}";
 static const char deepseek_v32_defaults[] =
-	"{\"q_lora_rank\": 1536, \"rope_interleave\": true, \"index_topk\": 2048, "
+	"{\"q_lora_rank\": 1536, \"index_topk\": 2048, "
 	"\"index_head_dim\": 128, \"index_n_heads\": 64}";
 
 /* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE and no GLM-4.7-Flash (its

@@ -529,10 +529,13 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 		return x3_err(X3_EFORMAT, "config.json: implausibly large dimensions");
 	if ((c->desc->flags & X3_AF_MLA) && (rc = parse_mla(cj, c)))
 		return rc;
-	/* DeepSeek V3.2's latent attention rotates interleaved pairs, whatever
-	 * a rope_interleave key says (Hugging Face's model has none) */
-	if (c->desc->id == X3_ARCH_DEEPSEEK_V32)
+	/* GLM-5's and DeepSeek V3.2's latent attention rotates interleaved
+	 * pairs, whatever a rope_interleave key says (Hugging Face's models
+	 * read none); GLM-5's indexer too, DeepSeek V3.2's as halves */
+	if (c->desc->flags & X3_AF_DSA) {
 		c->rope_interleave = 1;
+		c->idx_interleave = c->desc->id == X3_ARCH_GLM_MOE_DSA;
+	}
 	if ((c->desc->flags & X3_AF_DSA) && (rc = parse_dsa(cj, c)))
 		return rc;
 	if (!c->head_dim) {

@@ -85,11 +85,12 @@ typedef struct x3_model_config {
 	uint64_t swa_layers[16];
 	int swa_masked;          /* the window is masked per layer (swa_layers) */
 	/* DeepSeek sparse attention (dsa: GLM-5, DeepSeek V3.2): an indexer of
-	 * index_heads heads of index_hd (its first qk_rope dimensions rotated,
-	 * rotate-half) picks each query's index_topk keys; the layers whose bit
-	 * is set in idx_shared have no indexer and attend to the keys the
+	 * index_heads heads of index_hd (its first qk_rope dimensions rotated:
+	 * on interleaved pairs with idx_interleave, GLM-5's, else as halves,
+	 * DeepSeek V3.2's) picks each query's index_topk keys; the layers whose
+	 * bit is set in idx_shared have no indexer and attend to the keys the
 	 * last layer before them with one picked (GLM-5's "shared") */
-	int dsa;
+	int dsa, idx_interleave;
 	int64_t index_topk, index_heads, index_hd;
 	uint64_t idx_shared[16];
 	int quantized;           /* config has an exl3 quantization_config */

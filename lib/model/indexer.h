@@ -5,8 +5,9 @@
  * Per row of cols tokens (positions 0..cols-1), for query i and key j <= i:
  *   score(i, j) = sum over heads h of w(i, h) * relu(q(i, h) . k(j)) * hd^-0.5
  * with q(i, h) the indexer's query heads (wq_b of the query latent, the first
- * rope dimensions rotated), k(j) one key per token (LayerNorm of wk x, its
- * first rope dimensions rotated), w(i, h) = weights_proj(x)_h *
+ * rope dimensions rotated: on interleaved pairs in GLM-5, as halves in
+ * DeepSeek V3.2), k(j) one key per token (LayerNorm of wk x, its first rope
+ * dimensions rotated alike), w(i, h) = weights_proj(x)_h *
  * heads^-0.5: Hugging Face's GlmMoeDsaIndexer / DeepseekV32Indexer and
  * DeepSeek's reference Indexer (without its Hadamard rotation, which
  * keeps dot products, and its FP8 rounding). The dot products and the

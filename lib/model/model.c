@@ -748,10 +748,11 @@ static int dsa_select(struct fwd *f, int l, const struct layer_w *w, int64_t nro
 	    (rc = x3_gemm_xwt(f->xn, nt, cols, H, w->vec[X3_SLOT_IDX_W], ih, f->iw)))
 		return rc;
 	/* the key: a LayerNorm (Hugging Face's nn.LayerNorm(eps 1e-6)); the
-	 * first qk_rope dimensions of keys and queries rotated as halves */
+	 * first qk_rope dimensions of keys and queries rotated (GLM-5: on
+	 * interleaved pairs; DeepSeek V3.2: as halves) */
 	x3_layernorm(f->ik, w->vec[X3_SLOT_IDX_K_NORM], w->vec[X3_SLOT_IDX_K_BIAS], nt, hd, 1e-6);
-	rope_part(f->ik, nt, 1, hd, 0, c->qk_rope, 0, cols, f->cosv, f->sinv);
-	rope_part(f->iq, nt, ih, hd, 0, c->qk_rope, 0, cols, f->cosv, f->sinv);
+	rope_part(f->ik, nt, 1, hd, 0, c->qk_rope, c->idx_interleave, cols, f->cosv, f->sinv);
+	rope_part(f->iq, nt, ih, hd, 0, c->qk_rope, c->idx_interleave, cols, f->cosv, f->sinv);
 	float hs = (float)(1.0 / sqrt((double)ih));
 	for (int64_t i = 0; i < nt * ih; i++)
 		f->iw[i] *= hs;

@@ -5,13 +5,15 @@
  * / modeling_deepseek_v32.py and DeepSeek's reference Indexer:
  *   - the indexer: queries wq_b(q_a_layernorm(q_a(x))), one key per token
  *     LayerNorm(wk x) (weight and bias, eps 1e-6), the first qk_rope
- *     dimensions of both rotated as halves (not interleaved, whatever the
- *     attention does), per-head weights weights_proj(x) * heads^-0.5,
+ *     dimensions of both rotated on interleaved pairs (GLM-5) or as halves
+ *     (DeepSeek V3.2, whose attention is interleaved), per-head weights
+ *     weights_proj(x) * heads^-0.5,
  *     score(i, j) = sum_h w_h relu(q_h . k_j) index_head_dim^-0.5; query i
  *     keeps its index_topk keys of highest score (all of them before
  *     index_topk), the earlier of equal scores;
- *   - the latent attention (interleaved rope: DeepSeek V3.2 always, GLM-5 by
- *     rope_interleave) attends to the picked keys only;
+ *   - the latent attention (interleaved rope in both, whatever
+ *     rope_interleave says: GLM-5's config below says false) attends to the
+ *     picked keys only;
  *   - GLM-5's "shared" layers (indexer_types) have no indexer and attend to
  *     the keys of the last layer with one.
  * Also: the selection against a scalar loop of another algorithm (repeated
@@ -37,8 +39,9 @@ struct ds {
 	int q_lora, kv_lora, nope, rope, vd;
 	int ih, ihd, topk;
 	unsigned shared;        /* bit l: layer l has no indexer (GLM-5 "shared") */
-	int glm;                /* GlmMoeDsaForCausalLM, else DeepseekV32ForCausalLM */
-	int interleave;         /* the attention's rope_interleave (GLM-5) */
+	int glm;                /* GlmMoeDsaForCausalLM (interleaved indexer rope),
+	                           else DeepseekV32ForCausalLM (halves) */
+	int interleave;         /* the config's rope_interleave (not read) */
 };
 #define THETA 100.0
 #define EPS 1e-5
@@ -114,7 +117,7 @@ static int write_model(const struct ds *s, const char *dir, const char *arch, co
 	         "\"index_topk\": %d, \"index_n_heads\": %d, \"index_head_dim\": %d, "
 	         "%s\"tie_word_embeddings\": false%s%s%s}",
 	         an, mt, s->hidden, s->inter, s->layers, s->heads, s->heads, s->vocab, EPS, THETA, THETA, s->q_lora,
-	         s->kv_lora, s->nope, s->rope, s->vd, s->layers, s->interleave ? "true" : "false", s->topk, s->ih,
+	         s->kv_lora, s->nope, s->rope, s->vd, s->layers, s->interleave || v3 ? "true" : "false", s->topk, s->ih,
 	         s->ihd, v3 ? "" : "\"layer_types\": [\"deepseek_sparse_attention\"], ", s->glm && !v3 ? lt : "", s->glm && !v3 ? it : "", extra ? extra : "");
 }
 
@@ -188,7 +191,7 @@ static void ref_forward(const struct ds *s, const int32_t *tok, int n, double *l
 			if (!shared(s, l)) {
 				synth_mv(IQ + t * s->ih * ihd, W("self_attn.indexer.wq_b.weight"), NULL, qa, s->ih * ihd, s->q_lora);
 				for (int h = 0; h < s->ih; h++)
-					rope(IQ + (t * s->ih + h) * ihd, s->rope, t, 0);
+					rope(IQ + (t * s->ih + h) * ihd, s->rope, t, s->glm);
 				double *k = IK + t * ihd, m = 0, v = 0;
 				synth_mv(k, W("self_attn.indexer.wk.weight"), NULL, xn, ihd, H);
 				for (int e = 0; e < ihd; e++)
@@ -198,14 +201,14 @@ static void ref_forward(const struct ds *s, const int32_t *tok, int n, double *l
 				for (int e = 0; e < ihd; e++)
 					k[e] = (k[e] - m) / sqrt(v + 1e-6) * W("self_attn.indexer.k_norm.weight")[e] +
 					       W("self_attn.indexer.k_norm.bias")[e];
-				rope(k, s->rope, t, 0);
+				rope(k, s->rope, t, s->glm);
 				synth_mv(IW + t * s->ih, W("self_attn.indexer.weights_proj.weight"), NULL, xn, s->ih, H);
 			}
 			double *lt = lat + t * (s->kv_lora + s->rope);
 			synth_mv(lt, W("self_attn.kv_a_proj_with_mqa.weight"), NULL, xn, s->kv_lora + s->rope, H);
-			rope(lt + s->kv_lora, s->rope, t, s->interleave);
+			rope(lt + s->kv_lora, s->rope, t, 1);
 			for (int h = 0; h < nh; h++)
-				rope(q + (t * nh + h) * qkd + s->nope, s->rope, t, s->interleave);
+				rope(q + (t * nh + h) * qkd + s->nope, s->rope, t, 1);
 			synth_rms(ckv, lt, W("self_attn.kv_a_layernorm.weight"), s->kv_lora, LAT_EPS);
 			synth_mv(kv, W("self_attn.kv_b_proj.weight"), NULL, ckv, nh * kvb, s->kv_lora);
 			for (int h = 0; h < nh; h++) {
@@ -393,18 +396,19 @@ int main(void)
 
 	/* hidden inter layers heads vocab | q_lora kv_lora nope rope v |
 	 * ih ihd topk | shared glm interleave */
-	struct ds a = { 40, 44, 4, 3, 50, 28, 20, 10, 8, 6, 3, 12, 5, 0x6, 1, 1 };
+	struct ds a = { 40, 44, 4, 3, 50, 28, 20, 10, 8, 6, 3, 12, 5, 0x6, 1, 0 };
 	build(&a, 1);
 	CHECK_OK(write_model(&a, test_path("a"), "dsa", NULL), "write GLM-5: 4 layers, 1 and 2 \"shared\", "
-	         "indexer 3 heads of 12, index_topk 5, interleaved attention rope");
+	         "indexer 3 heads of 12, index_topk 5, rope_interleave false");
 	x3_model *m;
 	CHECK_OK(x3_model_open(test_path("a"), NULL, &m), "open it");
 	if (m) {
 		const x3_model_config *c = x3_model_cfg(m);
 		CHECK(c->arch == X3_ARCH_GLM_MOE_DSA && c->dsa && c->index_topk == 5 && c->index_heads == 3 &&
 		      c->index_hd == 12 && !x3_arch_idx_shared(c, 0) && x3_arch_idx_shared(c, 1) &&
-		      x3_arch_idx_shared(c, 2) && !x3_arch_idx_shared(c, 3) && c->rope_interleave,
-		      "config: index_topk 5, 3 heads of 12, layers 1 and 2 shared (indexer_types)");
+		      x3_arch_idx_shared(c, 2) && !x3_arch_idx_shared(c, 3) && c->rope_interleave && c->idx_interleave,
+		      "config: index_topk 5, 3 heads of 12, layers 1 and 2 shared (indexer_types), the attention's "
+		      "and the indexer's rope interleaved (rope_interleave false not read)");
 		x3_module *mods;
 		int nm;
 		int n_wq = 0, n_idx = 0, grp = 0;
@@ -438,7 +442,7 @@ int main(void)
 	      "the same logits from chunks of one row and of all 3 rows");
 	free(l1), free(l2);
 
-	struct ds b = { 36, 30, 2, 2, 50, 22, 16, 8, 6, 8, 4, 10, 4, 0, 0, 1 };
+	struct ds b = { 36, 30, 2, 2, 50, 22, 16, 8, 6, 8, 4, 10, 4, 0, 0, 0 };
 	build(&b, 2);
 	CHECK_OK(write_model(&b, test_path("b"), "dsa", NULL), "write DeepSeek V3.2: 2 layers, index_topk 4");
 	e = synth_compare(test_path("b"), 2, 11, b.vocab, ref_rows, &b, NULL);
