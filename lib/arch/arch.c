@@ -182,24 +182,32 @@ static const x3_module_desc qwen_moe_mods[] = {
 	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_experts.input", "gu", X3_WHEN_SHARED), \
 	LINW("mlp.shared_experts.down_proj", X3_SLOT_SHX_DOWN, X3_ROLE_SHARED_EXPERT, X3_DIM_SHARED_INTER, \
 	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_experts.down_proj.input", "d", X3_WHEN_SHARED)
+/* DeepSeek V3's latent attention in two parts, the query rows (with the
+ * embedding and the layer's input norm before them) and the key/value rows
+ * (with the attention's output and the MLP's norm), between which the
+ * sparse-attention families put their indexer (dsa_mods) */
+#define DSV3_Q_ROWS \
+	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
+	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }, \
+	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
+	LINW("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_NONE, 2, \
+	     "self_attn.input", "qkv", X3_WHEN_NO_Q_LORA), \
+	LINW("self_attn.q_a_proj", X3_SLOT_Q_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q_LORA, X3_BIAS_O, 2, \
+	     "self_attn.input", "qkv", X3_WHEN_Q_LORA), \
+	VECW("self_attn.q_a_layernorm", X3_SLOT_Q_A_NORM, X3_ROLE_NORM, X3_DIM_Q_LORA, X3_WHEN_Q_LORA, 0), \
+	LINW("self_attn.q_b_proj", X3_SLOT_Q_B, X3_ROLE_ATTENTION, X3_DIM_Q_LORA, X3_DIM_Q, X3_BIAS_NONE, 2, \
+	     "self_attn.q_b_proj.input", "qb", X3_WHEN_Q_LORA)
+#define DSV3_KV_ROWS \
+	LIN("self_attn.kv_a_proj_with_mqa", X3_SLOT_KV_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV_A, \
+	    X3_BIAS_O, 2, "self_attn.input", "qkv"), \
+	VECW("self_attn.kv_a_layernorm", X3_SLOT_KV_A_NORM, X3_ROLE_NORM, X3_DIM_KV_LORA, X3_WHEN_ALWAYS, 0), \
+	MAT("self_attn.kv_b_proj", X3_SLOT_KV_B, X3_ROLE_ATTENTION, X3_DIM_KV_LORA, X3_DIM_KV_B, X3_WHEN_ALWAYS), \
+	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_V_ALL, X3_DIM_HIDDEN, X3_BIAS_O, 2, \
+	    "self_attn.o_proj.input", "o"), \
+	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS)
 static const x3_module_desc deepseek_v3_mods[] = {
-	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
-	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE },
-	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
-	LINW("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_NONE, 2,
-	     "self_attn.input", "qkv", X3_WHEN_NO_Q_LORA),
-	LINW("self_attn.q_a_proj", X3_SLOT_Q_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q_LORA, X3_BIAS_O, 2,
-	     "self_attn.input", "qkv", X3_WHEN_Q_LORA),
-	VECW("self_attn.q_a_layernorm", X3_SLOT_Q_A_NORM, X3_ROLE_NORM, X3_DIM_Q_LORA, X3_WHEN_Q_LORA, 0),
-	LINW("self_attn.q_b_proj", X3_SLOT_Q_B, X3_ROLE_ATTENTION, X3_DIM_Q_LORA, X3_DIM_Q, X3_BIAS_NONE, 2,
-	     "self_attn.q_b_proj.input", "qb", X3_WHEN_Q_LORA),
-	LIN("self_attn.kv_a_proj_with_mqa", X3_SLOT_KV_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV_A,
-	    X3_BIAS_O, 2, "self_attn.input", "qkv"),
-	VECW("self_attn.kv_a_layernorm", X3_SLOT_KV_A_NORM, X3_ROLE_NORM, X3_DIM_KV_LORA, X3_WHEN_ALWAYS, 0),
-	MAT("self_attn.kv_b_proj", X3_SLOT_KV_B, X3_ROLE_ATTENTION, X3_DIM_KV_LORA, X3_DIM_KV_B, X3_WHEN_ALWAYS),
-	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_V_ALL, X3_DIM_HIDDEN, X3_BIAS_O, 2,
-	    "self_attn.o_proj.input", "o"),
-	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
+	DSV3_Q_ROWS,
+	DSV3_KV_ROWS,
 	DSV3_MLP_ROWS,
 	POST_ROWS,
 };
@@ -489,6 +497,42 @@ static const char qwen3_5_defaults[] =
 	"{\"rms_norm_eps\": 1e-6, \"attention_bias\": false, \"head_dim\": 256}";
 static const char qwen3_5_moe_defaults[] =
 	"{\"norm_topk_prob\": true, \"rms_norm_eps\": 1e-6, \"attention_bias\": false, \"head_dim\": 256}";
+/* GLM-5 (GlmMoeDsaForCausalLM) and DeepSeek V3.2 (DeepseekV32ForCausalLM):
+ * DeepSeek V3's rows and the indexer of their sparse attention (X3_AF_DSA)
+ * in the layers that run one (X3_WHEN_INDEXER: GLM-5's "shared" layers
+ * have none). indexer.wq_b maps the query latent (q_a_layernorm's output)
+ * to the indexer's queries: it reads q_b_proj's Hessian group and is
+ * quantized; indexer.wk, indexer.k_norm (a LayerNorm: weight and bias) and
+ * indexer.weights_proj are small, decide which keys every later query
+ * sees, and are kept in the source precision, as the published EXL3
+ * packs keep them. Readers: GPTQModel (glm_moe_dsa and deepseek_v32
+ * definitions); ExLlamaV3 v1.4.1 has neither. */
+static const x3_module_desc dsa_mods[] = {
+	DSV3_Q_ROWS,
+	LINW("self_attn.indexer.wq_b", X3_SLOT_IDX_QB, X3_ROLE_ATTENTION, X3_DIM_Q_LORA, X3_DIM_IDX_Q,
+	     X3_BIAS_NONE, 2, "self_attn.q_b_proj.input", "qb", X3_WHEN_INDEXER),
+	MAT("self_attn.indexer.wk", X3_SLOT_IDX_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_IDX_HD,
+	    X3_WHEN_INDEXER),
+	VECW("self_attn.indexer.k_norm", X3_SLOT_IDX_K_NORM, X3_ROLE_NORM, X3_DIM_IDX_HD, X3_WHEN_INDEXER, 0),
+	VECW("self_attn.indexer.k_norm.bias", X3_SLOT_IDX_K_BIAS, X3_ROLE_NORM, X3_DIM_IDX_HD, X3_WHEN_INDEXER, 1),
+	MAT("self_attn.indexer.weights_proj", X3_SLOT_IDX_W, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_IDX_HEADS,
+	    X3_WHEN_INDEXER),
+	DSV3_KV_ROWS,
+	DSV3_MLP_ROWS,
+	POST_ROWS,
+};
+/* Hugging Face's GlmMoeDsaConfig and DeepseekV32Config defaults (the
+ * latter's routing defaults are DeepSeek V3's: parse_grouped; the rope
+ * layouts are config.c's) */
+static const char glm_moe_dsa_defaults[] =
+	"{\"n_routed_experts\": 256, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 2048, "
+	"\"n_shared_experts\": 1, \"routed_scaling_factor\": 2.5, \"n_group\": 1, \"topk_group\": 1, "
+	"\"first_k_dense_replace\": 3, \"norm_topk_prob\": true, \"q_lora_rank\": 2048, "
+	"\"attention_bias\": false, \"rms_norm_eps\": 1e-5, "
+	"\"index_topk\": 2048, \"index_head_dim\": 128, \"index_n_heads\": 32}";
+static const char deepseek_v32_defaults[] =
+	"{\"q_lora_rank\": 1536, \"index_topk\": 2048, "
+	"\"index_head_dim\": 128, \"index_n_heads\": 64}";
 
 /* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE and no GLM-4.7-Flash (its
  * glm4_moe_lite.py is only in an unmerged pull request); GPT-OSS's reader is
@@ -569,6 +613,14 @@ static const x3_arch_desc archs[] = {
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), "num_experts",
 	  qwen3_5_moe_defaults, X3_RD(X3_READER_EXLLAMAV3) },
+	{ X3_ARCH_GLM_MOE_DSA, "GlmMoeDsaForCausalLM", "glm_moe_dsa", "GLM-5",
+	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED | X3_AF_DSA,
+	  "model.layers.{L}", dsa_mods, N_(dsa_mods), "n_routed_experts", glm_moe_dsa_defaults,
+	  X3_RD(X3_READER_GPTQMODEL) },
+	{ X3_ARCH_DEEPSEEK_V32, "DeepseekV32ForCausalLM", "deepseek_v32", "DeepSeek-V3.2",
+	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED | X3_AF_DSA,
+	  "model.layers.{L}", dsa_mods, N_(dsa_mods), "n_routed_experts", deepseek_v32_defaults,
+	  X3_RD(X3_READER_GPTQMODEL) },
 };
 
 int x3_arch_count(void) { return N_(archs); }
@@ -627,6 +679,9 @@ int64_t x3_arch_dim(const x3_model_config *c, int dim)
 	case X3_DIM_GDN_BA: return 2 * c->lin_nv;
 	case X3_DIM_GDN_DV: return c->lin_dv;
 	case X3_DIM_GDN_KCONV: return c->lin_kconv;
+	case X3_DIM_IDX_Q: return c->index_heads * c->index_hd;
+	case X3_DIM_IDX_HD: return c->index_hd;
+	case X3_DIM_IDX_HEADS: return c->index_heads;
 	default: return 0;
 	}
 }
@@ -716,6 +771,11 @@ int x3_arch_linear_layer(const x3_model_config *c, int l)
 	return c->hybrid && l >= 0 && l < c->n_layers && l < 1024 && (c->lin_layers[l / 64] >> (l % 64) & 1);
 }
 
+int x3_arch_idx_shared(const x3_model_config *c, int l)
+{
+	return c->dsa && l >= 0 && l < 1024 && (c->idx_shared[l / 64] >> (l % 64) & 1);
+}
+
 int x3_arch_skipped(const x3_model_config *c, const char *name)
 {
 	const x3_arch_desc *a = c->desc;
@@ -742,6 +802,7 @@ static int present(const x3_model_config *c, const x3_module_desc *d, int layer)
 	case X3_WHEN_NO_Q_LORA: return c->q_lora <= 0;
 	case X3_WHEN_FULL_ATTN: return !x3_arch_linear_layer(c, layer);
 	case X3_WHEN_LINEAR_ATTN: return x3_arch_linear_layer(c, layer);
+	case X3_WHEN_INDEXER: return c->dsa && !x3_arch_idx_shared(c, layer);
 	default: return 1;
 	}
 }

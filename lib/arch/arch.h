@@ -62,6 +62,11 @@
  * whose in_proj_qkvz (or in_proj_qkv and in_proj_z) and out_proj are
  * linears, in_proj_ba (or in_proj_b, in_proj_a) kept matrices, conv1d a
  * kept depthwise conv (X3_KIND_CONV), A_log and dt_bias bare vectors. */
+ * GLM-5 (GlmMoeDsaForCausalLM) and DeepSeek V3.2 (DeepseekV32ForCausalLM)
+ * are DeepSeek V3's rows plus the indexer of their sparse attention
+ * (X3_AF_DSA): self_attn.indexer.wq_b, a linear reading q_b_proj's input
+ * (one Hessian group), and wk, k_norm (weight and bias) and weights_proj
+ * kept in the source precision; GLM-5's "shared" layers have none. */
 #ifndef X3_ARCH_H
 #define X3_ARCH_H
 
@@ -124,6 +129,10 @@ enum {
 	X3_DIM_GDN_BA,          /* 2 * value heads (in_proj_ba) */
 	X3_DIM_GDN_DV,          /* a value head's width (the gated norm) */
 	X3_DIM_GDN_KCONV,       /* linear_conv_kernel_dim */
+	/* the sparse-attention indexer (GLM-5, DeepSeek V3.2) */
+	X3_DIM_IDX_Q,           /* index_n_heads * index_head_dim */
+	X3_DIM_IDX_HD,          /* index_head_dim */
+	X3_DIM_IDX_HEADS,       /* index_n_heads */
 	X3_DIM_COUNT
 };
 
@@ -140,6 +149,8 @@ enum {
 	X3_WHEN_NO_Q_LORA,      /* ... is null (a plain q_proj) */
 	X3_WHEN_FULL_ATTN,      /* a hybrid's full-attention layers */
 	X3_WHEN_LINEAR_ATTN,    /* ... its Gated DeltaNet layers */
+	X3_WHEN_INDEXER,        /* in the layers that run their own indexer
+	                           (not GLM-5's "shared" indexer_types) */
 };
 
 /* What the forward pass uses a module as. */
@@ -166,6 +177,10 @@ enum {
 	 * in_proj_a; conv1d, A_log, dt_bias, the gated norm, out_proj */
 	X3_SLOT_GDN_QKVZ, X3_SLOT_GDN_BA, X3_SLOT_GDN_QKV, X3_SLOT_GDN_Z, X3_SLOT_GDN_B, X3_SLOT_GDN_A,
 	X3_SLOT_GDN_CONV, X3_SLOT_GDN_ALOG, X3_SLOT_GDN_DT, X3_SLOT_GDN_NORM, X3_SLOT_GDN_OUT,
+	/* the sparse-attention indexer: wq_b (its queries from the MLA query
+	 * latent), wk (one key per token), k_norm's weight and bias (a
+	 * LayerNorm), weights_proj (a weight per head) */
+	X3_SLOT_IDX_QB, X3_SLOT_IDX_K, X3_SLOT_IDX_K_NORM, X3_SLOT_IDX_K_BIAS, X3_SLOT_IDX_W,
 	X3_SLOT_COUNT
 };
 
@@ -279,6 +294,9 @@ enum {
 	                             layers by layer_types, router bias with a
 	                             softmax over the top k logits, experts with
 	                             biases and the clamped SwiGLU (swiglu_limit) */
+	X3_AF_DSA = 1 << 26,    /* DeepSeek sparse attention: MLA whose keys an
+	                           indexer selects (index_topk, index_n_heads,
+	                           index_head_dim; GLM-5's indexer_types) */
 };
 
 typedef struct x3_arch_desc {
@@ -378,6 +396,9 @@ int x3_arch_match(const char *pattern, const char *name, int *layer);
 int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
 /* Is layer l of a hybrid (config.h hybrid) a Gated DeltaNet layer? */
 int x3_arch_linear_layer(const struct x3_model_config *c, int l);
+/* Is layer l one without an indexer of its own, which attends to the keys
+ * the indexer of the last layer before it picked (GLM-5's "shared")? */
+int x3_arch_idx_shared(const struct x3_model_config *c, int l);
 /* Is tensor NAME a part of the checkpoint the model leaves out: a layer at
  * or past num_hidden_layers (DeepSeek V3's multi-token prediction layer,
  * model.layers.61.* in the real checkpoints), or one under the

@@ -339,6 +339,11 @@ static int parse_grouped(json_t *cj, x3_model_config *c)
 	if (c->n_shared > 64 || !(c->routed_scale > 0))
 		return x3_err(X3_EFORMAT, "config.json: 'n_shared_experts' or 'routed_scaling_factor' out of range");
 	c->shared_inter = c->n_shared * c->moe_inter;
+	/* the sparse-attention families: mlp_layer_types when given, else
+	 * first_k_dense_replace (Hugging Face derives the one from the other) */
+	json_t *mt = json_object_get(cj, "mlp_layer_types");
+	if ((c->desc->flags & X3_AF_DSA) && mt && !json_is_null(mt))
+		return parse_mlp_types(cj, c);
 	return (c->desc->flags & X3_AF_MLP_TYPES) ? parse_mlp_types(cj, c) : X3_OK;
 }
 
@@ -365,6 +370,87 @@ static int parse_mla(json_t *cj, x3_model_config *c)
 	c->attn_scale = 1.0 / sqrt((double)c->head_dim);
 	c->rope_interleave = 1;
 	return get_bool(cj, "rope_interleave", &c->rope_interleave);
+}
+
+/* DeepSeek sparse attention (X3_AF_DSA): the indexer's sizes and top k,
+ * and GLM-5's layers without an indexer, as Hugging Face's GlmMoeDsaConfig
+ * reads them: indexer_types ("full" / "shared" a layer), else
+ * index_topk_pattern ("FSS..." or such a list), else layer l full when
+ * max(l - index_skip_topk_offset + 1, 0) % index_topk_freq == 0 (1 and 2
+ * by default: every layer full). Layer 0 cannot reuse a selection. */
+static int parse_dsa(json_t *cj, x3_model_config *c)
+{
+	int rc;
+	if ((rc = get_int(cj, "index_topk", 1, 1, &c->index_topk)) ||
+	    (rc = get_int(cj, "index_n_heads", 1, 1, &c->index_heads)) ||
+	    (rc = get_int(cj, "index_head_dim", 1, 1, &c->index_hd)))
+		return rc;
+	if (c->q_lora <= 0)
+		return x3_err(X3_EFORMAT, "config.json: q_lora_rank is null: %s's indexer reads the query latent",
+		              c->desc->family);
+	if (c->index_heads > 4096 || c->index_hd > 65536)
+		return x3_err(X3_EFORMAT, "config.json: implausibly large indexer dimensions");
+	if (c->index_hd < c->qk_rope)
+		return x3_err(X3_EFORMAT, "config.json: index_head_dim %lld is less than qk_rope_head_dim %lld "
+		              "(the indexer rotates its first qk_rope_head_dim dimensions)",
+		              (long long)c->index_hd, (long long)c->qk_rope);
+	c->dsa = 1;
+	memset(c->idx_shared, 0, sizeof c->idx_shared);
+	json_t *t = json_object_get(cj, "indexer_types");
+	const char *key = "indexer_types";
+	if (!t || json_is_null(t))
+		t = json_object_get(cj, key = "index_topk_pattern");
+	if (t && json_is_string(t)) {
+		const char *p = json_string_value(t);
+		if ((int64_t)strlen(p) != c->n_layers)
+			return x3_err(X3_EFORMAT, "config.json: 'index_topk_pattern' is not one letter F or S for each "
+			              "of num_hidden_layers = %lld layers", (long long)c->n_layers);
+		for (int64_t l = 0; l < c->n_layers; l++) {
+			if (p[l] != 'F' && p[l] != 'S')
+				return x3_err(X3_EFORMAT, "config.json: 'index_topk_pattern' letter %lld is not F or S",
+				              (long long)l);
+			if (p[l] == 'S' && l >= 1024)
+				return x3_err(X3_EUNSUP, "config.json: 'index_topk_pattern': layer %lld: only layers below "
+				              "1024 can share", (long long)l);
+			if (p[l] == 'S')
+				c->idx_shared[l / 64] |= 1ull << (l % 64);
+		}
+	} else if (t && !json_is_null(t)) {
+		if (!json_is_array(t) || (int64_t)json_array_size(t) != c->n_layers)
+			return x3_err(X3_EFORMAT, "config.json: '%s' is not a list of num_hidden_layers = %lld entries",
+			              key, (long long)c->n_layers);
+		for (size_t l = 0; l < json_array_size(t); l++) {
+			json_t *v = json_array_get(t, l);
+			const char *e = json_is_string(v) ? json_string_value(v) : "";
+			int sh = !strcmp(e, "shared") || !strcmp(e, "S");
+			if (!sh && strcmp(e, "full") && strcmp(e, "F"))
+				return x3_err(X3_EFORMAT, "config.json: '%s' entry %zu is not \"full\" or \"shared\"", key, l);
+			if (sh && l >= 1024)
+				return x3_err(X3_EUNSUP, "config.json: '%s': layer %zu: only layers below 1024 can share",
+				              key, l);
+			if (sh)
+				c->idx_shared[l / 64] |= 1ull << (l % 64);
+		}
+	} else {
+		int64_t freq = 1, off = 2;
+		if ((rc = get_int(cj, "index_topk_freq", 0, 0, &freq)) ||
+		    (rc = get_int(cj, "index_skip_topk_offset", 0, 0, &off)))
+			return rc;
+		if (freq < 1)
+			freq = 1;
+		for (int64_t l = 0; l < c->n_layers && freq > 1; l++) {
+			int64_t d = l - off + 1 > 0 ? l - off + 1 : 0;
+			if (d % freq && l >= 1024)
+				return x3_err(X3_EUNSUP, "config.json: index_topk_freq: layer %lld: only layers below "
+				              "1024 can share", (long long)l);
+			if (d % freq)
+				c->idx_shared[l / 64] |= 1ull << (l % 64);
+		}
+	}
+	if (c->idx_shared[0] & 1)
+		return x3_err(X3_EFORMAT, "config.json: '%s': layer 0 is \"shared\", but no layer before it picks "
+		              "the keys", key);
+	return X3_OK;
 }
 
 /* The experts of a mixture-of-experts architecture (X3_AF_MOE): their
@@ -499,6 +585,15 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 	    c->n_heads > 4096 || c->vocab > (1 << 24) || c->head_dim > 65536)
 		return x3_err(X3_EFORMAT, "config.json: implausibly large dimensions");
 	if ((c->desc->flags & X3_AF_MLA) && (rc = parse_mla(cj, c)))
+		return rc;
+	/* GLM-5's and DeepSeek V3.2's latent attention rotates interleaved
+	 * pairs, whatever a rope_interleave key says (Hugging Face's models
+	 * read none); GLM-5's indexer too, DeepSeek V3.2's as halves */
+	if (c->desc->flags & X3_AF_DSA) {
+		c->rope_interleave = 1;
+		c->idx_interleave = c->desc->id == X3_ARCH_GLM_MOE_DSA;
+	}
+	if ((c->desc->flags & X3_AF_DSA) && (rc = parse_dsa(cj, c)))
 		return rc;
 	if (!c->head_dim) {
 		if (c->hidden % c->n_heads)
@@ -763,7 +858,8 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 		for (size_t i = 0; i < json_array_size(json_object_get(cj, "layer_types")); i++) {
 			json_t *lt = json_array_get(json_object_get(cj, "layer_types"), i);
 			if (json_is_string(lt) && strcmp(json_string_value(lt), "full_attention") &&
-			    !c->sliding_window)
+			    !c->sliding_window &&
+			    !(c->dsa && !strcmp(json_string_value(lt), "deepseek_sparse_attention")))
 				return x3_err(X3_EUNSUP, "config.json: layer type '%s' is not supported",
 				              json_string_value(lt));
 		}

@@ -12,7 +12,8 @@ enum { X3_ARCH_LLAMA, X3_ARCH_MISTRAL, X3_ARCH_QWEN2, X3_ARCH_QWEN3, X3_ARCH_MIX
        X3_ARCH_GLM4_MOE_LITE,
        X3_ARCH_GPT_OSS,
        X3_ARCH_QWEN3_NEXT, X3_ARCH_QWEN3_5, X3_ARCH_QWEN3_5_MM, X3_ARCH_QWEN3_5_MOE,
-       X3_ARCH_QWEN3_5_MOE_MM };
+       X3_ARCH_QWEN3_5_MOE_MM,
+       X3_ARCH_GLM_MOE_DSA, X3_ARCH_DEEPSEEK_V32 };
 
 /* the most frequencies of a longrope factor list (rot_dim / 2) */
 #define X3_ROPE_MAX_FACTORS 512
@@ -106,6 +107,15 @@ typedef struct x3_model_config {
 	                            beside layer_types (ExLlamaV3's Qwen3-Next
 	                            follows it alone) */
 	uint64_t lin_layers[16];
+	/* DeepSeek sparse attention (dsa: GLM-5, DeepSeek V3.2): an indexer of
+	 * index_heads heads of index_hd (its first qk_rope dimensions rotated:
+	 * on interleaved pairs with idx_interleave, GLM-5's, else as halves,
+	 * DeepSeek V3.2's) picks each query's index_topk keys; the layers whose
+	 * bit is set in idx_shared have no indexer and attend to the keys the
+	 * last layer before them with one picked (GLM-5's "shared") */
+	int dsa, idx_interleave;
+	int64_t index_topk, index_heads, index_hd;
+	uint64_t idx_shared[16];
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
 } x3_model_config;

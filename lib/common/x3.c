@@ -51,7 +51,7 @@ static const struct x3_dtype_info dtypes[X3_DTYPE_COUNT] = {
 	[X3_U64] = {"U64", 8, 0},   [X3_U32] = {"U32", 4, 0},
 	[X3_U16] = {"U16", 2, 0},   [X3_U8] = {"U8", 1, 0},
 	[X3_BOOL] = {"BOOL", 1, 0}, [X3_F8_E4M3] = {"F8_E4M3", 1, 1},
-	[X3_F8_E5M2] = {"F8_E5M2", 1, 1},
+	[X3_F8_E5M2] = {"F8_E5M2", 1, 1}, [X3_F8_E8M0] = {"F8_E8M0", 1, 1},
 };
 
 const struct x3_dtype_info *x3_dtype_info(x3_dtype t)
@@ -147,6 +147,12 @@ static float f8e5m2_to_f32(uint8_t v)
 	return x3_f16_to_f32((uint16_t)v << 8);
 }
 
+static float f8e8m0_to_f32(uint8_t v)
+{
+	/* exponent only, bias 127: 2^-127 (an F32 subnormal) to 2^127 */
+	return v == 0xff ? NAN : ldexpf(1.0f, (int)v - 127);
+}
+
 static int is_fbh(x3_dtype t) { return t == X3_F32 || t == X3_F16 || t == X3_BF16; }
 
 static float load_f32(const void *src, x3_dtype st, size_t i)
@@ -171,6 +177,7 @@ static float load_f32(const void *src, x3_dtype st, size_t i)
 	case X3_BOOL: return u.u8 ? 1.0f : 0.0f;
 	case X3_F8_E4M3: return f8e4m3_to_f32(u.u8);
 	case X3_F8_E5M2: return f8e5m2_to_f32(u.u8);
+	case X3_F8_E8M0: return f8e8m0_to_f32(u.u8);
 	default: return NAN;
 	}
 }
@@ -347,15 +354,15 @@ x3_tensor *x3_tensor_copy(const x3_tensor *t, x3_dtype to)
 	return c;
 }
 
-/* Multiply the (r, c) F32 matrix f by t->scale_inv per 128x128 block. */
+/* Multiply the (r, c) F32 matrix f by t->scale_inv per 128x128 block (F32
+ * or F8_E8M0 scales, exact in F32). */
 static void apply_block_scale(const x3_tensor *t, float *f)
 {
 	const x3_tensor *s = t->scale_inv;
 	int64_t r = t->shape[0], c = t->shape[1], sc = s->shape[1];
-	const float *sv = s->data;
 	for (int64_t i = 0; i < r; i++)
 		for (int64_t j = 0; j < c; j++)
-			f[i * c + j] *= sv[(i / 128) * sc + j / 128];
+			f[i * c + j] *= load_f32(s->data, s->dtype, (size_t)((i / 128) * sc + j / 128));
 }
 
 float *x3_tensor_f32(const x3_tensor *t)

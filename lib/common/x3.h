@@ -40,6 +40,8 @@ typedef enum {
 	X3_I64 = 4, X3_I32 = 5, X3_I16 = 6, X3_I8 = 7,
 	X3_U64 = 8, X3_U32 = 9, X3_U16 = 10, X3_U8 = 11,
 	X3_BOOL = 12, X3_F8_E4M3 = 13, X3_F8_E5M2 = 14,
+	X3_F8_E8M0 = 15,        /* a power of two: byte b is 2^(b - 127), 0xFF NaN
+	                           (OCP's scale format, "ue8m0") */
 	X3_DTYPE_COUNT
 } x3_dtype;
 
@@ -97,7 +99,8 @@ typedef struct x3_tensor {
 	int nmeta;           /* string metadata, insertion order */
 	struct x3_kv *meta;
 	/* An F8 weight of a block-quantized checkpoint (DeepSeek V3's FP8):
-	 * the F32 (ceil(rows/128), ceil(cols/128)) scales NAME_scale_inv that
+	 * the F32 or F8_E8M0 (DeepSeek's "ue8m0" scale format) (ceil(rows/128),
+	 * ceil(cols/128)) scales NAME_scale_inv that
 	 * multiply its 128x128 blocks, set by the safetensors reader (valid
 	 * while it is open); x3_tensor_f32 and x3_tensor_copy dequantize with
 	 * them. NULL otherwise. */

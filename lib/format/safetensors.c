@@ -361,8 +361,9 @@ static int open_dir(x3_st *s, const char *dir)
 }
 
 /* Block-quantized F8 weights (DeepSeek V3's FP8 checkpoints): each F8
- * tensor NAME needs NAME_scale_inv, F32 (ceil(rows/128), ceil(cols/128)),
- * which x3_tensor_f32 applies (x3.h, scale_inv). */
+ * tensor NAME needs NAME_scale_inv, F32 or F8_E8M0 (the "ue8m0" scale
+ * format) (ceil(rows/128), ceil(cols/128)), which x3_tensor_f32 applies
+ * (x3.h, scale_inv). */
 static int link_scales(x3_st *s)
 {
 	for (int i = 0; i < s->n; i++) {
@@ -379,9 +380,11 @@ static int link_scales(x3_st *s)
 			return x3_err(X3_EFORMAT, "tensor '%s': %s scaled per 128x128 block must be 2-D", t->name,
 			              x3_dtype_name(t->dtype));
 		int64_t br = (t->shape[0] + 127) / 128, bc = (t->shape[1] + 127) / 128;
-		if (sc->dtype != X3_F32 || sc->rank != 2 || sc->shape[0] != br || sc->shape[1] != bc) {
+		if ((sc->dtype != X3_F32 && sc->dtype != X3_F8_E8M0) || sc->rank != 2 || sc->shape[0] != br ||
+		    sc->shape[1] != bc) {
 			char b[64];
-			return x3_err(X3_EFORMAT, "tensor '%s': %s %s, the block scales of '%s' must be F32 %lldx%lld",
+			return x3_err(X3_EFORMAT, "tensor '%s': %s %s, the block scales of '%s' must be F32 or F8_E8M0 "
+			              "%lldx%lld",
 			              sn, x3_dtype_name(sc->dtype), x3_shape_str(sc, b, sizeof b), t->name,
 			              (long long)br, (long long)bc);
 		}

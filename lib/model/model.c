@@ -8,6 +8,7 @@
 #include <string.h>
 #include "arch.h"
 #include "attention.h"
+#include "indexer.h"
 #include "device.h"
 #include "model.h"
 #include "safetensors.h"
@@ -71,11 +72,12 @@ static x3_st *norm_src(const x3_model *m, int layer, const char *name)
 /* the linears and the norm vectors of a layer, by slot */
 static const int lin_slots[] = { X3_SLOT_Q, X3_SLOT_K, X3_SLOT_V, X3_SLOT_O,
 	X3_SLOT_GATE, X3_SLOT_UP, X3_SLOT_DOWN, X3_SLOT_SHX_GATE, X3_SLOT_SHX_UP, X3_SLOT_SHX_DOWN,
-	X3_SLOT_Q_A, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_B,
+	X3_SLOT_Q_A, X3_SLOT_Q_B, X3_SLOT_KV_A, X3_SLOT_KV_B, X3_SLOT_IDX_QB,
 	X3_SLOT_GDN_QKVZ, X3_SLOT_GDN_QKV, X3_SLOT_GDN_Z, X3_SLOT_GDN_OUT };
 static const int vec_slots[] = { X3_SLOT_IN_NORM, X3_SLOT_POST_NORM, X3_SLOT_Q_NORM, X3_SLOT_K_NORM,
 	X3_SLOT_Q_A_NORM, X3_SLOT_KV_A_NORM, X3_SLOT_ROUTER_BIAS, X3_SLOT_ATTN_OUT_NORM, X3_SLOT_MLP_OUT_NORM,
-	X3_SLOT_SINKS, X3_SLOT_ROUTER_LOGIT_BIAS, X3_SLOT_GDN_ALOG, X3_SLOT_GDN_DT, X3_SLOT_GDN_NORM };
+	X3_SLOT_SINKS, X3_SLOT_ROUTER_LOGIT_BIAS, X3_SLOT_GDN_ALOG, X3_SLOT_GDN_DT, X3_SLOT_GDN_NORM,
+	X3_SLOT_IDX_K_NORM, X3_SLOT_IDX_K_BIAS };
 #define N_LIN (int)(sizeof lin_slots / sizeof *lin_slots)
 #define N_VEC (int)(sizeof vec_slots / sizeof *vec_slots)
 
@@ -252,13 +254,13 @@ static int layer_load(const x3_model *m, int l, int check, int all_ex, struct la
 	}
 	if (x3_arch_linear_layer(&m->cfg, l) && (rc = gdn_load(m, l, check, w)))
 		goto fail;
-	if (!w->sparse)
-		return X3_OK;
-	/* the router and the shared-expert gate: dense matrices */
-	static const int mats[] = { X3_SLOT_ROUTER, X3_SLOT_SHX_SCALE };
-	for (int i = 0; i < 2; i++) {
+	/* the matrices kept in the source precision: the sparse-attention
+	 * indexer's wk and weights_proj; in a mixture-of-experts layer the
+	 * router and the shared-expert gate */
+	static const int mats[] = { X3_SLOT_IDX_K, X3_SLOT_IDX_W, X3_SLOT_ROUTER, X3_SLOT_SHX_SCALE };
+	for (int i = 0; i < 4; i++) {
 		const x3_module *d = mod(m, l, mats[i]);
-		if (!d)
+		if (!d || (i >= 2 && !w->sparse))
 			continue;
 		/* checked as a dense (out, in) weight, under the source's name
 		 * of it (src: Mixtral v5's mlp.gate) */
@@ -272,6 +274,8 @@ static int layer_load(const x3_model *m, int l, int check, int all_ex, struct la
 		if (!check)
 			x3_st_drop(t, t->data, t->nbytes);
 	}
+	if (!w->sparse)
+		return X3_OK;
 	if (!mod(m, l, X3_SLOT_ROUTER)) {
 		rc = x3_err(X3_EINVAL, "layer %d: a mixture-of-experts layer without a router", l);
 		goto fail;
@@ -614,6 +618,13 @@ struct fwd {
 	                                  then the gates (nt, heads * head_dim) */
 	float *gp, *gmix, *gz, *gb, *ga;   /* ... the DeltaNet's projections:
 	                                      qkvz, [q | k | v], z, b, a */
+	/* sparse attention (rows longer than index_topk): the indexer's
+	 * queries, keys and head weights of a chunk, and the selections of
+	 * every token (x3_sel_stride(cols) bytes each) made by the last layer
+	 * run with an indexer (sel_layer, -1: none yet) */
+	float *iq, *ik, *iw;
+	uint8_t *sel;
+	int sel_layer;
 };
 
 /* x3_linear_apply, its time in the forward's timing */
@@ -778,6 +789,44 @@ static int shared_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t n
  * Glm4MoeLiteRMSNorm(kv_lora_rank)); GLM-4.7-Flash's rms_norm_eps is 1e-5. */
 #define MLA_NORM_EPS 1e-6
 
+/* The keys each query of a chunk of nrows rows (its first token f->tok0)
+ * sees, into f->sel (indexer.h): layer l's indexer over the query latent
+ * f->qa and the normed hidden f->xn, or, in a layer without one (GLM-5's
+ * "shared"), the selection of the last layer before it, kept. Run only
+ * for rows longer than index_topk (else every query sees all its keys). */
+static int dsa_select(struct fwd *f, int l, const struct layer_w *w, int64_t nrows)
+{
+	const x3_model_config *c = &f->m->cfg;
+	int64_t cols = f->cols, nt = nrows * cols, H = c->hidden, ih = c->index_heads, hd = c->index_hd;
+	int rc;
+	if (x3_arch_idx_shared(c, l)) {
+		/* a forward resumed at this layer (hessian-capture's layer by
+		 * layer calibration) has not run the layer that picked them */
+		if (f->sel_layer < 0)
+			return x3_err(X3_EUNSUP, "layer %d reuses the keys an earlier layer's indexer picked (indexer_types "
+			              "\"shared\"), and this forward starts after that layer: rows of %lld tokens are "
+			              "longer than index_topk %lld (rows of at most index_topk tokens attend to every "
+			              "key)", l, (long long)cols, (long long)c->index_topk);
+		return X3_OK;
+	}
+	if ((rc = lin_apply(f, w->lin[X3_SLOT_IDX_QB], f->qa, nt, cols, f->iq)) ||
+	    (rc = x3_gemm_xwt(f->xn, nt, cols, H, w->vec[X3_SLOT_IDX_K], hd, f->ik)) ||
+	    (rc = x3_gemm_xwt(f->xn, nt, cols, H, w->vec[X3_SLOT_IDX_W], ih, f->iw)))
+		return rc;
+	/* the key: a LayerNorm (Hugging Face's nn.LayerNorm(eps 1e-6)); the
+	 * first qk_rope dimensions of keys and queries rotated (GLM-5: on
+	 * interleaved pairs; DeepSeek V3.2: as halves) */
+	x3_layernorm(f->ik, w->vec[X3_SLOT_IDX_K_NORM], w->vec[X3_SLOT_IDX_K_BIAS], nt, hd, 1e-6);
+	rope_part(f->ik, nt, 1, hd, 0, c->qk_rope, c->idx_interleave, cols, f->cosv, f->sinv);
+	rope_part(f->iq, nt, ih, hd, 0, c->qk_rope, c->idx_interleave, cols, f->cosv, f->sinv);
+	float hs = (float)(1.0 / sqrt((double)ih));
+	for (int64_t i = 0; i < nt * ih; i++)
+		f->iw[i] *= hs;
+	f->sel_layer = l;
+	return x3_indexer_select(f->iq, f->ik, f->iw, nrows, cols, ih, hd, c->index_topk, 1.0 / sqrt((double)hd),
+	                         f->sel + f->tok0 * x3_sel_stride(cols));
+}
+
 /* Multi-head latent attention (DeepSeek V3, GLM-4.7-Flash) of a chunk of nrows rows from
  * the normed hidden f->xn (nt, hidden) into f->a (nt, heads * v_head_dim):
  *   q = q_b(norm(q_a(x))) (or q_proj(x)), per head (nope | rope);
@@ -823,7 +872,12 @@ static int mla_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t nrow
 			memcpy(f->k + (t * nh + h) * qkd + np, f->kva + t * kva + kl, (size_t)rp * sizeof(float));
 			memcpy(f->v + (t * nh + h) * vd, src + np, (size_t)vd * sizeof(float));
 		}
-	return x3_attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale, 0, 0);
+	if (!f->sel)   /* dense, or every query's keys are within index_topk */
+		return x3_attention(f->q, f->k, f->v, f->a, nrows, cols, nh, nh, qkd, vd, (float)c->attn_scale, 0, 0);
+	if ((rc = dsa_select(f, l, w, nrows)))
+		return rc;
+	return x3_sparse_attention(f->q, f->k, f->v, f->a, nrows, cols, nh, qkd, vd, c->attn_scale,
+	                           f->sel + f->tok0 * x3_sel_stride(cols));
 }
 
 /* A Gated DeltaNet layer's token mixing (gdn.h) on a chunk of nrows rows,
@@ -1186,6 +1240,14 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		f.ga = malloc((size_t)ct * 3 * gnv * sizeof(float));
 		mla_fail |= !f.qg || !f.gp || !f.gmix || !f.gz || !f.gb || !f.ga;
 	}
+	f.sel_layer = -1;
+	if (c->dsa && cols > c->index_topk) {
+		f.sel = malloc((size_t)(T * x3_sel_stride(cols)));
+		f.iq = malloc((size_t)ct * x3_arch_dim(c, X3_DIM_IDX_Q) * sizeof(float));
+		f.ik = malloc((size_t)ct * c->index_hd * sizeof(float));
+		f.iw = malloc((size_t)ct * c->index_heads * sizeof(float));
+		mla_fail |= !f.sel || !f.iq || !f.ik || !f.iw;
+	}
 	int64_t gi = i64max(c->intermediate, c->shared_inter);
 	f.g = malloc((size_t)ct * gi * sizeof(float));
 	f.u = malloc((size_t)ct * gi * sizeof(float));
@@ -1358,6 +1420,7 @@ out:
 	free(f.cosv), free(f.sinv), free(f.cosl), free(f.sinl), free(fr);
 	free(f.qa), free(f.kva), free(f.ckv), free(f.kvb);
 	free(f.qg), free(f.gp), free(f.gmix), free(f.gz), free(f.gb), free(f.ga);
+	free(f.sel), free(f.iq), free(f.ik), free(f.iw);
 	if (o->timing)
 		o->timing->total += x3_now() - t_begin;
 	return rc;

@@ -14,6 +14,10 @@
  * layer_types, yarn RoPE without truncation, the router's bias and the
  * softmax over the top k logits, experts with biases and the clamped
  * SwiGLU); Phi3ForCausalLM;
+ * first partial_rotary_factor of each head); GlmMoeDsaForCausalLM and
+ * DeepseekV32ForCausalLM (DeepSeek V3's with the sparse attention of
+ * indexer.h: rows longer than index_topk attend to the keys the indexer
+ * picks); Phi3ForCausalLM;
  * Gemma2ForCausalLM,
  * Gemma3ForCausalLM and Gemma3ForConditionalGeneration's language model
  * ((1 + w) RMSNorms, norms after the attention and the MLP, the embedding

@@ -3,7 +3,10 @@
  * dequantized on read: a hand-made 130x200 tensor of known E4M3 bytes
  * (1, 2, -1, 448, 2^-9, 0) and scales (0.5, 3, 0.25, -2 over its 2x2
  * blocks) reads back as value x scale exactly (x3_tensor_f32, a BF16 copy,
- * and tensor-cat's frames/safetensors); a weight without its scales, or
+ * and tensor-cat's frames/safetensors); the same weight with F8_E8M0
+ * scales (DeepSeek's "ue8m0" format: bytes 0x7E 0x80 0x7D 0x85, worked by
+ * hand to 2^-1, 2^1, 2^-2, 2^6) likewise, and E8M0's ends (0x00 2^-127,
+ * 0xFE 2^127, 0xFF NaN) decode as such; a weight without its scales, or
  * with scales of the wrong shape or dtype, fails at open naming them; the
  * config's quantization_config fp8 is accepted with 128x128 blocks. */
 #include <math.h>
@@ -17,7 +20,10 @@
 enum { R = 130, C = 200 };
 static const unsigned char bytes[6] = { 0x38, 0x40, 0xB8, 0x7E, 0x01, 0x00 };
 static const double vals[6] = { 1.0, 2.0, -1.0, 448.0, 1.0 / 512, 0.0 };
-static const float scales[4] = { 0.5f, 3.0f, 0.25f, -2.0f };
+static const float f32_scales[4] = { 0.5f, 3.0f, 0.25f, -2.0f };
+static const unsigned char e8m0_bytes[4] = { 0x7E, 0x80, 0x7D, 0x85 };
+static const float e8m0_scales[4] = { 0.5f, 2.0f, 0.25f, 64.0f };
+static const float *scales = f32_scales;
 
 static double expect(int i, int j)
 {
@@ -45,7 +51,11 @@ static int write_ck(const char *dir, int sr, int sc, x3_dtype sdt)
 		float f[16];
 		for (int k = 0; k < sr * sc && k < 16; k++)
 			f[k] = scales[k % 4];
-		x3_convert(s->data, sdt, f, X3_F32, (size_t)(sr * sc));
+		if (sdt == X3_F8_E8M0)   /* the bytes themselves: no conversion to E8M0 */
+			for (int k = 0; k < sr * sc && k < 16; k++)
+				((unsigned char *)s->data)[k] = e8m0_bytes[k % 4];
+		else
+			x3_convert(s->data, sdt, f, X3_F32, (size_t)(sr * sc));
 		rc = x3_stw_add(w, s);
 		x3_tensor_free(s);
 	}
@@ -109,6 +119,26 @@ int main(void)
 	if (st)
 		x3_st_close(st);
 
+	/* the ue8m0 scale format: F8_E8M0 scales */
+	static const unsigned char ends[3] = { 0x00, 0xFE, 0xFF };
+	float ev[3];
+	CHECK_OK(x3_convert(ev, X3_F32, ends, X3_F8_E8M0, 3), "F8_E8M0 -> F32");
+	CHECK(ev[0] == ldexpf(1, -127) && ev[0] > 0 && ev[1] == ldexpf(1, 127) && isnan(ev[2]),
+	      "F8_E8M0 0x00, 0xFE, 0xFF: 2^-127, 2^127, NaN");
+	scales = e8m0_scales;
+	snprintf(p, sizeof p, "%s/e8m0", dir);
+	CHECK_OK(write_ck(p, 2, 2, X3_F8_E8M0), "write the weight with 2x2 F8_E8M0 block scales 0x7E 0x80 0x7D 0x85");
+	CHECK_OK(x3_st_open(p, &st), "open it");
+	t = st ? x3_st_find(st, "m.w.weight") : NULL;
+	f = t && t->scale_inv ? x3_tensor_f32(t) : NULL;
+	CHECK(f && all_exact(f, 0) && f[0] == 0.5f && f[128 * C + 1] == 448.0f / 4 && f[129 * C + 199] == 64.0f / 512 &&
+	      f[3 * C + 130] == 2.0f * 2,
+	      "x3_tensor_f32: every element = E4M3 value x 2^(byte - 127) of its block, exactly");
+	free(f);
+	if (st)
+		x3_st_close(st);
+	scales = f32_scales;
+
 	/* bad checkpoints: named at open */
 	snprintf(p, sizeof p, "%s/noscale", dir);
 	write_ck(p, 0, 0, X3_F32);
@@ -123,7 +153,7 @@ int main(void)
 	snprintf(p, sizeof p, "%s/dtype", dir);
 	write_ck(p, 2, 2, X3_BF16);
 	rc = x3_st_open(p, &st);
-	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "BF16"), "scales not F32: named (%s)", x3_errmsg());
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "BF16"), "scales not F32 or F8_E8M0: named (%s)", x3_errmsg());
 
 	/* the config of an FP8 checkpoint */
 	x3_model_config c;
