@@ -61,7 +61,7 @@
  * query and gate (X3_DIM_Q2), and the Gated DeltaNet (lib/model/gdn.h),
  * whose in_proj_qkvz (or in_proj_qkv and in_proj_z) and out_proj are
  * linears, in_proj_ba (or in_proj_b, in_proj_a) kept matrices, conv1d a
- * kept depthwise conv (X3_KIND_CONV), A_log and dt_bias bare vectors. */
+ * kept depthwise conv (X3_KIND_CONV), A_log and dt_bias bare vectors.
  * GLM-5 (GlmMoeDsaForCausalLM) and DeepSeek V3.2 (DeepseekV32ForCausalLM)
  * are DeepSeek V3's rows plus the indexer of their sparse attention
  * (X3_AF_DSA): self_attn.indexer.wq_b, a linear reading q_b_proj's input
