@@ -13,8 +13,9 @@
 # original falls as the bits rise and stays below round-to-nearest at the
 # same bits; a pack whose config lacks a key ExLlamaV3 reads without a
 # default (layer_types) fails its config rule. Bad inputs (sinks of the wrong length, a missing expert bias,
-# the hub's fused gate_up_proj): exit 1 naming the tensor, nothing
-# written. The forward itself: tests/unit/t1579.
+# a fused gate_up_proj without the hub's biases): exit 1 naming the
+# tensor, nothing written. The forward itself: tests/unit/t1579; the
+# hub's fused layouts: t1880.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -85,8 +86,8 @@ check "... nothing written" test ! -e bad2.out
 mkdir bad3 && cp M/config.json M/tokenizer*.json bad3/
 { tensor-cat -q M; tensor-gen "model.layers.1.mlp.experts.gate_up_proj=4x80x96"; } |
 	tensor-cat -q -o bad3/model.safetensors -
-check_fail "convert: the hub's fused gate_up_proj refused, named" 1 \
-	"model\.layers\.1\.mlp\.experts\.gate_up_proj.*not read" convert bad3 bad3.out --bits 3 --rows 4 --cols 32 -q
+check_fail "convert: a fused gate_up_proj without the hub's biases refused, named" 1 \
+	"model\.layers\.1\.mlp\.experts\.gate_up_proj.*not a layout of GPT-OSS's experts" convert bad3 bad3.out --bits 3 --rows 4 --cols 32 -q
 check "... nothing written" test ! -e bad3.out
 NO_INFO="bad1 bad2 bad3 NL"
 done_testing

@@ -1037,16 +1037,19 @@ int x3_arch_fused_scan(x3_model_config *c, const x3_st *st)
 	if (!a || !(a->flags & X3_AF_MOE) || !st)
 		return X3_OK;
 	/* GPT-OSS's hub layouts (MXFP4 blocks and scales, or the BF16
-	 * re-uploads' (experts, hidden, 2 * inter) interleaved gate_up_proj)
-	 * are not read: refused naming the tensor, not run as missing experts */
+	 * re-uploads' (experts, hidden, 2 * inter) interleaved gate_up_proj,
+	 * each with its biases) reach here as per-expert tensors (the
+	 * safetensors reader makes them); a fused tensor still here is none of
+	 * them: refused naming it, not run as missing experts */
 	static const char *const hub[] = { "mlp.experts.gate_up_proj", "mlp.experts.gate_up_proj_blocks" };
 	for (int l = 0; (a->flags & X3_AF_GPT_OSS) && l < c->n_layers; l++)
 		for (int i = 0; i < 2; i++) {
 			snprintf(name, sizeof name, "model.layers.%d.%s", l, hub[i]);
 			if (x3_st_find(st, name))
-				return x3_err(X3_EUNSUP, "tensor '%s': GPT-OSS's fused expert tensors (the hub's MXFP4 "
-				              "or BF16 layout) are not read; per-expert mlp.experts.E.{gate,up,down}_proj "
-				              "linears with biases are", name);
+				return x3_err(X3_EFORMAT, "tensor '%s': not a layout of GPT-OSS's experts that is read "
+				              "(the hub's gate_up_proj (experts, hidden, 2 * inter) with gate_up_proj_bias, "
+				              "down_proj and down_proj_bias; their MXFP4 _blocks with _scales; or per-expert "
+				              "mlp.experts.E.{gate,up,down}_proj with biases)", name);
 		}
 	/* fused if any sparse layer has a fused tensor; then every one must
 	 * have both, of the config's shapes (gate_up's rows read by two rows

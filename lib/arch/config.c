@@ -647,6 +647,10 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 				              "other than [128, 128] is not supported");
 			c->foreign_quant = 0;
 		}
+		/* GPT-OSS's MXFP4 experts (the hub's checkpoints): the safetensors
+		 * reader decodes them on read (safetensors.h) */
+		if ((c->desc->flags & X3_AF_GPT_OSS) && qm && json_is_string(qm) && !strcmp(json_string_value(qm), "mxfp4"))
+			c->foreign_quant = 0;
 	}
 	return X3_OK;
 }
@@ -881,10 +885,6 @@ ids:
 
 	if (c->foreign_quant) {
 		json_t *qm = json_object_get(json_object_get(root, "quantization_config"), "quant_method");
-		if ((c->desc->flags & X3_AF_GPT_OSS) && qm && json_is_string(qm) && !strcmp(json_string_value(qm), "mxfp4"))
-			return x3_err(X3_EUNSUP, "config.json: quantization_config with quant_method 'mxfp4' (the hub's "
-			              "MXFP4 experts) is not supported: GPT-OSS is read in the per-expert layout, "
-			              "mlp.experts.E.{gate,up,down}_proj with biases");
 		return x3_err(X3_EUNSUP, "config.json: quantization_config with quant_method "
 		              "'%s' is not supported (exl3 is)",
 		              qm && json_is_string(qm) ? json_string_value(qm) : "?");

@@ -18,6 +18,7 @@
 #include "stentry_impl.h"
 #include "utf8.h"
 
+struct virt;
 struct stfile {
 	char *path;
 	unsigned char *map;
@@ -32,6 +33,9 @@ struct x3_st {
 	int *tfile;           /* file index of each tensor */
 	int n;
 	int *byname;          /* indices sorted by name */
+	struct virt *v;       /* per tensor: how it is made (NULL: read) */
+	x3_tensor **hid;      /* tensors read only through virtual ones */
+	int nhid;
 };
 
 static int cmp_str(const void *a, const void *b)
@@ -409,10 +413,61 @@ int x3_st_is_mxfp4(const x3_st *s, const x3_tensor *t)
 	return t->dtype == X3_U8 && mxfp4_scales_name(t->name, sn, sizeof sn) && x3_st_find(s, sn);
 }
 
+static int mxfp4_check(const x3_st *s, const x3_tensor *b, const x3_tensor **scales);
+
 int x3_st_mxfp4(const x3_st *s, const x3_tensor *b, x3_tensor **out)
 {
-	char sn[1024], bs[64], ss[64];
+	char sn[1024];
+	const x3_tensor *sc;
 	*out = NULL;
+	int rc = mxfp4_check(s, b, &sc);
+	if (rc)
+		return rc;
+	snprintf(sn, sizeof sn, "%s", sc->name);
+	int64_t sh[X3_MAX_RANK];
+	for (int d = 0; d < b->rank - 1; d++)
+		sh[d] = b->shape[d];
+	sh[b->rank - 2] *= 32;
+	x3_tensor *t = x3_tensor_new(b->name, X3_F32, b->rank - 1, sh, 1);
+	if (!t)
+		return x3_errprefix(X3_ENOMEM, "tensor '%s'", b->name);
+	t->name[strlen(t->name) - 7] = 0;
+	size_t bad = 0, ng = (size_t)x3_tensor_numel(sc);
+	if (x3_mxfp4_decode(b->data, sc->data, ng, t->data, &bad)) {
+		x3_tensor_free(t);
+		return x3_errprefix(X3_EFORMAT, "tensor '%s': group %zu (scale %u in '%s')", b->name, bad,
+		                    ((const uint8_t *)sc->data)[bad], sn);
+	}
+	*out = t;
+	return X3_OK;
+}
+
+/* ---- GPT-OSS's experts as the hub stores them --------------------------
+ * Its checkpoints hold a layer's experts fused, P = model.layers.N.mlp.experts:
+ * MXFP4 P.gate_up_proj_blocks (E, 2I, H/32, 16) with P.gate_up_proj_scales
+ * (E, 2I, H/32) and P.down_proj_blocks (E, H, I/32, 16) with its scales,
+ * each expert (out, in) as a Linear holds it; or, in the BF16 re-uploads,
+ * P.gate_up_proj (E, H, 2I) and P.down_proj (E, I, H), the matrices that
+ * x @ W multiplies (a Linear's transposed); and P.gate_up_proj_bias (E, 2I),
+ * P.down_proj_bias (E, H). Along 2I gate and up interleave: gate the even,
+ * up the odd rows of the blocks (columns of gate_up_proj). The reader
+ * shows them as the tensors of the per-expert layout,
+ * P.E.{gate,up,down}_proj.{weight,bias}, weights (out, in), and hides the
+ * fused ones; each is made on first use and kept while the checkpoint is
+ * open (an MXFP4 weight as BF16, exact: E2M1 times a power of two has at
+ * most 2 significant bits). */
+struct virt {
+	const x3_tensor *src, *scales; /* NULL src: a stored tensor */
+	int64_t e;                     /* the expert */
+	int64_t off, sr, sc;           /* element (r, c) of expert e's part of
+	                                  src: off + r * sr + c * sc; MXFP4:
+	                                  row r is the blocks' row off + r * sr */
+};
+
+/* blocks B and its scales: present, U8, (..., G, 16) and (..., G) */
+static int mxfp4_check(const x3_st *s, const x3_tensor *b, const x3_tensor **scales)
+{
+	char sn[1024], bs[64], ss[64];
 	if (!mxfp4_scales_name(b->name, sn, sizeof sn))
 		return x3_err(X3_EFORMAT, "tensor '%s': MXFP4 blocks are named NAME_blocks", b->name);
 	const x3_tensor *sc = x3_st_find(s, sn);
@@ -431,22 +486,223 @@ int x3_st_mxfp4(const x3_st *s, const x3_tensor *b, x3_tensor **out)
 		return x3_err(X3_EFORMAT, "tensor '%s': %s %s, the MXFP4 scales of '%s' (%s) must be U8 %.*s", sn,
 		              x3_dtype_name(sc->dtype), ss, b->name, bs, x ? (int)(x - bs) : 0, bs);
 	}
-	int64_t sh[X3_MAX_RANK];
-	for (int d = 0; d < b->rank - 1; d++)
-		sh[d] = b->shape[d];
-	sh[b->rank - 2] *= 32;
-	x3_tensor *t = x3_tensor_new(b->name, X3_F32, b->rank - 1, sh, 1);
-	if (!t)
-		return x3_errprefix(X3_ENOMEM, "tensor '%s'", b->name);
-	t->name[strlen(t->name) - 7] = 0;
-	size_t bad = 0, ng = (size_t)x3_tensor_numel(sc);
-	if (x3_mxfp4_decode(b->data, sc->data, ng, t->data, &bad)) {
-		x3_tensor_free(t);
-		return x3_errprefix(X3_EFORMAT, "tensor '%s': group %zu (scale %u in '%s')", b->name, bad,
-		                    ((const uint8_t *)sc->data)[bad], sn);
-	}
-	*out = t;
+	*scales = sc;
 	return X3_OK;
+}
+
+/* every group of B that decodes outside F32 (a scale 0xFF, or 6 x 2^k
+ * past F32's range: only scales above 252 can), named: a made tensor
+ * cannot fail later */
+static int mxfp4_range(const x3_tensor *b, const x3_tensor *sc)
+{
+	const uint8_t *S = sc->data, *B = b->data;
+	float f[32];
+	for (size_t g = 0, ng = (size_t)x3_tensor_numel(sc); g < ng; g++) {
+		size_t bad;
+		if (S[g] > 252 && x3_mxfp4_decode(B + 16 * g, S + g, 1, f, &bad))
+			return x3_errprefix(X3_EFORMAT, "tensor '%s': group %zu (scale %u in '%s')", b->name, g,
+			                    S[g], sc->name);
+	}
+	return X3_OK;
+}
+
+static int make(const struct virt *v, x3_tensor *t)
+{
+	const x3_tensor *b = v->src;
+	size_t es = x3_dtype_size(t->dtype), n = (size_t)x3_tensor_numel(t);
+	int64_t rows = t->rank == 2 ? t->shape[0] : 1, cols = t->shape[t->rank - 1];
+	char *d = malloc(n * es + 1);
+	float *f = NULL;
+	if (!d)
+		return x3_err(X3_ENOMEM, "tensor '%s': out of memory", t->name);
+	if (v->scales) {
+		int64_t R = b->shape[1], G = b->shape[2];
+		if (!(f = malloc((size_t)G * 32 * sizeof *f))) {
+			free(d);
+			return x3_err(X3_ENOMEM, "tensor '%s': out of memory", t->name);
+		}
+		for (int64_t r = 0; r < rows; r++) {
+			size_t g0 = (size_t)((v->e * R + v->off + r * v->sr) * G), bad;
+			if (x3_mxfp4_decode((const uint8_t *)b->data + 16 * g0, (const uint8_t *)v->scales->data + g0,
+			                    (size_t)G, f, &bad)) {
+				free(d), free(f);
+				return x3_errprefix(X3_EFORMAT, "tensor '%s'", b->name);
+			}
+			for (int64_t c = 0; c < cols; c++)
+				((uint16_t *)d)[r * cols + c] = x3_f32_to_bf16(f[c]);
+		}
+		free(f);
+	} else {
+		int64_t per = 1;
+		for (int k = 1; k < b->rank; k++)
+			per *= b->shape[k];
+		const char *p = (const char *)b->data + (size_t)(v->e * per) * es;
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t c = 0; c < cols; c++)
+				memcpy(d + (size_t)(r * cols + c) * es, p + (size_t)(v->off + r * v->sr + c * v->sc) * es, es);
+	}
+	t->data = d;
+	return X3_OK;
+}
+
+/* tensor i, made first if it is one of hub_experts' */
+static const x3_tensor *made(const x3_st *s, int i)
+{
+	x3_tensor *t = s->t[i];
+	int rc = X3_OK;
+	if (!s->v || !s->v[i].src)
+		return t;
+	#pragma omp critical(x3_st_made)
+	{
+		if (!t->data)
+			rc = make(&s->v[i], t);
+	}
+	return rc ? NULL : t;
+}
+
+static int is_float(x3_dtype d) { return d == X3_F32 || d == X3_F16 || d == X3_BF16; }
+
+/* fused tensor NAME (P.SFX): its shape (rank dims of want, -1 any) */
+static int hub_tensor(const x3_st *s, const char *p, const char *sfx, int fl, int rank, const int64_t *want,
+                      const char *what, const x3_tensor **out)
+{
+	char n[1024], b[64];
+	snprintf(n, sizeof n, "%s.%s", p, sfx);
+	const x3_tensor *t = *out = x3_st_find(s, n);
+	if (!t)
+		return x3_err(X3_EFORMAT, "missing tensor '%s' (GPT-OSS's experts fused per layer, the hub's layout)", n);
+	int ok = t->rank == rank && (fl ? is_float(t->dtype) : t->dtype == X3_U8);
+	for (int d = 0; ok && d < rank; d++)
+		ok = want[d] < 0 || t->shape[d] == want[d];
+	if (!ok)
+		return x3_err(X3_EFORMAT, "tensor '%s': %s %s, expected %s %s", n, x3_dtype_name(t->dtype),
+		              x3_shape_str(t, b, sizeof b), fl ? "float" : "U8", what);
+	return X3_OK;
+}
+
+static int add_virt(x3_st *s, const char *name, x3_dtype dt, int rank, int64_t r, int64_t c, int fi,
+                    struct virt v)
+{
+	int64_t sh[2] = { r, c };
+	x3_tensor *t = x3_tensor_new(name, dt, rank, rank == 2 ? sh : sh + 1, 0);
+	if (!t)
+		return x3_errprefix(X3_ENOMEM, "tensor '%s'", name);
+	t->nbytes = (size_t)(r * c) * x3_dtype_size(dt);
+	t->owns_data = 1;
+	int rc = add_tensor(s, t, fi);
+	if (rc) {
+		x3_tensor_free(t);
+		return rc;
+	}
+	struct virt *nv = realloc(s->v, ((size_t)s->n + 1) * sizeof *nv);
+	if (!nv)
+		return x3_err(X3_ENOMEM, "out of memory");
+	s->v = nv;
+	s->v[s->n - 1] = v;
+	return X3_OK;
+}
+
+/* the experts of P, fused (gate_up tensor i): MXFP4 or not */
+static int hub_layer(x3_st *s, const char *p, int i, int mx)
+{
+	const x3_tensor *gu = s->t[i], *dn, *gb, *db, *gs = NULL, *ds = NULL;
+	int fi = s->tfile[i], rc;
+	int64_t E = gu->shape[0], H, I2, I;
+	if (mx) {
+		if ((rc = mxfp4_check(s, gu, &gs)))
+			return rc;
+		if (gu->rank != 4 || gu->shape[1] % 2)
+			return x3_err(X3_EFORMAT, "tensor '%s': expected U8 (experts, 2 * inter, hidden / 32, 16)", gu->name);
+		I2 = gu->shape[1], I = I2 / 2, H = gu->shape[2] * 32;
+		int64_t w[4] = { E, H, -1, 16 };
+		if ((rc = hub_tensor(s, p, "down_proj_blocks", 0, 4, w, "(experts, hidden, inter / 32, 16)", &dn)) ||
+		    (rc = mxfp4_check(s, dn, &ds)))
+			return rc;
+		if (dn->shape[2] * 32 != I)
+			return x3_err(X3_EFORMAT, "tensor '%s': %lld groups of 32 per row, '%s' says %lld inputs",
+			              dn->name, (long long)dn->shape[2], gu->name, (long long)I);
+		if ((rc = mxfp4_range(gu, gs)) || (rc = mxfp4_range(dn, ds)))
+			return rc;
+	} else {
+		if (!is_float(gu->dtype) || gu->shape[2] % 2)
+			return x3_err(X3_EFORMAT, "tensor '%s': expected float (experts, hidden, 2 * inter)", gu->name);
+		H = gu->shape[1], I2 = gu->shape[2], I = I2 / 2;
+		int64_t w[3] = { E, I, H };
+		if ((rc = hub_tensor(s, p, "down_proj", 1, 3, w, "(experts, inter, hidden)", &dn)))
+			return rc;
+	}
+	int64_t wg[2] = { E, I2 }, wd[2] = { E, H };
+	if ((rc = hub_tensor(s, p, "gate_up_proj_bias", 1, 2, wg, "(experts, 2 * inter)", &gb)) ||
+	    (rc = hub_tensor(s, p, "down_proj_bias", 1, 2, wd, "(experts, hidden)", &db)))
+		return rc;
+	const x3_tensor *all[] = { gu, gs, dn, ds, gb, db };
+	for (int a = 0; a < 6; a++) {
+		x3_tensor **nh = all[a] ? realloc(s->hid, (size_t)(s->nhid + 1) * sizeof *nh) : s->hid;
+		if (!nh)
+			return x3_err(X3_ENOMEM, "out of memory");
+		s->hid = nh;
+		if (all[a])
+			s->hid[s->nhid++] = (x3_tensor *)all[a];
+	}
+	x3_dtype wt = mx ? X3_BF16 : gu->dtype;
+	char n[1024];
+	for (int64_t e = 0; e < E && !rc; e++)
+		for (int k = 0; k < 3 && !rc; k++) {
+			static const char *const nm[] = { "gate_proj", "up_proj", "down_proj" };
+			/* gate rows 2r, up rows 2r + 1 of gate_up; down as it is */
+			struct virt w = { k < 2 ? gu : dn, k < 2 ? gs : ds, e, k == 1, k < 2 ? 2 : 1, 0 };
+			if (!mx)
+				w.sc = k < 2 ? I2 : H;   /* the source's row is the input */
+			struct virt b = { k < 2 ? gb : db, NULL, e, k == 1, 0, k < 2 ? 2 : 1 };
+			int64_t out = k < 2 ? I : H, in = k < 2 ? H : I;
+			snprintf(n, sizeof n, "%s.%lld.%s.weight", p, (long long)e, nm[k]);
+			if (!(rc = add_virt(s, n, wt, 2, out, in, fi, w))) {
+				snprintf(n, sizeof n, "%s.%lld.%s.bias", p, (long long)e, nm[k]);
+				rc = add_virt(s, n, (k < 2 ? gb : db)->dtype, 1, 1, out, fi, b);
+			}
+		}
+	return rc;
+}
+
+static int hub_experts(x3_st *s)
+{
+	static const char gu[] = ".experts.gate_up_proj", bl[] = "_blocks";
+	int n0 = s->n, rc = X3_OK;
+	if (!(s->v = calloc((size_t)n0 + 1, sizeof *s->v)))
+		return x3_err(X3_ENOMEM, "out of memory");
+	char p[1024], b[1024];
+	for (int i = 0; i < n0 && !rc; i++) {
+		const char *nm = s->t[i]->name;
+		size_t l = strlen(nm), lg = sizeof gu - 1, lb = sizeof bl - 1;
+		int mx = l > lg + lb && !strcmp(nm + l - lb, bl) && !strncmp(nm + l - lg - lb, gu, lg);
+		if (!mx && !(l > lg && !strcmp(nm + l - lg, gu) && s->t[i]->rank == 3))
+			continue;
+		snprintf(p, sizeof p, "%.*s", (int)(l - lg - (mx ? lb : 0) + sizeof ".experts" - 1), nm);
+		snprintf(b, sizeof b, "%s.gate_up_proj_bias", p);
+		/* a (experts, out, in) gate_up_proj without biases is Transformers
+		 * v5's fused layout of other MoE models, read where arch.h says */
+		if (mx || x3_st_find(s, b))
+			rc = hub_layer(s, p, i, mx);
+	}
+	if (rc)
+		s->nhid = 0;    /* still in s->t, freed from there */
+	if (rc || s->n == n0)
+		return rc;
+	/* hide the fused tensors of every layer made above */
+	int k = 0;
+	for (int i = 0; i < s->n; i++) {
+		int hide = 0;
+		for (int h = 0; h < s->nhid && !hide; h++)
+			hide = s->hid[h] == s->t[i];
+		if (hide)
+			continue;
+		s->t[k] = s->t[i], s->tfile[k] = s->tfile[i], s->v[k] = s->v[i];
+		k++;
+	}
+	s->n = k;
+	free(s->byname);
+	s->byname = NULL;
+	return build_index(s);
 }
 
 int x3_st_open(const char *path, x3_st **out)
@@ -468,6 +724,8 @@ int x3_st_open(const char *path, x3_st **out)
 	}
 	if (!rc)
 		rc = link_scales(s);
+	if (!rc)
+		rc = hub_experts(s);
 	if (rc) {
 		x3_st_close(s);
 		return rc;
@@ -477,7 +735,7 @@ int x3_st_open(const char *path, x3_st **out)
 }
 
 int x3_st_count(const x3_st *s) { return s->n; }
-const x3_tensor *x3_st_get(const x3_st *s, int i) { return i >= 0 && i < s->n ? s->t[i] : NULL; }
+const x3_tensor *x3_st_get(const x3_st *s, int i) { return i >= 0 && i < s->n ? made(s, i) : NULL; }
 const char *x3_st_file(const x3_st *s, int i) { return i >= 0 && i < s->n ? s->files[s->tfile[i]].path : NULL; }
 
 const x3_tensor *x3_st_find(const x3_st *s, const char *name)
@@ -488,7 +746,7 @@ const x3_tensor *x3_st_find(const x3_st *s, const char *name)
 	while (lo <= hi) {
 		int mid = (lo + hi) / 2, c = strcmp(name, s->t[s->byname[mid]]->name);
 		if (!c)
-			return s->t[s->byname[mid]];
+			return made(s, s->byname[mid]);
 		if (c < 0)
 			hi = mid - 1;
 		else
@@ -511,6 +769,10 @@ void x3_st_close(x3_st *s)
 		return;
 	for (int i = 0; i < s->n; i++)
 		x3_tensor_free(s->t[i]);
+	for (int i = 0; i < s->nhid; i++)
+		x3_tensor_free(s->hid[i]);
+	free(s->v);
+	free(s->hid);
 	for (int i = 0; i < s->nfiles; i++) {
 		if (s->files[i].map)
 			munmap(s->files[i].map, s->files[i].size);
