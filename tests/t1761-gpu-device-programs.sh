@@ -49,7 +49,7 @@ check "convert --makefile --device auto --gpu-stages encode: only the encode get
 check "convert --makefile: cpu by default for every stage" sh -c \
 	'"$ROOT/pipelines/convert" tiny out2 --bits 2 -q --makefile --work wd >/dev/null &&
 	 test "$(grep -cE "^(CAP|ROT|ENC)OPT := --device cpu( |$)" wd/Makefile)" = 3 &&
-	 grep -q "hessian-capture -q \$(CAPOPT)" wd/Makefile && grep -q "had-rotate -q \$(ROTOPT)" wd/Makefile'
+	 grep -q "hessian-capture -q \$(CAPOPT)" wd/convert.mk && grep -q "had-rotate -q \$(ROTOPT)" wd/convert.mk'
 check_fail "convert --gpu-ldlq without the encode stage on the GPU exits 2" 2 "needs the encode stage on the GPU" \
 	"$ROOT/pipelines/convert" tiny outl --bits 2 --gpu-ldlq --device cuda --gpu-stages capture
 check "convert --makefile --gpu-ldlq: trellis-encode --gpu-ldlq, and in params/quant (its codes differ)" sh -c \

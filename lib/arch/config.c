@@ -10,11 +10,12 @@
 #include <jansson.h>
 #include "arch.h"
 #include "config.h"
+#include "config_impl.h"
 #include "safetensors.h"
 #include "io.h"
 
 /* Positive integer key. required: absent is an error; else *v untouched. */
-static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t *v)
+int x3_cfg_int(json_t *o, const char *key, int required, int64_t lo, int64_t *v)
 {
 	json_t *j = json_object_get(o, key);
 	if (!j || json_is_null(j)) {
@@ -36,7 +37,7 @@ static int get_int(json_t *o, const char *key, int required, int64_t lo, int64_t
 	return X3_OK;
 }
 
-static int get_num(json_t *o, const char *key, double *v)
+int x3_cfg_num(json_t *o, const char *key, double *v)
 {
 	json_t *j = json_object_get(o, key);
 	if (!j || json_is_null(j))
@@ -49,7 +50,7 @@ static int get_num(json_t *o, const char *key, double *v)
 	return X3_OK;
 }
 
-static int get_bool(json_t *o, const char *key, int *v)
+int x3_cfg_bool(json_t *o, const char *key, int *v)
 {
 	json_t *j = json_object_get(o, key);
 	if (!j || json_is_null(j))
@@ -57,164 +58,6 @@ static int get_bool(json_t *o, const char *key, int *v)
 	if (!json_is_boolean(j))
 		return x3_err(X3_EFORMAT, "config.json: '%s' is not a boolean", key);
 	*v = json_is_true(j);
-	return X3_OK;
-}
-
-/* 0.1 * m * ln(s) + 1 (1 for s <= 1): YaRN's magnitude correction */
-static double yarn_mscale(double s, double m)
-{
-	return s <= 1 ? 1.0 : 0.1 * m * log(s) + 1.0;
-}
-
-/* rope_scaling type yarn (as Hugging Face's _compute_yarn_parameters):
- * factor, beta_fast (32), beta_slow (1), original_max_position_embeddings
- * (else max_position_embeddings), the cos/sin factor attention_factor, else
- * mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are
- * set, else mscale(factor, 1). DeepSeek's softmax scale takes
- * mscale(factor, mscale_all_dim)^2 (parse_mla). */
-static int parse_yarn(json_t *rs, x3_model_config *c)
-{
-	int rc;
-	double ms = 0, msa = 0, af = 0;
-	c->rope_type = 3;
-	c->rope_beta_fast = 32, c->rope_beta_slow = 1;
-	c->rope_orig_max_pos = c->max_pos;
-	if ((rc = get_num(rs, "beta_fast", &c->rope_beta_fast)) ||
-	    (rc = get_num(rs, "beta_slow", &c->rope_beta_slow)) ||
-	    (rc = get_num(rs, "mscale", &ms)) || (rc = get_num(rs, "mscale_all_dim", &msa)) ||
-	    (rc = get_num(rs, "attention_factor", &af)) ||
-	    (rc = get_int(rs, "original_max_position_embeddings", 0, 1, &c->rope_orig_max_pos)))
-		return rc;
-	if (!(c->rope_beta_fast > 0) || !(c->rope_beta_slow > 0))
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling yarn needs positive beta_fast and beta_slow");
-	/* truncate (Transformers' default true): the ramp's ends floored and
-	 * ceiled to whole dimensions; GPT-OSS's false keeps them fractional */
-	c->rope_truncate = 1;
-	if ((rc = get_bool(rs, "truncate", &c->rope_truncate)))
-		return rc;
-	if (af > 0)
-		c->rope_attn_factor = af;
-	else if (ms != 0 && msa != 0)
-		c->rope_attn_factor = yarn_mscale(c->rope_factor, ms) / yarn_mscale(c->rope_factor, msa);
-	else
-		c->rope_attn_factor = yarn_mscale(c->rope_factor, 1);
-	if (c->mla && msa != 0) {
-		double m = yarn_mscale(c->rope_factor, msa);
-		c->attn_scale *= m * m;
-	}
-	return X3_OK;
-}
-
-/* one of longrope's per-frequency factor lists: positive numbers, at most
- * X3_ROPE_MAX_FACTORS (their count is checked against the rotated
- * dimensions once those are known) */
-static int get_factors(json_t *rs, const char *key, double *f, int *n)
-{
-	json_t *a = json_object_get(rs, key);
-	if (!a || !json_is_array(a))
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling longrope needs a '%s' array", key);
-	size_t k = json_array_size(a);
-	if (k < 1 || k > X3_ROPE_MAX_FACTORS)
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling '%s' has %zu factors (1..%d expected)",
-		              key, k, X3_ROPE_MAX_FACTORS);
-	for (size_t i = 0; i < k; i++) {
-		json_t *v = json_array_get(a, i);
-		if (!json_is_number(v) || !(json_number_value(v) > 0) || !isfinite(json_number_value(v)))
-			return x3_err(X3_EFORMAT, "config.json: rope_scaling '%s'[%zu] is not a positive number",
-			              key, i);
-		f[i] = json_number_value(v);
-	}
-	*n = (int)k;
-	return X3_OK;
-}
-
-/* rope_scaling longrope (su, its older name: Phi-3's 128k-context models),
- * as Hugging Face's _compute_longrope_parameters with its dynamic update:
- * inverse frequencies 1 / (ext_i * theta^(2i/rot_dim)), ext the
- * long_factor list for rows longer than original_max_position_embeddings
- * (top level, else in rope_scaling, else max_position_embeddings) and the
- * short_factor list otherwise; cos and sin times attention_factor, else
- * sqrt(1 + ln(s) / ln(orig)) with s = max_position_embeddings / orig
- * when orig is given (else rope_scaling's factor), 1 for s <= 1. */
-static int parse_longrope(json_t *root, json_t *rs, const char *ty, x3_model_config *c)
-{
-	int rc, nl = 0, ns = 0;
-	int64_t orig = 0;
-	double s = 1, af = 0;
-	c->rope_type = 4;
-	if ((rc = get_factors(rs, "long_factor", c->rope_long, &nl)) ||
-	    (rc = get_factors(rs, "short_factor", c->rope_short, &ns)))
-		return rc;
-	if (nl != ns)
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling %s has %d long_factor and %d short_factor "
-		              "values", ty, nl, ns);
-	c->rope_nfactors = nl;
-	if ((rc = get_int(root, "original_max_position_embeddings", 0, 1, &orig)) ||
-	    (!orig && (rc = get_int(rs, "original_max_position_embeddings", 0, 1, &orig))) ||
-	    (rc = get_num(rs, "attention_factor", &af)))
-		return rc;
-	if (orig)
-		s = (double)c->max_pos / (double)orig;
-	else if ((rc = get_num(rs, "factor", &s)))
-		return rc;
-	c->rope_orig_max_pos = orig ? orig : c->max_pos;
-	if (af < 0)
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling attention_factor %g is negative", af);
-	if (af > 0)
-		c->rope_attn_factor = af;
-	else if (s <= 1 || c->rope_orig_max_pos < 2)
-		c->rope_attn_factor = 1;
-	else
-		c->rope_attn_factor = sqrt(1 + log(s) / log((double)c->rope_orig_max_pos));
-	return X3_OK;
-}
-
-static int parse_rope_scaling(json_t *root, x3_model_config *c)
-{
-	json_t *rs = json_object_get(root, "rope_scaling");
-	c->rope_type = 0;
-	/* GPT-OSS: Transformers v5's rope_parameters carries the scaling (yarn
-	 * by GptOssConfig's default) where there is no rope_scaling */
-	if ((c->desc->flags & X3_AF_GPT_OSS) && (!rs || json_is_null(rs)))
-		rs = json_object_get(root, "rope_parameters");
-	if (!rs || json_is_null(rs))
-		return X3_OK;
-	if (!json_is_object(rs))
-		return x3_err(X3_EFORMAT, "config.json: 'rope_scaling' is not an object");
-	json_t *t = json_object_get(rs, "rope_type");
-	if (!t)
-		t = json_object_get(rs, "type");
-	if (!t || !json_is_string(t))
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling has no 'rope_type'");
-	const char *ty = json_string_value(t);
-	if (!strcmp(ty, "default"))
-		return X3_OK;
-	if (!strcmp(ty, "longrope") || !strcmp(ty, "su"))
-		return parse_longrope(root, rs, ty, c);
-	int rc;
-	c->rope_factor = 0;
-	if ((rc = get_num(rs, "factor", &c->rope_factor)))
-		return rc;
-	if (!(c->rope_factor > 0))
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling '%s' needs a positive 'factor'", ty);
-	if (!strcmp(ty, "linear")) {
-		c->rope_type = 1;
-		return X3_OK;
-	}
-	if (!strcmp(ty, "yarn"))
-		return parse_yarn(rs, c);
-	if (strcmp(ty, "llama3"))
-		return x3_err(X3_EUNSUP, "config.json: rope_scaling type '%s' is not supported "
-		              "(default, linear, llama3, yarn, longrope are)", ty);
-	c->rope_type = 2;
-	c->rope_low_freq = 1, c->rope_high_freq = 4, c->rope_orig_max_pos = 8192;
-	if ((rc = get_num(rs, "low_freq_factor", &c->rope_low_freq)) ||
-	    (rc = get_num(rs, "high_freq_factor", &c->rope_high_freq)) ||
-	    (rc = get_int(rs, "original_max_position_embeddings", 0, 1, &c->rope_orig_max_pos)))
-		return rc;
-	if (!(c->rope_high_freq > c->rope_low_freq) || !(c->rope_low_freq > 0))
-		return x3_err(X3_EFORMAT, "config.json: rope_scaling llama3 needs "
-		              "0 < low_freq_factor < high_freq_factor");
 	return X3_OK;
 }
 
@@ -316,13 +159,13 @@ static int parse_grouped(json_t *cj, x3_model_config *c)
 	c->sigmoid_route = 1;
 	c->n_group = 8, c->topk_group = 4, c->n_shared = 1, c->first_dense = 3;
 	c->routed_scale = 2.5;
-	if ((rc = get_int(cj, "n_group", 0, 1, &c->n_group)) ||
-	    (rc = get_int(cj, "topk_group", 0, 1, &c->topk_group)) ||
-	    (rc = get_int(cj, "n_shared_experts", 0, 0, &c->n_shared)) ||
+	if ((rc = x3_cfg_int(cj, "n_group", 0, 1, &c->n_group)) ||
+	    (rc = x3_cfg_int(cj, "topk_group", 0, 1, &c->topk_group)) ||
+	    (rc = x3_cfg_int(cj, "n_shared_experts", 0, 0, &c->n_shared)) ||
 	    (!(c->desc->flags & X3_AF_MLP_TYPES) &&
-	     (rc = get_int(cj, "first_k_dense_replace", 0, 0, &c->first_dense))) ||
-	    (rc = get_int(cj, "moe_layer_freq", 0, 1, &freq)) ||
-	    (rc = get_num(cj, "routed_scaling_factor", &c->routed_scale)) ||
+	     (rc = x3_cfg_int(cj, "first_k_dense_replace", 0, 0, &c->first_dense))) ||
+	    (rc = x3_cfg_int(cj, "moe_layer_freq", 0, 1, &freq)) ||
+	    (rc = x3_cfg_num(cj, "routed_scaling_factor", &c->routed_scale)) ||
 	    (rc = want_str(cj, "scoring_func", "sigmoid")) || (rc = want_str(cj, "topk_method", "noaux_tc")))
 		return rc;
 	if (freq != 1)
@@ -349,15 +192,15 @@ static int parse_grouped(json_t *cj, x3_model_config *c)
 
 /* Multi-head latent attention (X3_AF_MLA): the ranks and the head dims;
  * head_dim is the query/key head (nope + rope), one key and value head per
- * query head; the softmax scale (the yarn correction: parse_yarn). */
+ * query head; the softmax scale (the yarn correction: config_rope.c). */
 static int parse_mla(json_t *cj, x3_model_config *c)
 {
 	int rc;
-	if ((rc = get_int(cj, "q_lora_rank", 0, 1, &c->q_lora)) ||
-	    (rc = get_int(cj, "kv_lora_rank", 1, 1, &c->kv_lora)) ||
-	    (rc = get_int(cj, "qk_nope_head_dim", 1, 0, &c->qk_nope)) ||
-	    (rc = get_int(cj, "qk_rope_head_dim", 1, 1, &c->qk_rope)) ||
-	    (rc = get_int(cj, "v_head_dim", 1, 1, &c->v_dim)))
+	if ((rc = x3_cfg_int(cj, "q_lora_rank", 0, 1, &c->q_lora)) ||
+	    (rc = x3_cfg_int(cj, "kv_lora_rank", 1, 1, &c->kv_lora)) ||
+	    (rc = x3_cfg_int(cj, "qk_nope_head_dim", 1, 0, &c->qk_nope)) ||
+	    (rc = x3_cfg_int(cj, "qk_rope_head_dim", 1, 1, &c->qk_rope)) ||
+	    (rc = x3_cfg_int(cj, "v_head_dim", 1, 1, &c->v_dim)))
 		return rc;
 	if (c->q_lora > (1 << 20) || c->kv_lora > (1 << 20) || c->qk_nope > 65536 || c->qk_rope > 65536 ||
 	    c->v_dim > 65536)
@@ -369,7 +212,7 @@ static int parse_mla(json_t *cj, x3_model_config *c)
 	c->n_kv_heads = c->n_heads;
 	c->attn_scale = 1.0 / sqrt((double)c->head_dim);
 	c->rope_interleave = 1;
-	return get_bool(cj, "rope_interleave", &c->rope_interleave);
+	return x3_cfg_bool(cj, "rope_interleave", &c->rope_interleave);
 }
 
 /* DeepSeek sparse attention (X3_AF_DSA): the indexer's sizes and top k,
@@ -381,9 +224,9 @@ static int parse_mla(json_t *cj, x3_model_config *c)
 static int parse_dsa(json_t *cj, x3_model_config *c)
 {
 	int rc;
-	if ((rc = get_int(cj, "index_topk", 1, 1, &c->index_topk)) ||
-	    (rc = get_int(cj, "index_n_heads", 1, 1, &c->index_heads)) ||
-	    (rc = get_int(cj, "index_head_dim", 1, 1, &c->index_hd)))
+	if ((rc = x3_cfg_int(cj, "index_topk", 1, 1, &c->index_topk)) ||
+	    (rc = x3_cfg_int(cj, "index_n_heads", 1, 1, &c->index_heads)) ||
+	    (rc = x3_cfg_int(cj, "index_head_dim", 1, 1, &c->index_hd)))
 		return rc;
 	if (c->q_lora <= 0)
 		return x3_err(X3_EFORMAT, "config.json: q_lora_rank is null: %s's indexer reads the query latent",
@@ -433,8 +276,8 @@ static int parse_dsa(json_t *cj, x3_model_config *c)
 		}
 	} else {
 		int64_t freq = 1, off = 2;
-		if ((rc = get_int(cj, "index_topk_freq", 0, 0, &freq)) ||
-		    (rc = get_int(cj, "index_skip_topk_offset", 0, 0, &off)))
+		if ((rc = x3_cfg_int(cj, "index_topk_freq", 0, 0, &freq)) ||
+		    (rc = x3_cfg_int(cj, "index_skip_topk_offset", 0, 0, &off)))
 			return rc;
 		if (freq < 1)
 			freq = 1;
@@ -463,8 +306,8 @@ static int parse_moe(json_t *cj, x3_model_config *c)
 	if (!(f & X3_AF_MOE))
 		return X3_OK;
 	const char *ek = c->desc->experts_key;
-	if ((rc = get_int(cj, ek, 1, 1, &c->n_experts)) ||
-	    (rc = get_int(cj, "num_experts_per_tok", 1, 1, &c->n_experts_tok)))
+	if ((rc = x3_cfg_int(cj, ek, 1, 1, &c->n_experts)) ||
+	    (rc = x3_cfg_int(cj, "num_experts_per_tok", 1, 1, &c->n_experts_tok)))
 		return rc;
 	if (c->n_experts > 65536)
 		return x3_err(X3_EFORMAT, "config.json: '%s' = %lld is implausibly large", ek,
@@ -473,12 +316,12 @@ static int parse_moe(json_t *cj, x3_model_config *c)
 		return x3_err(X3_EFORMAT, "config.json: 'num_experts_per_tok' = %lld is more than '%s' = %lld",
 		              (long long)c->n_experts_tok, ek, (long long)c->n_experts);
 	c->moe_inter = c->intermediate;
-	if ((f & X3_AF_MOE_OWN_INTER) && (rc = get_int(cj, "moe_intermediate_size", 1, 1, &c->moe_inter)))
+	if ((f & X3_AF_MOE_OWN_INTER) && (rc = x3_cfg_int(cj, "moe_intermediate_size", 1, 1, &c->moe_inter)))
 		return rc;
 	if ((f & X3_AF_GROUPED) && (rc = parse_grouped(cj, c)))
 		return rc;
 	if ((f & X3_AF_SHARED) && !(f & X3_AF_GROUPED) &&
-	    (rc = get_int(cj, "shared_expert_intermediate_size", 0, 0, &c->shared_inter)))
+	    (rc = x3_cfg_int(cj, "shared_expert_intermediate_size", 0, 0, &c->shared_inter)))
 		return rc;
 	if (c->moe_inter > (1 << 22) || c->shared_inter > (1 << 22))
 		return x3_err(X3_EFORMAT, "config.json: implausibly large expert dimensions");
@@ -487,13 +330,13 @@ static int parse_moe(json_t *cj, x3_model_config *c)
 		/* the Hugging Face defaults: false in the Qwen MoE configs, true in
 		 * DeepSeek V3's */
 		c->norm_topk = !!(f & X3_AF_GROUPED);
-		if ((rc = get_bool(cj, "norm_topk_prob", &c->norm_topk)))
+		if ((rc = x3_cfg_bool(cj, "norm_topk_prob", &c->norm_topk)))
 			return rc;
 	}
 	c->sparse_step = 1;
 	if (!(f & X3_AF_MOE_STEP))
 		return X3_OK;
-	if ((rc = get_int(cj, "decoder_sparse_step", 0, 1, &c->sparse_step)))
+	if ((rc = x3_cfg_int(cj, "decoder_sparse_step", 0, 1, &c->sparse_step)))
 		return rc;
 	json_t *mo = json_object_get(cj, "mlp_only_layers");
 	if (mo && !json_is_null(mo)) {
@@ -524,11 +367,11 @@ static int parse_hybrid(json_t *cj, x3_model_config *c)
 {
 	int rc;
 	c->hybrid = c->norm_offset = c->qk_norm = 1;
-	if ((rc = get_int(cj, "linear_num_key_heads", 1, 1, &c->lin_nk)) ||
-	    (rc = get_int(cj, "linear_num_value_heads", 1, 1, &c->lin_nv)) ||
-	    (rc = get_int(cj, "linear_key_head_dim", 1, 1, &c->lin_dk)) ||
-	    (rc = get_int(cj, "linear_value_head_dim", 1, 1, &c->lin_dv)) ||
-	    (rc = get_int(cj, "linear_conv_kernel_dim", 1, 1, &c->lin_kconv)))
+	if ((rc = x3_cfg_int(cj, "linear_num_key_heads", 1, 1, &c->lin_nk)) ||
+	    (rc = x3_cfg_int(cj, "linear_num_value_heads", 1, 1, &c->lin_nv)) ||
+	    (rc = x3_cfg_int(cj, "linear_key_head_dim", 1, 1, &c->lin_dk)) ||
+	    (rc = x3_cfg_int(cj, "linear_value_head_dim", 1, 1, &c->lin_dv)) ||
+	    (rc = x3_cfg_int(cj, "linear_conv_kernel_dim", 1, 1, &c->lin_kconv)))
 		return rc;
 	if (c->lin_nk > 4096 || c->lin_nv > 4096 || c->lin_dk > 65536 || c->lin_dv > 65536 || c->lin_kconv > 64)
 		return x3_err(X3_EFORMAT, "config.json: implausibly large linear attention dimensions");
@@ -539,7 +382,7 @@ static int parse_hybrid(json_t *cj, x3_model_config *c)
 		return x3_err(X3_EUNSUP, "config.json: %lld layers: a hybrid of more than 1024 is not supported",
 		              (long long)c->n_layers);
 	c->full_interval = 4;
-	if ((rc = get_int(cj, "full_attention_interval", 0, 1, &c->full_interval)))
+	if ((rc = x3_cfg_int(cj, "full_attention_interval", 0, 1, &c->full_interval)))
 		return rc;
 	json_t *lt = json_object_get(cj, "layer_types");
 	if (lt && !json_is_null(lt)) {
@@ -568,18 +411,18 @@ static int parse_hybrid(json_t *cj, x3_model_config *c)
 static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 {
 	int rc;
-	if ((rc = get_int(cj, "hidden_size", 1, 1, &c->hidden)) ||
-	    (rc = get_int(cj, "intermediate_size", 1, 1, &c->intermediate)) ||
-	    (rc = get_int(cj, "num_hidden_layers", 1, 1, &c->n_layers)) ||
-	    (rc = get_int(cj, "num_attention_heads", 1, 1, &c->n_heads)) ||
-	    (rc = get_int(cj, "vocab_size", 1, 1, &c->vocab)))
+	if ((rc = x3_cfg_int(cj, "hidden_size", 1, 1, &c->hidden)) ||
+	    (rc = x3_cfg_int(cj, "intermediate_size", 1, 1, &c->intermediate)) ||
+	    (rc = x3_cfg_int(cj, "num_hidden_layers", 1, 1, &c->n_layers)) ||
+	    (rc = x3_cfg_int(cj, "num_attention_heads", 1, 1, &c->n_heads)) ||
+	    (rc = x3_cfg_int(cj, "vocab_size", 1, 1, &c->vocab)))
 		return rc;
 	c->n_kv_heads = c->n_heads;
 	c->head_dim = 0;
 	c->max_pos = 2048;
-	if ((rc = get_int(cj, "num_key_value_heads", 0, 1, &c->n_kv_heads)) ||
-	    (rc = get_int(cj, "head_dim", 0, 1, &c->head_dim)) ||
-	    (rc = get_int(cj, "max_position_embeddings", 0, 1, &c->max_pos)))
+	if ((rc = x3_cfg_int(cj, "num_key_value_heads", 0, 1, &c->n_kv_heads)) ||
+	    (rc = x3_cfg_int(cj, "head_dim", 0, 1, &c->head_dim)) ||
+	    (rc = x3_cfg_int(cj, "max_position_embeddings", 0, 1, &c->max_pos)))
 		return rc;
 	if (c->hidden > (1 << 20) || c->intermediate > (1 << 22) || c->n_layers > 100000 ||
 	    c->n_heads > 4096 || c->vocab > (1 << 24) || c->head_dim > 65536)
@@ -610,19 +453,19 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 
 	c->tied = 0;
 	json_t *t = json_object_get(cj, "tie_word_embeddings");
-	if ((rc = get_bool(t || cj == root ? cj : root, "tie_word_embeddings", &c->tied)))
+	if ((rc = x3_cfg_bool(t || cj == root ? cj : root, "tie_word_embeddings", &c->tied)))
 		return rc;
 
 	int attn_bias = 0, mlp_bias = 0;
-	if ((rc = get_bool(cj, "attention_bias", &attn_bias)) ||
-	    (rc = get_bool(cj, "mlp_bias", &mlp_bias)))
+	if ((rc = x3_cfg_bool(cj, "attention_bias", &attn_bias)) ||
+	    (rc = x3_cfg_bool(cj, "mlp_bias", &mlp_bias)))
 		return rc;
 	unsigned f = c->desc->flags;
 	c->qkv_bias = (f & X3_AF_QKV_BIAS) || ((f & (X3_AF_ATTN_BIAS | X3_AF_QKV_ATTN_BIAS)) && attn_bias);
 	c->o_bias = (f & X3_AF_ATTN_BIAS) && attn_bias;
 	c->mlp_bias = (f & X3_AF_MLP_BIAS) && mlp_bias;
 	c->qk_norm = !!(f & X3_AF_QK_NORM);
-	if ((f & X3_AF_USE_QK_NORM) && (rc = get_bool(cj, "use_qk_norm", &c->qk_norm)))
+	if ((f & X3_AF_USE_QK_NORM) && (rc = x3_cfg_bool(cj, "use_qk_norm", &c->qk_norm)))
 		return rc;
 
 	if ((rc = parse_moe(cj, c)))
@@ -676,10 +519,10 @@ static int parse_gemma(json_t *cj, x3_model_config *c)
 	c->gemma = 1;
 	c->act_gelu_tanh = 1;
 	double qs = 0;
-	if ((rc = get_num(cj, "query_pre_attn_scalar", &qs)) ||
-	    (rc = get_num(cj, "attn_logit_softcapping", &c->attn_softcap)) ||
-	    (rc = get_num(cj, "final_logit_softcapping", &c->final_softcap)) ||
-	    (rc = get_int(cj, "sliding_window", 1, 1, &c->sliding_window)))
+	if ((rc = x3_cfg_num(cj, "query_pre_attn_scalar", &qs)) ||
+	    (rc = x3_cfg_num(cj, "attn_logit_softcapping", &c->attn_softcap)) ||
+	    (rc = x3_cfg_num(cj, "final_logit_softcapping", &c->final_softcap)) ||
+	    (rc = x3_cfg_int(cj, "sliding_window", 1, 1, &c->sliding_window)))
 		return rc;
 	if (!(qs > 0))
 		return x3_err(X3_EFORMAT, "config.json: 'query_pre_attn_scalar' must be positive");
@@ -704,13 +547,13 @@ static int parse_gemma(json_t *cj, x3_model_config *c)
 		}
 	} else {
 		int64_t pat = 2;
-		if ((c->desc->flags & X3_AF_GEMMA3) && (rc = get_int(cj, "sliding_window_pattern", 0, 1, &pat)))
+		if ((c->desc->flags & X3_AF_GEMMA3) && (rc = x3_cfg_int(cj, "sliding_window_pattern", 0, 1, &pat)))
 			return rc;
 		for (int64_t l = 0; l < c->n_layers; l++)
 			if ((l + 1) % pat)
 				c->swa_layers[l / 64] |= 1ull << (l % 64);
 	}
-	if ((c->desc->flags & X3_AF_GEMMA3) && (rc = get_num(cj, "rope_local_base_freq", &c->rope_local_theta)))
+	if ((c->desc->flags & X3_AF_GEMMA3) && (rc = x3_cfg_num(cj, "rope_local_base_freq", &c->rope_local_theta)))
 		return rc;
 	if (c->rope_local_theta < 0)
 		return x3_err(X3_EFORMAT, "config.json: 'rope_local_base_freq' out of range");
@@ -754,10 +597,10 @@ static int parse_gpt_oss(json_t *cj, x3_model_config *c)
 	int rc;
 	int64_t ept = c->n_experts_tok;
 	c->swiglu_alpha = 1.702;
-	if ((rc = get_int(cj, "sliding_window", 1, 1, &c->sliding_window)) ||
-	    (rc = get_int(cj, "experts_per_token", 0, 1, &ept)) ||
-	    (rc = get_num(cj, "swiglu_limit", &c->swiglu_limit)) ||
-	    (rc = get_num(cj, "swiglu_alpha", &c->swiglu_alpha)))
+	if ((rc = x3_cfg_int(cj, "sliding_window", 1, 1, &c->sliding_window)) ||
+	    (rc = x3_cfg_int(cj, "experts_per_token", 0, 1, &ept)) ||
+	    (rc = x3_cfg_num(cj, "swiglu_limit", &c->swiglu_limit)) ||
+	    (rc = x3_cfg_num(cj, "swiglu_alpha", &c->swiglu_alpha)))
 		return rc;
 	if (ept != c->n_experts_tok)
 		return x3_err(X3_EFORMAT, "config.json: 'experts_per_token' = %lld and 'num_experts_per_tok' = %lld "
@@ -779,12 +622,12 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	int rc;
 	c->rope_theta = 10000.0;
 	c->rms_eps = 1e-6;
-	if ((rc = get_num(cj, "rope_theta", &c->rope_theta)) ||
-	    (rc = get_num(cj, "rms_norm_eps", &c->rms_eps)))
+	if ((rc = x3_cfg_num(cj, "rope_theta", &c->rope_theta)) ||
+	    (rc = x3_cfg_num(cj, "rms_norm_eps", &c->rms_eps)))
 		return rc;
 	/* the hybrids' default rotates a quarter of each head */
 	double prf = c->hybrid ? 0.25 : 1.0;
-	if ((rc = get_num(cj, "partial_rotary_factor", &prf)))
+	if ((rc = x3_cfg_num(cj, "partial_rotary_factor", &prf)))
 		return rc;
 	/* Transformers v5 writes rope_parameters {rope_type, rope_theta,
 	 * partial_rotary_factor, ...}: read where the top level has no key of
@@ -793,9 +636,9 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	if (rpar && !json_is_null(rpar)) {
 		if (!json_is_object(rpar))
 			return x3_err(X3_EFORMAT, "config.json: 'rope_parameters' is not an object");
-		if ((!json_object_get(cj, "rope_theta") && (rc = get_num(rpar, "rope_theta", &c->rope_theta))) ||
+		if ((!json_object_get(cj, "rope_theta") && (rc = x3_cfg_num(rpar, "rope_theta", &c->rope_theta))) ||
 		    (!json_object_get(cj, "partial_rotary_factor") &&
-		     (rc = get_num(rpar, "partial_rotary_factor", &prf))))
+		     (rc = x3_cfg_num(rpar, "partial_rotary_factor", &prf))))
 			return rc;
 		json_t *ty = json_object_get(rpar, "rope_type"), *rs = json_object_get(cj, "rope_scaling");
 		if (ty && json_is_string(ty) && strcmp(json_string_value(ty), "default") && (!rs || json_is_null(rs)) &&
@@ -805,7 +648,7 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	}
 	if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
 		return x3_err(X3_EFORMAT, "config.json: rope_theta or rms_norm_eps out of range");
-	if ((rc = parse_rope_scaling(cj, c)))
+	if ((rc = x3_config_rope(cj, c)))
 		return rc;
 	/* RoPE on the first head_dim * partial_rotary_factor dimensions of
 	 * each head (Hugging Face truncates to an integer), the rest passed
@@ -847,13 +690,13 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 	 * than the window (where it would have an effect). */
 	int64_t win = 0;
 	if (c->desc->flags & X3_AF_SLIDING) {
-		if ((rc = get_int(cj, "sliding_window", 0, 1, &win)))
+		if ((rc = x3_cfg_int(cj, "sliding_window", 0, 1, &win)))
 			return rc;
 	} else if (c->desc->flags & X3_AF_USE_SLIDING) {
 		int use = 0;
-		if ((rc = get_bool(cj, "use_sliding_window", &use)))
+		if ((rc = x3_cfg_bool(cj, "use_sliding_window", &use)))
 			return rc;
-		if (use && (rc = get_int(cj, "sliding_window", 0, 1, &win)))
+		if (use && (rc = x3_cfg_int(cj, "sliding_window", 0, 1, &win)))
 			return rc;
 	}
 	if (!c->swa_masked)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "plan.h"
+#include "plan_impl.h"
 #include "config.h"
 #include "pack.h"
 
@@ -88,202 +89,6 @@ static int enc_needed(const x3_plan *p, const x3_plan_lin *l, int seq, int k)
 	if (!o->sample[0] && has_k(o, k))
 		return 1;
 	return o->sens == X3_SENS_MEASURE && k == o->sens_k;
-}
-
-/* ---- the graph of the steps before the plan (for the recapture set) ------ */
-typedef struct {
-	char *path;
-	int *dep, ndep, cap;
-	int target;          /* has a rule (a secondary target) */
-	int stat_done, exists;
-	struct timespec mt;
-	int maxm_done;       /* newest time of what it is made from, itself included */
-	int maxm_valid;
-	struct timespec maxm;
-	int layer1;          /* an h1 Hessian group: its layer + 1 */
-	int made_state;      /* 0 not visited, 1 visiting, 2 done */
-	int made;
-} gnode;
-
-typedef struct {
-	gnode *n;
-	int nn, cap;
-	int *ht;
-	size_t htcap;
-	const char *work;
-} graph;
-
-static uint64_t hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	while (*s)
-		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-	return h;
-}
-
-static int g_find(graph *g, const char *path, int add)
-{
-	if ((size_t)(g->nn + 1) * 2 > g->htcap) {
-		size_t nc = g->htcap ? g->htcap * 2 : 1024;
-		int *nt = malloc(nc * sizeof *nt);
-		if (!nt)
-			return -1;
-		for (size_t i = 0; i < nc; i++)
-			nt[i] = -1;
-		for (int i = 0; i < g->nn; i++) {
-			size_t j = hash(g->n[i].path) & (nc - 1);
-			while (nt[j] >= 0)
-				j = (j + 1) & (nc - 1);
-			nt[j] = i;
-		}
-		free(g->ht);
-		g->ht = nt;
-		g->htcap = nc;
-	}
-	size_t j = hash(path) & (g->htcap - 1);
-	while (g->ht[j] >= 0) {
-		if (!strcmp(g->n[g->ht[j]].path, path))
-			return g->ht[j];
-		j = (j + 1) & (g->htcap - 1);
-	}
-	if (!add)
-		return -2;
-	if (g->nn == g->cap) {
-		int nc = g->cap ? g->cap * 2 : 1024;
-		gnode *nn = realloc(g->n, nc * sizeof *nn);
-		if (!nn)
-			return -1;
-		g->n = nn;
-		g->cap = nc;
-	}
-	gnode *n = &g->n[g->nn];
-	memset(n, 0, sizeof *n);
-	if (!(n->path = strdup(path)))
-		return -1;
-	g->ht[j] = g->nn;
-	return g->nn++;
-}
-
-/* rule TARGET: DEPS (a space-separated list of names); its node, or -1 */
-static int g_rule(graph *g, const char *target, const char *deps)
-{
-	int t = g_find(g, target, 1);
-	if (t < 0)
-		return -1;
-	g->n[t].target = 1;
-	char name[1024];
-	const char *s = deps;
-	while (*s) {
-		while (*s == ' ')
-			s++;
-		size_t k = strcspn(s, " ");
-		if (!k)
-			break;
-		if (k >= sizeof name)
-			return -1;
-		memcpy(name, s, k);
-		name[k] = 0;
-		s += k;
-		int d = g_find(g, name, 1);
-		if (d < 0)
-			return -1;
-		gnode *n = &g->n[t];
-		if (n->ndep == n->cap) {
-			int nc = n->cap ? n->cap * 2 : 4;
-			int *nd = realloc(n->dep, nc * sizeof *nd);
-			if (!nd)
-				return -1;
-			n->dep = nd;
-			n->cap = nc;
-		}
-		n->dep[n->ndep++] = d;
-	}
-	return t;
-}
-
-static void g_free(graph *g)
-{
-	for (int i = 0; i < g->nn; i++) {
-		free(g->n[i].path);
-		free(g->n[i].dep);
-	}
-	free(g->n);
-	free(g->ht);
-}
-
-static int ts_after(struct timespec a, struct timespec b)
-{
-	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
-}
-
-static void g_stat(graph *g, gnode *n)
-{
-	if (n->stat_done)
-		return;
-	n->stat_done = 1;
-	char path[4096];
-	snprintf(path, sizeof path, "%s/%s", g->work, n->path);
-	struct stat st;
-	n->exists = stat(path, &st) == 0;
-	if (n->exists)
-		n->mt = st.st_mtim;
-}
-
-/* the newest time among a target's own (where it exists) and, through its
- * rules, what it is made from: make's check of a secondary prerequisite,
- * which it does not remake unless its dependent is remade, looks through
- * it at its prerequisites against the dependent's time */
-static void g_maxm(graph *g, int i)
-{
-	gnode *n = &g->n[i];
-	if (n->maxm_done)
-		return;
-	n->maxm_done = 1;
-	g_stat(g, n);
-	if (n->exists) {
-		n->maxm = n->mt;
-		n->maxm_valid = 1;
-	}
-	if (!n->target)
-		return;
-	for (int d = 0; d < n->ndep; d++) {
-		g_maxm(g, n->dep[d]);
-		gnode *m = &g->n[n->dep[d]];
-		n = &g->n[i];
-		if (m->maxm_valid && (!n->maxm_valid || ts_after(m->maxm, n->maxm))) {
-			n->maxm = m->maxm;
-			n->maxm_valid = 1;
-		}
-	}
-}
-
-/* make asked to update target I: remade when missing or when anything it
- * is made from is newer than it; then its prerequisites are updated too */
-static int g_made(graph *g, int i)
-{
-	gnode *n = &g->n[i];
-	if (n->made_state)
-		return n->made;
-	n->made_state = 1;
-	g_stat(g, n);
-	int must = !n->exists;
-	for (int d = 0; d < n->ndep && !must; d++) {
-		int j = g->n[i].dep[d];
-		g_maxm(g, j);
-		gnode *m = &g->n[j];
-		if (m->maxm_valid && ts_after(m->maxm, g->n[i].mt))
-			must = 1;
-	}
-	if (must)
-		for (int d = 0; d < g->n[i].ndep; d++) {
-			int j = g->n[i].dep[d];
-			if (g->n[j].target)
-				g_made(g, j);
-		}
-	n = &g->n[i];
-	n->made = must;
-	n->made_state = 2;
-	return must;
 }
 
 /* ---- the rules ------------------------------------------------------------- */
@@ -367,7 +172,7 @@ static void rule(emit *e, int pre, const char *target, const char *deps, const c
 	out(e, "$(W)/%s:%s\n", target, sb(&d));
 	if (recipe && *recipe)
 		out(e, "\t%s\n", recipe);
-	if (pre && e->g && g_rule(e->g, target, deps) < 0)
+	if (pre && e->g && x3_graph_rule(e->g, target, deps) < 0)
 		e->err = 1;
 	free(d.s);
 }
@@ -434,9 +239,9 @@ static int sens_groups(const x3_plan *p, sgroup **out, int *n)
 			continue;
 		char name[sizeof g->name];
 		sens_group_name(p, l, name, sizeof name);
-		int j = g_find(&set, name, 1);
+		int j = x3_graph_find(&set, name, 1);
 		if (j < 0) {
-			g_free(&set);
+			x3_graph_free(&set);
 			sens_groups_free(g, ng);
 			return x3_err(X3_ENOMEM, "out of memory");
 		}
@@ -446,7 +251,7 @@ static int sens_groups(const x3_plan *p, sgroup **out, int *n)
 		}
 		sb_add(&g[j].members, "%s%s", g[j].members.n ? " " : "", l->m->key);
 	}
-	g_free(&set);
+	x3_graph_free(&set);
 	*out = g;
 	*n = ng;
 	return 0;
@@ -576,12 +381,12 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 	if (!first)
 		return x3_err(X3_ENOMEM, "out of memory");
 	for (int i = 0; i < p->nlin; i++)
-		if (g_find(&gs, p->lin[i].m->group, 0) == -2) {
-			if (g_find(&gs, p->lin[i].m->group, 1) < 0)
+		if (x3_graph_find(&gs, p->lin[i].m->group, 0) == -2) {
+			if (x3_graph_find(&gs, p->lin[i].m->group, 1) < 0)
 				e.err = 1;
 			first[i] = 1;
 		}
-	g_free(&gs);
+	x3_graph_free(&gs);
 	sbuf prev = {0};
 	sbuf h1all = {0};
 	for (int l = 0; l <= last; l++) {
@@ -640,7 +445,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 					break;
 				char name[1024];
 				snprintf(name, sizeof name, "%.*s", (int)k, s);
-				int gi = g_rule(g, name, sb(&deps));
+				int gi = x3_graph_rule(g, name, sb(&deps));
 				if (gi < 0)
 					e.err = 1;
 				else
@@ -850,7 +655,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 		sbuf dp = {0};
 		sb_add(&dp, "%s params/plan", sb(&meas));
 		out(&e, "$(W)/" N_MEASURE ": $(MEAS) $(W)/params/plan\n");
-		if (g && g_rule(g, N_MEASURE, sb(&dp)) < 0)
+		if (g && x3_graph_rule(g, N_MEASURE, sb(&dp)) < 0)
 			e.err = 1;
 		free(dp.s);
 	}
@@ -876,9 +681,9 @@ int x3_plan_recap(const x3_plan *p, const char *work, unsigned char *recap)
 	g.work = work;
 	int rc = write_all(p, NULL, NULL, &g);
 	if (!rc) {
-		int top = g_find(&g, "plan.mk", 0);
+		int top = x3_graph_find(&g, "plan.mk", 0);
 		if (top >= 0)
-			g_made(&g, top);
+			x3_graph_made(&g, top);
 		memset(recap, 0, p->last + 1);
 		for (int i = 0; i < g.nn; i++) {
 			gnode *n = &g.n[i];
@@ -889,7 +694,7 @@ int x3_plan_recap(const x3_plan *p, const char *work, unsigned char *recap)
 				recap[l] = 1;
 		}
 	}
-	g_free(&g);
+	x3_graph_free(&g);
 	return rc;
 }
 

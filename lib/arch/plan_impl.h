@@ -1,0 +1,37 @@
+/* plan_impl.h: what plan.c and plan_graph.c share (not for other files). */
+#ifndef X3_PLAN_IMPL_H
+#define X3_PLAN_IMPL_H
+#include <time.h>
+
+typedef struct {
+	char *path;
+	int *dep, ndep, cap;
+	int target;          /* has a rule (a secondary target) */
+	int stat_done, exists;
+	struct timespec mt;
+	int maxm_done;       /* newest time of what it is made from, itself included */
+	int maxm_valid;
+	struct timespec maxm;
+	int layer1;          /* an h1 Hessian group: its layer + 1 */
+	int made_state;      /* 0 not visited, 1 visiting, 2 done */
+	int made;
+} gnode;
+
+typedef struct {
+	gnode *n;
+	int nn, cap;
+	int *ht;
+	size_t htcap;
+	const char *work;
+} graph;
+
+/* The node of PATH (add: made when missing); -2 when missing and not add,
+ * -1 out of memory. */
+int x3_graph_find(graph *g, const char *path, int add);
+/* TARGET made from the space-separated DEPS: its node, or -1. */
+int x3_graph_rule(graph *g, const char *target, const char *deps);
+void x3_graph_free(graph *g);
+/* Would make remake target I (missing, or older than what it is made from)?
+ * Its prerequisites are visited as make visits them. */
+int x3_graph_made(graph *g, int i);
+#endif
