@@ -132,9 +132,13 @@ deps:
 	@./.ci/deps
 
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 $(DESTDIR)$(LIBEXECDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 \
+	  $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(DATADIR)
 	install -m 755 $(PROGS) $(DESTDIR)$(BINDIR)
-	for p in pipelines/*; do [ -f "$$p" ] && install -m 755 "$$p" $(DESTDIR)$(BINDIR)/exl3-$$(basename $$p) || true; done
+	for p in $(PIPE_LINKS:bin/exl3-%=pipelines/%); do \
+	  sed 's|@DATADIR@|$(DATADIR)|g' "$$p" > $(DESTDIR)$(BINDIR)/exl3-$${p#pipelines/} && \
+	  chmod 755 $(DESTDIR)$(BINDIR)/exl3-$${p#pipelines/} || exit 1; done
+	install -m 644 pipelines/*.mk $(DESTDIR)$(DATADIR)
 	install -m 644 man/*.1 $(DESTDIR)$(MANDIR)/man1
 	install -m 644 man/*.5 $(DESTDIR)$(MANDIR)/man5
 	install -m 644 man/*.7 $(DESTDIR)$(MANDIR)/man7

@@ -4,6 +4,7 @@ PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 LIBEXECDIR ?= $(PREFIX)/libexec/exl3kit
 MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share/exl3kit
 DESTDIR ?=
 
 CC ?= cc

@@ -70,4 +70,23 @@ for n in convert validate plot-kl; do
 	if [[ $out == "usage: exl3-$n"* ]]; then ok "exl3-$n -h names itself exl3-$n"; else notok "exl3-$n -h: ${out%%$'\n'*}"; fi
 	options_match "exl3-$n" "$ROOT/pipelines/$n" "$ROOT/man/exl3-$n.1" "$("$ROOT/pipelines/$n" -h)"
 done
+# every page renders whole: mandoc drops a line it cannot read (a text line
+# that starts with a dot, say) and says ERROR
+if command -v mandoc >/dev/null; then
+	check "mandoc -Tlint: no error or warning in man/" mandoc -Tlint -Werror "$ROOT"/man/*.[157]
+else skip "mandoc -Tlint (no mandoc)"; fi
+# make install: the pipelines under their exl3-* names in BINDIR, convert's
+# make rules (convert.mk) in DATADIR, where the installed exl3-convert finds
+# them (DESTDIR's tree: beside its bin)
+inst=$TMP/inst
+if make -s -C "$ROOT" install DESTDIR="$inst" PREFIX=/usr/local >"$TMP/inst.log" 2>&1; then ok "make install DESTDIR=..."
+else notok "make install DESTDIR=..."; sed 's/^/#   /' "$TMP/inst.log" | tail -5; fi
+check "make install: the pipelines as exl3-*, no .mk among the programs" sh -c \
+	'for n in convert validate plot-kl; do test -x "$1/usr/local/bin/exl3-$n" || exit 1; done
+	 ! ls "$1/usr/local/bin" | grep -q "\.mk$" && cmp "$1/usr/local/share/exl3kit/convert.mk" "$2/pipelines/convert.mk"' \
+	sh "$inst" "$ROOT"
+check "make install: exl3-convert names DATADIR" grep -qF "'/usr/local/share/exl3kit/convert.mk'" "$inst/usr/local/bin/exl3-convert"
+check "the installed exl3-convert finds its rules" sh -c 'cd "$1" && "$2/examples/make-tiny-llama" tiny >/dev/null &&
+	PATH="$3/usr/local/bin:$PATH" exl3-convert tiny out --bits 2 -q --makefile --work wd >/dev/null &&
+	cmp wd/convert.mk "$2/pipelines/convert.mk"' sh "$TMP" "$ROOT" "$inst"
 done_testing
