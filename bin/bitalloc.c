@@ -148,7 +148,7 @@ static void lines_of(const char *path)
 		}
 		free(line);
 		if (ferror(f))
-			die("%s: read error", path);
+			die("%s: read error: %s", path, strerror(errno));
 		fclose(f);
 		return;
 	}
@@ -232,7 +232,7 @@ static void read_file(x3_ba *ba, const char *path, int importance)
 			n += k;
 		} while (k > 0);
 		if (ferror(f))
-			die("%s: read error", label);
+			die("%s: read error: %s", label, strerror(errno));
 		add_work(buf, n);
 		FILE *m = fmemopen(buf, n ? n : 1, "r");
 		if (!m)
