@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t0920-model-knowledge: what a model is made of lives in one place, the
-# library's architecture tables (lib/arch/arch.c, printed by tensor-ls
+# library's architecture tables (lib/arch/arch_tables.c, printed by tensor-ls
 # --linears/--modules/--config). The rule checked here: the programs'
 # sources (bin/) and the pipelines (pipelines/) name no module (q_proj,
 # lm_head, embed_tokens, self_attn, model.layers, ...), no architecture

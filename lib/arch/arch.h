@@ -1,6 +1,6 @@
 /* arch.h: the description of every architecture exl3kit knows, as data.
  *
- * One table per architecture (lib/arch/arch.c) names every module of the
+ * One table per architecture (lib/arch/arch_tables.c) names every module of the
  * checkpoint by its key pattern ("model.layers.{L}.self_attn.q_proj",
  * {L} = the layer), and says of each:
  *   - its kind: a linear (quantized), a vector (a norm: passed through) or

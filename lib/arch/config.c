@@ -1,6 +1,6 @@
 /* config.c: HF config.json -> x3_model_config: the one parser of
  * config.json in the toolkit (the model forward, the description of the
- * modules in lib/arch/arch.c, pack-write, exl3-matmul, tensor-ls --config). */
+ * modules in lib/arch/arch_tables.c, pack-write, exl3-matmul, tensor-ls --config). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -151,7 +151,7 @@ static int parse_mlp_types(json_t *cj, x3_model_config *c)
 /* DeepSeek V3's routing (X3_AF_GROUPED), with Hugging Face's
  * DeepseekV3Config defaults: n_group 8, topk_group 4, routed_scaling_factor
  * 2.5, n_shared_experts 1, first_k_dense_replace 3 (GLM-4 MoE's own
- * defaults come from its description: arch.c). */
+ * defaults come from its description: arch_tables.c). */
 static int parse_grouped(json_t *cj, x3_model_config *c)
 {
 	int rc;
@@ -407,7 +407,7 @@ static int parse_hybrid(json_t *cj, x3_model_config *c)
 }
 
 /* The sizes, the tied head and the biases: what the description of the
- * modules needs (lib/arch/arch.c). */
+ * modules needs (lib/arch/arch_tables.c). */
 static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 {
 	int rc;

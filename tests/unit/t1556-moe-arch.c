@@ -1,4 +1,4 @@
-/* t1556-moe-arch: the mixture-of-experts descriptions (lib/arch/arch.c) and
+/* t1556-moe-arch: the mixture-of-experts descriptions (lib/arch/arch_tables.c) and
  * their config keys (lib/arch/config.c): Mixtral's block_sparse_moe, Qwen3-MoE
  * with dense layers (mlp_only_layers, decoder_sparse_step), Qwen2-MoE's
  * shared expert; per-expert modules and Hessian groups, the router kept
