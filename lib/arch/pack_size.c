@@ -1,0 +1,245 @@
+/* pack_size.c: the size of a pack before any encode (see pack.h): the
+ * bytes pack-write would write for a conversion at given bit widths. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include "x3.h"
+#include "codec.h"
+#include "pack.h"
+
+int64_t x3_pack_trellis_bytes_per_bit(const x3_module *m)
+{
+	/* trellis I16 (k/16, n/16, 16K): k n K / 8 bytes, k, n padded to 128 */
+	return x3_pack_pad128(m->in) * x3_pack_pad128(m->out) / 8;
+}
+
+struct sz_ent { x3_tensor *t; long module, rank; };
+
+static int sz_cmp(const void *a, const void *b)
+{
+	const struct sz_ent *x = a, *y = b;
+	return x3_pack_cmp(x->module, x->rank, x->t->name, y->module, y->rank, y->t->name);
+}
+
+static int cb_of(const char *name)
+{
+	return !strcmp(name, "mcg") ? X3_CB_MCG : !strcmp(name, "3inst") ? X3_CB_3INST : X3_CB_MUL1;
+}
+
+struct x3_pack_sizer {
+	x3_model_config cfg;
+	x3_module *mods;
+	int nmods;
+	x3_st *src;
+	char *src_dir, *cfg_text;
+	x3_pack_size_opts o;
+	char *codebook, *out_scales;
+};
+
+int x3_pack_sizer_open(const char *src, const x3_pack_size_opts *o, x3_pack_sizer **out)
+{
+	*out = NULL;
+	x3_pack_sizer *s = calloc(1, sizeof *s);
+	if (!s)
+		return x3_err(X3_ENOMEM, "out of memory");
+	s->o = *o;
+	int rc = X3_OK;
+	if (!(s->src_dir = strdup(src)) || !(s->codebook = strdup(o->codebook ? o->codebook : "mul1")) ||
+	    !(s->out_scales = strdup(o->out_scales ? o->out_scales : "always")))
+		rc = x3_err(X3_ENOMEM, "out of memory");
+	if (!rc && (rc = x3_config_text(src, &s->cfg_text, NULL)))
+		;
+	else if (!rc && (rc = x3_config_parse_as(s->cfg_text, strlen(s->cfg_text), X3_CONFIG_LAYOUT, &s->cfg)))
+		x3_errprefix(rc, "%s", src);
+	else if (!rc && (rc = x3_st_open(src, &s->src)))
+		x3_errprefix(rc, "%s", src);
+	else if (!rc && (rc = x3_arch_fused_scan(&s->cfg, s->src)))
+		x3_errprefix(rc, "%s", src);
+	else if (!rc && (rc = x3_arch_modules(&s->cfg, &s->mods, &s->nmods)))
+		x3_errprefix(rc, "%s/config.json", src);
+	if (rc) {
+		x3_pack_sizer_close(s);
+		return rc;
+	}
+	s->o.codebook = s->codebook;
+	s->o.out_scales = s->out_scales;
+	*out = s;
+	return X3_OK;
+}
+
+void x3_pack_sizer_close(x3_pack_sizer *s)
+{
+	if (!s)
+		return;
+	if (s->src)
+		x3_st_close(s->src);
+	free(s->mods);
+	free(s->cfg_text);
+	free(s->src_dir);
+	free(s->codebook);
+	free(s->out_scales);
+	free(s);
+}
+
+const x3_module *x3_pack_sizer_modules(const x3_pack_sizer *s, int *n)
+{
+	*n = s->nmods;
+	return s->mods;
+}
+
+int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
+{
+	memset(out, 0, sizeof *out);
+	int rc = X3_OK, nin = 0, cb = cb_of(sz->o.codebook ? sz->o.codebook : "mul1");
+	x3_tensor **in = calloc((size_t)sz->nmods * 4 + 1, sizeof *in);
+	struct sz_ent *e = NULL;
+	x3_tensor **hdr = NULL;
+	x3_pack_layout L;
+	int have_layout = 0;
+	char *txt = NULL;
+	unsigned char marker[4];
+	uint32_t mult = cb == X3_CB_MCG ? X3_MCG_MULT : X3_MUL1_MULT;
+	for (int b = 0; b < 4; b++)
+		marker[b] = (unsigned char)(mult >> (8 * b));
+	if (!in)
+		return x3_err(X3_ENOMEM, "out of memory");
+	/* the stream of a conversion: what trellis-encode writes for every
+	 * quantized linear at its K (the head at head_bits; none at 16) */
+	for (int j = 0; j < sz->nmods && !rc; j++) {
+		const x3_module *m = &sz->mods[j];
+		if (m->d->kind != X3_KIND_LINEAR)
+			continue;
+		int k = m->d->role == X3_ROLE_HEAD ? sz->o.head_bits : K[j];
+		if (k == 16)
+			continue;
+		if (k < 1 || k > 8) {
+			rc = x3_err(X3_EINVAL, "linear '%s': K=%d is not in 1..8", m->key, k);
+			break;
+		}
+		int64_t kp = x3_pack_pad128(m->in), np = x3_pack_pad128(m->out);
+		int64_t ts[3] = {kp / 16, np / 16, 16 * k};
+		char name[X3_KEY_MAX + 16];
+		snprintf(name, sizeof name, "%s.trellis", m->key);
+		in[nin] = x3_tensor_new(name, X3_I16, 3, ts, 0);
+		if (in[nin])
+			nin++;
+		snprintf(name, sizeof name, "%s.suh", m->key);
+		if ((in[nin] = x3_tensor_new1(name, X3_F16, kp)))
+			nin++;
+		snprintf(name, sizeof name, "%s.svh", m->key);
+		if ((in[nin] = x3_tensor_new1(name, X3_F16, np)))
+			nin++;
+		if (cb != X3_CB_3INST) {
+			snprintf(name, sizeof name, "%s.%s", m->key, cb == X3_CB_MCG ? "mcg" : "mul1");
+			if ((in[nin] = x3_tensor_new(name, X3_I32, 0, NULL, 0))) {
+				in[nin]->data = marker;   /* classify checks the multiplier */
+				nin++;
+			}
+		}
+		if (nin == 0 || !in[nin - 1])
+			rc = x3_err(X3_ENOMEM, "out of memory");
+	}
+	x3_pack_in pin = {
+		.cfg = &sz->cfg, .mods = sz->mods, .nmods = sz->nmods, .in = in, .nin = nin, .src = sz->src,
+		.src_name = sz->src_dir, .passthrough = 1, .head_bits = sz->o.head_bits,
+	};
+	if (!rc && !(rc = x3_pack_classify(&pin, &L)))
+		have_layout = 1;
+	if (!rc && L.nprob)
+		rc = x3_err(X3_EFORMAT, "%s (and %d more problems)", L.prob[0], L.nprob - 1);
+	if (rc)
+		goto out;
+	/* the shards, in model order, by the writer's own code */
+	e = calloc((size_t)L.nent + 1, sizeof *e);
+	hdr = calloc((size_t)L.nent + 1, sizeof *hdr);
+	if (!e || !hdr) {
+		rc = x3_err(X3_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < L.nent; i++) {
+		e[i].t = L.ent[i].t;
+		x3_pack_order(&sz->cfg, e[i].t->name, &e[i].module, &e[i].rank);
+		out->tensor_bytes += e[i].t->nbytes;
+	}
+	qsort(e, (size_t)L.nent, sizeof *e, sz_cmp);
+	x3_stw *w;
+	if ((rc = x3_stw_create_sizer(sz->o.shard_bytes, 0, &w)))
+		goto out;
+	long module = -1;
+	for (int i = 0; i < L.nent && !rc; i++) {
+		if (e[i].module != module) {
+			x3_stw_module(w);
+			module = e[i].module;
+		}
+		rc = x3_stw_add(w, e[i].t);
+		hdr[i] = e[i].t;
+	}
+	if (rc) {
+		x3_stw_abort(w);
+		goto out;
+	}
+	uint64_t st_bytes;
+	if ((rc = x3_stw_size(w, &st_bytes, &out->nshards)))
+		goto out;
+	out->safetensors_bytes = st_bytes;
+	out->ntensors = L.nent;
+	/* the three JSON texts, as pack-write writes them */
+	out->bits = L.sum_n > 0 ? L.sum_k / L.sum_n : 0;
+	x3_pack_qcfg q = {
+		.bits = out->bits, .head_bits = L.head_bits ? L.head_bits : sz->o.head_bits ? sz->o.head_bits : 16,
+		.cal_rows = sz->o.cal_rows, .cal_cols = sz->o.cal_cols,
+		.out_scales = sz->o.out_scales ? sz->o.out_scales : "always",
+		.codebook = sz->o.codebook ? sz->o.codebook : "mul1", .version = "1.4.1",
+		.measurement = sz->o.measurement,
+	};
+	if ((rc = x3_pack_config_json(sz->cfg_text, &q, &txt)))
+		goto out;
+	out->json_bytes += strlen(txt);
+	free(txt);
+	if ((rc = x3_pack_qconfig_json(&q, hdr, L.nent, &txt)))
+		goto out;
+	out->json_bytes += strlen(txt);
+	free(txt);
+	if ((rc = x3_pack_gptqmodel_json(&q, hdr, L.nent, &txt)))
+		goto out;
+	out->json_bytes += strlen(txt);
+	free(txt);
+	txt = NULL;
+	/* the files copied from SRC */
+	DIR *d = opendir(sz->src_dir);
+	if (!d) {
+		rc = x3_err(X3_EIO, "%s: %s", sz->src_dir, strerror(errno));
+		goto out;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char p[4096];
+		const char *why;
+		struct stat st;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(p, sizeof p, "%s/%s", sz->src_dir, de->d_name);
+		if (stat(p, &st) != 0 || !S_ISREG(st.st_mode) || !x3_pack_copies(de->d_name, &why))
+			continue;
+		out->copied_bytes += (uint64_t)st.st_size;
+		out->ncopied++;
+	}
+	closedir(d);
+	out->total = out->safetensors_bytes + out->json_bytes + out->copied_bytes;
+out:
+	free(txt);
+	free(e);
+	free(hdr);
+	if (have_layout)
+		x3_pack_layout_free(&L);
+	for (int i = 0; i < nin; i++) {
+		if (in[i]->rank == 0)
+			in[i]->data = NULL;   /* the marker on our stack */
+		x3_tensor_free(in[i]);
+	}
+	free(in);
+	return rc;
+}
