@@ -175,16 +175,15 @@ int x3m_seg_after(const struct x3_forward_opts *o, int l, int64_t e, int64_t seg
 	return x3m_cb_end(o, t0, o->seg_done(o->seg_done_ctx, l, (e - 1) / seg));
 }
 
-int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t cols,
-                     const struct x3_forward_opts *o)
+/* The forward's batch, options and token ids checked against the model */
+static int check_args(const x3_model *m, const int32_t *tokens, int64_t rows, int64_t cols,
+                      const struct x3_forward_opts *o)
 {
 	const x3_model_config *c = &m->cfg;
-	int64_t H = c->hidden, T;
 	int n = (int)c->n_layers;
-	const double t_begin = x3_now();
 	if (rows < 1 || cols < 1 || rows > INT64_MAX / cols)
 		return x3_err(X3_EINVAL, "forward: bad batch %lldx%lld", (long long)rows, (long long)cols);
-	T = rows * cols;
+	int64_t T = rows * cols;
 	if (c->sliding_window && !c->swa_masked && cols > c->sliding_window)
 		return x3_err(X3_EUNSUP, "forward: rows of %lld tokens exceed the sliding window "
 		              "(%lld), which is not supported", (long long)cols, (long long)c->sliding_window);
@@ -198,6 +197,117 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 			return x3_err(X3_EINVAL, "forward: token id %ld at row %lld, column %lld is "
 			              "outside the vocabulary (0..%lld)", (long)tokens[i],
 			              (long long)(i / cols), (long long)(i % cols), (long long)c->vocab - 1);
+	return X3_OK;
+}
+
+/* The embedding rows of tokens (T of them) into x (T, hidden): converted
+ * from the mmap'd table, checked finite, Gemma's scaled by sqrt(hidden). */
+static int embed_rows(const x3_model *m, const int32_t *tokens, int64_t T, float *x)
+{
+	const x3_model_config *c = &m->cfg;
+	int64_t H = c->hidden;
+	size_t es = x3_dtype_size(m->embed->dtype);
+	for (int64_t t = 0; t < T; t++)
+		x3_convert(x + t * H, X3_F32, (const char *)m->embed->data + (size_t)tokens[t] * H * es,
+		           m->embed->dtype, (size_t)H);
+	/* the rows read are in x now */
+	x3_st_drop(m->embed, m->embed->data, m->embed->nbytes);
+	for (int64_t i = 0; i < T * H; i++)
+		if (!isfinite(x[i]))
+			return x3_err(X3_ENUM, "tensor '%s': non-finite value %g at [%d][%lld] (token %lld of the input)",
+			              m->embed->name, (double)x[i], tokens[i / H], (long long)(i % H),
+			              (long long)(i / H));
+	if (c->gemma) {
+		/* Gemma: times sqrt(hidden_size) rounded to the embedding's dtype
+		 * (Hugging Face's normalizer is a tensor of the model's dtype:
+		 * sqrt(2304) = 48 exactly, sqrt(2560) = 50.596... -> 50.5 in BF16) */
+		float nf = (float)sqrt((double)H), nr;
+		char tmp[8];
+		x3_convert(tmp, m->embed->dtype, &nf, X3_F32, 1);
+		x3_convert(&nr, X3_F32, tmp, m->embed->dtype, 1);
+		#pragma omp parallel for if(T * H > (1 << 16)) schedule(static)
+		for (int64_t i = 0; i < T * H; i++)
+			x[i] *= nr;
+	}
+	return X3_OK;
+}
+
+/* The final norm and the head over all rows x (rows * cols, hidden): the
+ * head's capture hook, the logits (x3_forward_opts.logits_mode). */
+static int head_pass(struct fwd *f, float *x, int64_t rows, int64_t chunk_rows, int64_t seg)
+{
+	x3_model *m = f->m;
+	const struct x3_forward_opts *o = f->o;
+	const x3_model_config *c = &m->cfg;
+	int64_t H = c->hidden, cols = f->cols;
+	int n = (int)c->n_layers, rc = X3_OK;
+	float *norm = NULL;
+	x3_linear *head = NULL;
+	x3_wbuf hwb = { 0 };
+	const x3_module *fn = mod(m, n, X3_SLOT_FINAL_NORM);
+	double t0 = x3_now();
+	if ((rc = x3m_load_vec(m->st, fn->weight, fn->out, &norm)) || (rc = x3m_head_open(m, 0, &head)) ||
+	    (m->on_use && (rc = x3_linear_on_use(head, &hwb))) ||
+	    (o->device != X3_DEVICE_CPU && (rc = x3_linear_set_device(head, o->device)))) {
+		free(norm);
+		x3_linear_free(head);
+		x3_wbuf_free(&hwb);
+		return rc;
+	}
+	if (o->timing)
+		o->timing->load += x3_now() - t0;
+	if (c->gemma || c->norm_offset)
+		x3m_gemma_norm(norm, fn->out);
+	for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
+		nr = x3m_chunk_len(r0, chunk_rows, seg, rows);
+		int64_t nt = nr * cols;
+		float *xr = x + r0 * cols * H;
+		x3m_rmsnorm(f->xn, xr, norm, nt, H, c->rms_eps);
+		if ((rc = x3m_hook(f, n, X3_SLOT_HEAD, f->xn, nt, H)))
+			break;
+		float *lg = NULL;
+		int64_t nlg = 0;
+		if (o->logits_mode == X3_LOGITS_ALL) {
+			lg = o->logits + r0 * cols * c->vocab, nlg = nt * c->vocab;
+			rc = x3m_lin_apply(f, head, f->xn, nt, cols, lg);
+		} else if (o->logits_mode == X3_LOGITS_LAST) {
+			for (int64_t r = 0; r < nr; r++)
+				memmove(f->xn + r * H, f->xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
+			lg = o->logits + r0 * c->vocab, nlg = nr * c->vocab;
+			rc = x3m_lin_apply(f, head, f->xn, nr, 0, lg);
+		}
+		if (!rc && lg && c->final_softcap > 0) {
+			/* Gemma2's final_logit_softcapping: cap * tanh(logit / cap) */
+			float cap = (float)c->final_softcap;
+			#pragma omp parallel for if(nlg > (1 << 16)) schedule(static)
+			for (int64_t i = 0; i < nlg; i++)
+				lg[i] = cap * tanhf(lg[i] / cap);
+		}
+		if (!rc)
+			rc = x3m_seg_after(o, n, r0 + nr, seg, rows);
+	}
+	free(norm);
+	x3_linear_free(head);
+	x3_wbuf_free(&hwb);
+	if (!rc && o->layer_done) {
+		double tc = x3m_cb_start(o);
+		rc = x3m_cb_end(o, tc, o->layer_done(o->layer_done_ctx, n, n));
+	}
+	return rc;
+}
+
+int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t cols,
+                     const struct x3_forward_opts *o)
+{
+	const x3_model_config *c = &m->cfg;
+	int64_t H = c->hidden, T;
+	int n = (int)c->n_layers;
+	const double t_begin = x3_now();
+	int rc = check_args(m, tokens, rows, cols, o);
+	if (rc)
+		return rc;
+	T = rows * cols;
+	int first = o->hidden ? o->first_layer : 0;
 
 	int64_t chunk_rows = (o->chunk_tokens > 0 ? o->chunk_tokens : 4096) / cols;
 	if (chunk_rows < 1)
@@ -209,7 +319,6 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	int64_t kvd = c->n_kv_heads * c->head_dim, half = x3m_rope_dim(c) / 2;
 	int64_t vall = x3_arch_dim(c, X3_DIM_V_ALL);
 	struct fwd f = { .m = m, .o = o, .cols = cols };
-	int rc = X3_OK;
 	float *x = o->hidden ? o->hidden : malloc((size_t)T * H * sizeof *x);
 	f.xn = malloc((size_t)ct * i64max(H, qd) * sizeof(float));
 	f.q = malloc((size_t)ct * qd * sizeof(float));
@@ -269,32 +378,9 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 		x3m_rope_table(&lc, cols, fr, f.cosl, f.sinl);
 	}
 
-	/* embedding rows, converted from the mmap'd table (unless resuming) */
-	size_t es = x3_dtype_size(m->embed->dtype);
-	for (int64_t t = 0; t < T && !o->hidden; t++)
-		x3_convert(x + t * H, X3_F32, (const char *)m->embed->data + (size_t)tokens[t] * H * es,
-		           m->embed->dtype, (size_t)H);
-	if (!o->hidden)   /* the rows read are in x now */
-		x3_st_drop(m->embed, m->embed->data, m->embed->nbytes);
-	for (int64_t i = 0; i < T * H && !o->hidden; i++)
-		if (!isfinite(x[i])) {
-			rc = x3_err(X3_ENUM, "tensor '%s': non-finite value %g at [%d][%lld] (token %lld of the input)",
-			            m->embed->name, (double)x[i], tokens[i / H], (long long)(i % H),
-			            (long long)(i / H));
-			goto out;
-		}
-	if (c->gemma && !o->hidden) {
-		/* Gemma: times sqrt(hidden_size) rounded to the embedding's dtype
-		 * (Hugging Face's normalizer is a tensor of the model's dtype:
-		 * sqrt(2304) = 48 exactly, sqrt(2560) = 50.596... -> 50.5 in BF16) */
-		float nf = (float)sqrt((double)H), nr;
-		char tmp[8];
-		x3_convert(tmp, m->embed->dtype, &nf, X3_F32, 1);
-		x3_convert(&nr, X3_F32, tmp, m->embed->dtype, 1);
-		#pragma omp parallel for if(T * H > (1 << 16)) schedule(static)
-		for (int64_t i = 0; i < T * H; i++)
-			x[i] *= nr;
-	}
+	/* the embedding (unless resuming) */
+	if (!o->hidden && (rc = embed_rows(m, tokens, T, x)))
+		goto out;
 
 	int last = o->last_layer < n ? o->last_layer : n - 1;
 	for (int l = first; l <= last; l++) {
@@ -341,58 +427,7 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	if (!want_hook && o->logits_mode == X3_LOGITS_NONE)
 		goto out;
 
-	float *norm = NULL;
-	x3_linear *head = NULL;
-	x3_wbuf hwb = { 0 };
-	const x3_module *fn = mod(m, n, X3_SLOT_FINAL_NORM);
-	double t0 = x3_now();
-	if ((rc = x3m_load_vec(m->st, fn->weight, fn->out, &norm)) || (rc = x3m_head_open(m, 0, &head)) ||
-	    (m->on_use && (rc = x3_linear_on_use(head, &hwb))) ||
-	    (o->device != X3_DEVICE_CPU && (rc = x3_linear_set_device(head, o->device)))) {
-		free(norm);
-		x3_linear_free(head);
-		x3_wbuf_free(&hwb);
-		goto out;
-	}
-	if (o->timing)
-		o->timing->load += x3_now() - t0;
-	if (c->gemma || c->norm_offset)
-		x3m_gemma_norm(norm, fn->out);
-	for (int64_t r0 = 0, nr; r0 < rows && !rc; r0 += nr) {
-		nr = x3m_chunk_len(r0, chunk_rows, seg, rows);
-		int64_t nt = nr * cols;
-		float *xr = x + r0 * cols * H;
-		x3m_rmsnorm(f.xn, xr, norm, nt, H, c->rms_eps);
-		if ((rc = x3m_hook(&f, n, X3_SLOT_HEAD, f.xn, nt, H)))
-			break;
-		float *lg = NULL;
-		int64_t nlg = 0;
-		if (o->logits_mode == X3_LOGITS_ALL) {
-			lg = o->logits + r0 * cols * c->vocab, nlg = nt * c->vocab;
-			rc = x3m_lin_apply(&f, head, f.xn, nt, cols, lg);
-		} else if (o->logits_mode == X3_LOGITS_LAST) {
-			for (int64_t r = 0; r < nr; r++)
-				memmove(f.xn + r * H, f.xn + ((r + 1) * cols - 1) * H, (size_t)H * sizeof(float));
-			lg = o->logits + r0 * c->vocab, nlg = nr * c->vocab;
-			rc = x3m_lin_apply(&f, head, f.xn, nr, 0, lg);
-		}
-		if (!rc && lg && c->final_softcap > 0) {
-			/* Gemma2's final_logit_softcapping: cap * tanh(logit / cap) */
-			float cap = (float)c->final_softcap;
-			#pragma omp parallel for if(nlg > (1 << 16)) schedule(static)
-			for (int64_t i = 0; i < nlg; i++)
-				lg[i] = cap * tanhf(lg[i] / cap);
-		}
-		if (!rc)
-			rc = x3m_seg_after(o, n, r0 + nr, seg, rows);
-	}
-	free(norm);
-	x3_linear_free(head);
-	x3_wbuf_free(&hwb);
-	if (!rc && o->layer_done) {
-		tc = x3m_cb_start(o);
-		rc = x3m_cb_end(o, tc, o->layer_done(o->layer_done_ctx, n, n));
-	}
+	rc = head_pass(&f, x, rows, chunk_rows, seg);
 out:
 	if (x != o->hidden)
 		free(x);
