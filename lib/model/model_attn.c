@@ -7,7 +7,6 @@
 #include <string.h>
 #include "model_impl.h"
 
-
 /* A Gated DeltaNet layer's token mixing (gdn.h) on a chunk of nrows rows,
  * from the normed hidden f->xn (nt, hidden) into f->a (nt, value_dim), the
  * input of out_proj: Qwen3-Next's fused projections regrouped into

@@ -317,7 +317,6 @@ int x3m_head_open(const x3_model *m, int check, x3_linear **out)
 	return x3_linear_open(m->st, h->key, h->in, h->out, h->bias, check, out);
 }
 
-
 int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **out)
 {
 	*out = NULL;

@@ -6,7 +6,6 @@
 #include <string.h>
 #include "model_impl.h"
 
-
 /* The epsilon of the latent attention's q_a_layernorm and kv_a_layernorm:
  * Hugging Face builds them with its RMSNorm's default, 1e-6, whatever
  * rms_norm_eps says (DeepseekV3RMSNorm(q_lora_rank),

@@ -113,7 +113,6 @@ static int shared_chunk(struct fwd *f, int l, const struct layer_w *w, int64_t n
 	return X3_OK;
 }
 
-
 /* A mixture-of-experts layer l over all rows x (rows * cols, hidden),
  * expert-major (model.h x3_forward_opts.expert_done): A, the attention
  * and the routing of every chunk; B, each expert over every chunk into
