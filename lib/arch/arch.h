@@ -11,7 +11,7 @@
  *   - its role for the bit allocation and its --hq promotion in bits;
  *   - the config flag that gives it a bias, and when it is present at all
  *     (Qwen3's q/k norms);
- *   - the slot the forward pass (lib/model/model.c) uses it as.
+ *   - the slot the forward pass (lib/model/) uses it as.
  * Instantiated with a parsed config.json (x3_arch_modules) it is the list
  * of every module of one model in model order: what the conversion
  * encodes (tensor-ls --linears), what pack-write expects, the groups

@@ -1,5 +1,5 @@
-/* attention.h: causal multi-head attention of the forward (model.c), on
- * BLAS products.
+/* attention.h: causal multi-head attention of the forward (model_attn.c,
+ * model_mla.c), on BLAS products.
  *
  * nrows rows of cols tokens, each row attending within itself from
  * position 0. q: (ntok, nq, hd), k: (ntok, nkv, hd), v: (ntok, nkv, hdv),

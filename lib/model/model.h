@@ -5,7 +5,7 @@
  * (q/k/v biases), Qwen3ForCausalLM (per-head q/k RMSNorm). GQA, RoPE in the
  * rotate_half convention with rope_theta and the "default", "linear" and
  * "llama3" rope_scaling types, tied or separate lm_head, SiLU-gated MLP;
- * the mixture-of-experts Mixtral, Qwen2-MoE, Qwen3-MoE (lib/moe.c) and
+ * the mixture-of-experts Mixtral, Qwen2-MoE, Qwen3-MoE (moe.h) and
  * DeepseekV3ForCausalLM (multi-head latent attention, "yarn" rope_scaling,
  * grouped sigmoid routing, shared experts), Glm4MoeForCausalLM (its
  * routing under GQA with q/k/v biases, optional q/k RMSNorms and RoPE on the
@@ -13,8 +13,7 @@
  * biases, one learned sink logit per head, sliding and full layers by
  * layer_types, yarn RoPE without truncation, the router's bias and the
  * softmax over the top k logits, experts with biases and the clamped
- * SwiGLU); Phi3ForCausalLM;
- * first partial_rotary_factor of each head); GlmMoeDsaForCausalLM and
+ * SwiGLU); GlmMoeDsaForCausalLM and
  * DeepseekV32ForCausalLM (DeepSeek V3's with the sparse attention of
  * indexer.h: rows longer than index_topk attend to the keys the indexer
  * picks); Phi3ForCausalLM;
@@ -36,7 +35,10 @@
  * quantized checkpoint read through lib/codec/exl3.h), either the whole model
  * (open the EXL3 directory itself) or, for sequential calibration, a range of
  * layers of an otherwise original model (x3_model_opts.overlay_dir), or
- * linear by linear (x3_model_opts.patch_dir). */
+ * linear by linear (x3_model_opts.patch_dir).
+ *
+ * The forward's files (loading, RoPE, attention, latent attention, the
+ * mixture of experts, the driver) are listed in model_impl.h. */
 #ifndef X3_MODEL_H
 #define X3_MODEL_H
 
