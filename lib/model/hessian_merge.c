@@ -70,12 +70,6 @@ void x3_hset_free(x3_hset *s)
 const char *const x3_part_prov_keys[X3_PART_NPROV] = { "chunk", "chunks", "chunk_rows",
                                                        "calib_rows", "calib_xxh3", "products" };
 
-/* the metadata a part carries for the fallback at the merge, not in a
- * whole capture's frames (moe_fallback.h; part_role marks an all-token
- * frame) */
-static const char *const part_keys[] = { "routed_w2", "min_tokens", "top_k", "all_tokens",
-                                         "part_role" };
-enum { N_PART_KEYS = sizeof part_keys / sizeof *part_keys };
 
 void x3_part_prov_set(struct x3_part_prov *pv, long chunk, long chunks, long chunk_rows,
                       long calib_rows, const char *calib_xxh3, int f64)
@@ -123,8 +117,11 @@ int x3_hset_write(x3_hset *s, x3_writer *w, x3_dtype dt, const struct x3_part_pr
 		if (!t || (pv && set_prov(t, pv))) {
 			rc = x3_errprefix(X3_ENOMEM, "'%s'", name);
 		} else {
-			for (int j = 0; !pv && j < N_PART_KEYS; j++)
-				(void)x3_meta_del(t, part_keys[j]);
+			/* what a part carries for the merge, not a whole capture */
+			for (int j = 0; !pv && j < X3_MOE_NPART_KEYS; j++)
+				(void)x3_meta_del(t, x3_moe_part_keys[j]);
+			if (!pv)
+				(void)x3_meta_del(t, "part_role");
 			if ((rc = x3_writer_put(w, t)))
 				rc = x3_errprefix(rc, "writing '%s'", name);
 		}
@@ -346,7 +343,7 @@ static int merge_layer_end(struct min **c, int nin, struct mlayer *ml, int64_t n
  * all-token Hessian freed (read by its group alone). */
 static int merge_group_end(x3_hess *h, struct mlayer *ml, int f64)
 {
-	const char *an = x3_hess_get_meta(h, "all_tokens");
+	const char *an = x3_hess_get_meta(h, x3_moe_part_keys[3]);   /* all_tokens */
 	struct x3_moe_group g;
 	int64_t fb;
 	int rc = x3_moe_merged_blend(h, an, an ? x3_hset_find(&ml->all, an) : NULL, f64, &g, &ml->m,
@@ -426,7 +423,14 @@ static int merge_group(struct min **c, int nin, x3_hset *s)
 	int rc = merge_frame(s, p0->file, t0);
 	for (int i = 1; i < nin && !rc; i++) {
 		struct min *f = c[i];
-		if (f->t && f->layer == p0->layer && !strcmp(f->t->name, t0->name)) {
+		const char *key;
+		if (f->t && f->layer == p0->layer && !strcmp(f->t->name, t0->name) &&
+		    (key = x3_moe_part_differs(t0, f->t))) {
+			const char *v = x3_meta_get(f->t, key), *v0 = x3_meta_get(t0, key);
+			rc = x3_err(X3_EFORMAT, "%s: frame '%s': metadata '%s' is '%s', not '%s' as in %s "
+			            "(chunk 0): a part of another capture", f->file, t0->name, key,
+			            v ? v : "", v0 ? v0 : "", p0->file);
+		} else if (f->t && f->layer == p0->layer && !strcmp(f->t->name, t0->name)) {
 			if (!(rc = merge_frame(s, f->file, f->t)))
 				rc = part_next(f);
 		} else if (!expert && !f->t) {

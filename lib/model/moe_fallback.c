@@ -6,6 +6,8 @@
 #include "moe_fallback.h"
 
 static const char *const capture_names[X3_MOE_NCAPTURE] = { "routed", "weighted", "all" };
+const char *const x3_moe_part_keys[X3_MOE_NPART_KEYS] = { "routed_w2", "min_tokens", "top_k",
+                                                          "all_tokens" };
 
 const char *x3_moe_capture_name(int mode)
 {
@@ -98,17 +100,28 @@ int x3_moe_group_finish(x3_hess *h, const x3_hess *all, const struct x3_moe_grou
 	if (defer) {
 		char v[64];
 		snprintf(v, sizeof v, "%a", g->w2);
-		e |= x3_hess_set_meta(h, "routed_w2", v);
-		e |= set_i64(h, "min_tokens", m);
-		e |= set_i64(h, "top_k", top_k);
+		e |= x3_hess_set_meta(h, x3_moe_part_keys[0], v);
+		e |= set_i64(h, x3_moe_part_keys[1], m);
+		e |= set_i64(h, x3_moe_part_keys[2], top_k);
 		if (all)
-			e |= x3_hess_set_meta(h, "all_tokens", x3_hess_name(all));
+			e |= x3_hess_set_meta(h, x3_moe_part_keys[3], x3_hess_name(all));
 	} else {
 		e |= x3_hess_set_meta(h, "expert_fallback", *fallback ? "1" : "0");
 		if (*fallback)
 			e |= set_i64(h, "fallback_tokens", *fallback);
 	}
 	return e ? x3_errprefix(X3_ENOMEM, "'%s'", name) : X3_OK;
+}
+
+const char *x3_moe_part_differs(const x3_tensor *a, const x3_tensor *b)
+{
+	static const char *const keys[] = { "capture", "min_tokens", "top_k" };
+	for (int i = 0; i < 3; i++) {
+		const char *u = x3_meta_get(a, keys[i]), *v = x3_meta_get(b, keys[i]);
+		if ((u || v) && (!u || !v || strcmp(u, v)))
+			return keys[i];
+	}
+	return NULL;
 }
 
 int x3_moe_merge_meta(x3_hess *h, const x3_tensor *t)

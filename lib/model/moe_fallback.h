@@ -26,6 +26,10 @@
 #include "hessian.h"
 
 enum { X3_MOE_ROUTED, X3_MOE_WEIGHTED, X3_MOE_ALL, X3_MOE_NCAPTURE };
+/* the metadata only a part's groups carry: routed_w2, min_tokens, top_k,
+ * all_tokens */
+enum { X3_MOE_NPART_KEYS = 4 };
+extern const char *const x3_moe_part_keys[X3_MOE_NPART_KEYS];
 /* "routed", "weighted", "all"; NULL out of range */
 const char *x3_moe_capture_name(int mode);
 /* X3_MOE_* of a name, or -1 */
@@ -58,6 +62,11 @@ struct x3_moe_group {
  * metadata above. *fallback: the fallback rows (0: none). */
 int x3_moe_group_finish(x3_hess *h, const x3_hess *all, const struct x3_moe_group *g, int mode,
                         int64_t m, int64_t top_k, int f64, int part, int64_t *fallback);
+
+/* Merge: the first of the capture's options that an expert group's part
+ * frames carry (capture, min_tokens, top_k) on which part frames a and b
+ * differ, or NULL: the parts of one capture agree on them all. */
+const char *x3_moe_part_differs(const x3_tensor *a, const x3_tensor *b);
 
 /* Merge: add the expert metadata of part frame t into h (the group's
  * merged sum so far): routed_tokens, fallback_tokens and routed_w2 add

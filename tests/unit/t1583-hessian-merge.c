@@ -5,8 +5,8 @@
  * group, expert groups with the fallback from part 0's all-token Hessian,
  * an expert no row of the last chunk reached), its sums against a plain
  * double loop, the starved experts reported; parts missing, twice, of
- * another capture or mixed with a whole stream refused; whole streams
- * summed by name. */
+ * another calibration or other capture options, or mixed with a whole
+ * stream refused; whole streams summed by name. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -21,6 +21,7 @@ enum { K = 8, C = 3, ROWS = 4, MT = 10 };   /* width, chunks, rows a chunk, min 
 
 static float *X;        /* the rows of the dense group and of expert 0, C * ROWS */
 static float *XA;       /* the all-token rows (the layer's first chunk) */
+static int64_t min_tokens = MT, top_k = 2;   /* the capture's options */
 
 struct w {
 	int fd;
@@ -94,7 +95,8 @@ static int capture(int part, const char *file, const char *calib)
 		rc = x3_part_put_all_tokens(w, a, 1, p);
 	for (int i = 0; i < ex.n && !rc; i++) {
 		int64_t fb;
-		rc = x3_moe_group_finish(ex.h[i], a, &g[i], X3_MOE_ROUTED, MT, 2, 0, p != NULL, &fb);
+		rc = x3_moe_group_finish(ex.h[i], a, &g[i], X3_MOE_ROUTED, min_tokens, top_k, 0,
+		                         p != NULL, &fb);
 	}
 	rc |= rc || x3_hset_write(&ex, w, dt, p, NULL, NULL) || x3_hset_write(&l1, w, dt, p, NULL, NULL);
 	rc |= wclose(&o);
@@ -224,6 +226,19 @@ static void parts(void)
 	rc = rc ? rc : merge("bad", 0, NULL, 3, "part0", "other1", "part2");
 	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "not a chunk of the same capture") &&
 	      strstr(x3_errmsg(), "calib_xxh3"), "a part of another calibration (%s)", x3_errmsg());
+	/* parts of the same calibration but other options */
+	min_tokens = MT + 1;
+	rc = capture(1, "other1", calib);
+	min_tokens = MT;
+	rc = rc ? rc : merge("bad", 0, NULL, 3, "part0", "other1", "part2");
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "other1: frame 'L0.e0': metadata 'min_tokens' is "
+	      "'11', not '10'"), "a part of another --min-tokens (%s)", x3_errmsg());
+	top_k = 3;
+	rc = capture(2, "other2", calib);
+	top_k = 2;
+	rc = rc ? rc : merge("bad", 0, NULL, 3, "part0", "part1", "other2");
+	CHECK(rc == X3_EFORMAT && strstr(x3_errmsg(), "metadata 'top_k' is '3', not '2'"),
+	      "a part of another top k (%s)", x3_errmsg());
 }
 
 static void dropped_fn(void *ctx, const char *name, int64_t d, int64_t rows)
