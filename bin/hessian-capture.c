@@ -16,6 +16,8 @@
 #include "jsonw.h"
 #include "device.h"
 #include "hessian.h"
+#include "hessian_merge.h"
+#include "moe_fallback.h"
 #include "model.h"
 #include "safetensors.h"
 #include "tokenizer.h"
@@ -94,20 +96,6 @@ static const char usage[] =
 
 static int device = X3_DEVICE_CPU;   /* resolved --device */
 
-/* ---- accumulators by name (first-seen order) -------------------------- */
-struct hset {
-	x3_hess **h;
-	int n, cap;
-};
-
-static x3_hess *hset_find(struct hset *s, const char *name)
-{
-	for (int i = 0; i < s->n; i++)
-		if (!strcmp(x3_hess_name(s->h[i]), name))
-			return s->h[i];
-	return NULL;
-}
-
 static const char *spill_dir;   /* --spill DIR, or NULL */
 
 /* --timing: wall seconds from main's start (t_main), in get_rows (t_tokens),
@@ -117,89 +105,42 @@ static double t_main, t_tokens, t_fwd0, t_fwd1;
 static struct x3_forward_timing ft;
 static struct { int la, lb; long rows, cols; } tm;   /* what ran, for the report */
 
-static x3_hess *hset_add(struct hset *s, const char *name, int64_t n, int f64,
-                         const char *members, int layer)
+/* A new accumulator in s: on --device, its total in --spill's DIR. */
+static x3_hess *hset_add(x3_hset *s, const char *name, int64_t n, int f64, const char *members,
+                         int layer)
 {
-	if (s->n == s->cap) {
-		s->cap = s->cap ? 2 * s->cap : 16;
-		s->h = realloc(s->h, (size_t)s->cap * sizeof *s->h);
-		if (!s->h)
-			die("out of memory");
-	}
 	x3_hess *h;
-	if (x3_hess_new(name, n, f64, members, layer, &h))
-		die_x3("hessian '%s'", name);
-	if (spill_dir && x3_hess_spill(h, spill_dir))
-		die_x3("hessian '%s'", name);
-	/* F64 sums stay on the CPU (the device accumulates in fp32) */
-	if (device == X3_DEVICE_CUDA && !f64 && x3_hess_set_device(h, device))
+	s->spill_dir = spill_dir;
+	s->device = device;
+	if (x3_hset_add(s, name, n, f64, members, layer, &h))
 		die("%s", x3_errmsg());
-	s->h[s->n++] = h;
 	return h;
 }
 
-/* Where a --part output comes from: its chunk of which calibration. The
- * frames of a part carry these as metadata, and --merge checks them. */
-static const char *const prov_keys[] = { "chunk", "chunks", "chunk_rows", "calib_rows",
-                                         "calib_xxh3", "products" };
-enum { N_PROV = sizeof prov_keys / sizeof *prov_keys };
-struct prov {
-	char val[N_PROV][32];
-};
-
-static int is_prov_key(const char *key)
+static void warn_dropped(void *ctx, const char *name, int64_t dropped, int64_t rows)
 {
-	for (int i = 0; i < N_PROV; i++)
-		if (!strcmp(key, prov_keys[i]))
-			return 1;
-	return 0;
+	(void)ctx;
+	warnx("'%s': %lld of %lld rows dropped for non-finite values", name, (long long)dropped,
+	      (long long)rows);
 }
 
-/* The metadata a --part output carries for the fallback at --merge, not
- * in a whole capture's frames: an expert group's Σ w² (C99 hex, exact),
- * the threshold m, top k and its all-token Hessian's frame; an all-token
- * frame (part 0's, of the layer's first forward chunk) is marked. */
-static const char *const part_keys[] = { "routed_w2", "min_tokens", "top_k", "all_tokens",
-                                         "part_role" };
-enum { N_PART_KEYS = sizeof part_keys / sizeof *part_keys };
-
-/* Write every accumulator (and free them), checking the dropped rows (of
- * the whole: not in a part, pv non-NULL, whose frames get its metadata). */
-static void hset_flush(struct hset *s, x3_writer *w, x3_dtype dt, const struct prov *pv)
+static void warn_starved(void *ctx, int64_t layer, int64_t min_tokens, const char *experts)
 {
-	for (int i = 0; i < s->n; i++) {
-		x3_hess *h = s->h[i];
-		long long d = x3_hess_dropped(h), c = x3_hess_count(h);
-		if (!pv && x3_hess_too_many_dropped(h))
-			die("'%s': %lld of %lld rows dropped for non-finite values (more than 10%%)",
-			    x3_hess_name(h), d, c + d);
-		if (!pv && d)
-			warnx("'%s': %lld of %lld rows dropped for non-finite values",
-			      x3_hess_name(h), d, c + d);
-		x3_tensor *t = x3_hess_frame(h, dt);
-		if (!t)
-			die_x3("'%s'", x3_hess_name(h));
-		for (int j = 0; pv && j < N_PROV; j++)
-			if (x3_meta_set(t, prov_keys[j], pv->val[j]))
-				die_x3("'%s'", x3_hess_name(h));
-		for (int j = 0; !pv && j < N_PART_KEYS; j++)   /* a merge's output: a whole capture's */
-			(void)x3_meta_del(t, part_keys[j]);
-		if (x3_writer_put(w, t))
-			die_x3("writing '%s'", x3_hess_name(h));
-		x3_tensor_free(t);
-		x3_hess_free(h);
-	}
-	s->n = 0;
+	(void)ctx;
+	warnx("layer %lld: experts below %lld routed tokens, blended with the all-token Hessian "
+	      "(expert (tokens)): %s", (long long)layer, (long long)min_tokens, experts);
+}
+
+/* Write every accumulator (and free them): a part's (pv non-NULL) with its
+ * metadata, else a whole capture's, its dropped rows checked. */
+static void hset_flush(x3_hset *s, x3_writer *w, x3_dtype dt, const struct x3_part_prov *pv)
+{
+	if (x3_hset_write(s, w, dt, pv, warn_dropped, NULL))
+		die("%s", x3_errmsg());
 }
 
 /* ---- capture mode ----------------------------------------------------- */
-/* --moe-capture: an expert's Hessian from the rows routed to it (routed),
- * the same weighted by the routing weight (weighted: rows scaled by w, so
- * H = Σ w² xᵀx, the weight the expert's error has in the block's output),
- * or from every token as ExLlamaV3 captures experts (all) */
-enum { MOE_ROUTED, MOE_WEIGHTED, MOE_ALL };
-static const char *const moe_names[] = { "routed", "weighted", "all" };
-
+/* --moe-capture and --min-tokens: moe_fallback.h */
 /* an expert's Hessian group of the layer being captured */
 struct exg {
 	x3_hess *h;        /* its accumulator in the output set */
@@ -212,19 +153,19 @@ struct exg {
 };
 
 struct cap {
-	struct hset set;
+	x3_hset set;
 	x3_writer *w;
-	const struct prov *pv;   /* --part, else NULL */
+	const struct x3_part_prov *pv;   /* --part, else NULL */
 	int f64, n_layers;
 	double t0;
 	long long ntok;
-	int moe;            /* MOE_* */
+	int moe;            /* X3_MOE_* */
 	int64_t top_k;      /* num_experts_per_tok */
 	long min_tokens;    /* the fallback's threshold */
 	struct exg *ex;     /* the expert groups open (the expert being run) */
 	int nex, capex;
-	struct hset exset;  /* ... their accumulators, in first-seen order */
-	struct hset shadow; /* the all-token accumulators open */
+	x3_hset exset;      /* ... their accumulators, in first-seen order */
+	x3_hset shadow;     /* the all-token accumulators open */
 	x3_hess *shared_in; /* ... the one of the experts' gate/up input (the
 	                     * layer's: from expert 0's rows, read by all) */
 	int shared_put;     /* ... written (a part's) */
@@ -248,7 +189,7 @@ static struct exg *exg_get(struct cap *k, const struct x3_capture *c)
 	struct exg *g = &k->ex[k->nex++];
 	/* the output accumulator now, so that an expert no token reaches
 	 * still gets one (from its all-token rows) */
-	x3_hess *h = hset_find(&k->exset, c->name);
+	x3_hess *h = x3_hset_find(&k->exset, c->name);
 	*g = (struct exg){ h ? h : hset_add(&k->exset, c->name, c->in, k->f64, c->members, c->layer),
 	                   NULL, c->expert, 0, 0, 0 };
 	return g;
@@ -260,21 +201,11 @@ static int cap_expert(struct cap *k, const struct x3_capture *c)
 	struct exg *g = exg_get(k, c);
 	if (!c->all_tokens) {
 		g->routed += c->ntok;
-		if (k->moe == MOE_ALL)
+		if (k->moe == X3_MOE_ALL)
 			return X3_OK;
-		if (k->moe == MOE_ROUTED || !c->row_w)
+		if (k->moe == X3_MOE_ROUTED || !c->row_w)
 			return x3_hess_add_rows(g->h, c->x, c->ntok, c->in);
-		float *xw = malloc((size_t)(c->ntok * c->in) * sizeof *xw);
-		if (!xw)
-			return x3_err(X3_ENOMEM, "'%s': out of memory", c->name);
-		for (int64_t r = 0; r < c->ntok; r++)
-			g->w2c += (double)c->row_w[r] * c->row_w[r];
-		for (int64_t r = 0; r < c->ntok; r++)
-			for (int64_t i = 0; i < c->in; i++)
-				xw[r * c->in + i] = c->row_w[r] * c->x[r * c->in + i];
-		int rc = x3_hess_add_rows(g->h, xw, c->ntok, c->in);
-		free(xw);
-		return rc;
+		return x3_moe_add_weighted(g->h, c->x, c->row_w, c->ntok, c->in, &g->w2c);
 	}
 	/* every token: the block's input once for all experts' gate/up (from
 	 * expert 0's rows), the down_proj input per expert */
@@ -287,37 +218,11 @@ static int cap_expert(struct cap *k, const struct x3_capture *c)
 			return X3_OK;
 		s = k->shared_in;
 	} else {
-		if (!(s = hset_find(&k->shadow, c->name)))
+		if (!(s = x3_hset_find(&k->shadow, c->name)))
 			s = hset_add(&k->shadow, c->name, c->in, k->f64, NULL, c->layer);
 		g->shadow = s;
 	}
 	return x3_hess_add_rows(s, c->x, c->ntok, c->in);
-}
-
-/* The fallback of an expert group h routed n < m tokens (weighted: Σ w²
- * w2 over them): H += s (m - n)/T · H_all, count m, with the all-token
- * Hessian sh of T rows taken at the output's precision (F32 unless f64);
- * s = 1, or weighted the expert's mean w² (1/k² without rows). The same
- * for one process and for --merge of parts, whose sums are the same.
- * Returns the fallback rows m - n, 0 without an all-token Hessian. */
-static long long expert_blend(x3_hess *h, const x3_hess *sh, int expert, long long n, long long m,
-                              int weighted, double w2, int64_t top_k, int f64)
-{
-	int64_t T = sh ? x3_hess_count(sh) : 0;
-	const char *name = x3_hess_name(h);
-	if (!T && !n)
-		die("'%s': expert %d got no tokens and there is no all-token Hessian to fall back on",
-		    name, expert);
-	if (!T)
-		return 0;
-	x3_tensor *t = x3_hess_frame(sh, f64 ? X3_F64 : X3_F32);
-	if (!t)
-		die_x3("'%s'", name);
-	double s = !weighted ? 1 : n ? w2 / (double)n : 1.0 / ((double)top_k * top_k);
-	if (x3_hess_add_frame_w(h, t, s * (double)(m - n) / (double)T, m - n))
-		die_x3("'%s'", name);
-	x3_tensor_free(t);
-	return m - n;
 }
 
 /* Write the all-token accumulators of the shadow set (a part's, for the
@@ -336,17 +241,9 @@ static void shadow_flush(struct cap *k, int all)
 	for (int i = 0; i < k->shadow.n; i++) {
 		x3_hess *h = k->shadow.h[i];
 		int shared = h == k->shared_in;
-		if (k->pv && k->moe != MOE_ALL && !(shared && k->shared_put)) {
-			x3_tensor *t = x3_hess_frame(h, X3_F64);
-			int e = !t || x3_meta_set(t, "part_role", "all_tokens") ||
-			        x3_meta_set(t, "all_tokens_scope", shared ? "layer" : "group");
-			for (int j = 0; !e && j < N_PROV; j++)
-				e = x3_meta_set(t, prov_keys[j], k->pv->val[j]) != 0;
-			if (e)
-				die_x3("'%s'", x3_hess_name(h));
-			if (x3_writer_put(k->w, t))
-				die_x3("writing '%s'", x3_hess_name(h));
-			x3_tensor_free(t);
+		if (k->pv && k->moe != X3_MOE_ALL && !(shared && k->shared_put)) {
+			if (x3_part_put_all_tokens(k->w, h, shared, k->pv))
+				die("%s", x3_errmsg());
 			k->shared_put |= shared;
 		}
 		if (!all && shared) {
@@ -364,65 +261,24 @@ static void shadow_flush(struct cap *k, int all)
 
 /* The Hessians of the expert just run (the forward runs the experts one
  * at a time, model.h x3_forward_opts.expert_done; chunk-major: every
- * expert of the layer): the all-token Hessian (--moe-capture all), or
- * the routed one blended with it below --min-tokens m: H = H_routed +
- * (m - n)/T · H_all, count m (the mean of n routed rows and m - n rows of
- * the all-token mean); weighted, the all-token part at the expert's mean
- * w² (1/k² without rows: an even split of the top k), the scale of its
- * weighted rows. Written and freed, with the expert's own all-token sums:
- * one expert's sums are held at a time. */
+ * expert of the layer), each group finished (moe_fallback.h: the
+ * all-token Hessian, or the routed one with the fallback below
+ * --min-tokens) and named in the summary and --report; written and freed,
+ * with the expert's own all-token sums: one expert's sums are held at a
+ * time. */
 static void cap_experts_finish(struct cap *k, int layer)
 {
 	for (int i = 0; i < k->nex; i++) {
 		struct exg *g = &k->ex[i];
-		const char *name = x3_hess_name(g->h);
-		long long n = g->routed, m = k->min_tokens, fb = 0;
+		long long n = g->routed;
+		struct x3_moe_group mg = { g->expert, g->routed, g->w2 };
+		int64_t fb;
+		if (x3_moe_group_finish(g->h, g->shadow, &mg, k->moe, k->min_tokens, k->top_k, k->f64,
+		                        k->pv != NULL, &fb))
+			die("%s", x3_errmsg());
 		/* a part (routed, weighted) writes its raw sums: the blend is the
 		 * merge's, after the parts' sums are added */
-		int defer = k->pv && k->moe != MOE_ALL;
-		if (k->moe == MOE_ALL) {
-			/* one process rounds the all-token sum once, at its output's
-			 * precision; a part passes it on exact (F64), so that the
-			 * merge adds the parts in chunk order and rounds once too */
-			x3_tensor *t = g->shadow ? x3_hess_frame(g->shadow, k->f64 || k->pv ? X3_F64 : X3_F32) : NULL;
-			if (g->shadow && !t)
-				die_x3("'%s'", name);
-			if (!t)
-				die("'%s': no all-token rows (expert %d)", name, g->expert);
-			if (x3_hess_add_frame(g->h, t))
-				die_x3("'%s'", name);
-			x3_tensor_free(t);
-		} else if (n < m && !defer) {
-			fb = expert_blend(g->h, g->shadow, g->expert, n, m, k->moe == MOE_WEIGHTED, g->w2,
-			                  k->top_k, k->f64);
-		}
-		char v[64];
-		int e = x3_hess_set_meta(g->h, "capture", moe_names[k->moe]);
-		snprintf(v, sizeof v, "%d", g->expert);
-		e |= x3_hess_set_meta(g->h, "expert", v);
-		snprintf(v, sizeof v, "%lld", n);
-		e |= x3_hess_set_meta(g->h, "routed_tokens", v);
-		if (defer) {
-			snprintf(v, sizeof v, "%a", g->w2);
-			e |= x3_hess_set_meta(g->h, "routed_w2", v);
-			snprintf(v, sizeof v, "%lld", m);
-			e |= x3_hess_set_meta(g->h, "min_tokens", v);
-			snprintf(v, sizeof v, "%lld", (long long)k->top_k);
-			e |= x3_hess_set_meta(g->h, "top_k", v);
-			if (g->shadow) {
-				snprintf(v, sizeof v, "%s", x3_hess_name(g->shadow));
-				e |= x3_hess_set_meta(g->h, "all_tokens", v);
-			}
-		} else {
-			e |= x3_hess_set_meta(g->h, "expert_fallback", fb ? "1" : "0");
-			if (fb) {
-				snprintf(v, sizeof v, "%lld", fb);
-				e |= x3_hess_set_meta(g->h, "fallback_tokens", v);
-			}
-		}
-		if (e)
-			die_x3("'%s'", name);
-		if (defer)
+		if (k->pv && k->moe != X3_MOE_ALL)
 			continue;
 		/* one line per expert (its first group): the summary and --report */
 		int first = 1;
@@ -439,7 +295,7 @@ static void cap_experts_finish(struct cap *k, int layer)
 		if (k->report)
 			fprintf(k->report, "{\"layer\":%d,\"expert\":%d,\"capture\":\"%s\",\"routed_tokens\":%lld,"
 			        "\"fallback\":%s,\"fallback_tokens\":%lld}\n", layer, g->expert,
-			        moe_names[k->moe], n, fb ? "true" : "false", fb);
+			        x3_moe_capture_name(k->moe), n, fb ? "true" : "false", (long long)fb);
 	}
 	k->nex = 0;
 	/* a part with the layer's all-token Hessians (part 0) passes them on,
@@ -466,7 +322,7 @@ static int cap_hook(void *ctx, const struct x3_capture *c)
 	struct cap *k = ctx;
 	if (c->expert >= 0)
 		return cap_expert(k, c);
-	x3_hess *h = hset_find(&k->set, c->name);
+	x3_hess *h = x3_hset_find(&k->set, c->name);
 	if (!h) {
 		h = hset_add(&k->set, c->name, c->in, k->f64, c->members, c->layer);
 		/* the head of a tied model reads the embedding matrix */
@@ -590,8 +446,7 @@ static int cap_layer_done(void *ctx, int layer, int n)
 	struct cap *k = ctx;
 	cap_experts_finish(k, layer);   /* none left but in chunk-major order */
 	if (k->so)
-		warnx("layer %d: experts below %ld routed tokens, blended with the all-token Hessian "
-		      "(expert (tokens)): %s", layer, k->min_tokens, k->starved);
+		warn_starved(NULL, layer, k->min_tokens, k->starved);
 	k->so = 0;
 	k->starved[0] = 0;
 	shadow_flush(k, 1);
@@ -764,18 +619,15 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 		x3_model_close(m);
 		return 0;
 	}
-	struct prov pv;
+	struct x3_part_prov pv;
 	const int32_t *pids = ids;
 	if (part >= 0) {
 		if (part >= nchunks)
 			die("--part %ld: the calibration's %ld rows make %ld chunk%s of %ld rows (0-%ld)",
 			    part, rows, nchunks, nchunks > 1 ? "s" : "", crow, nchunks - 1);
-		snprintf(pv.val[0], sizeof pv.val[0], "%ld", part);
-		snprintf(pv.val[1], sizeof pv.val[1], "%ld", nchunks);
-		snprintf(pv.val[2], sizeof pv.val[2], "%ld", crow);
-		snprintf(pv.val[3], sizeof pv.val[3], "%ld", rows);
-		tokens_hash(ids, (int64_t)rows * cols, pv.val[4]);
-		snprintf(pv.val[5], sizeof pv.val[5], "%s", f64 ? "f64" : "f32");
+		char hash[17];
+		tokens_hash(ids, (int64_t)rows * cols, hash);
+		x3_part_prov_set(&pv, part, nchunks, crow, rows, hash, f64);
 		/* the part's rows alone run (their activations do not depend on
 		 * the others: lib/common/blas.h, x3_forward_opts.seg_rows) */
 		pids = ids + (size_t)part * crow * cols;
@@ -821,7 +673,7 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	fo.device = device;
 	/* the all-token Hessians: of every chunk for --moe-capture all, else of
 	 * the first chunk of each layer (the fallback's) */
-	fo.moe_all_tokens = cfg.n_experts <= 0 ? 0 : moe == MOE_ALL ? INT64_MAX : part > 0 ? 0 : 1;
+	fo.moe_all_tokens = cfg.n_experts <= 0 ? 0 : moe == X3_MOE_ALL ? INT64_MAX : part > 0 ? 0 : 1;
 	fo.timing = &ft;
 	t_fwd0 = x3_now();
 	if (x3_model_forward(m, pids, rows, cols, &fo))
@@ -829,9 +681,9 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 	t_fwd1 = x3_now();
 	tm.la = la, tm.lb = lb, tm.rows = rows, tm.cols = cols;
 	progress_done();
-	if (cfg.n_experts > 0 && !quiet && (part < 0 || moe == MOE_ALL))
+	if (cfg.n_experts > 0 && !quiet && (part < 0 || moe == X3_MOE_ALL))
 		fprintf(stderr, "%s: experts (%s capture): %d below %ld routed tokens used the fallback\n",
-		        progname, moe_names[moe], k.nstarved, k.min_tokens);
+		        progname, x3_moe_capture_name(moe), k.nstarved, k.min_tokens);
 	if (k.report) {
 		/* written whole (atomically) once the capture is complete */
 		if (fclose(k.report) || x3_write_file_atomic(report, rbuf ? rbuf : "", rlen))
@@ -849,392 +701,19 @@ static int do_capture(const char *model, const char *quant, char **texts, int nt
 }
 
 /* ---- merge and activations modes -------------------------------------- */
-/* An expert's metadata over merged parts: the tokens add up, the fallback
- * is used when a part used it. */
-static void merge_expert_meta(x3_hess *h, const x3_tensor *t)
-{
-	static const char *const sum[] = { "routed_tokens", "fallback_tokens" };
-	for (int i = 0; i < 2; i++) {
-		const char *a = x3_hess_get_meta(h, sum[i]), *b = x3_meta_get(t, sum[i]);
-		if (!b)
-			continue;
-		char v[32];
-		snprintf(v, sizeof v, "%lld", (a ? atoll(a) : 0) + atoll(b));
-		if (x3_hess_set_meta(h, sum[i], v))
-			die_x3("'%s'", t->name);
-	}
-	const char *fb = x3_meta_get(t, "expert_fallback");
-	if (fb && !strcmp(fb, "1") && x3_hess_set_meta(h, "expert_fallback", "1"))
-		die_x3("'%s'", t->name);
-	/* Σ w² of parts, in chunk order (exact: C99 hex) */
-	const char *a = x3_hess_get_meta(h, "routed_w2"), *b = x3_meta_get(t, "routed_w2");
-	if (a && b) {
-		char v[64];
-		snprintf(v, sizeof v, "%a", strtod(a, NULL) + strtod(b, NULL));
-		if (x3_hess_set_meta(h, "routed_w2", v))
-			die_x3("'%s'", t->name);
-	}
-}
-
-/* A layer being merged from parts: the starved experts named on standard
- * error at its end, as one process names them. */
-struct mlayer {
-	int64_t layer;   /* -1: none yet */
-	long long m;     /* the threshold */
-	int last;        /* the expert of the group before (-1: none) */
-	char starved[1024];
-	size_t so;
-	char **names;    /* the groups written, to refuse a name twice */
-	int nnames, capnames;
-};
-
-/* After the merge of an expert group's parts (h): its fallback when it was
- * routed fewer than min_tokens tokens in all, with the all-token Hessian
- * that part 0 carried before it (in sh), as one process makes it
- * (expert_blend). */
-static void merge_blend(x3_hess *h, struct hset *sh, int f64, struct mlayer *ml)
-{
-	const char *mt = x3_hess_get_meta(h, "min_tokens");
-	if (!mt)
-		return;
-	const char *cap = x3_hess_get_meta(h, "capture"), *an = x3_hess_get_meta(h, "all_tokens");
-	const char *w2 = x3_hess_get_meta(h, "routed_w2"), *kk = x3_hess_get_meta(h, "top_k");
-	const char *ex = x3_hess_get_meta(h, "expert"), *rt = x3_hess_get_meta(h, "routed_tokens");
-	long long n = rt ? atoll(rt) : 0, fb = 0, m = atoll(mt);
-	int expert = ex ? atoi(ex) : -1;
-	ml->m = m;
-	if (n < m) {
-		x3_hess *a = an ? hset_find(sh, an) : NULL;
-		if (an && !a)
-			die("'%s': expert %d fell short of %lld tokens, but no part carries the all-token "
-			    "Hessian '%s' (part 0's, before the group: parts of an older hessian-capture "
-			    "are captured again)", x3_hess_name(h), expert, m, an);
-		fb = expert_blend(h, a, expert, n, m, cap && !strcmp(cap, "weighted"),
-		                  w2 ? strtod(w2, NULL) : 0, kk ? atoll(kk) : 1, f64);
-	}
-	char v[32];
-	int e = x3_hess_set_meta(h, "expert_fallback", fb ? "1" : "0");
-	if (fb) {
-		snprintf(v, sizeof v, "%lld", fb);
-		e |= x3_hess_set_meta(h, "fallback_tokens", v);
-	}
-	if (e)
-		die_x3("'%s'", x3_hess_name(h));
-	/* named once per expert (its first group: an expert's are adjacent) */
-	if (fb && expert != ml->last && ml->so < sizeof ml->starved - 32)
-		ml->so += (size_t)snprintf(ml->starved + ml->so, sizeof ml->starved - ml->so, "%s%d (%lld)",
-		                           ml->so ? ", " : "", expert, n);
-	ml->last = expert;
-}
-
-/* The end of a merged layer: its starved experts named, the all-token
- * Hessians it kept freed. */
-static void mlayer_end(struct mlayer *ml, struct hset *sh)
-{
-	if (ml->so)
-		warnx("layer %lld: experts below %lld routed tokens, blended with the all-token Hessian "
-		      "(expert (tokens)): %s", (long long)ml->layer, ml->m, ml->starved);
-	for (int i = 0; i < sh->n; i++)
-		x3_hess_free(sh->h[i]);
-	sh->n = 0;
-	for (int i = 0; i < ml->nnames; i++)
-		free(ml->names[i]);
-	ml->nnames = 0;
-	ml->so = 0;
-	ml->starved[0] = 0;
-	ml->last = -1;
-	ml->layer = -1;
-}
-
-/* Remember that group name of the layer is written; a name twice dies. */
-static void mlayer_name(struct mlayer *ml, const char *file, const char *name)
-{
-	for (int i = 0; i < ml->nnames; i++)
-		if (!strcmp(ml->names[i], name))
-			die("%s: frame '%s' twice in layer %lld", file, name, (long long)ml->layer);
-	if (ml->nnames == ml->capnames) {
-		ml->capnames = ml->capnames ? 2 * ml->capnames : 64;
-		ml->names = realloc(ml->names, (size_t)ml->capnames * sizeof *ml->names);
-		if (!ml->names)
-			die("out of memory");
-	}
-	if (!(ml->names[ml->nnames++] = strdup(name)))
-		die("out of memory");
-}
-
-/* One input of --merge and its next frame (NULL at its end). */
-struct min {
-	const char *file;
-	x3_reader *r;
-	x3_tensor *t;
-	long chunk;      /* a part's chunk */
-	int64_t layer;   /* the layer of t */
-};
-
-static void min_next(struct min *f)
-{
-	int rc = x3_reader_next(f->r, &f->t);
-	if (rc == X3_EOF)
-		f->t = NULL;
-	else if (rc)
-		die_x3("%s", f->file);
-}
-
-/* Add frame t (of file) to the accumulator of its name in s: a chunk of
- * its own, added in double after the ones before it. */
-static void merge_frame(struct hset *s, const char *file, const x3_tensor *t)
-{
-	if (t->rank != 2 || t->shape[0] != t->shape[1])
-		die("%s: frame '%s' is not a square matrix", file, t->name);
-	const char *mem = x3_meta_get(t, "members");
-	x3_hess *h = hset_find(s, t->name);
-	if (!h) {
-		int64_t layer = -1;
-		x3_meta_get_i64(t, "layer", &layer);
-		h = hset_add(s, t->name, t->shape[0], 1, mem, (int)layer);
-		for (int j = 0; j < t->nmeta; j++)
-			if (!x3_hess_meta_is_computed(t->meta[j].key) && !is_prov_key(t->meta[j].key) &&
-			    x3_hess_set_meta(h, t->meta[j].key, t->meta[j].val))
-				die_x3("%s", file);
-	} else if (mem && strcmp(mem, x3_hess_members(h) ? x3_hess_members(h) : "")) {
-		die("%s: frame '%s': members '%s' differ from the first stream's", file, t->name, mem);
-	} else {
-		merge_expert_meta(h, t);
-	}
-	if (x3_hess_add_frame(h, t))
-		die_x3("%s", file);
-}
-
-/* Whole streams: summed by name in the order given. */
-static void merge_streams(struct min *in, int nin, int f64, x3_writer *w)
-{
-	struct hset s = { 0 };
-	x3_dtype out = f64 ? X3_F64 : X3_DTYPE_COUNT;
-	for (int i = 0; i < nin; i++)
-		for (; in[i].t; min_next(&in[i])) {
-			if (x3_meta_get(in[i].t, "chunk"))
-				die("%s: frame '%s' is a chunk's partial sum (--part), not a whole "
-				    "stream like the first input's", in[i].file, in[i].t->name);
-			if (out == X3_DTYPE_COUNT)
-				out = in[i].t->dtype == X3_F64 ? X3_F64 : X3_F32;
-			merge_frame(&s, in[i].file, in[i].t);
-			x3_tensor_free(in[i].t);
-		}
-	hset_flush(&s, w, out == X3_DTYPE_COUNT ? X3_F32 : out, NULL);
-	free(s.h);
-}
-
-static int by_chunk(const void *a, const void *b)
-{
-	const struct min *x = *(struct min *const *)a, *y = *(struct min *const *)b;
-	return (x->chunk > y->chunk) - (x->chunk < y->chunk);
-}
-
-static int64_t frame_layer(const struct min *f)
-{
-	int64_t l = -1;
-	if (x3_meta_get_i64(f->t, "layer", &l) || l < 0)
-		die("%s: frame '%s' has no 'layer' metadata (not a hessian-capture --part output)",
-		    f->file, f->t->name);
-	return l;
-}
-
-static int is_all_tokens(const x3_tensor *t)
-{
-	const char *role = x3_meta_get(t, "part_role");
-	return role && !strcmp(role, "all_tokens");
-}
-
-/* A part's frame just read: of its chunk, in layer order (after layer l),
- * all-token frames in part 0 only. */
-static void part_check(struct min *f, int64_t l)
-{
-	if (!f->t)
-		return;
-	const char *v = x3_meta_get(f->t, "chunk");
-	if (!v || strtol(v, NULL, 10) != f->chunk)
-		die("%s: frame '%s' is not of chunk %ld like the file's first frame", f->file, f->t->name,
-		    f->chunk);
-	if (f->chunk != 0 && is_all_tokens(f->t))
-		die("%s: all-token frame '%s' not of chunk 0", f->file, f->t->name);
-	int64_t nl = frame_layer(f);
-	if (nl < l)
-		die("%s: frame '%s' of layer %lld comes after layer %lld", f->file, f->t->name,
-		    (long long)nl, (long long)l);
-	f->layer = nl;
-}
-
-static void part_next(struct min *f)
-{
-	int64_t l = f->layer;
-	x3_tensor_free(f->t);
-	min_next(f);
-	part_check(f, l);
-}
-
-/* Part 0 is past layer ml->layer (next: layer next): no other part may
- * have a frame of it left, one part 0 does not list in that order. */
-static void merge_layer_end(struct min **c, int nin, struct mlayer *ml, struct hset *sh, int64_t next)
-{
-	for (int i = 1; i < nin; i++)
-		if (c[i]->t && c[i]->layer < next)
-			die("%s: frame '%s' of layer %lld is not in %s (chunk 0), or not in its order: "
-			    "the parts of a layer list the same frames in the same order",
-			    c[i]->file, c[i]->t->name, (long long)c[i]->layer, c[0]->file);
-	if (ml->layer >= 0)
-		mlayer_end(ml, sh);
-}
-
-/* The partial sums of --part runs: every chunk of one calibration exactly
- * once, added in chunk order (whatever the order of the files), so the
- * result is the single capture's bit for bit. The parts list a layer's
- * groups in the same order (a later part leaves out an expert routed none
- * of its rows) and are read in lockstep, one group at a time: its sums
- * added, blended, written and freed before the next is read, so that the
- * merge holds one group's Hessian (beside the all-token Hessians part 0
- * carries for the fallback: the layer's shared gate/up one for the layer,
- * an expert's own until its group is written), not a layer's. */
-static void merge_chunks(struct min *in, int nin, int f64, x3_writer *w)
-{
-	struct min **c = malloc((size_t)nin * sizeof *c);
-	if (!c)
-		die("out of memory");
-	for (int i = 0; i < nin; i++) {
-		struct min *f = &in[i];
-		if (!f->t)
-			die("%s: no frames (an empty chunk output)", f->file);
-		for (int k = 1; k < N_PROV; k++) {
-			const char *v = x3_meta_get(f->t, prov_keys[k]), *v0 = x3_meta_get(in[0].t, prov_keys[k]);
-			if (!v || !v0 || strcmp(v, v0))
-				die("%s: not a chunk of the same capture as %s (metadata '%s' is '%s', not '%s')",
-				    f->file, in[0].file, prov_keys[k], v ? v : "", v0 ? v0 : "");
-		}
-		char *end;
-		const char *v = x3_meta_get(f->t, "chunk");
-		f->chunk = strtol(v, &end, 10);
-		if (*end || end == v || f->chunk < 0)
-			die("%s: frame '%s': bad metadata 'chunk' '%s'", f->file, f->t->name, v);
-		c[i] = f;
-	}
-	long n = strtol(x3_meta_get(in[0].t, "chunks"), NULL, 10);
-	qsort(c, (size_t)nin, sizeof *c, by_chunk);
-	for (int i = 0; i < nin; i++) {
-		if (c[i]->chunk >= n)
-			die("%s: chunk %ld of a calibration of %ld chunks (0-%ld)", c[i]->file, c[i]->chunk,
-			    n, n - 1);
-		if (i && c[i]->chunk == c[i - 1]->chunk)
-			die("chunk %ld of %ld is given twice: %s and %s", c[i]->chunk, n, c[i - 1]->file,
-			    c[i]->file);
-		if (c[i]->chunk != i)
-			die("chunk %d of %ld is missing (%d chunk file%s given)", i, n, nin, nin > 1 ? "s" : "");
-	}
-	if (nin < n)
-		die("chunk %d of %ld is missing (%d chunk file%s given)", nin, n, nin, nin > 1 ? "s" : "");
-	const char *pr = x3_meta_get(in[0].t, "products");
-	x3_dtype out = f64 || !strcmp(pr, "f64") ? X3_F64 : X3_F32;
-	for (int i = 0; i < nin; i++)
-		part_check(c[i], -1);
-	struct hset s = { 0 }, sh = { 0 };
-	struct mlayer ml = { .layer = -1, .last = -1 };
-	struct min *p0 = c[0];
-	for (;;) {
-		/* part 0's all-token frames, carried before the groups using them */
-		for (; p0->t && is_all_tokens(p0->t); part_next(p0)) {
-			if (p0->layer != ml.layer) {
-				merge_layer_end(c, nin, &ml, &sh, p0->layer);
-				ml.layer = p0->layer;
-			}
-			if (hset_find(&sh, p0->t->name))
-				die("%s: all-token frame '%s' twice in layer %lld", p0->file, p0->t->name,
-				    (long long)p0->layer);
-			merge_frame(&sh, p0->file, p0->t);
-		}
-		if (!p0->t)
-			break;
-		const x3_tensor *t0 = p0->t;
-		if (p0->layer != ml.layer) {
-			merge_layer_end(c, nin, &ml, &sh, p0->layer);
-			ml.layer = p0->layer;
-		}
-		mlayer_name(&ml, p0->file, t0->name);
-		/* the group's sums, in chunk order; a later part has no frame for
-		 * an expert the router sent none of its rows (it has the next) */
-		int expert = x3_meta_get(t0, "expert") != NULL;
-		merge_frame(&s, p0->file, t0);
-		for (int i = 1; i < nin; i++) {
-			struct min *f = c[i];
-			if (f->t && f->layer == p0->layer && !strcmp(f->t->name, t0->name)) {
-				merge_frame(&s, f->file, f->t);
-				part_next(f);
-			} else if (!expert && !f->t) {
-				die("%s: ends where %s (chunk 0) has frame '%s' of layer %lld: the parts of a "
-				    "layer list the same frames in the same order", f->file, p0->file, t0->name,
-				    (long long)p0->layer);
-			} else if (!expert) {
-				die("%s: frame '%s' of layer %lld where %s (chunk 0) has '%s' of layer %lld: "
-				    "the parts of a layer list the same frames in the same order",
-				    f->file, f->t->name, (long long)f->layer, p0->file, t0->name,
-				    (long long)p0->layer);
-			}
-		}
-		part_next(p0);
-		x3_hess *h = s.h[0];
-		merge_blend(h, &sh, out == X3_F64, &ml);
-		/* an expert's own all-token Hessian is read by its group alone */
-		const char *an = x3_hess_get_meta(h, "all_tokens");
-		for (int i = 0; an && i < sh.n; i++) {
-			const char *sc = x3_hess_get_meta(sh.h[i], "all_tokens_scope");
-			if (sc && !strcmp(sc, "group") && !strcmp(x3_hess_name(sh.h[i]), an)) {
-				x3_hess_free(sh.h[i]);
-				sh.h[i] = sh.h[--sh.n];
-				break;
-			}
-		}
-		hset_flush(&s, w, out, NULL);
-	}
-	merge_layer_end(c, nin, &ml, &sh, INT64_MAX);
-	free(ml.names);
-	free(s.h);
-	free(sh.h);
-	free(c);
-}
-
 static void do_merge(char **files, int nfiles, int f64, x3_writer *w)
 {
-	static char *dash[] = { "-" };
-	if (!nfiles)
-		files = dash, nfiles = 1;
-	struct min *in = calloc((size_t)nfiles, sizeof *in);
-	if (!in)
-		die("out of memory");
-	int parts = -1;
-	for (int i = 0; i < nfiles; i++) {
-		in[i].file = files[i];
-		if (x3_reader_open(files[i], &in[i].r))
-			die_x3("%s", files[i]);
-		min_next(&in[i]);
-		/* the first input with frames says what they all are */
-		int p = in[i].t && x3_meta_get(in[i].t, "chunk");
-		if (parts < 0 && in[i].t)
-			parts = p;
-		else if (in[i].t && p != parts)
-			die("%s: %s, but the inputs before it are %s", files[i],
-			    p ? "the partial sums of a chunk (--part)" : "a whole stream",
-			    parts ? "chunks" : "whole streams");
-	}
-	if (parts == 1)
-		merge_chunks(in, nfiles, f64, w);
-	else
-		merge_streams(in, nfiles, f64, w);
-	for (int i = 0; i < nfiles; i++)
-		x3_reader_close(in[i].r);
-	free(in);
+	static const char *const dash[] = { "-" };
+	struct x3_merge_opts o = { .f64 = f64, .spill_dir = spill_dir, .dropped = warn_dropped,
+	                           .starved = warn_starved };
+	if (x3_hess_merge(nfiles ? (const char *const *)files : dash, nfiles ? nfiles : 1, &o, w))
+		die("%s", x3_errmsg());
 }
 
 static void do_activations(char **files, int nfiles, const char *name, const char *members,
                            int f64, x3_writer *w)
 {
-	struct hset s = { 0 };
+	x3_hset s = { 0 };
 	static char *dash[] = { "-" };
 	if (!nfiles)
 		files = dash, nfiles = 1;
@@ -1256,7 +735,7 @@ static void do_activations(char **files, int nfiles, const char *name, const cha
 			if (!g)
 				g = t->name;
 			const char *mem = members ? members : x3_meta_get(t, "members");
-			x3_hess *h = hset_find(&s, g);
+			x3_hess *h = x3_hset_find(&s, g);
 			if (!h) {
 				int64_t layer = -1;
 				x3_meta_get_i64(t, "layer", &layer);
@@ -1315,7 +794,7 @@ int main(int argc, char **argv)
 	int split = X3_SPLIT_LINES, stream = 0, even_odd = 0, strict = 0, zlevel = 0;
 	int want_device = X3_DEVICE_CPU, have_device = 0;
 	long rows = 0, cols = 0, chunk = 0, min_tokens = -1, chunk_rows = 0, part = -1;
-	int moe = MOE_ROUTED, have_moe = 0, lparts = 0;
+	int moe = X3_MOE_ROUTED, have_moe = 0, lparts = 0;
 	const char *report = NULL, *timing = NULL;
 	int c;
 	while ((c = getopt_long(argc, argv, "hqo:", lo, NULL)) != -1) {
@@ -1356,9 +835,7 @@ int main(int argc, char **argv)
 		case O_TIMING: timing = optarg; break;
 		case O_DEV: want_device = device_parse(usage, optarg); have_device = 1; break;
 		case O_MOE:
-			for (moe = 0; moe < 3 && strcmp(optarg, moe_names[moe]); moe++)
-				;
-			if (moe == 3)
+			if ((moe = x3_moe_capture_parse(optarg)) < 0)
 				usage_error(usage, "--moe-capture: '%s' is not routed, weighted or all", optarg);
 			have_moe = 1;
 			break;
