@@ -89,6 +89,8 @@ check "--size 20%: the dry run of --size $want bytes (20% of $src)" sh -c \
 	'test "$(jq -c "del(.options.size_percent)" p.json)" = "$(jq -c "del(.options.size_percent)" b.json)" &&
 	 jq -e ".target.size == $0 and .options.size_percent == {percent: 20, of_bytes: $1}" p.json >/dev/null' "$want" "$src"
 check "--size 280KB: the resolved size in the options" sh -c 'convert m o --rows 8 --cols 32 -q -n --json --size 280KB | jq -e ".options.size == 280000 and .options.size_percent == null" >/dev/null'
+check_fail "--size 60% above the largest plan: exit 2 naming the percentage and the bytes" 2 \
+	"above the largest plan.*\(--size 60% of the $src bytes of the weight files\)" dry --size 60%
 for bad in 0% 101% -5% abc% 20%%; do
 	check_fail "--size $bad: exit 2 naming --size" 2 "^convert: --size: '$bad' is not a percentage in \(0, 100\]" dry --size "$bad"
 done
