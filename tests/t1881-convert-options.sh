@@ -97,6 +97,9 @@ done
 dry --size 20% --shard-size 100KB >ps.json
 check "--shard-size 100KB: counted by the planner (the shards' headers and index)" jqe \
 	--slurpfile b b.json '.options.shard_size == 100000 and .size.smallest > $b[0].size.smallest' ps.json
+check_fail "bitalloc --shard-size without --model: exit 2" 2 "--shard-size counts the pack of --model" bitalloc -q --bits 3 --shard-size 1MB
+check "bitalloc --predict --shard-size: the shard size read as --size is (500KiB)" sh -c \
+	'test "$(bitalloc --predict --model m --bits 3 --shard-size 500KiB | jq .shard_bytes)" = 512000'
 check_fail "--shard-size 5XB: exit 2 naming it" 2 "^convert: --shard-size: '5XB': unknown unit" dry --bits 3 --shard-size 5XB
 check_fail "--shard-size 0: exit 2 naming it" 2 "^convert: --shard-size: '0' is out of range" dry --bits 3 --shard-size 0
 check "convert --size 20% --shard-size 100KB" convert m s --size 20% --shard-size 100KB "${opts[@]}" -j 2
