@@ -17,7 +17,7 @@
 #include "safetensors.h"
 
 static const char usage[] =
-	"usage: bitalloc --bits B [--head-bits N] [--hq] [--set REGEX=K]...\n"
+	"usage: bitalloc --bits B [--head-bits N] [--hq [N]] [--set REGEX=K]...\n"
 	"                [--importance FILE] [--strategy optimal|exllamav3]\n"
 	"                [--method auto|dp|lagrangian] [-o PLAN] [-q] [FILE...]\n"
 	"       bitalloc --size BYTES --model SRC [--codebook C] [--cal-rows R] [--cal-cols C]\n"
@@ -25,6 +25,7 @@ static const char usage[] =
 	"                [--method M] [-o PLAN] [-q] [FILE...]\n"
 	"       bitalloc --predict --model SRC (--bits B | --size BYTES) [--head-bits N]\n"
 	"                [--codebook C] [--cal-rows R] [--cal-cols C] [--set REGEX=K]...\n"
+	"       (with --model: [--shard-size SIZE])\n"
 	"       bitalloc --lines FILE...\n"
 	"       (any of them: [--measurement JSON])\n";
 
@@ -37,9 +38,11 @@ static void help(void)
 	       "sum(proxy_err * importance).\n"
 	       "  --bits B          target average bits of the decoder linears (1..8)\n"
 	       "  --head-bits N     lm_head bits, 1..8 or 16 (unquantized); default 6\n"
-	       "  --hq              floor each linear at min(floor(B)+hq, 8), hq its\n"
+	       "  --hq [N]          floor each linear at min(floor(B)+hq, 8), hq its\n"
 	       "                    architecture's promotion (tensor-ls --modules: attention\n"
-	       "                    +2, shared experts +1)\n"
+	       "                    +2, shared experts +1); with N (1..8, the next argument\n"
+	       "                    when it is a number, or --hq=N): the linears with an hq\n"
+	       "                    floored at min(floor(B)+N, 8) instead\n"
 	       "  --set REGEX=K     fix K for linears matching REGEX (PCRE2, repeatable)\n"
 	       "  --importance FILE JSON lines {tensor, importance}; default numel\n"
 	       "  --strategy S      optimal (default) or exllamav3 (its greedy, for comparison)\n"
@@ -53,6 +56,9 @@ static void help(void)
 	       "                    bytes of every file pack-write will write\n"
 	       "  --codebook C      mul1 (default), mcg or 3inst, as given to pack-write\n"
 	       "  --cal-rows R, --cal-cols C  as given to pack-write (default 250, 2048)\n"
+	       "  --shard-size SIZE the largest tensor file of the pack, as given to pack-write\n"
+	       "                    (--size's units; default 8 GiB): its shards' headers and\n"
+	       "                    index are counted\n"
 	       "  --predict         no measurements: print the byte model of SRC for --bits B\n"
 	       "                    or --size BYTES (one JSON object): the smallest and largest\n"
 	       "                    pack, the predicted size, the widths to measure\n"
@@ -357,7 +363,7 @@ static int ratio_cmp(const void *a, const void *b)
  * measurement. ba holds every decoder linear (all K allowed, --set fixes
  * applied). */
 static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double bits, uint64_t size,
-                         int head_bits, const char *codebook)
+                         int head_bits, const char *codebook, uint64_t shard_bytes)
 {
 	char h1[32], h2[32];
 	int64_t N = 0, nf = 0, cf = 0, nset = 0;   /* numel; free numel, cost; set numel-bits */
@@ -482,6 +488,7 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 	x3_jw_set(&w, o, "bytes_hi", json_integer((json_int_t)phi));
 	x3_jw_set(&w, o, "encode_bytes", eb);
 	x3_jw_set(&w, o, "head_encode_bytes", json_integer(head_enc));
+	x3_jw_set(&w, o, "shard_bytes", json_integer((json_int_t)shard_bytes));
 	char *js = x3_jw_dump(&w, o, JSON_COMPACT | JSON_REAL_PRECISION(10), "--predict", NULL);
 	json_decref(o);
 	if (!js)
@@ -494,12 +501,13 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
-	enum { O_BITS = 256, O_HEAD, O_HQ, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
+	enum { O_BITS = 256, O_HEAD, O_HQ, O_SHARD, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
 	       O_CR, O_CC, O_PREDICT, O_MEAS, O_LINES };
 	static const struct option lo[] = {
 		{"bits", required_argument, 0, O_BITS},
 		{"head-bits", required_argument, 0, O_HEAD},
-		{"hq", no_argument, 0, O_HQ},
+		{"hq", optional_argument, 0, O_HQ},
+		{"shard-size", required_argument, 0, O_SHARD},
 		{"set", required_argument, 0, O_SET},
 		{"importance", required_argument, 0, O_IMP},
 		{"strategy", required_argument, 0, O_STRAT},
@@ -517,11 +525,11 @@ int main(int argc, char **argv)
 	};
 	double bits = NAN;
 	long head_bits = 6;
-	int hq = 0, exl3 = 0, method = X3_BA_AUTO, nset = 0;
+	int hq = 0, hq_n = 0, exl3 = 0, method = X3_BA_AUTO, nset = 0;
 	const char *imp = NULL, *out = NULL, *model = NULL, *codebook = "mul1";
-	uint64_t size = 0;
+	uint64_t size = 0, shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20;
 	long cal_rows = 250, cal_cols = 2048;
-	int predict = 0, lines = 0;
+	int predict = 0, lines = 0, shard_given = 0;
 	json_t *mj = NULL;        /* --measurement */
 	char *mtext = NULL;
 	char **sets = calloc((size_t)argc, sizeof *sets);
@@ -539,7 +547,16 @@ int main(int argc, char **argv)
 			if (head_bits > 8 && head_bits != 16)
 				usage_error(usage, "--head-bits: %ld is not 1..8 or 16", head_bits);
 			break;
-		case O_HQ: hq = 1; break;
+		case O_HQ:
+			hq = 1;
+			/* N: --hq=N, or the next argument when it is a number */
+			if (!optarg && optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9' &&
+			    strspn(argv[optind], "0123456789") == strlen(argv[optind]))
+				optarg = argv[optind++];
+			if (optarg)
+				hq_n = (int)parse_long(usage, "--hq", optarg, 1, 8);
+			break;
+		case O_SHARD: shard_bytes = parse_size(usage, "--shard-size", optarg); shard_given = 1; break;
 		case O_SET: sets[nset++] = optarg; break;
 		case O_IMP: imp = optarg; break;
 		case O_STRAT:
@@ -593,6 +610,8 @@ int main(int argc, char **argv)
 		usage_error(usage, "--strategy exllamav3 plans a bits target, not a --size");
 	if (size && hq)
 		usage_error(usage, "--hq floors follow a bits target; with --size use --set");
+	if (shard_given && !model)
+		usage_error(usage, "--shard-size counts the pack of --model SRC: give --model");
 	if (predict && (optind < argc || imp))
 		usage_error(usage, "--predict reads no measurements");
 	struct { char *re; long K; } *set = calloc((size_t)(nset ? nset : 1), sizeof *set);
@@ -621,11 +640,12 @@ int main(int argc, char **argv)
 	if (!ba)
 		die_x3("init");
 	ba->head_bits = (int)head_bits;
+	ba->hq_bits = hq_n;
 	struct szctx sx = {0};
 	if (model) {
 		x3_pack_size_opts so = {
 			.head_bits = (int)head_bits, .codebook = codebook, .cal_rows = (int)cal_rows,
-			.cal_cols = (int)cal_cols, .shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20,
+			.cal_cols = (int)cal_cols, .shard_bytes = shard_bytes,
 			.measurement = mtext,
 		};
 		if (x3_pack_sizer_open(model, &so, &sx.sz))
@@ -665,7 +685,7 @@ int main(int argc, char **argv)
 
 	if (predict) {
 		APPLY_SETS();
-		predict_main(ba, &sx, model, bits, size, (int)head_bits, codebook);
+		predict_main(ba, &sx, model, bits, size, (int)head_bits, codebook, shard_bytes);
 		x3_pack_sizer_close(sx.sz);
 		x3_ba_free(ba);
 		return 0;

@@ -310,7 +310,8 @@ int x3_ba_hq_bits(const x3_ba *ba, const char *key)
 {
 	int layer;
 	const x3_module_desc *d = classify(ba, key, &layer);
-	return d ? d->hq : 0;
+	int h = d ? d->hq : 0;
+	return h > 0 && ba->hq_bits > 0 ? ba->hq_bits : h;
 }
 
 void x3_ba_apply_hq(x3_ba *ba, double bits)

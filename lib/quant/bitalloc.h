@@ -59,6 +59,9 @@ typedef struct x3_ba {
 	 * whose pattern matches (DeepSeek's dense MLP keys look like Llama's) */
 	const struct x3_module *mods;
 	int nmods;
+	/* --hq N: the promotion of every linear its table promotes (hq > 0),
+	 * instead of the table's amount; 0: the table's */
+	int hq_bits;
 } x3_ba;
 
 enum { X3_BA_AUTO = 0, X3_BA_DP = 1, X3_BA_LAGRANGE = 2, X3_BA_EXL3 = 3 };
@@ -87,7 +90,8 @@ int x3_ba_set_fixed(x3_ba *ba, const char *regex, int K, int *nmatch);
  * copied): set before x3_ba_add. */
 void x3_ba_set_modules(x3_ba *ba, const struct x3_module *m, int n);
 /* The --hq bits of a key, from its architecture's table (e.g. 2 for
- * attention, 1 for shared experts; exl3(5) §11.2, §11.4). */
+ * attention, 1 for shared experts), or hq_bits where set and the table
+ * promotes the key (exl3(5) §11.2, §11.4). */
 int x3_ba_hq_bits(const x3_ba *ba, const char *key);
 /* --hq: floor every non-fixed tensor at min(floor(bits) + hq_bits, 8). */
 void x3_ba_apply_hq(x3_ba *ba, double bits);
