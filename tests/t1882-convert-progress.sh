@@ -32,7 +32,7 @@ check "the last line: every count at its total ($last)" \
 check "... the totals are the dry run's captures and encodes" \
 	grep -q "^convert: captures $(jq .counts.captures dry.json)/$(jq .counts.captures dry.json), encodes $(jq .counts.encodes dry.json)/$(jq .counts.encodes dry.json), pack 1/1; " <<<"$last"
 check "... the ETA of the last line is 0s" grep -q 'ETA 0s$' <<<"$last"
-check "the progress lines are in WORK/convert.log too" cmp lines.txt <(grep '^convert: captures' w/convert.log)
+check "the progress lines are in WORK/convert.log too" sh -c 'test -s lines.txt && grep "^convert: captures" w/convert.log | cmp -s lines.txt -' 
 check "... after the run's command line" grep -q "^20.*Z convert: m o --bits 3 .* --validate $" w/convert.log
 
 # the summary
@@ -60,24 +60,35 @@ check "... its summary (no validation)" jqe '.validate == null and .bits == 3' w
 
 # the plots
 if command -v gnuplot >/dev/null; then
-	# svg_pts FILE GROUP: the point types (gnuplot's #gpPtN) of a series
+	# svg_pts FILE GROUP: the point types (gnuplot's #gpPtN) of a series,
+	# and its points' sizes (scale(S))
 	svg_pts() { awk -v g="$2" '/<g id="/ { cur = ($0 ~ "id=\"" g "\"") } cur && match($0, /#gpPt[0-9]+/) { print substr($0, RSTART + 1, RLENGTH - 1) }' "$1" | sort -u | paste -sd' '; }
-	jq -c '.tensors[]' w/validate.json >errors.jsonl
+	svg_size() { awk -v g="$2" '/<g id="/ { cur = ($0 ~ "id=\"" g "\"") } cur && match($0, /#gpPt[0-9]+.*scale\([0-9.]+\)/) { s = substr($0, RSTART, RLENGTH); sub(/.*scale\(/, "", s); sub(/\)/, "", s); print s }' "$1" | sort -u | paste -sd' '; }
+	# apart: two series' point types differ, and the later's points are smaller
+	apart() { [ -n "$1" ] && [ -n "$2" ] && [ "$1" != "$2" ] && [[ $3 =~ ^[0-9.]+$ ]] && [[ $4 =~ ^[0-9.]+$ ]] && awk -v a="$3" -v b="$4" 'BEGIN { exit !(b < a) }'; }
+	# every linear's decode error (exl3-validate's check, as the plot of validate --plot)
+	validate o --model m --no-eval -q >v.json || true
+	jq -c '.tensors[]' v.json >errors.jsonl
 	exl3-info -q --plot p.svg --errors errors.jsonl o >/dev/null
 	check "exl3-info --plot: the SVG is written" test -s p.svg
 	miss=$(jq -r '.tensor | sub("^model\\."; "") | sub("^layers\\."; "")' errors.jsonl |
 		while read -r n; do grep -qF ">$n<" p.svg || echo "$n"; done)
-	check "... the per-tensor panel names every linear ($(wc -l <errors.jsonl)) on its x axis${miss:+; missing: $miss}" test -z "$miss"
+	check "... the per-tensor panel names every linear ($(wc -l <errors.jsonl) of $(jq .counts.linears dry.json)) on its x axis${miss:+; missing: $miss}" \
+		sh -c "[ $(wc -l <errors.jsonl) -eq $(jq .counts.linears dry.json) ] && [ -z '$miss' ]"
 	# every role at K=3: the attention and mlp series coincide in the bits panel
-	a=$(svg_pts p.svg exl3info_plot_1a) b=$(svg_pts p.svg exl3info_plot_2a)
-	check "... the coinciding bits series have distinct point types ($a, $b)" sh -c "[ -n '$a' ] && [ -n '$b' ] && [ '$a' != '$b' ]"
-	a=$(svg_pts p.svg exl3info_plot_1b) b=$(svg_pts p.svg exl3info_plot_2b)
-	check "... the error series too ($a, $b)" sh -c "[ -n '$a' ] && [ -n '$b' ] && [ '$a' != '$b' ]"
+	for g in a b; do
+		p1=$(svg_pts p.svg exl3info_plot_1$g) p2=$(svg_pts p.svg exl3info_plot_2$g)
+		s1=$(svg_size p.svg exl3info_plot_1$g) s2=$(svg_size p.svg exl3info_plot_2$g)
+		check "... $( [ $g = a ] && echo "the bits panel's series (coinciding: every K is 3)" || echo "the error panel's series"): distinct point types ($p1, $p2), the later smaller ($s1, $s2)" \
+			apart "$p1" "$p2" "$s1" "$s2"
+	done
 	jq -n '{ok: true, bits: 3, eval: {kl_divergence: 0.12}}' >r3.json
 	jq -n '{ok: true, bits: 4, eval: {kl_divergence: 0.03}}' >r4.json
 	plot-kl -o kl.svg one=r3.json one=r4.json two=r3.json two=r4.json
-	a=$(svg_pts kl.svg plotkl_plot_1) b=$(svg_pts kl.svg plotkl_plot_2)
-	check "plot-kl: two series on the same points have distinct point types ($a, $b)" sh -c "[ -n '$a' ] && [ -n '$b' ] && [ '$a' != '$b' ]"
+	p1=$(svg_pts kl.svg plotkl_plot_1) p2=$(svg_pts kl.svg plotkl_plot_2)
+	s1=$(svg_size kl.svg plotkl_plot_1) s2=$(svg_size kl.svg plotkl_plot_2)
+	check "plot-kl: two series on the same points: distinct point types ($p1, $p2), the later smaller ($s1, $s2)" \
+		apart "$p1" "$p2" "$s1" "$s2"
 else
 	skip "gnuplot not installed (make deps)"
 fi
