@@ -16,10 +16,12 @@
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
 tiny_model m 2
-opts=(--bits 3 --head-bits 16 --rows 16 --cols 64 --work w --set 'down_proj=3')
+opts=(--head-bits 16 --rows 16 --cols 64 --work w --set 'down_proj=3')
+# at_totals LINE: every done/total of a progress line at its total (N of them at least)
+at_totals() { awk -v l="$1" -v want="$2" 'BEGIN { n = split(l, a, /[ ,;]+/); for (i = 1; i <= n; i++) if (a[i] ~ /^[0-9]+\/[0-9]+$/) { split(a[i], d, "/"); k++; if (d[1] != d[2]) exit 1 } exit !(k >= want) }'; }
 
-convert m o "${opts[@]}" -n --json >dry.json
-rc=0; convert m o "${opts[@]}" --validate 2>err.txt || rc=$?
+convert m o --bits 3 "${opts[@]}" -n --json >dry.json
+rc=0; convert m o --bits 3 "${opts[@]}" --validate 2>err.txt || rc=$?
 check "convert --validate, stderr to a file: exit 0, OUT written" sh -c "[ $rc -eq 0 ] && test -f o/config.json"
 [ "$rc" -eq 0 ] || sed 's/^/#   /' err.txt | tail -5
 grep -E '^convert: captures [0-9]+/[0-9]+, encodes [0-9]+/[0-9]+, pack [01]/1; [0-9]+/[0-9]+ steps done, [0-9hms]+ elapsed, ETA ([0-9hms]+|\?)$' err.txt >lines.txt || true
@@ -27,8 +29,7 @@ check "progress lines on stderr (per kind: done/total, steps, elapsed, ETA): $(w
 check "... no carriage returns (no bar) when stderr is not a terminal" sh -c "! grep -q \$(printf '\r') err.txt"
 check "... at a bounded rate: fewer lines than steps" test "$(wc -l <lines.txt)" -lt "$(jq '.counts.captures + .counts.encodes + 1' dry.json)"
 last=$(tail -n 1 lines.txt)
-check "the last line: every count at its total ($last)" \
-	awk -v l="$last" 'BEGIN { n = split(l, a, /[ ,;]+/); for (i = 1; i <= n; i++) if (a[i] ~ /^[0-9]+\/[0-9]+$/) { split(a[i], d, "/"); k++; if (d[1] != d[2]) exit 1 } exit !(k == 4) }'
+check "the last line: every count at its total ($last)" at_totals "$last" 4
 check "... the totals are the dry run's captures and encodes" \
 	grep -q "^convert: captures $(jq .counts.captures dry.json)/$(jq .counts.captures dry.json), encodes $(jq .counts.encodes dry.json)/$(jq .counts.encodes dry.json), pack 1/1; " <<<"$last"
 check "... the ETA of the last line is 0s" grep -q 'ETA 0s$' <<<"$last"
@@ -52,11 +53,14 @@ check "the summary lines are in the log" grep -q '^convert: KL divergence to the
 
 # -q: nothing on stderr, the log and summary written all the same
 n0=$(grep -c ' steps done, ' w/convert.log)
-rc=0; convert m o "${opts[@]}" -q 2>errq.txt || rc=$?
-check "convert -q (a resumed run): exit 0, stderr empty" sh -c "[ $rc -eq 0 ] && ! test -s errq.txt"
-check "... its last progress line in the log (nothing left to do: the encodes and the pack)" \
-	sh -c "[ $(grep -c ' steps done, ' w/convert.log) -eq $((n0 + 1)) ] && tail -n 6 w/convert.log | grep -q '^convert: encodes 14/14, pack 1/1; 15/15 steps done, '"
-check "... its summary (no validation)" jqe '.validate == null and .bits == 3' w/summary.json
+# (at 3.5 bits: the encodes at K=4 and the captures they need, some seconds)
+rc=0; convert m o2 --bits 3.5 "${opts[@]}" -q 2>errq.txt || rc=$?
+check "convert -q (the work directory at another rate): exit 0, stderr empty" sh -c "[ $rc -eq 0 ] && ! test -s errq.txt"
+last=$(grep ' steps done, ' w/convert.log | tail -n 1)
+check "... its progress lines in the log, the last at the totals ($last)" \
+	sh -c '[ "$(grep -c " steps done, " w/convert.log)" -gt "$1" ] && [ "$2" != "$(tail -n 1 lines.txt)" ]' - "$n0" "$last"
+check "... ... at the totals" at_totals "$last" 2
+check "... its summary (no validation)" jqe '.validate == null and .bits > 3' w/summary.json
 
 # the plots
 if command -v gnuplot >/dev/null; then
