@@ -7,7 +7,8 @@
 #     encodes; the same lines in WORK/convert.log; with -q none on stderr;
 #   - the summary, on stderr and in WORK/summary.json: wall time, bits,
 #     bytes, the overrides, the reader check and, with --validate, the KL of
-#     exl3-validate's report (a finite number), kept in WORK;
+#     exl3-validate's report (a finite number), kept in WORK; a failed
+#     validation fails the conversion after the summary;
 #   - exl3-info --plot names every linear in its per-tensor panel, and the
 #     series of its panels use a point type each where they coincide;
 #     plot-kl's series likewise.
@@ -62,7 +63,14 @@ check "... its progress lines in the log, the last at the totals ($last)" \
 check "... ... at the totals" at_totals "$last" 2
 check "... its summary (no validation)" jqe '.validate == null and .bits > 3' w/summary.json
 
-# the plots
+# a validation that fails (here an exl3-validate whose report is not ok)
+# fails the conversion after the summary; OUT is kept
+mkdir fake && printf '%s\n' '#!/bin/sh' 'echo "{\"ok\": false, \"bits\": 3, \"eval\": null, \"errors\": [\"planted\"]}"' 'exit 1' >fake/exl3-validate &&
+	chmod +x fake/exl3-validate
+rc=0; PATH="$TMP/fake:$PATH" convert m o --bits 3 "${opts[@]}" --validate 2>errv.txt || rc=$?
+check "--validate, the validation fails: exit 1 naming the report, OUT kept" \
+	sh -c "[ $rc -eq 1 ] && grep -q '^convert: --validate: .* failed its validation .*validate.json' errv.txt && test -f o/config.json"
+check "... after the summary, which says so" sh -c 'jq -e ".validate.ok == false" w/summary.json >/dev/null && grep -q "^convert: validation: no evaluation" errv.txt'
 if command -v gnuplot >/dev/null; then
 	# svg_pts FILE GROUP: the point types (gnuplot's #gpPtN) of a series,
 	# and its points' sizes (scale(S))
