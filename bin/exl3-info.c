@@ -534,11 +534,10 @@ static const int plot_roles[] = {X3_ROLE_ATTENTION, X3_ROLE_MLP, X3_ROLE_EXPERT,
                                  X3_ROLE_OTHER, X3_ROLE_HEAD};
 #define NROLES (sizeof plot_roles / sizeof *plot_roles)
 
-/* How series stay apart where they coincide (every role at the same K, say):
- * series s has a point type and a dash type of its own, hollow after the
- * first and smaller than the series before it (and in the panel of bits,
- * shifted right by a step), so that a point drawn over another leaves the
- * one below it visible. */
+/* Series that coincide (every role at one K, say) stay apart: series s has a
+ * point type and a dash type of its own, hollow after the first and smaller
+ * than the one before (in the bits panel also shifted right a step), so a
+ * point drawn over another leaves the one below it visible. */
 static const int plot_pt[NROLES] = {5, 6, 8, 10, 12, 2};   /* a filled square; circle, triangles, diamond; a cross */
 static void plot_style(FILE *f, int s)
 {
@@ -548,33 +547,13 @@ static void plot_style(FILE *f, int s)
 
 /* a linear's name on the x axis of the per-tensor panel: its key without
  * the leading "model." and "layers." (0.self_attn.q_proj, lm_head) */
-static void plot_name(FILE *f, const char *key)
+static const char *plot_name(const char *key)
 {
-	if (!strncmp(key, "model.", 6))
-		key += 6;
-	if (!strncmp(key, "layers.", 7))
-		key += 7;
-	gq(f, key);
+	key += strncmp(key, "model.", 6) ? 0 : 6;
+	return key + (strncmp(key, "layers.", 7) ? 0 : 7);
 }
 
-/* the longest name plot_name writes for the tensors it labels, in characters */
-static int plot_name_len(int every)
-{
-	int m = 0;
-	for (int i = 0; i < nlin; i += every) {
-		const char *k = lins[i].key;
-		if (!strncmp(k, "model.", 6))
-			k += 6;
-		if (!strncmp(k, "layers.", 7))
-			k += 7;
-		if ((int)strlen(k) > m)
-			m = (int)strlen(k);
-	}
-	return m;
-}
-
-/* The most tensor names the per-tensor panel's x axis holds: beyond it,
- * every N-th tensor is named. */
+/* the most names the per-tensor panel's x axis holds: past it, every N-th */
 #define PLOT_MAX_NAMES 80
 
 static char *plot_script(const char *src, size_t *len)
@@ -591,13 +570,11 @@ static char *plot_script(const char *src, size_t *len)
 	}
 	/* the per-tensor panel names every tensor, or every N-th: rotated
 	 * labels below it, about 6 pixels a character */
-	int every = (nlin + PLOT_MAX_NAMES - 1) / PLOT_MAX_NAMES, names = 0;
-	if (every < 1)
-		every = 1;
-	if (anyerr)
-		names = 6 * plot_name_len(every);
-	/* (the multiplot's title takes the top 30 pixels) */
-	int top = 30, h1 = 380, h2 = anyerr ? 380 + names : 0, width = 900;
+	int every = nlin > PLOT_MAX_NAMES ? (nlin + PLOT_MAX_NAMES - 1) / PLOT_MAX_NAMES : 1, names = 0;
+	for (int i = 0; anyerr && i < nlin; i += every)
+		if (6 * (int)strlen(plot_name(lins[i].key)) > names)
+			names = 6 * (int)strlen(plot_name(lins[i].key));
+	int top = 30 /* the multiplot's title */, h1 = 380, h2 = anyerr ? 380 + names : 0, width = 900;
 	if (anyerr && nlin / every * 12 > width - 200)
 		width = nlin / every * 12 + 200;
 	fprintf(f, "set terminal svg size %d,%d dynamic noenhanced font 'sans,11' name 'exl3info'\n", width, top + h1 + h2);
@@ -659,16 +636,12 @@ static char *plot_script(const char *src, size_t *len)
 		        "set ylabel '%s'\nset logscale y\nset yrange [*:*]\nset xrange [-0.5:%d.5]\n"
 		        "set style data points\nset xtics rotate by 90 right nomirror (",
 		        kind, kind, nlin - 1);
-		for (int i = 0, n = 0; i < nlin; i += every, n++) {
-			fprintf(f, "%s", n ? ", " : "");
-			plot_name(f, lins[i].key);
-			fprintf(f, " %d", i);
-		}
+		for (int i = 0; i < nlin; i += every)
+			fprintf(f, "%s", i ? ", " : ""), gq(f, plot_name(lins[i].key)), fprintf(f, " %d", i);
 		fprintf(f, ")\n");
 		if (every > 1)
 			fprintf(f, "set xlabel 'linear (every %d%s named)'\n", every, every == 2 ? "nd" : every == 3 ? "rd" : "th");
-		int ne = 0;
-		int used[NROLES] = {0};
+		int ne = 0, used[NROLES] = {0};
 		for (size_t r = 0; r < NROLES; r++) {
 			int any = 0;
 			for (int i = 0; i < nlin; i++)
