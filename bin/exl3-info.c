@@ -532,6 +532,29 @@ static void gq(FILE *f, const char *s)
 
 static const int plot_roles[] = {X3_ROLE_ATTENTION, X3_ROLE_MLP, X3_ROLE_EXPERT, X3_ROLE_SHARED_EXPERT,
                                  X3_ROLE_OTHER, X3_ROLE_HEAD};
+#define NROLES (sizeof plot_roles / sizeof *plot_roles)
+
+/* Series that coincide (every role at one K, say) stay apart: series s has a
+ * point type and a dash type of its own, hollow after the first and smaller
+ * than the one before (in the bits panel also shifted right a step), so a
+ * point drawn over another leaves the one below it visible. */
+static const int plot_pt[NROLES] = {5, 6, 8, 10, 12, 2};   /* a filled square; circle, triangles, diamond; a cross */
+static void plot_style(FILE *f, int s)
+{
+	fprintf(f, " pointtype %d dashtype %d pointsize %.2f", plot_pt[s % NROLES], s % 5 + 1,
+	        1.6 - 0.2 * (s % NROLES));
+}
+
+/* a linear's name on the x axis of the per-tensor panel: its key without
+ * the leading "model." and "layers." (0.self_attn.q_proj, lm_head) */
+static const char *plot_name(const char *key)
+{
+	key += strncmp(key, "model.", 6) ? 0 : 6;
+	return key + (strncmp(key, "layers.", 7) ? 0 : 7);
+}
+
+/* the most names the per-tensor panel's x axis holds: past it, every N-th */
+#define PLOT_MAX_NAMES 80
 
 static char *plot_script(const char *src, size_t *len)
 {
@@ -545,13 +568,21 @@ static char *plot_script(const char *src, size_t *len)
 			maxl = lins[i].layer;
 		anyerr |= isfinite(lins[i].err) && lins[i].err > 0;
 	}
-	int panels = anyerr ? 2 : 1;
-	fprintf(f, "set terminal svg size 900,%d dynamic noenhanced font 'sans,11' name 'exl3info'\n",
-	        panels * 380);
-	fprintf(f, "set output\nset multiplot layout %d,1 title ", panels);
+	/* the per-tensor panel names every tensor, or every N-th: rotated
+	 * labels below it, about 6 pixels a character */
+	int every = nlin > PLOT_MAX_NAMES ? (nlin + PLOT_MAX_NAMES - 1) / PLOT_MAX_NAMES : 1, names = 0;
+	for (int i = 0; anyerr && i < nlin; i += every)
+		if (6 * (int)strlen(plot_name(lins[i].key)) > names)
+			names = 6 * (int)strlen(plot_name(lins[i].key));
+	int top = 30 /* the multiplot's title */, h1 = 380, h2 = anyerr ? 380 + names : 0, width = 900;
+	if (anyerr && nlin / every * 12 > width - 200)
+		width = nlin / every * 12 + 200;
+	fprintf(f, "set terminal svg size %d,%d dynamic noenhanced font 'sans,11' name 'exl3info'\n", width, top + h1 + h2);
+	fprintf(f, "set output\nset multiplot title ");
 	gq(f, src);
 	fprintf(f, "\nset key outside right top\nset grid\nset style data linespoints\n");
 	/* panel 1: numel-weighted K per layer and role; the head at x = layers */
+	fprintf(f, "set origin 0,%.4f\nset size 1,%.4f\n", (double)h2 / (top + h1 + h2), (double)h1 / (top + h1 + h2));
 	int has_head = 0;
 	for (int i = 0; i < nlin; i++)
 		has_head |= lins[i].role == X3_ROLE_HEAD;
@@ -560,13 +591,15 @@ static char *plot_script(const char *src, size_t *len)
 	        "set xtics %d\n", maxl + has_head, maxl < 32 ? 1 : (maxl + 15) / 16);
 	if (has_head)
 		fprintf(f, "set xtics add ('head' %d)\n", maxl + 1);
-	int nser = 0;
-	for (size_t r = 0; r < sizeof plot_roles / sizeof *plot_roles; r++) {
+	int nser = 0, rser[NROLES];
+	for (size_t r = 0; r < NROLES; r++) {
 		int role = plot_roles[r], any = 0;
 		for (int i = 0; i < nlin; i++)
 			any |= lins[i].role == role;
+		rser[r] = -1;
 		if (!any)
 			continue;
+		rser[r] = nser;
 		fprintf(f, "$bits%d << EOD\n", nser);
 		for (int l = -1; l <= maxl; l++) {
 			double p = 0, kp = 0;
@@ -579,16 +612,18 @@ static char *plot_script(const char *src, size_t *len)
 		fprintf(f, "EOD\n");
 		nser++;
 	}
+	/* the shift of series s: a twentieth of a layer (at most 0.3) */
+	double dx = (maxl + has_head + 1) / 20.0 > 0.3 ? 0.3 : (maxl + has_head + 1) / 20.0;
+	if (dx * nser > 0.45)
+		dx = 0.45 / nser;
 	fprintf(f, "plot");
-	for (int s = 0, r = 0; s < nser; r++) {
-		int role = plot_roles[r], any = 0;
-		for (int i = 0; i < nlin; i++)
-			any |= lins[i].role == role;
-		if (!any)
+	for (size_t r = 0; r < NROLES; r++) {
+		int s = rser[r];
+		if (s < 0)
 			continue;
-		fprintf(f, "%s $bits%d using 1:2 title '%s'%s", s ? "," : "", s, x3_role_name(role),
-		        role == X3_ROLE_HEAD ? " with points pointsize 2" : "");
-		s++;
+		fprintf(f, "%s $bits%d using ($1+%.4f):2 title '%s'%s", s ? "," : "", s, s * dx,
+		        x3_role_name(plot_roles[r]), plot_roles[r] == X3_ROLE_HEAD ? " with points" : "");
+		plot_style(f, s);
 	}
 	fprintf(f, "\n");
 	if (anyerr) {
@@ -596,12 +631,18 @@ static char *plot_script(const char *src, size_t *len)
 		for (int i = 0; i < nlin; i++)
 			if (isfinite(lins[i].err))
 				kind = lins[i].err_kind;
+		fprintf(f, "set origin 0,0\nset size 1,%.4f\n", (double)h2 / (top + h1 + h2));
 		fprintf(f, "set title 'per-tensor %s (model order)'\nset xlabel 'linear'\n"
 		        "set ylabel '%s'\nset logscale y\nset yrange [*:*]\nset xrange [-0.5:%d.5]\n"
-		        "set xtics autofreq\nset style data points\n", kind, kind, nlin - 1);
-		int ne = 0;
-		int used[sizeof plot_roles / sizeof *plot_roles] = {0};
-		for (size_t r = 0; r < sizeof plot_roles / sizeof *plot_roles; r++) {
+		        "set style data points\nset xtics rotate by 90 right nomirror (",
+		        kind, kind, nlin - 1);
+		for (int i = 0; i < nlin; i += every)
+			fprintf(f, "%s", i ? ", " : ""), gq(f, plot_name(lins[i].key)), fprintf(f, " %d", i);
+		fprintf(f, ")\n");
+		if (every > 1)
+			fprintf(f, "set xlabel 'linear (every %d%s named)'\n", every, every == 2 ? "nd" : every == 3 ? "rd" : "th");
+		int ne = 0, used[NROLES] = {0};
+		for (size_t r = 0; r < NROLES; r++) {
 			int any = 0;
 			for (int i = 0; i < nlin; i++)
 				any |= lins[i].role == plot_roles[r] && isfinite(lins[i].err) && lins[i].err > 0;
@@ -615,10 +656,11 @@ static char *plot_script(const char *src, size_t *len)
 			fprintf(f, "EOD\n");
 		}
 		fprintf(f, "plot");
-		for (size_t r = 0; r < sizeof plot_roles / sizeof *plot_roles; r++)
-			if (used[r])
-				fprintf(f, "%s $err%zu using 1:2 title '%s'", ne++ ? "," : "", r,
-				        x3_role_name(plot_roles[r]));
+		for (size_t r = 0; r < NROLES; r++)
+			if (used[r]) {
+				fprintf(f, "%s $err%zu using 1:2 title '%s'", ne ? "," : "", r, x3_role_name(plot_roles[r]));
+				plot_style(f, ne++);
+			}
 		fprintf(f, "\n");
 	}
 	fprintf(f, "unset multiplot\n");
