@@ -47,7 +47,7 @@ check "... the KL of the validation (a finite number > 0), its report kept in WO
 	jqe --slurpfile v w/validate.json '(.validate.eval.kl_divergence | type == "number" and . > 0 and . < 1e300)
 	 and .validate.eval.kl_divergence == $v[0].eval.kl_divergence and .validate.ok' w/summary.json
 check "stderr: the wall time" grep -Eq '^convert: summary: .*, wall time [0-9.hms]+$' err.txt
-check "stderr: the overrides" grep -q '^convert: overrides: head bits 16; --set down_proj=3; sensitivity off' err.txt
+check "stderr: the overrides" grep -q '^convert: overrides: effort default; --hq off; head bits 16; --set down_proj=3; sensitivity off' err.txt
 check "stderr: the reader check" grep -q '^convert: reader check: exllamav3: passed$' err.txt
 check "stderr: the KL to the original" grep -Eq "^convert: KL divergence to the original: $(jq .eval.kl_divergence w/validate.json) " err.txt
 check "the summary lines are in the log" grep -q '^convert: KL divergence to the original: ' w/convert.log
