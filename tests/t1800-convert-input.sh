@@ -7,7 +7,7 @@
 cd "$TMP"
 tiny_model m 1
 
-check "convert -h prints the usage" sh -c 'convert -h | grep -q "^usage: convert MODEL OUT (--bits B | --size BYTES)"'
+check "convert -h prints the usage" sh -c 'convert -h | grep -q "^usage: convert MODEL OUT (--bits B | --size BYTES"'
 check "validate -h prints the usage" sh -c 'validate -h | grep -q "^usage: validate OUT"'
 check_fail "no --bits: usage error" 2 "--bits B or --size BYTES is required" convert m out
 check_fail "--bits out of range" 2 "--bits: '9' is not a number from 1 to 8" convert m out --bits 9
