@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <jansson.h>
 #include "io.h"
+#include "strix.h"
 #include "safetensors.h"
 
 struct went {
@@ -31,6 +32,7 @@ struct x3_stw {
 	uint64_t spool_len;
 	struct went *e;
 	int n, cap;
+	x3_strix names;     /* e by name */
 	int module;
 	json_t *meta;
 	int sizer;           /* x3_stw_create_sizer: headers only, no files */
@@ -99,9 +101,8 @@ static int add_entry(x3_stw *w, const x3_tensor *t, uint64_t spool_off)
 		return rc;
 	if (!strcmp(t->name, "__metadata__"))
 		return x3_err(X3_EINVAL, "tensor name '__metadata__' is reserved for the file's metadata");
-	for (int i = 0; i < w->n; i++)
-		if (!strcmp(w->e[i].name, t->name))
-			return x3_err(X3_EINVAL, "tensor '%s' added twice", t->name);
+	if (x3_strix_get(&w->names, t->name) >= 0)
+		return x3_err(X3_EINVAL, "tensor '%s' added twice", t->name);
 	if (w->n == w->cap) {
 		int cap = w->cap ? 2 * w->cap : 64;
 		struct went *ne = realloc(w->e, cap * sizeof *ne);
@@ -114,6 +115,10 @@ static int add_entry(x3_stw *w, const x3_tensor *t, uint64_t spool_off)
 	memset(e, 0, sizeof *e);
 	if (!(e->name = strdup(t->name)))
 		return x3_err(X3_ENOMEM, "out of memory");
+	if ((rc = x3_strix_put(&w->names, e->name, w->n))) {
+		free(e->name);
+		return rc;
+	}
 	e->dtype = t->dtype;
 	e->rank = t->rank;
 	memcpy(e->shape, t->shape, sizeof e->shape);
@@ -141,7 +146,8 @@ int x3_stw_add(x3_stw *w, const x3_tensor *t)
 	if (rc)
 		return rc;
 	if ((rc = full_write(w->spool_fd, t->data, t->nbytes, w->spool_path))) {
-		free(w->e[--w->n].name);
+		x3_strix_del(&w->names, w->e[--w->n].name);
+		free(w->e[w->n].name);
 		return x3_errprefix(rc, "tensor '%s'", t->name);
 	}
 	w->spool_len += t->nbytes;
@@ -165,6 +171,7 @@ static void stw_free(x3_stw *w)
 	for (int i = 0; i < w->n; i++)
 		free(w->e[i].name);
 	free(w->e);
+	x3_strix_free(&w->names);
 	json_decref(w->meta);
 	free(w->path);
 	free(w);
