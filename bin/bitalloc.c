@@ -304,27 +304,26 @@ static void bind_model(x3_ba *ba, struct szctx *x, const char *model)
 	x->mods = x3_pack_sizer_modules(x->sz, &x->nmods);
 	x->idx = calloc((size_t)ba->n + 1, sizeof *x->idx);
 	x->K = calloc((size_t)x->nmods + 1, sizeof *x->K);
-	if (!x->idx || !x->K)
+	char *measured = calloc((size_t)x->nmods + 1, 1);
+	x3_modix *ix = NULL;
+	if (!x->idx || !x->K || !measured || x3_modix_build(x->mods, x->nmods, &ix))
 		die("out of memory");
 	for (int i = 0; i < ba->n; i++) {
-		const x3_module *m = x3_modules_find(x->mods, x->nmods, ba->t[i].name);
+		const x3_module *m = x3_modix_find(ix, ba->t[i].name);
 		if (!m || !is_decoder_linear(m))
 			die("tensor '%s': not a decoder linear of %s", ba->t[i].name, model);
 		if (m->in * m->out != ba->t[i].numel)
 			die("tensor '%s': numel %lld, but %s says %lldx%lld", ba->t[i].name,
 			    (long long)ba->t[i].numel, model, (long long)m->out, (long long)m->in);
 		x->idx[i] = (int)(m - x->mods);
+		measured[x->idx[i]] = 1;
 		ba->t[i].cost = x3_pack_trellis_bytes_per_bit(m);
 	}
-	for (int j = 0; j < x->nmods; j++) {
-		int found = 0;
-		if (!is_decoder_linear(&x->mods[j]))
-			continue;
-		for (int i = 0; i < ba->n && !found; i++)
-			found = x->idx[i] == j;
-		if (!found)
+	for (int j = 0; j < x->nmods; j++)
+		if (is_decoder_linear(&x->mods[j]) && !measured[j])
 			die("linear '%s' of %s has no measurement", x->mods[j].key, model);
-	}
+	x3_modix_free(ix);
+	free(measured);
 }
 
 /* a byte count for people: "12.0 GiB", "640 KiB" */

@@ -375,6 +375,17 @@ void x3_modules_src_name(const x3_module *m, int n, const char *name, char *buf,
 /* The comma list of the weights ("KEY.weight") that read Hessian group
  * GROUP, in model order, into buf. */
 int x3_modules_members(const x3_module *m, int n, const char *group, char *buf, size_t len);
+/* An index of a module list (modix.c) for the callers that look up every
+ * tensor of a model: x3_modix_X answers as x3_modules_X does, in O(log n)
+ * instead of a scan. The list must outlive the index, unchanged. */
+typedef struct x3_modix x3_modix;
+int x3_modix_build(const x3_module *m, int n, x3_modix **out);
+void x3_modix_free(x3_modix *ix);
+const x3_module *x3_modix_find(const x3_modix *ix, const char *key);
+const x3_module *x3_modix_owner(const x3_modix *ix, const char *name);
+const x3_module *x3_modix_slice_of(const x3_modix *ix, const char *name);
+void x3_modix_out_name(const x3_modix *ix, const char *name, char *buf, size_t len);
+void x3_modix_src_name(const x3_modix *ix, const char *name, char *buf, size_t len);
 
 struct x3_st;
 /* Set c->fused_experts when the checkpoint ST holds the experts of its

@@ -11,6 +11,7 @@
 #include "x3.h"
 #include "codec.h"
 #include "pack.h"
+#include "strix.h"
 
 int64_t x3_pack_pad128(int64_t n)
 {
@@ -153,9 +154,14 @@ static int add_ent(x3_pack_layout *l, const char *name, x3_dtype dt, int rank, c
 	return X3_OK;
 }
 
-static int stream_index(const x3_pack_in *p, const x3_tensor *t)
+/* t's position in the stream, or -1 (byname: the first position of each
+ * name; a later tensor of the same name is found by the scan) */
+static int stream_index(const x3_strix *byname, const x3_pack_in *p, const x3_tensor *t)
 {
-	for (int i = 0; i < p->nin; i++)
+	int i = x3_strix_get(byname, t->name);
+	if (i >= 0 && p->in[i] == t)
+		return i;
+	for (i = 0; i < p->nin; i++)
 		if (p->in[i] == t)
 			return i;
 	return -1;
@@ -178,6 +184,11 @@ void x3_pack_layout_free(x3_pack_layout *l)
 
 #define TRY(x) do { if ((rc = (x))) goto out; } while (0)
 
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 {
 	memset(L, 0, sizeof *L);
@@ -189,24 +200,35 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 	int nlin = 0;
 	const x3_tensor *(*part)[P_COUNT] = calloc((size_t)p->nmods + 1, sizeof *part);
 	int *used = calloc((size_t)(nin ? nin : 1), sizeof *used);
-	if (!lin || !part || !used) {
+	int *linpos = calloc((size_t)p->nmods + 1, sizeof *linpos);   /* module -> its j in lin, or -1 */
+	char **inout = calloc((size_t)nin + 1, sizeof *inout);          /* the stream's output names, sorted */
+	x3_modix *ix = NULL;
+	x3_strix byname = X3_STRIX_INIT;
+	if (!lin || !part || !used || !linpos || !inout) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < p->nmods; i++)
-		if (p->mods[i].d->kind == X3_KIND_LINEAR)
+	for (int i = nin - 1; i >= 0; i--)
+		if ((rc = x3_strix_put(&byname, in[i]->name, i)))
+			goto out;
+	if ((rc = x3_modix_build(p->mods, p->nmods, &ix)))
+		goto out;
+	for (int i = 0; i < p->nmods; i++) {
+		linpos[i] = -1;
+		if (p->mods[i].d->kind == X3_KIND_LINEAR) {
+			linpos[i] = nlin;
 			lin[nlin++] = &p->mods[i];
+		}
+	}
 
 	/* 1. the stream's tensors of each linear */
 	for (int i = 0; i < nin; i++) {
 		const char *name = in[i]->name, *dot = strrchr(name, '.');
-		if (!dot)
+		const x3_module *own = x3_modix_owner(ix, name);
+		if (!dot || !own || linpos[own - p->mods] < 0)
 			continue;
-		for (int j = 0; j < nlin; j++) {
-			size_t kl = strlen(lin[j]->key);
-			if (strncmp(name, lin[j]->key, kl) || name + kl != dot)
-				continue;
-			int q;
+		{
+			int j = (int)linpos[own - p->mods], q;
 			for (q = 0; q < P_COUNT; q++)
 				if (!strcmp(dot + 1, part_name[q]))
 					break;
@@ -216,7 +238,6 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			else
 				part[j][q] = in[i];
 			used[i] = 1;
-			break;
 		}
 	}
 
@@ -271,7 +292,7 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			for (int q = 0; q < 5; q++) {
 				const x3_tensor *s = P[parts[q]];
 				if (s)
-					TRY(add_ent(L, s->name, s->dtype, s->rank, s->shape, stream_index(p, s), NULL));
+					TRY(add_ent(L, s->name, s->dtype, s->rank, s->shape, stream_index(&byname, p, s), NULL));
 			}
 			bias_len = x3_pack_pad128(M->out);
 		} else if (P[P_WEIGHT]) {
@@ -288,7 +309,7 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 				            (long long)M->out, (long long)M->in));
 				continue;
 			}
-			TRY(add_ent(L, w->name, X3_F16, 2, shp, stream_index(p, w), NULL));
+			TRY(add_ent(L, w->name, X3_F16, 2, shp, stream_index(&byname, p, w), NULL));
 			L->head_bits = 16;
 			bias_len = M->out;
 		} else if (is_head && M->tied && (head_opt == 0 || head_opt == 16)) {
@@ -347,7 +368,7 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			         (b->shape[0] != M->out && b->shape[0] != bias_len))
 				TRY(problem(L, "tensor '%s': expected a float vector of %lld", b->name, (long long)bias_len));
 			else
-				TRY(add_ent(L, b->name, X3_F16, 1, &bias_len, stream_index(p, b), NULL));
+				TRY(add_ent(L, b->name, X3_F16, 1, &bias_len, stream_index(&byname, p, b), NULL));
 		} else if (sbias) {
 			if (M->sliced)
 				TRY(problem(L, "missing tensor '%s' (rows %lld..%lld of '%s' in %s: give it on stdin)",
@@ -371,8 +392,8 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		/* a renamed module's tensor (Mixtral v5's mlp.gate), given by
 		 * either name: written under the output's, found in SRC under
 		 * the source's */
-		x3_modules_out_name(p->mods, p->nmods, in[i]->name, on, sizeof on);
-		x3_modules_src_name(p->mods, p->nmods, on, sn, sizeof sn);
+		x3_modix_out_name(ix, in[i]->name, on, sizeof on);
+		x3_modix_src_name(ix, on, sn, sizeof sn);
 		const x3_tensor *s = x3_st_find(p->src, sn);
 		if (!s) {
 			TRY(problem(L, "stray tensor '%s' (not a linear of the architecture and not in %s)",
@@ -391,30 +412,34 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		TRY(add_ent(L, on, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
 		used[i] = 1;
 	}
+	/* the stream's tensors by output name: a source tensor given on the
+	 * stream is not passed through from SRC */
+	for (int i = 0; i < nin; i++) {
+		char on[X3_KEY_MAX + 16];
+		x3_modix_out_name(ix, in[i]->name, on, sizeof on);
+		if (!(inout[i] = strdup(on)))
+			TRY(x3_err(X3_ENOMEM, "out of memory"));
+	}
+	qsort(inout, (size_t)nin, sizeof *inout, cmp_name);
 	for (int i = 0; i < x3_st_count(p->src); i++) {
 		const x3_tensor *s = x3_st_get(p->src, i);
 		char name[X3_KEY_MAX + 16];
 		/* written under its output name (Mixtral v5's mlp.gate as
 		 * block_sparse_moe.gate: x3_modules_out_name) */
-		x3_modules_out_name(p->mods, p->nmods, s->name, name, sizeof name);
-		const x3_module *own = x3_modules_owner(p->mods, p->nmods, name);
+		x3_modix_out_name(ix, s->name, name, sizeof name);
+		const x3_module *own = x3_modix_owner(ix, name);
 		size_t nl = strlen(name), rl = strlen("rotary_emb.inv_freq");
 		/* the RoPE buffer some writers store is not a weight */
 		/* ... nor a fused tensor whose rows are linears (x3_row_slice) */
-		if ((own && own->d->kind == X3_KIND_LINEAR) || x3_modules_slice_of(p->mods, p->nmods, name) ||
+		if ((own && own->d->kind == X3_KIND_LINEAR) || x3_modix_slice_of(ix, name) ||
 		    (nl >= rl && !strcmp(name + nl - rl, "rotary_emb.inv_freq")))
 			continue;
 		if (x3_arch_skipped(p->cfg, name)) {
 			L->skipped++;
 			continue;
 		}
-		int have = 0;
-		for (int k = 0; k < nin && !have; k++) {
-			char kn[X3_KEY_MAX + 16];
-			x3_modules_out_name(p->mods, p->nmods, in[k]->name, kn, sizeof kn);
-			have = !strcmp(kn, name);
-		}
-		if (have)
+		const char *key = name;
+		if (bsearch(&key, inout, (size_t)nin, sizeof *inout, cmp_name))
 			continue;
 		if (!p->passthrough) {
 			TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)", name, src));
@@ -454,6 +479,13 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		L->fallback_why[L->nfallback++] = why ? why : "no usable Hessian";
 	}
 out:
+	x3_modix_free(ix);
+	x3_strix_free(&byname);
+	if (inout)
+		for (int i = 0; i < nin; i++)
+			free(inout[i]);
+	free(inout);
+	free(linpos);
 	free(lin);
 	free(part);
 	free(used);

@@ -8,6 +8,7 @@
 #include "x3.h"
 #include "codec.h"
 #include "jsonw.h"
+#include "strix.h"
 #include "pack.h"
 
 static json_t *qcfg_block(x3_jw *w, const x3_pack_qcfg *q)
@@ -86,17 +87,24 @@ static void torch_names(x3_dtype t, const char **torch, const char **plain)
 static json_t *tensor_storage(x3_jw *w, x3_tensor *const *t, int n, int exl3_only)
 {
 	json_t *ts = json_object();
+	/* the modules with a trellis, by name (the trellis names, cut at
+	 * their last dot) */
+	x3_strix quant = X3_STRIX_INIT;
+	char **qmod = exl3_only ? calloc((size_t)n + 1, sizeof *qmod) : NULL;
+	if (exl3_only && !qmod)
+		goto oom;
+	for (int i = 0; exl3_only && i < n; i++) {
+		size_t l = strlen(t[i]->name);
+		if (l > 8 && !strcmp(t[i]->name + l - 8, ".trellis") &&
+		    (!(qmod[i] = strndup(t[i]->name, l - 8)) || x3_strix_put(&quant, qmod[i], i)))
+			goto oom;
+	}
 	for (int i = 0; i < n; i++) {
 		const char *name = t[i]->name, *dot = strrchr(name, '.');
 		char mod[512];
 		snprintf(mod, sizeof mod, "%.*s", dot ? (int)(dot - name) : (int)strlen(name), name);
-		if (exl3_only) {
-			int q = 0;
-			for (int j = 0; j < n && !q; j++)
-				q = !strncmp(t[j]->name, mod, strlen(mod)) && !strcmp(t[j]->name + strlen(mod), ".trellis");
-			if (!q)
-				continue;
-		}
+		if (exl3_only && x3_strix_get(&quant, mod) < 0)
+			continue;
 		json_t *m = json_object_get(ts, mod);
 		if (!m) {
 			m = json_object();
@@ -123,6 +131,15 @@ static json_t *tensor_storage(x3_jw *w, x3_tensor *const *t, int n, int exl3_onl
 			x3_jw_set(w, m, "mcg_multiplier", json_integer(X3_MCG_MULT));
 		}
 	}
+	if (0) {
+oom:    /* a NULL value: x3_jw_set records the failure */
+		json_decref(ts);
+		ts = NULL;
+	}
+	x3_strix_free(&quant);
+	for (int i = 0; qmod && i < n; i++)
+		free(qmod[i]);
+	free(qmod);
 	return ts;
 }
 

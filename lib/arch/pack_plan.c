@@ -16,20 +16,21 @@ int x3_pack_plan_parse(const char *text, const char *label, const x3_module *mod
 	json_t *o = json_loads(text, 0, &je);
 	if (!o)
 		return x3_err(X3_EFORMAT, "%s: line %d: %s", label, je.line, je.text);
+	x3_modix *ix = NULL;
 	json_t *t = json_object_get(o, "tensors");
 	int rc = X3_OK;
 	if (!json_is_object(t)) {
 		rc = x3_err(X3_EFORMAT, "%s: no \"tensors\" object (not a bitalloc plan)", label);
 		goto out;
 	}
-	if (!(p->K = calloc(nmods > 0 ? (size_t)nmods : 1, sizeof *p->K))) {
+	if (!(p->K = calloc(nmods > 0 ? (size_t)nmods : 1, sizeof *p->K)) || x3_modix_build(mods, nmods, &ix)) {
 		rc = x3_err(X3_ENOMEM, "%s: out of memory", label);
 		goto out;
 	}
 	const char *k;
 	json_t *v;
 	json_object_foreach(t, k, v) {
-		const x3_module *m = x3_modules_find(mods, nmods, k);
+		const x3_module *m = x3_modix_find(ix, k);
 		if (!m || m->d->kind != X3_KIND_LINEAR) {
 			rc = x3_err(X3_EFORMAT, "%s: tensor '%s' is not a linear of the architecture", label, k);
 			goto out;
@@ -62,6 +63,7 @@ int x3_pack_plan_parse(const char *text, const char *label, const x3_module *mod
 	    !(p->measurement = json_dumps(ms, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))))
 		rc = x3_err(X3_ENOMEM, "out of memory");
 out:
+	x3_modix_free(ix);
 	json_decref(o);
 	if (rc)
 		x3_pack_plan_free(p);

@@ -33,6 +33,8 @@ void x3_ba_free(x3_ba *ba)
 	for (int i = 0; i < ba->n; i++)
 		free(ba->t[i].name);
 	free(ba->t);
+	x3_strix_free(&ba->names);
+	x3_modix_free(ba->mix);
 	free(ba->head.name);
 	free(ba);
 }
@@ -41,7 +43,8 @@ void x3_ba_free(x3_ba *ba)
  * measurements name only the module. */
 static const x3_module_desc *classify(const x3_ba *ba, const char *key, int *layer)
 {
-	const x3_module *m = ba->mods ? x3_modules_find(ba->mods, ba->nmods, key) : NULL;
+	const x3_module *m = ba->mix ? x3_modix_find(ba->mix, key) :
+	                     ba->mods ? x3_modules_find(ba->mods, ba->nmods, key) : NULL;
 	if (m) {
 		*layer = m->layer;
 		return m->d;
@@ -49,7 +52,15 @@ static const x3_module_desc *classify(const x3_ba *ba, const char *key, int *lay
 	return x3_arch_classify(key, layer);
 }
 
-void x3_ba_set_modules(x3_ba *ba, const x3_module *m, int n) { ba->mods = m, ba->nmods = n; }
+void x3_ba_set_modules(x3_ba *ba, const x3_module *m, int n)
+{
+	ba->mods = m, ba->nmods = n;
+	x3_modix_free(ba->mix);
+	ba->mix = NULL;
+	/* out of memory: the list is scanned instead (the same answers) */
+	if (m && x3_modix_build(m, n, &ba->mix))
+		ba->mix = NULL;
+}
 
 static int role_of(const x3_ba *ba, const char *key)
 {
@@ -63,10 +74,8 @@ static int is_embedding(const x3_ba *ba, const char *key) { return role_of(ba, k
 
 static x3_ba_tensor *find(x3_ba *ba, const char *name)
 {
-	for (int i = 0; i < ba->n; i++)
-		if (strcmp(ba->t[i].name, name) == 0)
-			return &ba->t[i];
-	return NULL;
+	int i = x3_strix_get(&ba->names, name);
+	return i < 0 ? NULL : &ba->t[i];
 }
 
 static void init_tensor(x3_ba_tensor *t)
@@ -128,6 +137,11 @@ int x3_ba_add(x3_ba *ba, const char *name, int K, double err, int64_t numel)
 		if (!(t->name = strdup(tensor)))
 			return x3_err(X3_ENOMEM, "out of memory");
 		t->numel = numel;
+		int rc = x3_strix_put(&ba->names, t->name, ba->n);
+		if (rc) {
+			free(t->name);
+			return rc;
+		}
 		ba->n++;
 	}
 	if (t->numel != numel)
@@ -629,7 +643,8 @@ static int solve_lagrange(x3_ba *ba)
 static void tie_of(const x3_ba *ba, const char *key, char *buf, size_t n)
 {
 	buf[0] = 0;
-	const x3_module *m = ba->mods ? x3_modules_find(ba->mods, ba->nmods, key) : NULL;
+	const x3_module *m = ba->mix ? x3_modix_find(ba->mix, key) :
+	                     ba->mods ? x3_modules_find(ba->mods, ba->nmods, key) : NULL;
 	if (m) {
 		snprintf(buf, n, "%s", m->tie);
 		return;

@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include "strix.h"
 
 #define X3_BA_KMAX 8
 
@@ -59,6 +60,8 @@ typedef struct x3_ba {
 	 * whose pattern matches (DeepSeek's dense MLP keys look like Llama's) */
 	const struct x3_module *mods;
 	int nmods;
+	struct x3_modix *mix;   /* mods' index (NULL: scanned) */
+	x3_strix names;         /* t by name */
 	/* --hq N: the promotion of every linear its table promotes (hq > 0),
 	 * instead of the table's amount; 0: the table's */
 	int hq_bits;
