@@ -9,11 +9,13 @@
 #include <unistd.h>
 #include "util.h"
 #include "plan.h"
+#include "config.h"
 
 static const char usage[] =
 	"usage: convert-plan [--recap] OPTS MODEL WORK\n"
 	"       convert-plan --finals PLAN OPTS MODEL\n"
 	"       convert-plan --list meas|draws|sens-groups OPTS MODEL\n"
+	"       convert-plan --sources MODEL < DIGESTS\n"
 	"   OPTS: --measure LIST [--head-bits N] [--mode onepass|sequential] [--sample F|full]\n"
 	"         [--draws N] [--sensitivity off|measure|file] [--sensitivity-by tensor|group|layer]\n"
 	"         [--sensitivity-k K] [--sens-file NAME]\n";
@@ -31,6 +33,9 @@ static void help(void)
 	     "decides, without running make.\n"
 	     "\n"
 	     "  --recap           print the recapture set only, write nothing\n"
+	     "  --sources         what each step reads of MODEL: one KEY<tab>IDS line per\n"
+	     "                    linear, layer.L, other, config, tokenizer and files, from\n"
+	     "                    the lines of tensor-ls --digest MODEL on stdin\n"
 	     "  --finals PLAN     plan.mk on stdout from bitalloc's PLAN: K.<key>, FINAL, FINAL_L<l>\n"
 	     "  --list L          meas (the measurement encodes), draws (the draws' encodes)\n"
 	     "                    or sens-groups, one a line\n"
@@ -75,6 +80,20 @@ static void write_file(const char *name, int (*wr)(const x3_plan *, const unsign
 	}
 }
 
+/* --sources: the identities of what each step reads (plan.h) */
+static int print_sources(const char *dir)
+{
+	x3_model_config c;
+	x3_module *m;
+	int n;
+	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c) || x3_arch_modules(&c, &m, &n))
+		die("%s: %s", dir, x3_errmsg());
+	if (x3_plan_sources(m, n, stdin, "stdin", stdout) || fflush(stdout) || ferror(stdout))
+		die("%s", x3_errmsg());
+	free(m);
+	return 0;
+}
+
 static int wr_rules(const x3_plan *p, const unsigned char *recap, FILE *f)
 {
 	return x3_plan_write_rules(p, recap, f);
@@ -92,9 +111,9 @@ int main(int argc, char **argv)
 	x3_plan_opts o = {0};
 	o.head_bits = 6;
 	const char *finals = NULL, *list = NULL;
-	int recap_only = 0;
+	int recap_only = 0, sources = 0;
 	enum { O_HB = 256, O_MODE, O_SAMPLE, O_MEASURE, O_DRAWS, O_SENS, O_SENSBY, O_SENSK, O_SENSF,
-	       O_FINALS, O_LIST, O_RECAP };
+	       O_FINALS, O_LIST, O_RECAP, O_SOURCES };
 	static const struct option lo[] = {
 		{"head-bits", required_argument, 0, O_HB}, {"mode", required_argument, 0, O_MODE},
 		{"sample", required_argument, 0, O_SAMPLE}, {"measure", required_argument, 0, O_MEASURE},
@@ -102,7 +121,8 @@ int main(int argc, char **argv)
 		{"sensitivity-by", required_argument, 0, O_SENSBY},
 		{"sensitivity-k", required_argument, 0, O_SENSK}, {"sens-file", required_argument, 0, O_SENSF},
 		{"finals", required_argument, 0, O_FINALS}, {"list", required_argument, 0, O_LIST},
-		{"recap", no_argument, 0, O_RECAP}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+		{"recap", no_argument, 0, O_RECAP}, {"sources", no_argument, 0, O_SOURCES},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
@@ -161,9 +181,15 @@ int main(int argc, char **argv)
 		case O_FINALS: finals = optarg; break;
 		case O_LIST: list = optarg; break;
 		case O_RECAP: recap_only = 1; break;
+		case O_SOURCES: sources = 1; break;
 		case 'h': help(); return 0;
 		default: usage_error(usage, "unknown option");
 		}
+	}
+	if (sources) {
+		if (argc - optind != 1 || finals || list || recap_only)
+			usage_error(usage, "--sources takes one MODEL and no --finals, --list or --recap");
+		return print_sources(argv[optind]);
 	}
 	int want = finals || list ? 1 : 2;
 	if (argc - optind != want)

@@ -76,4 +76,14 @@ int x3_plan_write_list(const x3_plan *p, const char *list, FILE *f);
  * the file or the linear. */
 int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f);
 
+/* What each step reads of the model, one "KEY<tab>IDS" line each: KEY a
+ * linear's key (its module's and its weight's tensors), layer.L (the
+ * tensors of layer L's modules), other (of no module), config, tokenizer
+ * (the files the tokenizer reads) and files (every file); IDS the
+ * identities, space-separated, of those tensors by name ("NAME DTYPE
+ * SHAPE BYTES XXH3", SHAPE joined by x) or files in DIGESTS' order
+ * ("FILE BYTES XXH3"). DIGESTS: the lines of tensor-ls --digest (LABEL
+ * names it in errors). 0, or -1 with x3_errmsg. */
+int x3_plan_sources(const x3_module *m, int n, FILE *digests, const char *label, FILE *out);
+
 #endif
