@@ -245,7 +245,7 @@ struct acc {
 	int linears, tensors;
 	double params, bytes, kparams;   /* kparams: Σ numel·K over the linears */
 };
-static struct acc roles[X3_ROLE_COUNT], dec, head, all;
+static struct acc roles[X3_ROLE_COUNT], dec, head, mtp, all;
 static struct acc hist[9];           /* decoder linears by K */
 static int ncb[X3_CB_COUNT], nlegacy;
 
@@ -263,6 +263,11 @@ static void summarize(void)
 		if (L->role == X3_ROLE_HEAD) {
 			head.linears++, head.params += p, head.bytes += (double)L->q.bytes;
 			head.kparams += p * lin_bits(L);
+			continue;
+		}
+		if (L->role == X3_ROLE_MTP) {   /* outside the bits, as the head */
+			mtp.linears++, mtp.params += p, mtp.bytes += (double)L->q.bytes;
+			mtp.kparams += p * lin_bits(L);
 			continue;
 		}
 		dec.linears++, dec.params += p, dec.bytes += (double)L->q.bytes, dec.kparams += p * L->q.K;
@@ -377,6 +382,8 @@ static json_t *build_json(const char *src, json_t *qcfg)
 	json_object_set_new(s, "storage_bpw", num(ratio(8 * dec.bytes, dec.params)));
 	json_object_set_new(s, "head_bits", head.linears ? json_integer((json_int_t)lround(ratio(head.kparams, head.params))) : json_null());
 	json_object_set_new(s, "head_bpw", num(ratio(8 * head.bytes, head.params)));
+	if (mtp.linears)
+		json_object_set_new(s, "mtp_bits", num(ratio(mtp.kparams, mtp.params)));
 	json_object_set_new(s, "params", json_real(all.params));
 	json_object_set_new(s, "tensor_bytes", json_real(all.bytes));
 	json_object_set_new(s, "stored_bits_per_param", num(ratio(8 * all.bytes, all.params)));
@@ -469,6 +476,9 @@ static void print_table(const char *src, json_t *qcfg)
 	if (head.linears)
 		printf("  head                                                 %ld bits, %.4f bpw stored\n",
 		       lround(ratio(head.kparams, head.params)), ratio(8 * head.bytes, head.params));
+	if (mtp.linears)
+		printf("  multi-token prediction layer (%3d linears)         %.4g bits, %.4f bpw stored\n",
+		       mtp.linears, ratio(mtp.kparams, mtp.params), ratio(8 * mtp.bytes, mtp.params));
 	printf("  stored bits per parameter, whole pack                %.4f (%.0f parameters, %s)\n",
 	       ratio(8 * all.bytes, all.params), all.params, human(all.bytes, b1, sizeof b1));
 	printf("\n  %-15s %7s %7s %14s %12s %8s %8s\n", "role", "linears", "tensors", "params", "bytes", "bits", "bpw");
@@ -879,6 +889,11 @@ int main(int argc, char **argv)
 			continue;
 		}
 		L->role = x3_pack_role(L->key, &L->layer);
+		/* the model's own role where it knows the key: DeepSeek's MTP
+		 * layer has the keys of a layer */
+		const x3_module *am = arch_lin ? x3_modules_find(arch_lin, narch, L->key) : NULL;
+		if (am && am->d->role == X3_ROLE_MTP)
+			L->role = X3_ROLE_MTP;
 		char tn[600];
 		snprintf(tn, sizeof tn, "%s.trellis", L->key);
 		x3_pack_order(&acfg, tn, &L->mod, &L->rank);
@@ -961,6 +976,11 @@ int main(int argc, char **argv)
 		    json_integer_value(hb) != lround(ratio(head.kparams, head.params)))
 			warning("quantization_config.head_bits %lld, but the head has %ld bits",
 			        (long long)json_integer_value(hb), lround(ratio(head.kparams, head.params)));
+		json_t *mb = json_object_get(qcfg, "mtp_bits");
+		if (json_is_integer(mb) && mtp.linears &&
+		    fabs((double)json_integer_value(mb) - ratio(mtp.kparams, mtp.params)) > 1e-9)
+			warning("quantization_config.mtp_bits %lld, but the multi-token prediction layer has "
+			        "%.4f bits", (long long)json_integer_value(mb), ratio(mtp.kparams, mtp.params));
 	}
 	if (!quiet)
 		for (int i = 0; i < nwarns; i++)

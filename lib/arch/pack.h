@@ -86,6 +86,8 @@ typedef struct {
 	double sum_k, sum_n;         /* sum numel * K, sum numel (decoder linears) */
 	int cb_count[X3_CB_COUNT];   /* quantized decoder linears per X3_CB_* */
 	int head_bits;               /* of the head stored; 0: none */
+	int mtp_bits;                /* of the MTP layer's linears (all one K,
+	                                outside sum_k/sum_n); 0: none */
 	int skipped;                 /* SRC tensors left out: layers at or past
 	                                num_hidden_layers (x3_arch_skipped:
 	                                DeepSeek's multi-token prediction) */
@@ -106,6 +108,8 @@ void x3_pack_layout_free(x3_pack_layout *l);
 typedef struct {
 	double bits;                 /* written as round(bits, 2) */
 	int head_bits;               /* 1..8 or 16 */
+	int mtp_bits;                /* the MTP layer's linears' K; 0: written
+	                                only when the pack has an MTP layer */
 	int cal_rows, cal_cols;
 	const char *out_scales;      /* always | never | auto */
 	const char *codebook;        /* mul1 | mcg | 3inst */
@@ -168,6 +172,7 @@ int x3_pack_cmp(long m1, long r1, const char *n1, long m2, long r2, const char *
 #define X3_PACK_SHARD_MB 8192   /* pack-write's default --shard-size */
 typedef struct {
 	int head_bits;               /* 1..8 or 16 */
+	int mtp_bits;                /* the MTP layer's linears: 1..8 (0: 4) */
 	const char *codebook;        /* mul1 (NULL), mcg, 3inst */
 	int cal_rows, cal_cols;      /* as pack-write's --cal-rows/--cal-cols */
 	const char *out_scales;      /* NULL: always */

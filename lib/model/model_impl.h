@@ -35,9 +35,10 @@ struct x3_model {
 	const x3_tensor *embed; /* borrowed (vocab, hidden) */
 	x3_module *mods;        /* every module, model order (arch.h) */
 	int nmods;
-	int *slot;              /* (n_layers + 1, X3_SLOT_COUNT): index into
+	int *slot;              /* (n_layers + 1 + n_mtp, X3_SLOT_COUNT): index into
 	                           mods, -1 if absent; row n_layers: the modules
-	                           before and after the layers */
+	                           before and after the layers; row n_layers + 1:
+	                           the multi-token prediction layer's */
 	int on_use;             /* x3_model_opts.weights_on_use */
 };
 

@@ -374,11 +374,11 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		            pname);
 		goto fail;
 	}
-	if (!(m->slot = malloc((size_t)(c->n_layers + 1) * X3_SLOT_COUNT * sizeof *m->slot))) {
+	if (!(m->slot = malloc((size_t)(c->n_layers + 1 + c->n_mtp) * X3_SLOT_COUNT * sizeof *m->slot))) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
 		goto fail;
 	}
-	for (size_t i = 0; i < (size_t)(c->n_layers + 1) * X3_SLOT_COUNT; i++)
+	for (size_t i = 0; i < (size_t)(c->n_layers + 1 + c->n_mtp) * X3_SLOT_COUNT; i++)
 		m->slot[i] = -1;
 	for (int i = 0; i < m->nmods; i++) {
 		int l = m->mods[i].layer < 0 ? (int)c->n_layers : m->mods[i].layer;
