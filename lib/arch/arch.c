@@ -148,6 +148,8 @@ int x3_arch_match(const char *pattern, const char *name, int *layer)
 
 int x3_arch_sparse_layer(const x3_model_config *c, int l)
 {
+	if (c->n_mtp && l == c->n_layers + 1)   /* the MTP layer: the sparse layers' MLP */
+		return c->n_experts > 0;
 	if (c->n_experts <= 0 || l < 0 || l >= c->n_layers || l < c->first_dense)
 		return 0;
 	if (l < 1024 && (c->mlp_only[l / 64] >> (l % 64) & 1))

@@ -427,7 +427,8 @@ int x3_arch_mtp_scan(struct x3_model_config *c, const struct x3_st *st);
 /* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer;
  * {E}: an expert number, not returned)? */
 int x3_arch_match(const char *pattern, const char *name, int *layer);
-/* Is layer l of the model a mixture-of-experts layer? */
+/* Is layer l of the model a mixture-of-experts layer? (l = n_layers + 1,
+ * the multi-token prediction layer: when the model has experts) */
 int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
 /* Is layer l of a hybrid (config.h hybrid) a Gated DeltaNet layer? */
 int x3_arch_linear_layer(const struct x3_model_config *c, int l);
