@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 cd "$TMP"
 "$ROOT/examples/make-tiny-llama" --heads 2 --kv-heads 1 --lin-heads 2,4 --lin-dims 24,20 \
-	--arch qwen3_5 Q 2 80 96 >/dev/null
+	--arch qwen3_5 Q 2 128 96 >/dev/null
 "$ROOT/examples/make-tiny-llama" --arch deepseek_v3 --experts 4 --groups 1,1 D 2 64 96 >/dev/null
 
 # the description
@@ -23,7 +23,7 @@ check "Qwen3.5: the MTP linears (fc, q/k/v/o, gate/up/down) have role mtp and no
 	test "$(tensor-ls --linears Q | jq -r 'select(.role == "mtp") | "\(.key)|\(.group)|\(.layer)"' | tr '\n' ' ')" = \
 	     "mtp.fc||3 mtp.layers.0.self_attn.q_proj||3 mtp.layers.0.self_attn.k_proj||3 mtp.layers.0.self_attn.v_proj||3 mtp.layers.0.self_attn.o_proj||3 mtp.layers.0.mlp.gate_proj||3 mtp.layers.0.mlp.up_proj||3 mtp.layers.0.mlp.down_proj||3 "
 check "Qwen3.5: mtp.fc is 2 hidden -> hidden" \
-	test "$(tensor-ls --linears Q | jq -c 'select(.key == "mtp.fc") | .shape')" = "[80,160]"
+	test "$(tensor-ls --linears Q | jq -c 'select(.key == "mtp.fc") | .shape')" = "[128,256]"
 check "Qwen3.5: the MTP layer's norms are kept modules" \
 	test "$(tensor-ls --modules Q | jq -r 'select(.key | startswith("mtp.")) | select(.quantized | not) | .key' | tr '\n' ' ')" = \
 	     "mtp.pre_fc_norm_embedding mtp.pre_fc_norm_hidden mtp.layers.0.input_layernorm mtp.layers.0.self_attn.q_norm mtp.layers.0.self_attn.k_norm mtp.layers.0.post_attention_layernorm mtp.norm "
@@ -53,7 +53,7 @@ for c in "QO 3 8" "DO 4 $(tensor-ls --linears D | jq -r 'select(.role == "mtp") 
 	check "$1: exl3-info --check auto clean" exl3-info -q --check auto "$1"
 done
 check "QO: the MTP layer's norms kept (F16 of the source's shape)" \
-	test "$(tensor-ls QO | jq -r 'select(.name | test("^mtp\\..*norm")) | "\(.dtype)\(.shape)"' | sort -u | tr '\n' ' ')" = 'F16[24] F16[80] '
+	test "$(tensor-ls QO | jq -r 'select(.name | test("^mtp\\..*norm")) | "\(.dtype)\(.shape)"' | sort -u | tr '\n' ' ')" = 'F16[128] F16[24] '
 check "DO: enorm, hnorm and shared_head.norm kept" \
 	test "$(tensor-ls DO | jq -r .name | grep -cE '^model\.layers\.2\.(enorm|hnorm|shared_head\.norm)\.weight$')" -eq 3
 check "convert says the MTP linears were encoded without calibration, not a warning per linear" \
@@ -70,6 +70,17 @@ check "the decoder linears convert to the same bytes with and without the MTP la
 	bash -c "tensor-ls NO | jq -r .name >names && test -s names &&
 	       cmp <(tensor-cat -q NO \$(cat names) | sha256sum) <(tensor-cat -q QO \$(cat names) | sha256sum)"
 
+# ExLlamaV3 loads Qwen3.5's mtp.fc unpadded (pad_to 1): a hidden size that
+# is not a multiple of 128 makes a pack it cannot load
+"$ROOT/examples/make-tiny-llama" --heads 2 --kv-heads 1 --lin-heads 2,4 --lin-dims 24,20 \
+	--arch qwen3_5 Q80 2 80 96 >/dev/null
+convert Q80 Q80O --bits 3 --reader none -q --rows 4 --cols 32 2>/dev/null || notok "convert hidden 80 (--reader none)"
+check_fail "hidden 80: exl3-info --check exllamav3 names mtp.fc (rule mtp-fc)" 1 "mtp.fc: mtp-fc" \
+	exl3-info --check exllamav3 Q80O
+check_fail "... and convert --reader exllamav3 refuses it, writing nothing" 1 "mtp.fc" \
+	convert Q80 Q80X --bits 3 --reader exllamav3 -q --rows 4 --cols 32
+check "... nothing written" test ! -e Q80X
+NO_INFO="Q80O"
 check_fail "--mtp-bits 9 refused" 2 "not 1..8" convert Q x --bits 3 --mtp-bits 9
 check_fail "--mtp-bits 16 refused (not supported)" 2 "not supported" convert Q x --bits 3 --mtp-bits 16
 done_testing
