@@ -51,6 +51,8 @@ for c in "QO 3 8" "DO 4 $(tensor-ls --linears D | jq -r 'select(.role == "mtp") 
 		test "$(jq -r '.tensors | keys[]' "${1}W/plan.json" | sort | tr '\n' ' ')" = \
 		     "$(tensor-ls --linears "${1%O}" | jq -r 'select(.role != "mtp") | .key' | sort | tr '\n' ' ')"
 	check "$1: exl3-info --check auto clean" exl3-info -q --check auto "$1"
+	check "$1: the plan's bytes (the MTP layer counted at its K, its fallback entries) are the pack's" \
+		test "$(jq .bytes "${1}W/plan.json")" = "$(cat "$1"/* | wc -c)"
 done
 check "QO: the MTP layer's norms kept (F16 of the source's shape)" \
 	test "$(tensor-ls QO | jq -r 'select(.name | test("^mtp\\..*norm")) | "\(.dtype)\(.shape)"' | sort -u | tr '\n' ' ')" = 'F16[128] F16[24] '

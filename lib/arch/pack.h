@@ -104,6 +104,11 @@ typedef struct {
 int x3_pack_classify(const x3_pack_in *in, x3_pack_layout *out);
 void x3_pack_layout_free(x3_pack_layout *l);
 
+/* The fallback reason of a linear encoded without a Hessian (trellis-encode
+ * without one: the multi-token prediction layer's linears always), as
+ * quantization_config.json's "fallback" gives it. */
+#define X3_FALLBACK_NO_HESSIAN "no hessian"
+
 /* The quantization_config block (exl3(5) §2.5). */
 typedef struct {
 	double bits;                 /* written as round(bits, 2) */
