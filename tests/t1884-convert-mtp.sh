@@ -4,7 +4,8 @@
 # Qwen3.5 (mtp.fc, mtp.pre_fc_norm_embedding / _hidden, mtp.layers.0,
 # mtp.norm at the checkpoint's root) and a DeepSeek V3 (layer
 # num_hidden_layers: enorm, hnorm, eh_proj, one MoE decoder layer,
-# shared_head.norm) from examples/make-tiny-llama, converted at a
+# shared_head.norm) from examples/make-tiny-llama (and, described only, a
+# GLM-4-MoE and a GLM-5), converted at a
 # fractional bpw: the MTP linears listed with role mtp and no Hessian
 # group, every one of them in the pack at --mtp-bits (4 by default, as
 # ExLlamaV3), outside the bits of the decoder linears (quantization_config
@@ -35,6 +36,16 @@ check "DeepSeek V3: eh_proj and the shared experts are among them" \
 	       tensor-ls --linears D | jq -r 'select(.role == \"mtp\") | .key' | grep -qx model.layers.2.mlp.shared_experts.down_proj"
 check "DeepSeek V3: enorm, hnorm, shared_head.norm, the router and its bias kept" \
 	test "$(tensor-ls --modules D | jq -r 'select(.layer == 3 and (.quantized | not)) | .key' | grep -cE 'enorm|hnorm|shared_head\.norm|mlp\.gate$|e_score_correction_bias')" -eq 5
+
+# the GLM families: their layer rows as the MTP layer has them
+"$ROOT/examples/make-tiny-llama" --arch glm4_moe --experts 4 --top-k 2 --moe-inter 40 G 2 64 96 >/dev/null
+check "GLM-4-MoE: eh_proj and q/k/v (with their biases, attention_bias) of layer 2 have role mtp" \
+	test "$(tensor-ls --linears G | jq -c 'select(.role == "mtp") | [.key, .bias]' | head -4 | tr -d '\n')" = \
+	     '["model.layers.2.eh_proj",false]["model.layers.2.self_attn.q_proj",true]["model.layers.2.self_attn.k_proj",true]["model.layers.2.self_attn.v_proj",true]'
+"$ROOT/examples/make-tiny-llama" --arch glm_moe_dsa --experts 4 --top-k 2 --moe-inter 40 --q-lora 48 S 2 64 96 >/dev/null
+check "GLM-5: the MTP layer's indexer.wq_b an mtp linear, wk, k_norm and weights_proj kept" \
+	sh -c "tensor-ls --linears S | jq -r 'select(.role == \"mtp\") | .key' | grep -qx model.layers.2.self_attn.indexer.wq_b &&
+	       test \"\$(tensor-ls --modules S | jq -r 'select(.layer == 3 and (.quantized | not)) | .key' | grep -c indexer)\" -eq 4"
 
 # convert: Qwen3.5 at --mtp-bits 3, DeepSeek V3 at the default 4
 r=(-q --rows 8 --cols 64)
