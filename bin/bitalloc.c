@@ -312,6 +312,9 @@ static void bind_model(x3_ba *ba, struct szctx *x, const char *model)
 		die("out of memory");
 	for (int i = 0; i < ba->n; i++) {
 		const x3_module *m = x3_modules_find(x->mods, x->nmods, ba->t[i].name);
+		if (m && m->d->role == X3_ROLE_MTP)
+			die("tensor '%s': a linear of %s's multi-token prediction layer (at --mtp-bits, outside "
+			    "the allocation)", ba->t[i].name, model);
 		if (!m || !is_decoder_linear(m))
 			die("tensor '%s': not a decoder linear of %s", ba->t[i].name, model);
 		if (m->in * m->out != ba->t[i].numel)

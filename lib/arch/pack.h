@@ -153,6 +153,10 @@ int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, ch
  * block_sparse_moe.gate), other. *layer (may be NULL): N of the first
  * "layers.N." ("h.N.", "blocks.N."), else -1. Names: x3_role_name. */
 int x3_pack_role(const char *name, int *layer);
+/* ... of linear KEY of a model whose modules are mods[0..n) (may be NULL):
+ * x3_pack_role's, but X3_ROLE_MTP for a linear of its multi-token
+ * prediction layer. */
+int x3_pack_role_of(const x3_module *mods, int n, const char *key, int *layer);
 
 /* Does pack-write copy the file NAME of the source directory into the
  * pack? 0 with *why NULL: a file it writes itself (weights, config.json,

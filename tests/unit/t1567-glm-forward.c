@@ -92,7 +92,8 @@ static void build(const struct glm *g, uint64_t seed)
 	synth_add(LK(n, 0, "mlp.gate_proj.weight"), I, H, 1 / sqrt(H), 0, &r);
 	synth_add(LK(n, 0, "mlp.up_proj.weight"), I, H, 1 / sqrt(H), 0, &r);
 	synth_add(LK(n, 0, "mlp.down_proj.weight"), H, I, 1 / sqrt(I), 0, &r);
-	/* the multi-token-prediction layer (layer NL) real checkpoints carry */
+	/* the multi-token-prediction layer (layer NL) real checkpoints carry, its
+	 * projection and a norm of it; the config names none (left out) */
 	synth_add(LK(n, NL, "eh_proj.weight"), H, 2 * H, 0.1, 0, &r);
 	synth_add(LK(n, NL, "enorm.weight"), H, 0, 0, 1, &r);
 	/* layer 1's MoE last, so that the dense variant draws the same others */
@@ -159,7 +160,7 @@ static int write_glm(const char *dir, const struct glm *g, uint64_t seed)
 	         "\"attention_bias\": %s, \"use_qk_norm\": %s, \"n_routed_experts\": %d, "
 	         "\"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"n_shared_experts\": 1, "
 	         "\"first_k_dense_replace\": %d, \"n_group\": %d, \"topk_group\": %d, \"norm_topk_prob\": true, "
-	         "\"routed_scaling_factor\": %g, \"num_nextn_predict_layers\": 1, \"tie_word_embeddings\": false, "
+	         "\"routed_scaling_factor\": %g, \"num_nextn_predict_layers\": 0, \"tie_word_embeddings\": false, "
 	         "\"hidden_act\": \"silu\"}",
 	         H, g->dense ? 2 * MI : I, NL, NH, NKV, HD, V, g->prf, g->bias ? "true" : "false",
 	         g->qk_norm ? "true" : "false", E, g->top_k, MI, g->dense ? NL : 1, g->n_group, g->topk_group,
