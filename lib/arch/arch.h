@@ -38,8 +38,10 @@
  * DeepSeek V3's latent attention is rows too (q_a_proj, q_a_layernorm,
  * q_b_proj or q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
  * o_proj) with the Hessian groups of their inputs; its multi-token
- * prediction layer (layer num_hidden_layers) is no module: pack-write
- * leaves it out with a note (x3_arch_skipped). Gemma 2/3 are the Llama
+ * prediction layer (layer num_hidden_layers) is the MTP rows
+ * (x3_arch_desc.mtp_pre) when the checkpoint holds it and the config
+ * names it, else pack-write leaves it out with a note (x3_arch_skipped).
+ * Gemma 2/3 are the Llama
  * rows plus pre/post feed-forward norms and the norm of the attention's
  * output (ATTN_OUT_NORM, MLP_OUT_NORM); Gemma3ForConditionalGeneration
  * the same rows under language_model.model. (its vision tower and
@@ -47,7 +49,7 @@
  * (Glm4MoeForCausalLM) is the Llama attention rows (q/k/v biases by
  * attention_bias, q/k norms by use_qk_norm) over DeepSeek V3's MLP rows
  * (dense layers, router and correction bias, routed and shared experts);
- * its multi-token prediction layer is left out as DeepSeek's.
+ * its multi-token prediction layer is DeepSeek's.
  * GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek V3's rows under other
  * config rules: the dense layers by mlp_layer_types (X3_AF_MLP_TYPES),
  * GLM's defaults (one expert group, routed_scaling_factor 1.8).
@@ -293,8 +295,8 @@ enum {
 	                           full-attention layers (layer_types or
 	                           full_attention_interval, linear_* keys),
 	                           (1 + w) norms, config.h's hybrid fields;
-	                           the multi-token prediction layer mtp.* is
-	                           left out (x3_arch_skipped) */
+	                           the multi-token prediction layer mtp.*
+	                           (x3_arch_desc.mtp_pre) */
 	X3_AF_MLP_TYPES = 1 << 18, /* mlp_layer_types ("dense" / "sparse" per
 	                              layer; absent: layer 0 dense) decides the
 	                              dense layers, first_k_dense_replace is not
@@ -440,10 +442,12 @@ int x3_arch_idx_shared(const struct x3_model_config *c, int l);
  * X3_SCOPE_MTP), in the order of the layer rows; NULL with *n 0 for an
  * architecture without one. Built once, shared, never freed. */
 const x3_module_desc *x3_arch_mtp_rows(const x3_arch_desc *a, int *n);
-/* Is tensor NAME a part of the checkpoint the model leaves out: a layer at
- * or past num_hidden_layers (DeepSeek V3's multi-token prediction layer,
- * model.layers.61.* in the real checkpoints), or one under the
- * hybrids' multi-token prediction layer (mtp.*)? */
+/* Is tensor NAME under the multi-token prediction layer of the checkpoint:
+ * a layer at or past num_hidden_layers (DeepSeek V3's, model.layers.61.*
+ * in the real checkpoints), or the hybrids' mtp.*? pack-write leaves out
+ * those that are no module of the model (the whole layer when the model
+ * has none; else the copies of the embedding and the head DeepSeek's
+ * layer carries). */
 int x3_arch_skipped(const struct x3_model_config *c, const char *name);
 
 /* The tied group of row d in layer: its key with the expert number as

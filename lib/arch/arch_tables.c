@@ -383,8 +383,8 @@ static const char gpt_oss_defaults[] =
  * in_proj_a, conv1d, A_log, dt_bias and the norms are kept in the source
  * precision, as are the router and shared_expert_gate. --hq as ExLlamaV3:
  * attention and DeltaNet +2, shared expert +2. Their multi-token
- * prediction layer (mtp.*) is left out (x3_arch_skipped) and the vision tower
- * (model.visual.*) passed through. */
+ * prediction layer (mtp.*) is the MTP rows below (HYBRID_MTP) and the
+ * vision tower (model.visual.*) passed through. */
 #define HL_(P, s) P "layers.{L}." s
 #define HLIN(P, key, slot, role, in, out, hq, group, alloc, when) \
 	{ HL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, X3_BIAS_NONE, when, hq, -1, \

@@ -88,9 +88,9 @@ typedef struct {
 	int head_bits;               /* of the head stored; 0: none */
 	int mtp_bits;                /* of the MTP layer's linears (all one K,
 	                                outside sum_k/sum_n); 0: none */
-	int skipped;                 /* SRC tensors left out: layers at or past
-	                                num_hidden_layers (x3_arch_skipped:
-	                                DeepSeek's multi-token prediction) */
+	int skipped;                 /* SRC tensors left out: those of a
+	                                multi-token prediction layer that are
+	                                no module (x3_arch_skipped) */
 	/* linears quantized without error feedback (their trellis frame says
 	 * fallback=1), with the reason (the frame's, or the stream's payload
 	 * lifetime: why points into its metadata) */
