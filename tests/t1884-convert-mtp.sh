@@ -28,9 +28,9 @@ check "Qwen3.5: mtp.fc is 2 hidden -> hidden" \
 check "Qwen3.5: the MTP layer's norms are kept modules" \
 	test "$(tensor-ls --modules Q | jq -r 'select(.key | startswith("mtp.")) | select(.quantized | not) | .key' | tr '\n' ' ')" = \
 	     "mtp.pre_fc_norm_embedding mtp.pre_fc_norm_hidden mtp.layers.0.input_layernorm mtp.layers.0.self_attn.q_norm mtp.layers.0.self_attn.k_norm mtp.layers.0.post_attention_layernorm mtp.norm "
-check "DeepSeek V3: layer 2's eh_proj and its MLA and expert linears have role mtp" \
-	test "$(tensor-ls --linears D | jq -r 'select(.role == "mtp") | .key' | grep -c '^model\.layers\.2\.')" -eq \
-	     "$(tensor-ls --linears D | jq -r 'select(.role == "mtp") | .key' | wc -l)"
+check "DeepSeek V3: the 20 mtp linears are layer 2's (eh_proj, q_a/q_b/kv_a/o, 4 x 3 experts, 3 shared)" \
+	test "$(tensor-ls --linears D | jq -r 'select(.role == "mtp") | .key' | grep -c '^model\.layers\.2\.')" -eq 20 -a \
+	     "$(tensor-ls --linears D | jq -r 'select(.role == "mtp") | .key' | wc -l)" -eq 20
 check "DeepSeek V3: eh_proj and the shared experts are among them" \
 	sh -c "tensor-ls --linears D | jq -r 'select(.role == \"mtp\") | .key' | grep -qx model.layers.2.eh_proj &&
 	       tensor-ls --linears D | jq -r 'select(.role == \"mtp\") | .key' | grep -qx model.layers.2.mlp.shared_experts.down_proj"
