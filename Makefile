@@ -47,7 +47,7 @@ endif
 # and with it LAPACK, BLAS and OpenMP) go only into the programs that use
 # them: the others then load none of those at start-up (-Wl,--as-needed).
 BIN_UTIL := bin/util.o
-BIN_EXTRA := bin/util-device.o bin/util-quant.o
+BIN_EXTRA := bin/util-device.o bin/util-quant.o bin/util-check.o
 PROGS := $(patsubst bin/%.c,bin/%,$(filter-out bin/util%.c,$(sort $(wildcard bin/*.c))))
 UNIT := $(patsubst %.c,%,$(sort $(wildcard tests/unit/t*.c)))
 # tests/bench/gpu calls the kernels themselves: built with CUDA only
@@ -95,6 +95,7 @@ $(LIB): $(LIB_OBJ)
 
 bin/exl3-matmul bin/had-rotate bin/hessian-capture bin/model-eval bin/trellis-encode: bin/util-device.o
 bin/had-rotate bin/trellis-encode: bin/util-quant.o
+bin/exl3-info: bin/util-check.o
 bin/%: bin/%.o $(BIN_UTIL) $(LIB)
 	$(call say,LINK,$@)$(CC) $(LDFLAGS) -o $@ $< $(filter $(BIN_EXTRA),$^) $(BIN_UTIL) $(LIB) $(LDLIBS)
 

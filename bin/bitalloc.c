@@ -24,8 +24,9 @@ static const char usage[] =
 	"                [--head-bits N] [--set REGEX=K]... [--importance FILE]\n"
 	"                [--method M] [-o PLAN] [-q] [FILE...]\n"
 	"       bitalloc --predict --model SRC (--bits B | --size BYTES) [--head-bits N]\n"
+	"                [--mtp-bits N]\n"
 	"                [--codebook C] [--cal-rows R] [--cal-cols C] [--set REGEX=K]...\n"
-	"       (with --model: [--shard-size SIZE])\n"
+	"       (with --model: [--shard-size SIZE] [--mtp-bits N])\n"
 	"       bitalloc --lines FILE...\n"
 	"       (any of them: [--measurement JSON])\n";
 
@@ -38,6 +39,9 @@ static void help(void)
 	       "sum(proxy_err * importance).\n"
 	       "  --bits B          target average bits of the decoder linears (1..8)\n"
 	       "  --head-bits N     lm_head bits, 1..8 or 16 (unquantized); default 6\n"
+	       "  --mtp-bits N      with --model: the multi-token prediction layer's\n"
+	       "                    linears' bits, 1..8, default 4; outside the budget, as\n"
+	       "                    the head (the bytes count them)\n"
 	       "  --hq [N]          floor each linear at min(floor(B)+hq, 8), hq its\n"
 	       "                    architecture's promotion (tensor-ls --modules: attention\n"
 	       "                    +2, shared experts +1); with N (1..8, the next argument\n"
@@ -293,7 +297,7 @@ static int size_fn(void *c, const x3_ba *ba, uint64_t *bytes)
 
 static int is_decoder_linear(const x3_module *m)
 {
-	return m->d->kind == X3_KIND_LINEAR && m->d->role != X3_ROLE_HEAD;
+	return m->d->kind == X3_KIND_LINEAR && m->d->role != X3_ROLE_HEAD && m->d->role != X3_ROLE_MTP;
 }
 
 /* Tie the measured tensors to SRC's modules: each must be one of its
@@ -310,6 +314,9 @@ static void bind_model(x3_ba *ba, struct szctx *x, const char *model)
 		die("out of memory");
 	for (int i = 0; i < ba->n; i++) {
 		const x3_module *m = x3_modix_find(ix, ba->t[i].name);
+		if (m && m->d->role == X3_ROLE_MTP)
+			die("tensor '%s': a linear of %s's multi-token prediction layer (at --mtp-bits, outside "
+			    "the allocation)", ba->t[i].name, model);
 		if (!m || !is_decoder_linear(m))
 			die("tensor '%s': not a decoder linear of %s", ba->t[i].name, model);
 		if (m->in * m->out != ba->t[i].numel)
@@ -500,11 +507,12 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
-	enum { O_BITS = 256, O_HEAD, O_HQ, O_SHARD, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
+	enum { O_BITS = 256, O_HEAD, O_MTP, O_HQ, O_SHARD, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
 	       O_CR, O_CC, O_PREDICT, O_MEAS, O_LINES };
 	static const struct option lo[] = {
 		{"bits", required_argument, 0, O_BITS},
 		{"head-bits", required_argument, 0, O_HEAD},
+		{"mtp-bits", required_argument, 0, O_MTP},
 		{"hq", optional_argument, 0, O_HQ},
 		{"shard-size", required_argument, 0, O_SHARD},
 		{"set", required_argument, 0, O_SET},
@@ -523,7 +531,7 @@ int main(int argc, char **argv)
 		{0, 0, 0, 0},
 	};
 	double bits = NAN;
-	long head_bits = 6;
+	long head_bits = 6, mtp_bits = 4;
 	int hq = 0, hq_n = 0, exl3 = 0, method = X3_BA_AUTO, nset = 0;
 	const char *imp = NULL, *out = NULL, *model = NULL, *codebook = "mul1";
 	uint64_t size = 0, shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20;
@@ -541,6 +549,9 @@ int main(int argc, char **argv)
 		case 'o': out = optarg; break;
 		case 'q': quiet = 1; break;
 		case O_BITS: bits = parse_double(usage, "--bits", optarg, 1, 8); break;
+		case O_MTP:
+			mtp_bits = parse_long(usage, "--mtp-bits", optarg, 1, 8);
+			break;
 		case O_HEAD:
 			head_bits = parse_long(usage, "--head-bits", optarg, 1, 16);
 			if (head_bits > 8 && head_bits != 16)
@@ -643,7 +654,8 @@ int main(int argc, char **argv)
 	struct szctx sx = {0};
 	if (model) {
 		x3_pack_size_opts so = {
-			.head_bits = (int)head_bits, .codebook = codebook, .cal_rows = (int)cal_rows,
+			.head_bits = (int)head_bits, .mtp_bits = (int)mtp_bits, .codebook = codebook,
+			.cal_rows = (int)cal_rows,
 			.cal_cols = (int)cal_cols, .shard_bytes = shard_bytes,
 			.measurement = mtext,
 		};

@@ -16,7 +16,7 @@ static const char usage[] =
 	"       convert-plan --finals PLAN OPTS MODEL\n"
 	"       convert-plan --list meas|draws|sens-groups OPTS MODEL\n"
 	"       convert-plan --sources MODEL < DIGESTS\n"
-	"   OPTS: --measure LIST [--head-bits N] [--mode onepass|sequential] [--sample F|full]\n"
+	"   OPTS: --measure LIST [--head-bits N] [--mtp-bits N] [--mode onepass|sequential] [--sample F|full]\n"
 	"         [--draws N] [--sensitivity off|measure|file] [--sensitivity-by tensor|group|layer]\n"
 	"         [--sensitivity-k K] [--sens-file NAME]\n";
 
@@ -41,6 +41,8 @@ static void help(void)
 	     "                    or sens-groups, one a line\n"
 	     "  --measure LIST    the measured widths, e.g. 2,3,4\n"
 	     "  --head-bits N     the head's width (default 6; 16: not encoded)\n"
+	     "  --mtp-bits N      the multi-token prediction layer's linears' width, 1..8\n"
+	     "                    (default 4), encoded without a Hessian\n"
 	     "  --mode M          onepass (default) or sequential\n"
 	     "  --sample F|full   convert's --sample (default full)\n"
 	     "  --draws N         with --sign-metric kl: the draws per decoder linear\n"
@@ -110,12 +112,14 @@ int main(int argc, char **argv)
 	prog_init(argc, argv);
 	x3_plan_opts o = {0};
 	o.head_bits = 6;
+	o.mtp_bits = 4;
 	const char *finals = NULL, *list = NULL;
 	int recap_only = 0, sources = 0;
-	enum { O_HB = 256, O_MODE, O_SAMPLE, O_MEASURE, O_DRAWS, O_SENS, O_SENSBY, O_SENSK, O_SENSF,
+	enum { O_HB = 256, O_MB, O_MODE, O_SAMPLE, O_MEASURE, O_DRAWS, O_SENS, O_SENSBY, O_SENSK, O_SENSF,
 	       O_FINALS, O_LIST, O_RECAP, O_SOURCES };
 	static const struct option lo[] = {
-		{"head-bits", required_argument, 0, O_HB}, {"mode", required_argument, 0, O_MODE},
+		{"head-bits", required_argument, 0, O_HB}, {"mtp-bits", required_argument, 0, O_MB},
+		{"mode", required_argument, 0, O_MODE},
 		{"sample", required_argument, 0, O_SAMPLE}, {"measure", required_argument, 0, O_MEASURE},
 		{"draws", required_argument, 0, O_DRAWS}, {"sensitivity", required_argument, 0, O_SENS},
 		{"sensitivity-by", required_argument, 0, O_SENSBY},
@@ -130,6 +134,9 @@ int main(int argc, char **argv)
 			o.head_bits = parse_int("--head-bits", optarg, 1, 16);
 			if (o.head_bits > 8 && o.head_bits != 16)
 				usage_error(usage, "--head-bits: '%s' is not 1..8 or 16", optarg);
+			break;
+		case O_MB:
+			o.mtp_bits = parse_int("--mtp-bits", optarg, 1, 8);
 			break;
 		case O_MODE:
 			if (!strcmp(optarg, "sequential"))

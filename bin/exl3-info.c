@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <jansson.h>
 #include "util.h"
+#include "util-check.h"
 #include "codec.h"
 #include "exl3.h"
 #include "frame.h"
@@ -245,7 +246,7 @@ struct acc {
 	int linears, tensors;
 	double params, bytes, kparams;   /* kparams: Σ numel·K over the linears */
 };
-static struct acc roles[X3_ROLE_COUNT], dec, head, all;
+static struct acc roles[X3_ROLE_COUNT], dec, head, mtp, all;
 static struct acc hist[9];           /* decoder linears by K */
 static int ncb[X3_CB_COUNT], nlegacy;
 
@@ -260,9 +261,9 @@ static void summarize(void)
 		struct acc *r = &roles[L->role];
 		r->linears++, r->params += p, r->bytes += (double)L->q.bytes, r->kparams += p * lin_bits(L);
 		all.params += p, all.bytes += (double)L->q.bytes;
-		if (L->role == X3_ROLE_HEAD) {
-			head.linears++, head.params += p, head.bytes += (double)L->q.bytes;
-			head.kparams += p * lin_bits(L);
+		if (L->role == X3_ROLE_HEAD || L->role == X3_ROLE_MTP) {   /* outside the bits */
+			struct acc *a = L->role == X3_ROLE_HEAD ? &head : &mtp;
+			a->linears++, a->params += p, a->bytes += (double)L->q.bytes, a->kparams += p * lin_bits(L);
 			continue;
 		}
 		dec.linears++, dec.params += p, dec.bytes += (double)L->q.bytes, dec.kparams += p * L->q.K;
@@ -377,6 +378,8 @@ static json_t *build_json(const char *src, json_t *qcfg)
 	json_object_set_new(s, "storage_bpw", num(ratio(8 * dec.bytes, dec.params)));
 	json_object_set_new(s, "head_bits", head.linears ? json_integer((json_int_t)lround(ratio(head.kparams, head.params))) : json_null());
 	json_object_set_new(s, "head_bpw", num(ratio(8 * head.bytes, head.params)));
+	if (mtp.linears)
+		json_object_set_new(s, "mtp_bits", num(ratio(mtp.kparams, mtp.params)));
 	json_object_set_new(s, "params", json_real(all.params));
 	json_object_set_new(s, "tensor_bytes", json_real(all.bytes));
 	json_object_set_new(s, "stored_bits_per_param", num(ratio(8 * all.bytes, all.params)));
@@ -469,6 +472,9 @@ static void print_table(const char *src, json_t *qcfg)
 	if (head.linears)
 		printf("  head                                                 %ld bits, %.4f bpw stored\n",
 		       lround(ratio(head.kparams, head.params)), ratio(8 * head.bytes, head.params));
+	if (mtp.linears)   /* (all one K) */
+		printf("  multi-token prediction layer (%3d linears)         %.4g bits, %.4f bpw stored\n",
+		       mtp.linears, ratio(mtp.kparams, mtp.params), ratio(8 * mtp.bytes, mtp.params));
 	printf("  stored bits per parameter, whole pack                %.4f (%.0f parameters, %s)\n",
 	       ratio(8 * all.bytes, all.params), all.params, human(all.bytes, b1, sizeof b1));
 	printf("\n  %-15s %7s %7s %14s %12s %8s %8s\n", "role", "linears", "tensors", "params", "bytes", "bits", "bpw");
@@ -707,50 +713,6 @@ static void run_gnuplot(const char *script, size_t len, int fd, const char *what
 }
 
 /* ---- reading ------------------------------------------------------------ */
-/* ---- --check READER ------------------------------------------------------ */
-static int check_reader(const char *name, const char *dir, int as_json)
-{
-	int r = x3_reader_lookup(name);
-	if (r < 0 && strcmp(name, "auto"))
-		usage_error(usage, "--check: unknown reader (auto, exllamav3, gptqmodel, strict)");
-	x3_model_config c;
-	if (r < 0) {
-		if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c))
-			die_x3("%s", dir);
-		r = x3_reader_loads(X3_READER_EXLLAMAV3, &c) ? X3_READER_EXLLAMAV3 : -1;
-	}
-	x3_reader_violation *v = NULL;
-	int n = 0;
-	if (r >= 0 && x3_reader_check(r, dir, &v, &n))
-		die_x3("%s", dir);
-	if (as_json) {
-		json_t *o = json_object(), *a = json_array();
-		for (int i = 0; i < n; i++)
-			json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "tensor", v[i].what, "rule", v[i].rule,
-			                                   "message", v[i].msg));
-		json_object_set_new(o, "source", json_string(dir));
-		json_object_set_new(o, "reader", r >= 0 ? json_string(x3_reader_name(r)) : json_null());
-		json_object_set_new(o, "ok", json_boolean(n == 0));
-		json_object_set_new(o, "violations", a);
-		json_dumpf(o, stdout, JSON_PRESERVE_ORDER);
-		printf("\n");
-		json_decref(o);
-	} else if (r < 0) {
-		char why[256];
-		x3_reader_refuses(X3_READER_EXLLAMAV3, &c, why, sizeof why);
-		printf("%s: auto: no reader checked (%s)\n", dir, why);
-	} else {
-		for (int i = 0; i < n; i++)
-			printf("%s: %s: %s: %s\n", x3_reader_name(r), v[i].what, v[i].rule, v[i].msg);
-		printf("%s: %s: %s\n", dir, x3_reader_name(r), n ? "violations found" : "ok");
-		if (n)
-			printf("%d violations\n", n);
-	}
-	check_stdout();
-	free(v);
-	return n ? 1 : 0;
-}
-
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
@@ -778,7 +740,7 @@ int main(int argc, char **argv)
 		usage_error(usage, optind == argc ? "a SOURCE is required" : "one SOURCE only");
 	const char *src = argv[optind];
 	if (check)
-		return check_reader(check, src, as_json);
+		return check_reader(usage, check, src, as_json);
 
 	int kind;
 	if (x3_source_kind(src, &kind))
@@ -878,7 +840,7 @@ int main(int argc, char **argv)
 			problem("%s", x3_errmsg());
 			continue;
 		}
-		L->role = x3_pack_role(L->key, &L->layer);
+		L->role = x3_pack_role_of(arch_lin, narch, L->key, &L->layer);
 		char tn[600];
 		snprintf(tn, sizeof tn, "%s.trellis", L->key);
 		x3_pack_order(&acfg, tn, &L->mod, &L->rank);
@@ -961,6 +923,10 @@ int main(int argc, char **argv)
 		    json_integer_value(hb) != lround(ratio(head.kparams, head.params)))
 			warning("quantization_config.head_bits %lld, but the head has %ld bits",
 			        (long long)json_integer_value(hb), lround(ratio(head.kparams, head.params)));
+		json_t *mb = json_object_get(qcfg, "mtp_bits");
+		if (json_is_integer(mb) && mtp.linears && json_integer_value(mb) != ratio(mtp.kparams, mtp.params))
+			warning("quantization_config.mtp_bits %lld, but the multi-token prediction layer has "
+			        "%.4f bits", (long long)json_integer_value(mb), ratio(mtp.kparams, mtp.params));
 	}
 	if (!quiet)
 		for (int i = 0; i < nwarns; i++)

@@ -24,7 +24,7 @@
 static const char usage[] =
 	"usage: model-eval --model DIR [--quantized DIR [--patch DIR]] (--text FILE... | --tokens FRAMES)\n"
 	"                  [--rows R] [--cols C] [--split MODE] [--batch B] [--strict]\n"
-	"                  [--save-base FILE] [--table] [--device cpu|cuda|auto] [-q]\n"
+	"                  [--save-base FILE] [--table] [--mtp] [--device cpu|cuda|auto] [-q]\n"
 	"       model-eval --base FILE --quantized DIR [--patch DIR] [--table]\n"
 	"                  [--device cpu|cuda|auto] [-q]\n"
 	"       model-eval --model DIR --generate N [--prompt TEXT] [--ids]\n"
@@ -42,6 +42,11 @@ static const char usage[] =
 	"  --base FILE      the original's logits from --save-base instead of --model\n"
 	"                   and the text: one forward of the original for any number of packs\n"
 	"  --table          a short table instead of JSON\n"
+	"  --mtp            the multi-token prediction layer's logits instead of the\n"
+	"                   model's: at position t, from the last hidden state at t and\n"
+	"                   token t + 1, those of token t + 2 (with --patch of the MTP\n"
+	"                   layer's linears alone: that layer's own error); not with\n"
+	"                   --base or --save-base\n"
 	"  --text FILE      evaluation text, plain or zstd ('-': stdin); repeatable\n"
 	"  --tokens FRAMES  token-id frames instead of text ('-': stdin)\n"
 	"  --rows R         evaluate at most R rows (default: all the input gives)\n"
@@ -59,6 +64,7 @@ static const char usage[] =
 	"  -h               this help\n";
 
 static int device = X3_DEVICE_CPU;   /* resolved --device */
+static int mtp;                      /* --mtp */
 static const char *patch;            /* --patch, as given */
 static const char *patch_st;         /* what the model opens: patch, or its frames as safetensors */
 
@@ -176,8 +182,9 @@ static void forward_logits(x3_model *m, const char *dir, const int32_t *ids, lon
 {
 	struct x3_forward_opts fo;
 	x3_forward_opts_init(&fo, m);
-	fo.logits_mode = mode;
-	fo.logits = lg;
+	fo.logits_mode = mtp ? X3_LOGITS_NONE : mode;
+	fo.logits = mtp ? NULL : lg;
+	fo.mtp_logits = mtp ? lg : NULL;   /* (nr * (cols - 1), V) */
 	fo.device = device;
 	if (x3_model_forward(m, ids, nr, cols, &fo))
 		die_x3("%s: forward", dir);
@@ -275,7 +282,10 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 		batch = rows;
 	float *lm = B->m ? malloc((size_t)batch * cols * V * sizeof *lm) : NULL;
 	float *lq = q ? malloc((size_t)batch * cols * V * sizeof *lq) : NULL;
-	int64_t npos = (int64_t)rows * (cols - 1);
+	/* positions with a target: t + 1 < cols (with --mtp, logits at
+	 * t < cols - 1 of the token at t + 2) */
+	long lc = mtp ? cols - 1 : cols;
+	int64_t npos = (int64_t)rows * (lc - 1);
 	x3_klpos *pos = malloc((size_t)(npos > 0 ? npos : 1) * sizeof *pos);
 	if ((B->m && !lm) || (q && !lq) || !pos)
 		die("out of memory for logits of %ld rows of %ld tokens", batch, cols);
@@ -340,22 +350,23 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 			if (x3_writer_put(w, &t))
 				die_x3("%s", save);
 		}
-		check_logits(a, nr, cols, V, r0, B->r ? B->file : B->dir);
+		check_logits(a, nr, lc, V, r0, B->r ? B->file : B->dir);
 		if (q) {
 			forward_logits(q, qdir, rid, nr, cols, lq, X3_LOGITS_ALL);
-			check_logits(lq, nr, cols, V, r0, qname);
+			check_logits(lq, nr, lc, V, r0, qname);
 		}
 		/* each position into its own slot: no reduction, so the sums of
 		 * x3_kl_summarize do not depend on the threads */
 		x3_klpos *pp = pos + done;
-		#pragma omp parallel for if(nr * cols * V > (1 << 16)) schedule(static)
-		for (long p = 0; p < nr * cols; p++) {
-			if (p % cols == cols - 1)
-				continue;       /* no next token in this row */
-			x3_kl_position(a + (size_t)p * V, q ? lq + (size_t)p * V : NULL, V, rid[p + 1],
-			               &pp[p / cols * (cols - 1) + p % cols]);
+		int sh = mtp ? 2 : 1;   /* the target: the token sh after the position */
+		#pragma omp parallel for if(nr * lc * V > (1 << 16)) schedule(static)
+		for (long p = 0; p < nr * lc; p++) {
+			if (p % lc == lc - 1)
+				continue;       /* no target in this row */
+			x3_kl_position(a + (size_t)p * V, q ? lq + (size_t)p * V : NULL, V,
+			               rid[p / lc * cols + p % lc + sh], &pp[p / lc * (lc - 1) + p % lc]);
 		}
-		done += (int64_t)nr * (cols - 1);
+		done += (int64_t)nr * (lc - 1);
 		x3_tensor_free(bt);
 		r0 += nr;
 		double dt = x3_now() - t0;
@@ -363,7 +374,8 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 	}
 	progress_done();
 	if (!npos)
-		die("rows of one token predict nothing: use --cols 2 or more");
+		die(mtp ? "--mtp: rows of two tokens predict nothing: use --cols 3 or more"
+		        : "rows of one token predict nothing: use --cols 2 or more");
 	x3_klstats st;
 	if (x3_kl_summarize(pos, npos, &st))
 		die_x3("statistics");
@@ -385,6 +397,8 @@ static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long 
 			json_object_set_new(o, "patch", json_string(patch));
 		json_object_set_new(o, "rows", json_integer(rows));
 		json_object_set_new(o, "cols", json_integer(cols));
+		if (mtp)
+			json_object_set_new(o, "mtp", json_true());
 		json_object_set_new(o, "positions", json_integer(npos));
 		json_object_set_new(o, "nll", num(st.nll_base));
 		json_object_set_new(o, "perplexity", num(exp(st.nll_base)));
@@ -524,7 +538,7 @@ int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_QUANT, O_TEXT, O_TOKENS, O_ROWS, O_COLS, O_SPLIT, O_BATCH,
-	       O_STRICT, O_GEN, O_PROMPT, O_IDS, O_DEV, O_SAVE, O_BASE, O_TABLE, O_PATCH };
+	       O_STRICT, O_GEN, O_PROMPT, O_IDS, O_DEV, O_SAVE, O_BASE, O_TABLE, O_PATCH, O_MTP };
 	static const struct option lo[] = {
 		{ "model", required_argument, 0, O_MODEL }, { "quantized", required_argument, 0, O_QUANT },
 		{ "text", required_argument, 0, O_TEXT }, { "tokens", required_argument, 0, O_TOKENS },
@@ -535,7 +549,7 @@ int main(int argc, char **argv)
 		{ "device", required_argument, 0, O_DEV }, { "help", no_argument, 0, 'h' },
 		{ "save-base", required_argument, 0, O_SAVE }, { "base", required_argument, 0, O_BASE },
 		{ "table", no_argument, 0, O_TABLE }, { "patch", required_argument, 0, O_PATCH },
-		{ 0, 0, 0, 0 },
+		{ "mtp", no_argument, 0, O_MTP }, { 0, 0, 0, 0 },
 	};
 	const char *model = NULL, *qdir = NULL, *tokens = NULL, *prompt = NULL, *save = NULL, *basef = NULL;
 	int table = 0, set_rc = 0;
@@ -569,6 +583,7 @@ int main(int argc, char **argv)
 		case O_BASE: basef = optarg; break;
 		case O_TABLE: table = 1; break;
 		case O_PATCH: patch = optarg; break;
+		case O_MTP: mtp = 1; break;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
@@ -578,6 +593,8 @@ int main(int argc, char **argv)
 		usage_error(usage, "--patch needs --quantized DIR (the model it patches)");
 	if (patch)
 		patch_st = patch_source(patch);
+	if (mtp && (basef || save || gen >= 0))
+		usage_error(usage, "--mtp does not go with --base, --save-base or --generate");
 	if (basef) {
 		if (model || ntexts || tokens || gen >= 0 || save || set_rc || split != X3_SPLIT_WHOLE || strict)
 			usage_error(usage, "--base FILE replaces --model and the text: it takes only "

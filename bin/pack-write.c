@@ -536,7 +536,10 @@ static void classify(const x3_pack_in *pin, const char *out, x3_pack_layout *lay
 	for (int i = 0; i < lay->nprob && i < 200; i++)
 		warnx("%s", lay->prob[i]);
 	nprob = lay->nprob;
-	if (lay->skipped && !quiet && pin->cfg->hybrid)
+	if (lay->skipped && !quiet && pin->cfg->n_mtp)
+		warnx("note: %d tensors of %s's multi-token prediction layer left out (copies of the "
+		      "embedding and the head)", lay->skipped, pin->src_name);
+	else if (lay->skipped && !quiet && pin->cfg->hybrid)
 		warnx("note: %d tensors of %s's multi-token prediction layer (mtp.*) left out", lay->skipped,
 		      pin->src_name);
 	else if (lay->skipped && !quiet)
@@ -830,7 +833,7 @@ int main(int argc, char **argv)
 	if (x3_st_open(src, &sst))
 		die_x3("%s", src);
 	/* experts fused in 3-D tensors: read from them, written per expert */
-	if (x3_arch_fused_scan(&cfg, sst))
+	if (x3_arch_fused_scan(&cfg, sst) || x3_arch_mtp_scan(&cfg, sst))
 		die_x3("%s", src);
 	x3_module *mods;
 	int nmods;
@@ -869,7 +872,7 @@ int main(int argc, char **argv)
 		loader_warnings(cfg_text, path, mods, nmods);
 	write_tensors(&cfg, shard_mb, o.out);
 	x3_pack_qcfg q = {
-		.bits = v.bits, .head_bits = v.head_bits, .cal_rows = (int)cal_rows,
+		.bits = v.bits, .head_bits = v.head_bits, .mtp_bits = lay.mtp_bits, .cal_rows = (int)cal_rows,
 		.cal_cols = (int)cal_cols, .out_scales = out_scales, .codebook = v.codebook,
 		.version = "1.4.1", .nfallback = lay.nfallback,
 		.fallback_key = (const char *const *)lay.fallback_key,

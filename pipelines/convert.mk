@@ -172,6 +172,14 @@ $(call wread,$(1),$(2),$(3),$(4)) \
 	| trellis-encode -q -t $(THREADS) -K $(7) --codebook $(CODEBOOK) $(ENCOPT) >$@.tmp
 mv -f $@.tmp $@
 endef
+# encu KEY,WEIGHT,HAS_BIAS,ROWS,K: KEY at K without a Hessian (the
+# multi-token prediction layer's linears, as ExLlamaV3 encodes them)
+define encu
+$(call wread,$(1),$(2),$(3),$(4)) \
+	| had-rotate -q $(ROTOPT) -t $(THREADS) --seed $(SEED) --out-scales always \
+	| trellis-encode -q -t $(THREADS) -K $(5) --codebook $(CODEBOOK) $(ENCOPT) >$@.tmp
+mv -f $@.tmp $@
+endef
 # encpick KEY: the encode at SENS_K with DRAWS: a copy of the picked draw
 define encpick
 cp $(W)/draw/$(1).k$(SENS_K).d$$(cat $(W)/draw/$(1).k$(SENS_K).pick).frames $@.tmp
@@ -226,7 +234,7 @@ $(W)/measure.jsonl:
 # were measured (pack-write copies it into quantization_config.json) and
 # "measurement_work" sums the sampled measurements' strips and tiles
 $(W)/plan.json:
-	bitalloc -q $(if $(SIZE),--size $(SIZE),--bits $(BITS)) --head-bits $(HEAD_BITS) $(SETS) $(HQ) \
+	bitalloc -q $(if $(SIZE),--size $(SIZE),--bits $(BITS)) --head-bits $(HEAD_BITS) --mtp-bits $(MTP_BITS) $(SETS) $(HQ) \
 	  $(if $(SHARD),--shard-size $(SHARD)) \
 	  --model $(MODEL) --codebook $(CODEBOOK) --cal-rows $(ROWS) --cal-cols $(COLS) \
 	  $(if $(SENS_FILE),--importance $(W)/importance.jsonl) $(MEASOPT) -o $@.tmp $<

@@ -154,7 +154,7 @@ check "MoE: --hq floors attention at 3+2 and the shared expert at 3+1, not the e
 # a key's --hq comes from its own architecture's table when --model names
 # the model: DeepSeek V3's dense MLP (+1) has Llama's key pattern (+0)
 "$ROOT/examples/make-tiny-llama" --arch deepseek_v3 dsk 2 64 128 >/dev/null
-tensor-ls --linears dsk | jq -c 'select(.role != "head") | . as $m | range(2; 7) as $k |
+tensor-ls --linears dsk | jq -c 'select(.role != "head" and .role != "mtp") | . as $m | range(2; 7) as $k |
 	{tensor: $m.key, K: $k, proxy_err: (1 / pow(4; $k)), numel: ($m.shape[0] * $m.shape[1])}' >dsk.jsonl
 bitalloc -q --bits 3.5 --hq -o dsk1.json dsk.jsonl
 bitalloc -q --bits 3.5 --hq --model dsk -o dsk2.json dsk.jsonl

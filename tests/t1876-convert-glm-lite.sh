@@ -5,10 +5,10 @@
 # rope; mlp_layer_types with layer 0 dense (intermediate 96) and layer 1 of
 # 4 experts 40 wide + a shared expert, sigmoid routing with a correction
 # bias, routed_scaling_factor 1.8; hidden 80: no dimension a multiple of
-# 128; 2 heads; and the multi-token-prediction layer 2 real checkpoints
-# have)
+# 128; 2 heads; without the multi-token-prediction layer real checkpoints
+# have, make-tiny-llama --no-mtp: t1884 converts that layer)
 # described, converted end to end by pipelines/convert at 2.5 and 4 bpw:
-# the written directory holds the source's keys (the MTP layer left out),
+# the written directory holds the source's keys,
 # kv_b_proj, the router and its correction bias unquantized, every expert
 # with one K per projection over the layer's experts; validate accepts
 # each; the KL to the original falls as the bits rise and stays below
@@ -21,7 +21,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
-tiny=("$ROOT/examples/make-tiny-llama" --arch glm4_moe_lite --experts 4 --top-k 2 --moe-inter 40 --q-lora 48
+tiny=("$ROOT/examples/make-tiny-llama" --no-mtp --arch glm4_moe_lite --experts 4 --top-k 2 --moe-inter 40 --q-lora 48
       --kv-lora 40 --mla-dims 24,8,20 --heads 2 --kv-heads 2)
 "${tiny[@]}" M 2 80 96 >/dev/null
 

@@ -4,7 +4,9 @@
 # Qwen3_5ForConditionalGeneration (the text under model.language_model.,
 # full_attention_interval 4: layers 0-2 Gated DeltaNet, 2/4 heads of 24/20,
 # layer 3 gated attention; hidden 80, no width a multiple of 128; a BF16
-# vision tower; the multi-token-prediction layer mtp.*), a
+# vision tower; without the multi-token-prediction layer mtp.*, whose mtp.fc
+# ExLlamaV3 loads unpadded, so that a hidden size of 80 makes a pack it
+# cannot load: t1884 converts that layer), a
 # Qwen3_5MoeForConditionalGeneration with fused 3-D experts, a
 # Qwen3NextForCausalLM with the fused in_proj_qkvz / in_proj_ba.
 # Described (which linears share a Hessian, what is kept), converted end to
@@ -19,7 +21,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
-tiny=("$ROOT/examples/make-tiny-llama" --heads 2 --kv-heads 1 --lin-heads 2,4 --lin-dims 24,20)
+tiny=("$ROOT/examples/make-tiny-llama" --no-mtp --heads 2 --kv-heads 1 --lin-heads 2,4 --lin-dims 24,20)
 "${tiny[@]}" --arch qwen3_5 M 4 80 96 >/dev/null
 P=model.language_model.layers
 

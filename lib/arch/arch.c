@@ -2,6 +2,7 @@
  * families by name, the dimensions, the keys of a model expanded from the
  * rows and matched back to them, the fused and renamed sources, the
  * modules skipped, model order (see arch.h). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ const char *x3_arch_families(void)
 const char *x3_role_name(int role)
 {
 	static const char *const n[X3_ROLE_COUNT] = {
-		"attention", "mlp", "expert", "shared_expert", "router", "head", "embedding", "norm", "other",
+		"attention", "mlp", "expert", "shared_expert", "router", "head", "embedding", "norm", "other", "mtp",
 	};
 	return role >= 0 && role < X3_ROLE_COUNT ? n[role] : "other";
 }
@@ -69,6 +70,7 @@ int64_t x3_arch_dim(const x3_model_config *c, int dim)
 	case X3_DIM_IDX_Q: return c->index_heads * c->index_hd;
 	case X3_DIM_IDX_HD: return c->index_hd;
 	case X3_DIM_IDX_HEADS: return c->index_heads;
+	case X3_DIM_HIDDEN2: return 2 * c->hidden;
 	default: return 0;
 	}
 }
@@ -146,6 +148,8 @@ int x3_arch_match(const char *pattern, const char *name, int *layer)
 
 int x3_arch_sparse_layer(const x3_model_config *c, int l)
 {
+	if (c->n_mtp && l == c->n_layers + 1)   /* the MTP layer: the sparse layers' MLP */
+		return c->n_experts > 0;
 	if (c->n_experts <= 0 || l < 0 || l >= c->n_layers || l < c->first_dense)
 		return 0;
 	if (l < 1024 && (c->mlp_only[l / 64] >> (l % 64) & 1))
@@ -194,6 +198,126 @@ static int present(const x3_model_config *c, const x3_module_desc *d, int layer)
 	}
 }
 
+/* Is row d (of the layers) in the multi-token prediction layer? It is a
+ * full-attention layer with its own indexer, and its MLP is that of the
+ * sparse layers when the model has experts. */
+static int present_mtp(const x3_model_config *c, const x3_module_desc *d)
+{
+	int sparse = c->n_experts > 0;
+	switch (d->when) {
+	case X3_WHEN_QK_NORM: return c->qk_norm;
+	case X3_WHEN_DENSE: return !sparse;
+	case X3_WHEN_SPARSE: return sparse;
+	case X3_WHEN_SHARED: return sparse && c->shared_inter > 0;
+	case X3_WHEN_Q_LORA: return c->q_lora > 0;
+	case X3_WHEN_NO_Q_LORA: return c->q_lora <= 0;
+	case X3_WHEN_FULL_ATTN: return 1;
+	case X3_WHEN_LINEAR_ATTN: return 0;
+	case X3_WHEN_INDEXER: return c->dsa;
+	default: return 1;
+	}
+}
+
+/* ---- the rows of the multi-token prediction layer ------------------------ */
+/* (built once per architecture from its layer rows: x3_arch_mtp_rows) */
+static struct mtp_rows {
+	x3_module_desc *d;
+	x3_fused_expert *fx;
+	int n;
+} *mtp_tab;
+static pthread_once_t mtp_once = PTHREAD_ONCE_INIT;
+
+/* PAT with the prefix FROM replaced by TO (a malloc'd copy), or PAT itself
+ * when it does not start with FROM */
+static const char *reprefix(const char *pat, const char *from, const char *to)
+{
+	size_t lf = strlen(from);
+	if (!pat || !to || strncmp(pat, from, lf))
+		return pat;
+	size_t n = strlen(to) + strlen(pat + lf) + 1;
+	char *s = malloc(n);
+	if (!s)
+		abort();
+	snprintf(s, n, "%s%s", to, pat + lf);
+	return s;
+}
+
+static void mtp_build(void)
+{
+	mtp_tab = calloc((size_t)x3_narchs, sizeof *mtp_tab);
+	if (!mtp_tab)
+		abort();
+	for (int a = 0; a < x3_narchs; a++) {
+		const x3_arch_desc *A = &x3_archs[a];
+		if (!A->mtp_fc_key)
+			continue;
+		struct mtp_rows *t = &mtp_tab[a];
+		t->d = calloc((size_t)A->nmods, sizeof *t->d);
+		t->fx = calloc((size_t)A->nmods, sizeof *t->fx);
+		if (!t->d || !t->fx)
+			abort();
+		for (int i = 0; i < A->nmods; i++) {
+			const x3_module_desc *d = &A->mods[i];
+			if (d->scope != X3_SCOPE_LAYER)
+				continue;
+			x3_module_desc *o = &t->d[t->n];
+			*o = *d;
+			o->scope = X3_SCOPE_MTP;
+			o->key = reprefix(d->key, A->layer_prefix, A->mtp_prefix);
+			o->fused_key = reprefix(d->fused_key, A->layer_prefix, A->mtp_prefix);
+			if (d->fused) {
+				t->fx[t->n] = *d->fused;
+				t->fx[t->n].src = reprefix(d->fused->src, A->layer_prefix, A->mtp_prefix);
+				o->fused = &t->fx[t->n];
+			}
+			if (d->kind == X3_KIND_LINEAR) {
+				o->role = X3_ROLE_MTP;
+				o->group = NULL;
+				o->hq = 0;
+			}
+			t->n++;
+		}
+	}
+}
+
+const x3_module_desc *x3_arch_mtp_rows(const x3_arch_desc *a, int *n)
+{
+	*n = 0;
+	if (!a || !a->mtp_fc_key || a < x3_archs || a >= x3_archs + x3_narchs)
+		return NULL;
+	pthread_once(&mtp_once, mtp_build);
+	*n = mtp_tab[a - x3_archs].n;
+	return mtp_tab[a - x3_archs].d;
+}
+
+/* the {L} of the MTP layer's keys */
+static int mtp_key_layer(const x3_model_config *c)
+{
+	return c->desc->mtp_prefix ? 0 : (int)c->n_layers;
+}
+
+int x3_arch_mtp_scan(x3_model_config *c, const x3_st *st)
+{
+	const x3_arch_desc *a = c->desc;
+	c->n_mtp = 0;
+	if (!a || !a->mtp_fc_key || c->mtp_cfg <= 0)
+		return X3_OK;
+	char key[X3_KEY_MAX], w[X3_KEY_MAX + 16], q[X3_KEY_MAX + 16];
+	int rc = expand(a->mtp_fc_key, mtp_key_layer(c), -1, key, sizeof key);
+	if (rc)
+		return rc;
+	snprintf(w, sizeof w, "%s.weight", key);
+	snprintf(q, sizeof q, "%s.trellis", key);
+	if (!x3_st_find(st, w) && !x3_st_find(st, q))
+		return X3_OK;
+	if (c->mtp_cfg > 1)
+		return x3_err(X3_EUNSUP, "config.json: %lld multi-token prediction layers (%s): only one is "
+		              "supported", (long long)c->mtp_cfg,
+		              (a->flags & X3_AF_HYBRID) ? "mtp_num_hidden_layers" : "num_nextn_predict_layers");
+	c->n_mtp = 1;
+	return X3_OK;
+}
+
 static int has_bias(const x3_model_config *c, int b)
 {
 	return b == X3_BIAS_QKV ? c->qkv_bias : b == X3_BIAS_O ? c->o_bias : b == X3_BIAS_MLP ? c->mlp_bias :
@@ -206,7 +330,8 @@ static int instantiate(const x3_model_config *c, const x3_module_desc *d, int la
 	int rc;
 	memset(m, 0, sizeof *m);
 	m->d = d;
-	m->layer = d->scope == X3_SCOPE_PRE ? -1 : d->scope == X3_SCOPE_POST ? (int)c->n_layers : layer;
+	m->layer = d->scope == X3_SCOPE_PRE ? -1 : d->scope == X3_SCOPE_POST ? (int)c->n_layers :
+	           d->scope == X3_SCOPE_MTP ? (int)c->n_layers + 1 : layer;
 	m->expert = expert;
 	if ((rc = expand(d->key, layer, expert, m->key, sizeof m->key)))
 		return rc;
@@ -272,6 +397,13 @@ int x3_arch_modules(const x3_model_config *c, x3_module **out, int *n)
 			for (int l = 0; l < c->n_layers; l++)
 				cnt += present(c, d, l) ? ne : 0;
 	}
+	/* the multi-token prediction layer: its input rows, the layer rows
+	 * as its layer has them, its final norm (an upper bound here) */
+	int nmr = 0;
+	const x3_module_desc *mr = c->n_mtp > 0 ? x3_arch_mtp_rows(a, &nmr) : NULL;
+	if (mr)
+		cnt += (size_t)a->nmtp_pre + (size_t)a->nmtp_post +
+		       (size_t)nmr * (c->n_experts > 0 ? (size_t)c->n_experts : 1);
 	x3_module *m = calloc(cnt ? cnt : 1, sizeof *m);
 	if (!m)
 		return x3_err(X3_ENOMEM, "out of memory for %zu modules", cnt);
@@ -299,6 +431,29 @@ int x3_arch_modules(const x3_model_config *c, x3_module **out, int *n)
 							rc = instantiate(c, &a->mods[r], l, e, &m[k++]);
 				i = j - 1;
 			}
+	}
+	if (mr && !rc) {
+		int ml = mtp_key_layer(c);
+		for (int i = 0; i < a->nmtp_pre && !rc; i++)
+			rc = instantiate(c, &a->mtp_pre[i], ml, -1, &m[k++]);
+		for (int i = 0; i < nmr && !rc; i++) {
+			if (!present_mtp(c, &mr[i]))
+				continue;
+			if (!has_expert(mr[i].key)) {
+				rc = instantiate(c, &mr[i], ml, -1, &m[k++]);
+				continue;
+			}
+			int j = i;
+			while (j < nmr && has_expert(mr[j].key))
+				j++;
+			for (int e = 0; e < c->n_experts && !rc; e++)
+				for (int r = i; r < j && !rc; r++)
+					if (present_mtp(c, &mr[r]))
+						rc = instantiate(c, &mr[r], ml, e, &m[k++]);
+			i = j - 1;
+		}
+		for (int i = 0; i < a->nmtp_post && !rc; i++)
+			rc = instantiate(c, &a->mtp_post[i], ml, -1, &m[k++]);
 	}
 	/* a tied module reads the weight of the module of its tied_to slot */
 	for (size_t i = 0; i < k && !rc && c->tied; i++) {
@@ -498,6 +653,22 @@ const x3_module_desc *x3_arch_classify(const char *key, int *layer)
 			if (x3_arch_match(d->key, key, layer))
 				return d;
 		}
+	/* the MTP layer's rows (those under a prefix of their own; DeepSeek's
+	 * MTP layer has the keys of a layer: only the model tells them) */
+	for (int a = 0; a < x3_narchs; a++) {
+		const x3_arch_desc *A = &x3_archs[a];
+		int n;
+		const x3_module_desc *r = x3_arch_mtp_rows(A, &n);
+		for (int p = 0; p < 2; p++)
+			for (int i = 0; i < (p ? A->nmtp_post : A->nmtp_pre); i++) {
+				const x3_module_desc *d = p ? &A->mtp_post[i] : &A->mtp_pre[i];
+				if (x3_arch_match(d->key, key, layer))
+					return d;
+			}
+		for (int i = 0; A->mtp_prefix && i < n; i++)
+			if (x3_arch_match(r[i].key, key, layer))
+				return &r[i];
+	}
 	return NULL;
 }
 

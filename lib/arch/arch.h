@@ -38,8 +38,10 @@
  * DeepSeek V3's latent attention is rows too (q_a_proj, q_a_layernorm,
  * q_b_proj or q_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj,
  * o_proj) with the Hessian groups of their inputs; its multi-token
- * prediction layer (layer num_hidden_layers) is no module: pack-write
- * leaves it out with a note (x3_arch_skipped). Gemma 2/3 are the Llama
+ * prediction layer (layer num_hidden_layers) is the MTP rows
+ * (x3_arch_desc.mtp_pre) when the checkpoint holds it and the config
+ * names it, else pack-write leaves it out with a note (x3_arch_skipped).
+ * Gemma 2/3 are the Llama
  * rows plus pre/post feed-forward norms and the norm of the attention's
  * output (ATTN_OUT_NORM, MLP_OUT_NORM); Gemma3ForConditionalGeneration
  * the same rows under language_model.model. (its vision tower and
@@ -47,7 +49,7 @@
  * (Glm4MoeForCausalLM) is the Llama attention rows (q/k/v biases by
  * attention_bias, q/k norms by use_qk_norm) over DeepSeek V3's MLP rows
  * (dense layers, router and correction bias, routed and shared experts);
- * its multi-token prediction layer is left out as DeepSeek's.
+ * its multi-token prediction layer is DeepSeek's.
  * GLM-4.7-Flash (Glm4MoeLiteForCausalLM) is DeepSeek V3's rows under other
  * config rules: the dense layers by mlp_layer_types (X3_AF_MLP_TYPES),
  * GLM's defaults (one expert group, routed_scaling_factor 1.8).
@@ -77,10 +79,12 @@
 enum {
 	X3_ROLE_ATTENTION, X3_ROLE_MLP, X3_ROLE_EXPERT, X3_ROLE_SHARED_EXPERT,
 	X3_ROLE_ROUTER, X3_ROLE_HEAD, X3_ROLE_EMBEDDING, X3_ROLE_NORM, X3_ROLE_OTHER,
+	X3_ROLE_MTP,            /* a linear of the multi-token prediction layer:
+	                           encoded at --mtp-bits, outside the budget */
 	X3_ROLE_COUNT
 };
 /* "attention", "mlp", "expert", "shared_expert", "router", "head",
- * "embedding", "norm", "other" */
+ * "embedding", "norm", "other", "mtp" */
 const char *x3_role_name(int role);
 
 /* What a module is stored as. */
@@ -95,8 +99,9 @@ enum {
 	                           DeltaNet's) */
 };
 
-/* Where a module sits: before the layers, in every layer, after them. */
-enum { X3_SCOPE_PRE, X3_SCOPE_LAYER, X3_SCOPE_POST };
+/* Where a module sits: before the layers, in every layer, after them, in
+ * the multi-token prediction layer (x3_arch_desc.mtp). */
+enum { X3_SCOPE_PRE, X3_SCOPE_LAYER, X3_SCOPE_POST, X3_SCOPE_MTP };
 
 /* Dimensions the config defines (x3_arch_dim). */
 enum {
@@ -133,6 +138,7 @@ enum {
 	X3_DIM_IDX_Q,           /* index_n_heads * index_head_dim */
 	X3_DIM_IDX_HD,          /* index_head_dim */
 	X3_DIM_IDX_HEADS,       /* index_n_heads */
+	X3_DIM_HIDDEN2,         /* 2 * hidden_size (the MTP layer's fc / eh_proj) */
 	X3_DIM_COUNT
 };
 
@@ -181,6 +187,11 @@ enum {
 	 * latent), wk (one key per token), k_norm's weight and bias (a
 	 * LayerNorm), weights_proj (a weight per head) */
 	X3_SLOT_IDX_QB, X3_SLOT_IDX_K, X3_SLOT_IDX_K_NORM, X3_SLOT_IDX_K_BIAS, X3_SLOT_IDX_W,
+	/* the multi-token prediction layer's input: the norms of the next
+	 * token's embedding and of the main model's hidden state, the
+	 * projection of their concatenation (2 hidden -> hidden); its final
+	 * norm is FINAL_NORM of its layer */
+	X3_SLOT_MTP_ENORM, X3_SLOT_MTP_HNORM, X3_SLOT_MTP_FC,
 	X3_SLOT_COUNT
 };
 
@@ -284,8 +295,8 @@ enum {
 	                           full-attention layers (layer_types or
 	                           full_attention_interval, linear_* keys),
 	                           (1 + w) norms, config.h's hybrid fields;
-	                           the multi-token prediction layer mtp.* is
-	                           left out (x3_arch_skipped) */
+	                           the multi-token prediction layer mtp.*
+	                           (x3_arch_desc.mtp_pre) */
 	X3_AF_MLP_TYPES = 1 << 18, /* mlp_layer_types ("dense" / "sparse" per
 	                              layer; absent: layer 0 dense) decides the
 	                              dense layers, first_k_dense_replace is not
@@ -314,6 +325,25 @@ typedef struct x3_arch_desc {
 	                              (Gemma3's text_config), or NULL */
 	unsigned readers;          /* the readers that load it: X3_RD(X3_READER_*)
 	                              (reader.h) */
+	/* The multi-token prediction (MTP) layer, present when the config
+	 * names one (x3_model_config.n_mtp) and the checkpoint holds it: the
+	 * rows of mtp_pre (the norms of the next token's embedding and of the
+	 * main model's last hidden state, the projection of their
+	 * concatenation), then one decoder layer, the rows of the layers as
+	 * an MTP layer has them (x3_arch_mtp_rows: full attention, the MLP of
+	 * the sparse layers when the model has experts), then mtp_post (its
+	 * final norm). Their keys: the layer rows' under mtp_prefix in place
+	 * of layer_prefix, {L} = 0 (Qwen3.5's mtp.layers.0), or, mtp_prefix
+	 * NULL, the layer rows' own with {L} = num_hidden_layers (DeepSeek V3's
+	 * model.layers.61). Scope X3_SCOPE_MTP, layer n_layers + 1; every
+	 * linear of it role X3_ROLE_MTP, without a Hessian group (encoded
+	 * without calibration, as ExLlamaV3 encodes them). */
+	const char *mtp_prefix;
+	const x3_module_desc *mtp_pre, *mtp_post;
+	int nmtp_pre, nmtp_post;
+	const char *mtp_fc_key;    /* the pattern of the projection's key: the
+	                              checkpoint holds the layer when it holds
+	                              this module's weight */
 } x3_arch_desc;
 
 int x3_arch_count(void);
@@ -400,20 +430,35 @@ struct x3_st;
  * naming both if it has it under both. x3_config_load calls it on the model directory. */
 int x3_arch_fused_scan(struct x3_model_config *c, const struct x3_st *st);
 
+/* Set c->n_mtp to 1 when the checkpoint ST holds the multi-token
+ * prediction layer the config names (c->mtp_cfg > 0): the weight of its
+ * projection (x3_arch_desc.mtp_fc_key), or its EXL3 trellis. A config
+ * naming more than one such layer whose checkpoint holds them: X3_EUNSUP.
+ * x3_config_load calls it on the model directory. */
+int x3_arch_mtp_scan(struct x3_model_config *c, const struct x3_st *st);
+
 /* Does NAME match PATTERN ({L}: a decimal layer number, set in *layer;
  * {E}: an expert number, not returned)? */
 int x3_arch_match(const char *pattern, const char *name, int *layer);
-/* Is layer l of the model a mixture-of-experts layer? */
+/* Is layer l of the model a mixture-of-experts layer? (l = n_layers + 1,
+ * the multi-token prediction layer: when the model has experts) */
 int x3_arch_sparse_layer(const struct x3_model_config *c, int l);
 /* Is layer l of a hybrid (config.h hybrid) a Gated DeltaNet layer? */
 int x3_arch_linear_layer(const struct x3_model_config *c, int l);
 /* Is layer l one without an indexer of its own, which attends to the keys
  * the indexer of the last layer before it picked (GLM-5's "shared")? */
 int x3_arch_idx_shared(const struct x3_model_config *c, int l);
-/* Is tensor NAME a part of the checkpoint the model leaves out: a layer at
- * or past num_hidden_layers (DeepSeek V3's multi-token prediction layer,
- * model.layers.61.* in the real checkpoints), or one under the
- * hybrids' multi-token prediction layer (mtp.*)? */
+/* The rows of the MTP layer of A derived from its layer rows (keys under
+ * mtp_prefix, linears role X3_ROLE_MTP without a Hessian group, scope
+ * X3_SCOPE_MTP), in the order of the layer rows; NULL with *n 0 for an
+ * architecture without one. Built once, shared, never freed. */
+const x3_module_desc *x3_arch_mtp_rows(const x3_arch_desc *a, int *n);
+/* Is tensor NAME under the multi-token prediction layer of the checkpoint:
+ * a layer at or past num_hidden_layers (DeepSeek V3's, model.layers.61.*
+ * in the real checkpoints), or the hybrids' mtp.*? pack-write leaves out
+ * those that are no module of the model (the whole layer when the model
+ * has none; else the copies of the embedding and the head DeepSeek's
+ * layer carries). */
 int x3_arch_skipped(const struct x3_model_config *c, const char *name);
 
 /* The tied group of row d in layer: its key with the expert number as

@@ -383,8 +383,8 @@ static const char gpt_oss_defaults[] =
  * in_proj_a, conv1d, A_log, dt_bias and the norms are kept in the source
  * precision, as are the router and shared_expert_gate. --hq as ExLlamaV3:
  * attention and DeltaNet +2, shared expert +2. Their multi-token
- * prediction layer (mtp.*) is left out (x3_arch_skipped) and the vision tower
- * (model.visual.*) passed through. */
+ * prediction layer (mtp.*) is the MTP rows below (HYBRID_MTP) and the
+ * vision tower (model.visual.*) passed through. */
 #define HL_(P, s) P "layers.{L}." s
 #define HLIN(P, key, slot, role, in, out, hq, group, alloc, when) \
 	{ HL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, X3_BIAS_NONE, when, hq, -1, \
@@ -532,6 +532,38 @@ static const char deepseek_v32_defaults[] =
 	"{\"q_lora_rank\": 1536, \"index_topk\": 2048, "
 	"\"index_head_dim\": 128, \"index_n_heads\": 64}";
 
+/* The multi-token prediction (MTP) layer (arch.h x3_arch_desc.mtp_pre):
+ * the input rows (the norm of the next token's embedding, that of the
+ * main model's last hidden state, the projection of [embedding | hidden]
+ * to hidden, a linear at --mtp-bits), one decoder layer (the layer rows
+ * as an MTP layer has them, x3_arch_mtp_rows) and its final norm; the
+ * head and the embedding are the main model's. Qwen3.5 / Qwen3-Next: mtp.*
+ * at the checkpoint's root (ExLlamaV3's qwen3_5_mtp.py: mtp.fc,
+ * mtp.pre_fc_norm_embedding / _hidden, mtp.layers.0, mtp.norm). DeepSeek
+ * V3 and the GLM-4-MoE / GLM-4.7-Flash / GLM-5 / DeepSeek V3.2 families:
+ * layer num_hidden_layers (enorm, hnorm, eh_proj, shared_head.norm); the
+ * copies of the embedding and the head some checkpoints give it
+ * (embed_tokens, shared_head.head) are left out (x3_arch_skipped). */
+#define MTP_VEC(key, slot) NORM(X3_SCOPE_MTP, key, slot, X3_DIM_HIDDEN, X3_WHEN_ALWAYS)
+#define MTP_FC(key) \
+	{ key, X3_SCOPE_MTP, X3_KIND_LINEAR, X3_SLOT_MTP_FC, X3_ROLE_MTP, X3_DIM_HIDDEN2, X3_DIM_HIDDEN, \
+	  X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }
+static const x3_module_desc hybrid_mtp_pre[] = {
+	MTP_VEC("mtp.pre_fc_norm_embedding", X3_SLOT_MTP_ENORM),
+	MTP_VEC("mtp.pre_fc_norm_hidden", X3_SLOT_MTP_HNORM),
+	MTP_FC("mtp.fc"),
+};
+static const x3_module_desc hybrid_mtp_post[] = { MTP_VEC("mtp.norm", X3_SLOT_FINAL_NORM) };
+static const x3_module_desc dsv3_mtp_pre[] = {
+	MTP_VEC(L_("enorm"), X3_SLOT_MTP_ENORM),
+	MTP_VEC(L_("hnorm"), X3_SLOT_MTP_HNORM),
+	MTP_FC(L_("eh_proj")),
+};
+static const x3_module_desc dsv3_mtp_post[] = { MTP_VEC(L_("shared_head.norm"), X3_SLOT_FINAL_NORM) };
+#define HYBRID_MTP "mtp.layers.{L}", hybrid_mtp_pre, hybrid_mtp_post, N_(hybrid_mtp_pre), N_(hybrid_mtp_post), "mtp.fc"
+#define NO_MTP NULL, NULL, NULL, 0, 0, NULL
+#define DSV3_MTP NULL, dsv3_mtp_pre, dsv3_mtp_post, N_(dsv3_mtp_pre), N_(dsv3_mtp_post), L_("eh_proj")
+
 /* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE and no GLM-4.7-Flash (its
  * glm4_moe_lite.py is only in an unmerged pull request); GPT-OSS's reader is
  * ExLlamaV3's gpt_oss.py (GPTQModel's EXL3 path is not checked for it); GPTQModel loads through the
@@ -540,84 +572,84 @@ static const char deepseek_v32_defaults[] =
 const x3_arch_desc x3_archs[] = {
 	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
 	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_MISTRAL, "MistralForCausalLM", "mistral", "Mistral", X3_AF_SLIDING,
 	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "Qwen2", X3_AF_QKV_BIAS | X3_AF_USE_SLIDING,
 	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "Qwen3",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_MIXTRAL, "MixtralForCausalLM", "mixtral", "Mixtral",
 	  X3_AF_SLIDING | X3_AF_MOE | X3_AF_MOE_RENORM, "model.layers.{L}", mixtral_mods, N_(mixtral_mods),
 	  "num_local_experts", NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe", "Qwen2-MoE",
 	  X3_AF_QKV_BIAS | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL,
-	  X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3-MoE",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER,
 	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_DEEPSEEK_V3, "DeepseekV3ForCausalLM", "deepseek_v3", "DeepSeek-V3",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
 	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
 	{ X3_ARCH_GEMMA2, "Gemma2ForCausalLM", "gemma2", "Gemma2", X3_AF_ATTN_BIAS | X3_AF_GEMMA,
 	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma2_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_GEMMA3, "Gemma3ForCausalLM", "gemma3_text", "Gemma3",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
 	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma3_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_GEMMA3_MM, "Gemma3ForConditionalGeneration", "gemma3", "Gemma3 multimodal",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
 	  "language_model.model.layers.{L}", gemma3_mm_mods, N_(gemma3_mm_mods), NULL, gemma3_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
 	{ X3_ARCH_PHI3, "Phi3ForCausalLM", "phi3", "Phi3", X3_AF_SLIDING,
 	  "model.layers.{L}", phi3_mods, N_(phi3_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) },
+	  X3_RD(X3_READER_EXLLAMAV3) , NO_MTP },
 	{ X3_ARCH_GLM4_MOE, "Glm4MoeForCausalLM", "glm4_moe", "GLM-4-MoE",
 	  X3_AF_QKV_ATTN_BIAS | X3_AF_USE_QK_NORM | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
 	  "model.layers.{L}", glm4_moe_mods, N_(glm4_moe_mods), "n_routed_experts", glm4_moe_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
 	{ X3_ARCH_GLM4_MOE_LITE, "Glm4MoeLiteForCausalLM", "glm4_moe_lite", "GLM-4.7-Flash",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED |
 	  X3_AF_MLP_TYPES,
 	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", glm4_moe_lite_defaults,
-	  X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
 	{ X3_ARCH_GPT_OSS, "GptOssForCausalLM", "gpt_oss", "GPT-OSS", X3_AF_ATTN_BIAS | X3_AF_MOE | X3_AF_GPT_OSS,
 	  "model.layers.{L}", gpt_oss_mods, N_(gpt_oss_mods), "num_local_experts", gpt_oss_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) },
+	  X3_RD(X3_READER_EXLLAMAV3) , NO_MTP },
 	/* the Qwen3-Next / Qwen3.5 hybrids (Gated DeltaNet); ExLlamaV3 v1.4.1
 	 * registers Qwen3.5 under its ...ForConditionalGeneration names only
 	 * (architecture/qwen3_5.py), the text under model.language_model. */
 	{ X3_ARCH_QWEN3_NEXT, "Qwen3NextForCausalLM", "qwen3_next", "Qwen3-Next",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.layers.{L}", qwen3_next_mods, N_(qwen3_next_mods), "num_experts", qwen3_next_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) },
+	  X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
 	{ X3_ARCH_QWEN3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3.5", X3_AF_HYBRID,
-	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), NULL, qwen3_5_defaults, 0 },
+	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), NULL, qwen3_5_defaults, 0, HYBRID_MTP },
 	{ X3_ARCH_QWEN3_5_MM, "Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3.5 multimodal", X3_AF_HYBRID,
 	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), NULL, qwen3_5_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) },
+	  X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
 	{ X3_ARCH_QWEN3_5_MOE, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "Qwen3.5-MoE",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
-	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), "num_experts", qwen3_5_moe_defaults, 0 },
+	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), "num_experts", qwen3_5_moe_defaults, 0, HYBRID_MTP },
 	{ X3_ARCH_QWEN3_5_MOE_MM, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "Qwen3.5-MoE multimodal",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), "num_experts",
-	  qwen3_5_moe_defaults, X3_RD(X3_READER_EXLLAMAV3) },
+	  qwen3_5_moe_defaults, X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
 	{ X3_ARCH_GLM_MOE_DSA, "GlmMoeDsaForCausalLM", "glm_moe_dsa", "GLM-5",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED | X3_AF_DSA,
 	  "model.layers.{L}", dsa_mods, N_(dsa_mods), "n_routed_experts", glm_moe_dsa_defaults,
-	  X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
 	{ X3_ARCH_DEEPSEEK_V32, "DeepseekV32ForCausalLM", "deepseek_v32", "DeepSeek-V3.2",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED | X3_AF_DSA,
 	  "model.layers.{L}", dsa_mods, N_(dsa_mods), "n_routed_experts", deepseek_v32_defaults,
-	  X3_RD(X3_READER_GPTQMODEL) },
+	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
 };
 const int x3_narchs = N_(x3_archs);

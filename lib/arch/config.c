@@ -451,6 +451,13 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 		return x3_err(X3_EFORMAT, "config.json: num_attention_heads %lld is not a multiple "
 		              "of num_key_value_heads %lld", (long long)c->n_heads, (long long)c->n_kv_heads);
 
+	c->mtp_cfg = 0;
+	c->n_mtp = 0;
+	if (c->desc->mtp_fc_key &&
+	    (rc = x3_cfg_int(cj, (c->desc->flags & X3_AF_HYBRID) ? "mtp_num_hidden_layers" : "num_nextn_predict_layers", 0, 0,
+	                     &c->mtp_cfg)))
+		return rc;
+
 	c->tied = 0;
 	json_t *t = json_object_get(cj, "tie_word_embeddings");
 	if ((rc = x3_cfg_bool(t || cj == root ? cj : root, "tie_word_embeddings", &c->tied)))
@@ -866,6 +873,13 @@ int x3_config_load_as(const char *dir, unsigned what, x3_model_config *cfg)
 	x3_st *st = NULL;
 	if (!rc && cfg->desc && (cfg->desc->flags & X3_AF_MOE) && !x3_st_open(dir, &st)) {
 		rc = x3_arch_fused_scan(cfg, st);
+		x3_st_close(st);
+		st = NULL;
+	}
+	/* the multi-token prediction layer: part of the model when the
+	 * checkpoint (or pack) holds its projection */
+	if (!rc && cfg->mtp_cfg > 0 && !x3_st_open(dir, &st)) {
+		rc = x3_arch_mtp_scan(cfg, st);
 		x3_st_close(st);
 	}
 	if (rc)

@@ -118,6 +118,13 @@ typedef struct x3_model_config {
 	uint64_t idx_shared[16];
 	int quantized;           /* config has an exl3 quantization_config */
 	int foreign_quant;       /* ... one of another quant_method */
+	/* the multi-token prediction layers: mtp_cfg as the config names them
+	 * (mtp_num_hidden_layers, num_nextn_predict_layers), n_mtp those the
+	 * model has: 1 when the checkpoint holds the layer (x3_config_load_as
+	 * looks; x3_config_parse alone leaves 0), its modules then part of the
+	 * model (arch.h x3_arch_desc.mtp_pre) */
+	int64_t mtp_cfg;
+	int n_mtp;
 } x3_model_config;
 
 /* Parse config.json text (lib/arch/config.c, the toolkit's one parser). The

@@ -283,6 +283,12 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 				TRY(problem(L, "linear '%s': K=%d in the stream, the plan says %d", M->key, K, pk));
 			if (is_head) {
 				L->head_bits = K;
+			} else if (M->d->role == X3_ROLE_MTP) {
+				/* outside the budget, one K for the layer (ExLlamaV3's mtp_bits) */
+				if (L->mtp_bits && L->mtp_bits != K)
+					TRY(problem(L, "linear '%s': K=%d, but the multi-token prediction layer's other "
+					            "linears have K=%d", M->key, K, L->mtp_bits));
+				L->mtp_bits = K;
 			} else {
 				L->sum_k += (double)M->in * (double)M->out * K;
 				L->sum_n += (double)M->in * (double)M->out;
@@ -434,7 +440,7 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		if ((own && own->d->kind == X3_KIND_LINEAR) || x3_modix_slice_of(ix, name) ||
 		    (nl >= rl && !strcmp(name + nl - rl, "rotary_emb.inv_freq")))
 			continue;
-		if (x3_arch_skipped(p->cfg, name)) {
+		if (!own && x3_arch_skipped(p->cfg, name)) {
 			L->skipped++;
 			continue;
 		}

@@ -86,9 +86,11 @@ typedef struct {
 	double sum_k, sum_n;         /* sum numel * K, sum numel (decoder linears) */
 	int cb_count[X3_CB_COUNT];   /* quantized decoder linears per X3_CB_* */
 	int head_bits;               /* of the head stored; 0: none */
-	int skipped;                 /* SRC tensors left out: layers at or past
-	                                num_hidden_layers (x3_arch_skipped:
-	                                DeepSeek's multi-token prediction) */
+	int mtp_bits;                /* of the MTP layer's linears (all one K,
+	                                outside sum_k/sum_n); 0: none */
+	int skipped;                 /* SRC tensors left out: those of a
+	                                multi-token prediction layer that are
+	                                no module (x3_arch_skipped) */
 	/* linears quantized without error feedback (their trellis frame says
 	 * fallback=1), with the reason (the frame's, or the stream's payload
 	 * lifetime: why points into its metadata) */
@@ -102,10 +104,17 @@ typedef struct {
 int x3_pack_classify(const x3_pack_in *in, x3_pack_layout *out);
 void x3_pack_layout_free(x3_pack_layout *l);
 
+/* The fallback reason of a linear encoded without a Hessian (trellis-encode
+ * without one: the multi-token prediction layer's linears always), as
+ * quantization_config.json's "fallback" gives it. */
+#define X3_FALLBACK_NO_HESSIAN "no hessian"
+
 /* The quantization_config block (exl3(5) §2.5). */
 typedef struct {
 	double bits;                 /* written as round(bits, 2) */
 	int head_bits;               /* 1..8 or 16 */
+	int mtp_bits;                /* the MTP layer's linears' K; 0: written
+	                                only when the pack has an MTP layer */
 	int cal_rows, cal_cols;
 	const char *out_scales;      /* always | never | auto */
 	const char *codebook;        /* mul1 | mcg | 3inst */
@@ -144,6 +153,10 @@ int x3_pack_gptqmodel_json(const x3_pack_qcfg *q, x3_tensor *const *t, int n, ch
  * block_sparse_moe.gate), other. *layer (may be NULL): N of the first
  * "layers.N." ("h.N.", "blocks.N."), else -1. Names: x3_role_name. */
 int x3_pack_role(const char *name, int *layer);
+/* ... of linear KEY of a model whose modules are mods[0..n) (may be NULL):
+ * x3_pack_role's, but X3_ROLE_MTP for a linear of its multi-token
+ * prediction layer. */
+int x3_pack_role_of(const x3_module *mods, int n, const char *key, int *layer);
 
 /* Does pack-write copy the file NAME of the source directory into the
  * pack? 0 with *why NULL: a file it writes itself (weights, config.json,
@@ -168,6 +181,7 @@ int x3_pack_cmp(long m1, long r1, const char *n1, long m2, long r2, const char *
 #define X3_PACK_SHARD_MB 8192   /* pack-write's default --shard-size */
 typedef struct {
 	int head_bits;               /* 1..8 or 16 */
+	int mtp_bits;                /* the MTP layer's linears: 1..8 (0: 4) */
 	const char *codebook;        /* mul1 (NULL), mcg, 3inst */
 	int cal_rows, cal_cols;      /* as pack-write's --cal-rows/--cal-cols */
 	const char *out_scales;      /* NULL: always */

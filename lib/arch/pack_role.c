@@ -76,3 +76,11 @@ int x3_pack_role(const char *name, int *layer)
 		return X3_ROLE_MLP;
 	return X3_ROLE_OTHER;
 }
+
+int x3_pack_role_of(const x3_module *mods, int n, const char *key, int *layer)
+{
+	int role = x3_pack_role(key, layer);
+	const x3_module *m = mods ? x3_modules_find(mods, n, key) : NULL;
+	/* DeepSeek's MTP layer has the keys of a layer: only the model tells */
+	return m && m->d->role == X3_ROLE_MTP ? X3_ROLE_MTP : role;
+}

@@ -56,7 +56,7 @@ int x3_pack_sizer_open(const char *src, const x3_pack_size_opts *o, x3_pack_size
 		x3_errprefix(rc, "%s", src);
 	else if (!rc && (rc = x3_st_open(src, &s->src)))
 		x3_errprefix(rc, "%s", src);
-	else if (!rc && (rc = x3_arch_fused_scan(&s->cfg, s->src)))
+	else if (!rc && ((rc = x3_arch_fused_scan(&s->cfg, s->src)) || (rc = x3_arch_mtp_scan(&s->cfg, s->src))))
 		x3_errprefix(rc, "%s", src);
 	else if (!rc && (rc = x3_arch_modules(&s->cfg, &s->mods, &s->nmods)))
 		x3_errprefix(rc, "%s/config.json", src);
@@ -112,7 +112,8 @@ int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
 		const x3_module *m = &sz->mods[j];
 		if (m->d->kind != X3_KIND_LINEAR)
 			continue;
-		int k = m->d->role == X3_ROLE_HEAD ? sz->o.head_bits : K[j];
+		int k = m->d->role == X3_ROLE_HEAD ? sz->o.head_bits :
+		        m->d->role == X3_ROLE_MTP ? (sz->o.mtp_bits ? sz->o.mtp_bits : 4) : K[j];
 		if (k == 16)
 			continue;
 		if (k < 1 || k > 8) {
@@ -188,18 +189,36 @@ int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
 	out->ntensors = L.nent;
 	/* the three JSON texts, as pack-write writes them */
 	out->bits = L.sum_n > 0 ? L.sum_k / L.sum_n : 0;
+	/* the MTP layer's linears are encoded without a Hessian: each is a
+	 * "fallback" entry of quantization_config.json */
+	int nfb = 0;
+	const char **fbk = calloc((size_t)sz->nmods + 1, sizeof *fbk), **fbw = calloc((size_t)sz->nmods + 1, sizeof *fbw);
+	if (!fbk || !fbw) {
+		free(fbk), free(fbw);
+		rc = x3_err(X3_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int j = 0; j < sz->nmods; j++)
+		if (sz->mods[j].d->kind == X3_KIND_LINEAR && sz->mods[j].d->role == X3_ROLE_MTP) {
+			fbk[nfb] = sz->mods[j].key;
+			fbw[nfb++] = X3_FALLBACK_NO_HESSIAN;
+		}
 	x3_pack_qcfg q = {
 		.bits = out->bits, .head_bits = L.head_bits ? L.head_bits : sz->o.head_bits ? sz->o.head_bits : 16,
+		.mtp_bits = L.mtp_bits, .nfallback = nfb, .fallback_key = fbk, .fallback_why = fbw,
 		.cal_rows = sz->o.cal_rows, .cal_cols = sz->o.cal_cols,
 		.out_scales = sz->o.out_scales ? sz->o.out_scales : "always",
 		.codebook = sz->o.codebook ? sz->o.codebook : "mul1", .version = "1.4.1",
 		.measurement = sz->o.measurement,
 	};
-	if ((rc = x3_pack_config_json(sz->cfg_text, &q, &txt)))
-		goto out;
-	out->json_bytes += strlen(txt);
-	free(txt);
-	if ((rc = x3_pack_qconfig_json(&q, hdr, L.nent, &txt)))
+	rc = x3_pack_config_json(sz->cfg_text, &q, &txt);
+	if (!rc) {
+		out->json_bytes += strlen(txt);
+		free(txt);
+		rc = x3_pack_qconfig_json(&q, hdr, L.nent, &txt);
+	}
+	free(fbk), free(fbw);
+	if (rc)
 		goto out;
 	out->json_bytes += strlen(txt);
 	free(txt);

@@ -32,6 +32,8 @@ int x3_plan_build(const char *dir, const x3_plan_opts *o, x3_plan *p)
 {
 	memset(p, 0, sizeof *p);
 	p->o = *o;
+	if (!p->o.mtp_bits)
+		p->o.mtp_bits = 4;
 	x3_model_config c;
 	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c))
 		return -1;
@@ -52,6 +54,7 @@ int x3_plan_build(const char *dir, const x3_plan_opts *o, x3_plan *p)
 		x3_plan_lin *l = &p->lin[p->nlin++];
 		l->m = m;
 		l->head = head;
+		l->mtp = m->d->role == X3_ROLE_MTP;
 		if (m->sliced)
 			snprintf(l->rows, sizeof l->rows, "%lld:%lld", (long long)m->row0,
 			         (long long)(m->row0 + m->out));
@@ -71,7 +74,7 @@ void x3_plan_free(x3_plan *p)
 /* ---- the file names of one linear ---------------------------------------- */
 static int draws_of(const x3_plan *p, const x3_plan_lin *l)
 {
-	return p->o.draws > 0 && !l->head;
+	return p->o.draws > 0 && !l->head && !l->mtp;
 }
 
 /* the encodes from Hessian set SET ("h1", "hs") at K that the plan has a
@@ -80,6 +83,8 @@ static int draws_of(const x3_plan *p, const x3_plan_lin *l)
 static int enc_needed(const x3_plan *p, const x3_plan_lin *l, int seq, int k)
 {
 	const x3_plan_opts *o = &p->o;
+	if (l->mtp)
+		return 0;
 	if (seq && !o->sequential)
 		return 0;
 	if (l->head)
@@ -186,6 +191,8 @@ static void enc_name(sbuf *b, const x3_plan_lin *l, const char *set, int k)
  * every measured width, whole or sampled */
 static void meas_names(const x3_plan *p, const x3_plan_lin *l, sbuf *b)
 {
+	if (l->mtp)
+		return;
 	if (l->head) {
 		sb_add(b, " ");
 		enc_name(b, l, "h1", p->o.head_bits);
@@ -235,7 +242,7 @@ static int sens_groups(const x3_plan *p, sgroup **out, int *n)
 	graph set = {0};
 	for (int i = 0; i < p->nlin; i++) {
 		const x3_plan_lin *l = &p->lin[i];
-		if (l->head)
+		if (l->head || l->mtp)
 			continue;
 		char name[sizeof g->name];
 		sens_group_name(p, l, name, sizeof name);
@@ -266,6 +273,17 @@ static void enc_rule(emit *e, const x3_plan_lin *l, int seq, int k)
 	const char *set = seq ? "hs" : "h1";
 	int sk = p->o.sens_k, pick = draws_of(p, l) && !seq;
 	sbuf t = {0}, d = {0};
+	if (l->mtp) {
+		/* without a Hessian (ExLlamaV3 encodes these uncalibrated) */
+		enc_name(&t, l, "u", k);
+		sb_add(&d, "params/quant src/%s", m->key);
+		char rec[2048];
+		snprintf(rec, sizeof rec, "$(call encu,%s,%s,%d,%s,%d)", m->key, m->weight, m->bias, l->rows, k);
+		rule(e, 0, sb(&t), sb(&d), rec);
+		free(t.s);
+		free(d.s);
+		return;
+	}
 	enc_name(&t, l, set, k);
 	sb_add(&d, "%s/%s.frames params/quant src/%s", set, m->group, m->key);
 	if (pick)
@@ -334,7 +352,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 	/* the keys */
 	out(&e, "DECODER :=");
 	for (int i = 0; i < p->nlin; i++)
-		if (!p->lin[i].head)
+		if (!p->lin[i].head && !p->lin[i].mtp)
 			out(&e, " %s", p->lin[i].m->key);
 	out(&e, "\nHEAD :=");
 	for (int i = 0; i < p->nlin; i++)
@@ -381,7 +399,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 	if (!first)
 		return x3_err(X3_ENOMEM, "out of memory");
 	for (int i = 0; i < p->nlin; i++)
-		if (x3_graph_find(&gs, p->lin[i].m->group, 0) == -2) {
+		if (!p->lin[i].mtp && x3_graph_find(&gs, p->lin[i].m->group, 0) == -2) {
 			if (x3_graph_find(&gs, p->lin[i].m->group, 1) < 0)
 				e.err = 1;
 			first[i] = 1;
@@ -539,7 +557,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 			sb_add(&drawp, " $(W)/%s", tp);
 			free(js.s);
 		}
-		if (o->sample[0] && !l->head)
+		if (o->sample[0] && !l->head && !l->mtp)
 			for (int j = 0; j < o->nmeasure; j++) {
 				int k = o->measure[j];
 				char tg[X3_KEY_MAX + 64], dp[3 * X3_KEY_MAX], rec[2048];
@@ -615,7 +633,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 		}
 		rule(&e, 1, "sens/groups.jsonl", "params/sens", "$(sens_groups_jsonl)");
 		for (int i = 0; i < p->nlin; i++)
-			if (!p->lin[i].head)
+			if (!p->lin[i].head && !p->lin[i].mtp)
 				sb_add(&senserr, " enc/%s.h1.k%d.frames", p->lin[i].m->key, sk);
 		{
 			sbuf v = {0};
@@ -774,12 +792,15 @@ int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f)
 	                  "# written by convert-plan --finals from %s\n", plan_json) < 0;
 	for (int i = 0; i < p->nlin && !rc; i++) {
 		const x3_plan_lin *l = &p->lin[i];
-		int K = pl.K[l->m - p->mods];
+		int K = l->mtp ? o->mtp_bits : pl.K[l->m - p->mods];
 		if (!K)
 			continue;
 		err |= fprintf(f, "K.%s := %d\n", l->m->key, K) < 0;
 		sbuf nm = {0};
-		if (o->sample[0] && !o->sequential && !l->head && has_k(o, K))
+		if (l->mtp) {
+			enc_name(&nm, l, "u", K);
+			enc_rule(&e, l, 0, K);
+		} else if (o->sample[0] && !o->sequential && !l->head && has_k(o, K))
 			sb_add(&nm, "enc/%s.h1.k%d.s%s.frames", l->m->key, K, o->sample);
 		else {
 			/* a width outside the measured set (the plan's own): its rule
@@ -790,7 +811,7 @@ int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f)
 		}
 		if (!rc) {
 			int li = l->m->layer;
-			sb_add(&byl[li < 0 ? 0 : li], " $(W)/%s", sb(&nm));
+			sb_add(&byl[li < 0 ? 0 : li > p->nlayers ? p->nlayers + 1 : li], " $(W)/%s", sb(&nm));
 			sb_add(&all, " $(W)/%s", sb(&nm));
 		}
 		free(nm.s);

@@ -19,6 +19,7 @@ enum { X3_SENS_BY_TENSOR, X3_SENS_BY_GROUP, X3_SENS_BY_LAYER };
 
 typedef struct {
 	int head_bits;          /* 1..8 or 16 (the head not encoded) */
+	int mtp_bits;           /* the MTP layer's linears: 1..8 (0: 4) */
 	int sequential;         /* --mode sequential */
 	char sample[32];        /* --sample F as convert spells it, "" for full */
 	int measure[8], nmeasure; /* the measured widths, ascending */
@@ -32,6 +33,8 @@ typedef struct {
 typedef struct {
 	const x3_module *m;     /* the module (key, weight, group, layer, bias) */
 	int head;               /* the head (encoded at head_bits, not measured) */
+	int mtp;                /* a linear of the MTP layer (encoded at
+	                           mtp_bits without a Hessian, not measured) */
 	char rows[48];          /* "A:B" for a row slice of a fused tensor, else "" */
 } x3_plan_lin;
 

@@ -368,6 +368,13 @@ static void module_rules(struct ctx *x, const x3_st *st, const x3_model_config *
 			snprintf(n, sizeof n, "%s.bias", d->key);
 			if (d->bias && !x3_st_find(st, n))
 				violation(x, n, "present", "missing: config.json gives %s a bias", d->key);
+			/* ExLlamaV3's Qwen3.5 MTP layer loads mtp.fc unpadded
+			 * (qwen3_5_mtp.py: pad_to 1), the pack pads every linear */
+			if (L[i].K > 0 && exl(x) && d->d->slot == X3_SLOT_MTP_FC && (c->desc->flags & X3_AF_HYBRID) &&
+			    (d->in % 128 || d->out % 128))
+				violation(x, d->key, "mtp-fc", "%lldx%lld (in x out) is not a multiple of 128: ExLlamaV3 "
+				          "loads the MTP projection unpadded and would not match its padded trellis",
+				          (long long)d->in, (long long)d->out);
 			if (L[i].K > 0 && gptq(x) && (d->in % 128 || d->out % 128))
 				violation(x, d->key, "aligned", "%lldx%lld (in x out) is not a multiple of 128: %s",
 				          (long long)d->in, (long long)d->out, x->reader == X3_READER_GPTQMODEL ?

@@ -296,6 +296,92 @@ static int head_pass(struct fwd *f, float *x, int64_t rows, int64_t chunk_rows, 
 	return rc;
 }
 
+/* The multi-token prediction layer (x3_forward_opts.mtp_logits) over the
+ * main model's last hidden states x (rows * cols, hidden; the residual
+ * stream after its last layer). */
+static int mtp_pass(struct fwd *f, const int32_t *tokens, const float *x, int64_t rows, int64_t chunk_rows)
+{
+	x3_model *m = f->m;
+	const struct x3_forward_opts *o = f->o;
+	const x3_model_config *c = &m->cfg;
+	int64_t H = c->hidden, cols = f->cols, cm = cols - 1, Tm = rows * cm;
+	int n = (int)c->n_layers, L = n + 1, rc;
+	if (cm < 1)
+		return x3_err(X3_EINVAL, "the multi-token prediction layer needs rows of 2 tokens or more");
+	x3_linear *fc = NULL, *head = NULL;
+	float *vec[3] = { NULL, NULL, NULL }, *fnorm = NULL;
+	float *cat = malloc((size_t)Tm * 2 * H * sizeof *cat), *xm = malloc((size_t)Tm * H * sizeof *xm);
+	int32_t *tok = malloc((size_t)(Tm ? Tm : 1) * sizeof *tok);
+	struct layer_w w;
+	int have_w = 0;
+	if (!cat || !xm || !tok) {
+		rc = x3_err(X3_ENOMEM, "forward: out of memory for the multi-token prediction layer");
+		goto out;
+	}
+	if ((rc = x3m_mtp_load(m, &fc, vec)) || (rc = x3m_head_open(m, 0, &head)))
+		goto out;
+	if (c->hybrid) {   /* the hybrids' MTP layer reads the main model's normed state */
+		const x3_module *fn = mod(m, n, X3_SLOT_FINAL_NORM);
+		if ((rc = x3m_load_vec(m->st, fn->weight, fn->out, &fnorm)))
+			goto out;
+		x3m_gemma_norm(fnorm, fn->out);
+	}
+	/* [enorm(embed(token t + 1)) | hnorm(h_t)] per row and position t < cols - 1 */
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t t = 0; t < cm; t++)
+			tok[r * cm + t] = tokens[r * cols + t + 1];
+	if ((rc = embed_rows(m, tok, Tm, xm)))
+		goto out;
+	int eo = o->mtp_concat_swap ? H : 0, ho = o->mtp_concat_swap ? 0 : H;
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t t = 0; t < cm; t++) {
+			int64_t i = r * cm + t;
+			const float *h = x + (r * cols + t) * H;
+			if (fnorm) {
+				x3m_rmsnorm(f->xn, h, fnorm, 1, H, c->rms_eps);
+				h = f->xn;
+			}
+			x3m_rmsnorm(cat + i * 2 * H + ho, h, vec[1], 1, H, c->rms_eps);
+			x3m_rmsnorm(cat + i * 2 * H + eo, xm + i * H, vec[0], 1, H, c->rms_eps);
+		}
+	if ((rc = x3m_lin_apply(f, fc, cat, Tm, cm, xm)))
+		goto out;
+	/* its decoder layer over positions 0..cols-2 */
+	if ((rc = x3m_layer_load(m, L, 0, 1, &w))) {
+		x3_errprefix(rc, "the multi-token prediction layer");
+		goto out;
+	}
+	have_w = 1;
+	f->cols = cm;
+	if (w.sparse)
+		rc = x3m_moe_layer(f, L, &w, xm, rows, chunk_rows, rows);
+	for (int64_t r0 = 0, nr; r0 < rows && !rc && !w.sparse; r0 += nr) {
+		nr = r0 + chunk_rows < rows ? chunk_rows : rows - r0;
+		f->tok0 = r0 * cm;
+		rc = layer_chunk(f, L, &w, xm + r0 * cm * H, nr);
+	}
+	f->cols = cols;
+	if (rc)
+		goto out;
+	/* its final norm, the model's head */
+	x3m_rmsnorm(xm, xm, vec[2], Tm, H, c->rms_eps);
+	rc = x3m_lin_apply(f, head, xm, Tm, cm, o->mtp_logits);
+	if (!rc && c->final_softcap > 0) {
+		float cap = (float)c->final_softcap;
+		for (int64_t i = 0; i < Tm * c->vocab; i++)
+			o->mtp_logits[i] = cap * tanhf(o->mtp_logits[i] / cap);
+	}
+out:
+	if (have_w)
+		x3m_layer_free(&w);
+	x3_linear_free(fc);
+	x3_linear_free(head);
+	for (int i = 0; i < 3; i++)
+		free(vec[i]);
+	free(fnorm), free(cat), free(xm), free(tok);
+	return rc;
+}
+
 int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t cols,
                      const struct x3_forward_opts *o)
 {
@@ -424,10 +510,10 @@ int x3_model_forward(x3_model *m, const int32_t *tokens, int64_t rows, int64_t c
 	if (o->last_layer < n)
 		goto out;
 	int want_hook = o->hook && o->hook_first <= n && o->hook_last >= n;
-	if (!want_hook && o->logits_mode == X3_LOGITS_NONE)
+	if ((want_hook || o->logits_mode != X3_LOGITS_NONE) && (rc = head_pass(&f, x, rows, chunk_rows, seg)))
 		goto out;
-
-	rc = head_pass(&f, x, rows, chunk_rows, seg);
+	if (o->mtp_logits)
+		rc = mtp_pass(&f, tokens, x, rows, chunk_rows);
 out:
 	if (x != o->hidden)
 		free(x);

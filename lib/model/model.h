@@ -192,6 +192,20 @@ struct x3_forward_opts {
 	int (*expert_done)(void *ctx, int layer, int expert);
 	void *expert_done_ctx;
 	int moe_chunk_major;
+	/* The multi-token prediction (MTP) layer (x3_model_config.n_mtp), run
+	 * after the layers when set (last_layer n_layers): (rows * (cols - 1),
+	 * vocab) caller-allocated, at row r, position t < cols - 1 the logits
+	 * the MTP layer gives for the token at t + 2: its input
+	 * fc([enorm(embed(token t + 1)) | hnorm(h_t)]), the embedding first as
+	 * vLLM's and ExLlamaV3's MTP modules concatenate them, h_t the main
+	 * model's last hidden state at t (the hybrids': after the final norm,
+	 * as ExLlamaV3's Qwen3.5 MTP reads it; DeepSeek V3's and the GLMs':
+	 * the residual stream before it), then its decoder layer (layer
+	 * n_layers + 1 over positions 0..cols-2), its final norm and the
+	 * model's head. mtp_concat_swap (a check that the order matters):
+	 * [hnorm(h) | enorm(e)] instead. */
+	float *mtp_logits;
+	int mtp_concat_swap;
 	/* Where the forward's wall time went, added to *timing (may be NULL) */
 	struct x3_forward_timing *timing;
 };

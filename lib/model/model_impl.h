@@ -35,9 +35,10 @@ struct x3_model {
 	const x3_tensor *embed; /* borrowed (vocab, hidden) */
 	x3_module *mods;        /* every module, model order (arch.h) */
 	int nmods;
-	int *slot;              /* (n_layers + 1, X3_SLOT_COUNT): index into
+	int *slot;              /* (n_layers + 1 + n_mtp, X3_SLOT_COUNT): index into
 	                           mods, -1 if absent; row n_layers: the modules
-	                           before and after the layers */
+	                           before and after the layers; row n_layers + 1:
+	                           the multi-token prediction layer's */
 	int on_use;             /* x3_model_opts.weights_on_use */
 };
 
@@ -75,6 +76,11 @@ int x3m_layer_to_device(struct layer_w *w, int device);
  * copies of a dense checkpoint's weights, or EXL3); free them. */
 int x3m_expert_open(const x3_model *m, int l, struct layer_w *w, int e);
 void x3m_expert_free(struct layer_w *w, int e);
+/* The multi-token prediction layer's projection (fc / eh_proj) and its
+ * three norms, vec[0] the embedding's, vec[1] the hidden state's, vec[2]
+ * its final norm (F32, (1 + w) for the hybrids); its decoder layer is
+ * layer n_layers + 1 (x3m_layer_load). X3_EUNSUP without one. */
+int x3m_mtp_load(const x3_model *m, x3_linear **fc, float **vec);
 /* The head: its own weight (dense or EXL3), else the embedding when tied. */
 int x3m_head_open(const x3_model *m, int check, x3_linear **out);
 

@@ -298,6 +298,41 @@ int x3m_expert_open(const x3_model *m, int l, struct layer_w *w, int e)
 	return X3_OK;
 }
 
+int x3m_mtp_load(const x3_model *m, x3_linear **fc, float **vec)
+{
+	const x3_model_config *c = &m->cfg;
+	int L = (int)c->n_layers + 1, rc;
+	static const int vs[3] = { X3_SLOT_MTP_ENORM, X3_SLOT_MTP_HNORM, X3_SLOT_FINAL_NORM };
+	const x3_module *d = c->n_mtp ? mod(m, L, X3_SLOT_MTP_FC) : NULL;
+	*fc = NULL;
+	for (int i = 0; i < 3; i++)
+		vec[i] = NULL;
+	if (!d)
+		return x3_err(X3_EUNSUP, "%s: the model has no multi-token prediction layer", c->arch_name);
+	if ((rc = open_mod(m, L, d, 0, fc)))
+		return rc;
+	for (int i = 0; i < 3; i++) {
+		const x3_module *v = mod(m, L, vs[i]);
+		if (!v) {
+			rc = x3_err(X3_EINVAL, "the multi-token prediction layer has no norm of slot %d", vs[i]);
+			break;
+		}
+		if ((rc = x3m_load_vec(norm_src(m, L, v->weight), v->weight, v->out, &vec[i])))
+			break;
+		if (c->norm_offset)   /* the hybrids' (1 + w) norms */
+			x3m_gemma_norm(vec[i], v->out);
+	}
+	if (rc) {
+		x3_linear_free(*fc);
+		*fc = NULL;
+		for (int i = 0; i < 3; i++) {
+			free(vec[i]);
+			vec[i] = NULL;
+		}
+	}
+	return rc;
+}
+
 /* The head: its own weight (dense or EXL3: an EXL3 conversion of a tied
  * model stores its quantized head there), else the embedding when tied. */
 int x3m_head_open(const x3_model *m, int check, x3_linear **out)
@@ -374,11 +409,11 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		            pname);
 		goto fail;
 	}
-	if (!(m->slot = malloc((size_t)(c->n_layers + 1) * X3_SLOT_COUNT * sizeof *m->slot))) {
+	if (!(m->slot = malloc((size_t)(c->n_layers + 1 + c->n_mtp) * X3_SLOT_COUNT * sizeof *m->slot))) {
 		rc = x3_err(X3_ENOMEM, "out of memory");
 		goto fail;
 	}
-	for (size_t i = 0; i < (size_t)(c->n_layers + 1) * X3_SLOT_COUNT; i++)
+	for (size_t i = 0; i < (size_t)(c->n_layers + 1 + c->n_mtp) * X3_SLOT_COUNT; i++)
 		m->slot[i] = -1;
 	for (int i = 0; i < m->nmods; i++) {
 		int l = m->mods[i].layer < 0 ? (int)c->n_layers : m->mods[i].layer;

@@ -12,6 +12,7 @@
 #include "codec.h"
 #include "quant.h"
 #include "quant_impl.h"
+#include "pack.h"
 
 /* ---- Hessian ----------------------------------------------------------- */
 
@@ -50,7 +51,7 @@ int x3_qhess_none(int64_t k, const float *sign, x3_qhess **out)
 	if (!h)
 		return x3_err(X3_ENOMEM, "out of memory");
 	h->fallback = 1;
-	snprintf(h->why, sizeof h->why, "no hessian");
+	snprintf(h->why, sizeof h->why, "%s", X3_FALLBACK_NO_HESSIAN);
 	*out = h;
 	return X3_OK;
 }

@@ -18,8 +18,13 @@
  * dense path of the concatenated expert and shared expert); distinct
  * experts do not. No dimension is a multiple of 128. Bad configs and a
  * missing expert fail naming the key or tensor; Hugging Face's defaults
- * fill what a config leaves out; the multi-token-prediction layer is no
- * module. */
+ * fill what a config leaves out; the multi-token-prediction layer of a
+ * config that names none is no module. One that the config names (layer
+ * 2: enorm, hnorm, eh_proj, a decoder layer with experts,
+ * shared_head.norm) gives the logits of the token two ahead that a
+ * reference written here from vLLM's deepseek_mtp.py gives (the main
+ * model's state before its final norm; a swapped concatenation and the
+ * normed state each fail it). */
 #include <math.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -43,6 +48,9 @@ struct glm {
 	                            concatenation of expert 0 (down times
 	                            scale) and the shared expert */
 	int drop_expert;         /* leave model.layers.1.mlp.experts.3.down_proj out */
+	int mtp;                 /* the whole multi-token-prediction layer NL
+	                            (hnorm, shared_head.norm, a decoder layer
+	                            with experts), named by the config */
 };
 
 /* what the reference does differently (to show that a feature matters) */
@@ -92,7 +100,8 @@ static void build(const struct glm *g, uint64_t seed)
 	synth_add(LK(n, 0, "mlp.gate_proj.weight"), I, H, 1 / sqrt(H), 0, &r);
 	synth_add(LK(n, 0, "mlp.up_proj.weight"), I, H, 1 / sqrt(H), 0, &r);
 	synth_add(LK(n, 0, "mlp.down_proj.weight"), H, I, 1 / sqrt(I), 0, &r);
-	/* the multi-token-prediction layer (layer NL) real checkpoints carry */
+	/* the multi-token-prediction layer (layer NL) real checkpoints carry, its
+	 * projection and a norm of it; the config names none (left out) */
 	synth_add(LK(n, NL, "eh_proj.weight"), H, 2 * H, 0.1, 0, &r);
 	synth_add(LK(n, NL, "enorm.weight"), H, 0, 0, 1, &r);
 	/* layer 1's MoE last, so that the dense variant draws the same others */
@@ -127,6 +136,45 @@ static void build(const struct glm *g, uint64_t seed)
 	t = synth_add(LK(n, l, "mlp.shared_experts.down_proj.weight"), H, MI, 1 / sqrt(MI), 0, &m);
 	memcpy(sd, t->v, sizeof sd);
 	synth_round(X3_F32);
+	if (g->mtp) {
+		/* the rest of the MTP layer, from a stream of its own (the
+		 * other tensors are those of the model without it) */
+		x3_rng q;
+		x3_rng_seed(&q, seed, 2);
+		int L = NL;
+		synth_add(LK(n, L, "hnorm.weight"), H, 0, 0.1, 1, &q);
+		synth_add(LK(n, L, "shared_head.norm.weight"), H, 0, 0.1, 1, &q);
+		synth_add(LK(n, L, "input_layernorm.weight"), H, 0, 0.1, 1, &q);
+		synth_add(LK(n, L, "post_attention_layernorm.weight"), H, 0, 0.1, 1, &q);
+		synth_add(LK(n, L, "self_attn.q_proj.weight"), QD, H, 1 / sqrt(H), 0, &q);
+		synth_add(LK(n, L, "self_attn.k_proj.weight"), KVD, H, 1 / sqrt(H), 0, &q);
+		synth_add(LK(n, L, "self_attn.v_proj.weight"), KVD, H, 1 / sqrt(H), 0, &q);
+		synth_add(LK(n, L, "self_attn.o_proj.weight"), H, QD, 1 / sqrt(QD), 0, &q);
+		if (g->bias) {
+			synth_add(LK(n, L, "self_attn.q_proj.bias"), QD, 0, 0.2, 0, &q);
+			synth_add(LK(n, L, "self_attn.k_proj.bias"), KVD, 0, 0.2, 0, &q);
+			synth_add(LK(n, L, "self_attn.v_proj.bias"), KVD, 0, 0.2, 0, &q);
+		}
+		if (g->qk_norm) {
+			synth_add(LK(n, L, "self_attn.q_norm.weight"), HD, 0, 0.2, 1, &q);
+			synth_add(LK(n, L, "self_attn.k_norm.weight"), HD, 0, 0.2, 1, &q);
+		}
+		synth_add(LK(n, L, "mlp.gate.weight"), E, H, 1 / sqrt(H), 0, &q);
+		synth_add(LK(n, L, "mlp.gate.e_score_correction_bias"), E, 0, g->cbias, 0, &q);
+		for (int e = 0; e < E; e++) {
+			char k[160];
+			snprintf(k, sizeof k, "mlp.experts.%d.gate_proj.weight", e);
+			synth_add(LK(n, L, k), MI, H, 1 / sqrt(H), 0, &q);
+			snprintf(k, sizeof k, "mlp.experts.%d.up_proj.weight", e);
+			synth_add(LK(n, L, k), MI, H, 1 / sqrt(H), 0, &q);
+			snprintf(k, sizeof k, "mlp.experts.%d.down_proj.weight", e);
+			synth_add(LK(n, L, k), H, MI, 1 / sqrt(MI), 0, &q);
+		}
+		synth_add(LK(n, L, "mlp.shared_experts.gate_proj.weight"), MI, H, 1 / sqrt(H), 0, &q);
+		synth_add(LK(n, L, "mlp.shared_experts.up_proj.weight"), MI, H, 1 / sqrt(H), 0, &q);
+		synth_add(LK(n, L, "mlp.shared_experts.down_proj.weight"), H, MI, 1 / sqrt(MI), 0, &q);
+		synth_round(X3_F32);
+	}
 	if (!g->dense)
 		return;
 	/* the dense MLP of the same function: gate/up rows of expert 0 then
@@ -159,11 +207,11 @@ static int write_glm(const char *dir, const struct glm *g, uint64_t seed)
 	         "\"attention_bias\": %s, \"use_qk_norm\": %s, \"n_routed_experts\": %d, "
 	         "\"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"n_shared_experts\": 1, "
 	         "\"first_k_dense_replace\": %d, \"n_group\": %d, \"topk_group\": %d, \"norm_topk_prob\": true, "
-	         "\"routed_scaling_factor\": %g, \"num_nextn_predict_layers\": 1, \"tie_word_embeddings\": false, "
+	         "\"routed_scaling_factor\": %g, \"num_nextn_predict_layers\": %d, \"tie_word_embeddings\": false, "
 	         "\"hidden_act\": \"silu\"}",
 	         H, g->dense ? 2 * MI : I, NL, NH, NKV, HD, V, g->prf, g->bias ? "true" : "false",
 	         g->qk_norm ? "true" : "false", E, g->top_k, MI, g->dense ? NL : 1, g->n_group, g->topk_group,
-	         g->scale);
+	         g->scale, g->mtp);
 }
 
 /* ---- plain reference forward (double) --------------------------------- */
@@ -193,13 +241,13 @@ static void mlp(double *y, const double *gw, const double *uw, const double *dw,
 }
 
 /* HF's route_tokens_to_experts for one token: the top_k experts and weights */
-static void route(const struct refo *o, const double *xn, int *idx, double *w)
+static void route(const struct refo *o, int l, const double *xn, int *idx, double *w)
 {
 	const struct glm *g = o->g;
 	double lg[E], s[E], ch[E], gs[E];
 	int gsel[E] = {0}, per = E / g->n_group, used[E] = {0};
-	synth_mv(lg, synth_get("model.layers.1.mlp.gate.weight"), NULL, xn, E, H);
-	const double *cb = synth_get("model.layers.1.mlp.gate.e_score_correction_bias");
+	synth_mv(lg, synth_get("model.layers.%d.mlp.gate.weight", l), NULL, xn, E, H);
+	const double *cb = synth_get("model.layers.%d.mlp.gate.e_score_correction_bias", l);
 	for (int e = 0; e < E; e++)
 		s[e] = sigm(lg[e]), ch[e] = s[e] + (o->no_cbias ? 0 : cb[e]);
 	for (int q = 0; q < g->n_group; q++) {   /* a group: the sum of its best two */
@@ -232,18 +280,16 @@ static void route(const struct refo *o, const double *xn, int *idx, double *w)
 		w[k] = w[k] / (sum + 1e-20) * (o->scale > 0 ? o->scale : g->scale);
 }
 
-static void ref_forward(const void *ctx, const int32_t *tok, int n, double *logits)
+/* Decoder layer l (0 dense, else sparse) on x (n, H) in place */
+static void ref_layer(const struct refo *o, int l, double *x, int n)
 {
-	const struct refo *o = ctx;
 	const struct glm *g = o->g;
 	int rd = o->rd ? o->rd : (int)(HD * g->prf);
-	double *x = calloc((size_t)n * H, sizeof *x), xn[H], a[QD], y[H], y2[H];
+	double xn[H], a[QD], y[H], y2[H];
 	double *q = malloc(sizeof(double) * n * QD), *k = malloc(sizeof(double) * n * KVD);
 	double *v = malloc(sizeof(double) * n * KVD), *sc = malloc(sizeof(double) * n);
 	char b1[160], b2[160], b3[160];
-	for (int t = 0; t < n; t++)
-		memcpy(x + t * H, synth_get("model.embed_tokens.weight") + (size_t)tok[t] * H, sizeof(double) * H);
-	for (int l = 0; l < NL; l++) {
+	{
 		for (int t = 0; t < n; t++) {
 			synth_rms(xn, x + t * H, synth_get("%s", LK(b1, l, "input_layernorm.weight")), H, 1e-5);
 			synth_mv(q + t * QD, synth_get("%s", LK(b1, l, "self_attn.q_proj.weight")),
@@ -281,15 +327,15 @@ static void ref_forward(const void *ctx, const int32_t *tok, int n, double *logi
 			} else {
 				int idx[E];
 				double wt[E];
-				route(o, xn, idx, wt);
-				mlp(y, synth_get("model.layers.1.mlp.shared_experts.gate_proj.weight"),
-				    synth_get("model.layers.1.mlp.shared_experts.up_proj.weight"),
-				    synth_get("model.layers.1.mlp.shared_experts.down_proj.weight"), MI, xn);
+				route(o, l, xn, idx, wt);
+				mlp(y, synth_get("model.layers.%d.mlp.shared_experts.gate_proj.weight", l),
+				    synth_get("model.layers.%d.mlp.shared_experts.up_proj.weight", l),
+				    synth_get("model.layers.%d.mlp.shared_experts.down_proj.weight", l), MI, xn);
 				for (int j = 0; j < g->top_k; j++) {
 					int e = idx[j];
-					mlp(y2, synth_get("model.layers.1.mlp.experts.%d.gate_proj.weight", e),
-					    synth_get("model.layers.1.mlp.experts.%d.up_proj.weight", e),
-					    synth_get("model.layers.1.mlp.experts.%d.down_proj.weight", e), MI, xn);
+					mlp(y2, synth_get("model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e),
+					    synth_get("model.layers.%d.mlp.experts.%d.up_proj.weight", l, e),
+					    synth_get("model.layers.%d.mlp.experts.%d.down_proj.weight", l, e), MI, xn);
 					for (int i = 0; i < H; i++)
 						y[i] += wt[j] * y2[i];
 				}
@@ -298,11 +344,81 @@ static void ref_forward(const void *ctx, const int32_t *tok, int n, double *logi
 				x[t * H + i] += y[i];
 		}
 	}
+	free(q), free(k), free(v), free(sc);
+}
+
+/* the layers over the embedding of tok: x (n, H) before the final norm */
+static double *ref_hidden(const struct refo *o, const int32_t *tok, int n)
+{
+	double *x = calloc((size_t)n * H, sizeof *x);
+	for (int t = 0; t < n; t++)
+		memcpy(x + t * H, synth_get("model.embed_tokens.weight") + (size_t)tok[t] * H, sizeof(double) * H);
+	for (int l = 0; l < NL; l++)
+		ref_layer(o, l, x, n);
+	return x;
+}
+
+static void ref_forward(const void *ctx, const int32_t *tok, int n, double *logits)
+{
+	double *x = ref_hidden(ctx, tok, n), xn[H];
 	for (int t = 0; t < n; t++) {
 		synth_rms(xn, x + t * H, synth_get("model.norm.weight"), H, 1e-5);
 		synth_mv(logits + (size_t)t * V, synth_get("lm_head.weight"), NULL, xn, V, H);
 	}
-	free(x), free(q), free(k), free(v), free(sc);
+	free(x);
+}
+
+/* The multi-token prediction layer NL (DeepSeek V3's, vLLM's deepseek_mtp):
+ * at t < n - 1, eh_proj of [enorm(embed(tok[t + 1])) | hnorm(h_t)], h_t the
+ * main model's state before its final norm (as ExLlamaV3 describes the
+ * DeepSeek / GLM MTP heads); then decoder layer NL over positions 0..n-2,
+ * shared_head.norm and lm_head: logits (n - 1, V) */
+static void ref_mtp(const struct refo *o, const int32_t *tok, int n, double *logits)
+{
+	double *x = ref_hidden(o, tok, n), *u = malloc(sizeof(double) * (size_t)(n - 1) * H), cat[2 * H], xn[H];
+	char b[160];
+	for (int t = 0; t < n - 1; t++) {
+		synth_rms(cat, synth_get("model.embed_tokens.weight") + (size_t)tok[t + 1] * H,
+		          synth_get("%s", LK(b, NL, "enorm.weight")), H, 1e-5);
+		synth_rms(cat + H, x + t * H, synth_get("%s", LK(b, NL, "hnorm.weight")), H, 1e-5);
+		synth_mv(u + t * H, synth_get("%s", LK(b, NL, "eh_proj.weight")), NULL, cat, H, 2 * H);
+	}
+	ref_layer(o, NL, u, n - 1);
+	for (int t = 0; t < n - 1; t++) {
+		synth_rms(xn, u + t * H, synth_get("%s", LK(b, NL, "shared_head.norm.weight")), H, 1e-5);
+		synth_mv(logits + (size_t)t * V, synth_get("lm_head.weight"), NULL, xn, V, H);
+	}
+	free(x), free(u);
+}
+
+/* the model's MTP logits of rows of tok against ref_mtp: max relative
+ * error; swap: with the halves of its input swapped */
+static double mtp_compare(const struct refo *o, const char *dir, const int32_t *tok, int rows, int cols, int swap)
+{
+	x3_model *m;
+	if (x3_model_open(dir, NULL, &m)) {
+		printf("# %s\n", x3_errmsg());
+		return INFINITY;
+	}
+	size_t nl = (size_t)rows * (cols - 1) * V;
+	float *lg = malloc(sizeof(float) * nl);
+	double *ref = malloc(sizeof(double) * nl), num = 0, den = 0;
+	struct x3_forward_opts fo;
+	x3_forward_opts_init(&fo, m);
+	fo.mtp_logits = lg;
+	fo.mtp_concat_swap = swap;
+	int rc = x3_model_forward(m, tok, rows, cols, &fo);
+	if (rc)
+		printf("# %s\n", x3_errmsg());
+	x3_model_close(m);
+	for (int r = 0; r < rows && !rc; r++)
+		ref_mtp(o, tok + r * cols, cols, ref + (size_t)r * (cols - 1) * V);
+	for (size_t i = 0; i < nl && !rc; i++) {
+		num = fmax(num, fabs(lg[i] - ref[i]));
+		den = fmax(den, fabs(ref[i]));
+	}
+	free(lg), free(ref);
+	return rc ? INFINITY : num / den;
 }
 
 int main(void)
@@ -339,6 +455,25 @@ int main(void)
 	      !x3_arch_skipped(&c, "model.layers.1.mlp.gate.weight"),
 	      "the multi-token-prediction layer (model.layers.2) is left out, layer 1 is not");
 
+	/* the multi-token prediction layer (A's, with its whole layer 2) against ref_mtp */
+	{
+		struct glm AM = A;
+		AM.mtp = 1;
+		CHECK_OK(write_glm(test_path("mtp"), &AM, 1567), "write A with its MTP layer (num_nextn_predict_layers 1)");
+		x3_model_config mc;
+		CHECK(!x3_config_load(test_path("mtp"), &mc) && mc.n_mtp == 1, "the MTP layer is the model's (n_mtp 1)");
+		struct refo rm = { .g = &AM };
+		int32_t tok[2 * 20];
+		x3_rng tg;
+		x3_rng_seed(&tg, 7, 0);
+		for (int i = 0; i < 40; i++)
+			tok[i] = (int32_t)(x3_rng_u64(&tg) % V);
+		double em = mtp_compare(&rm, test_path("mtp"), tok, 2, 20, 0);
+		CHECK(em < TOL, "the MTP layer's logits == the reference (rel err %.2g)", em);
+		em = mtp_compare(&rm, test_path("mtp"), tok, 1, 20, 1);
+		CHECK(em > 1e-2, "... [hidden | embedding] (swapped) is far from it (%.2g)", em);
+		build(&A, 1567);
+	}
 	struct refo ro = { .g = &A };
 	float *la = NULL;
 	double e = synth_compare(test_path("a"), ROWS, COLS, V, ref_forward, &ro, &la);

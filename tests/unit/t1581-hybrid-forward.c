@@ -37,6 +37,7 @@ struct hy {
 	int types;              /* write layer_types (else full_attention_interval 4) */
 	int E, K, MI, SI;       /* experts (0: dense), top k, widths */
 	int mm, fused_gdn, fused_ex, ident;
+	int mtp;                /* the whole MTP layer (dense models), not only mtp.fc */
 	/* the reference without: the attention's gate, the shared expert's */
 	int no_attn_gate, no_shared_gate;
 };
@@ -135,8 +136,30 @@ static void build(const struct hy *s, uint64_t seed)
 	snprintf(n, sizeof n, "%snorm.weight", P);
 	synth_add(n, H, 0, 0.1, 0, &g);
 	synth_add("lm_head.weight", s->vocab, H, 1 / sqrt(H), 0, &g);
-	/* the multi-token prediction layer the real checkpoints carry: not read */
-	synth_add("mtp.fc.weight", H, 2 * H, 1 / sqrt(H), 0, &g);
+	/* the multi-token prediction layer of the real checkpoints (ExLlamaV3's
+	 * keys): its projection, norms and one full-attention decoder layer
+	 * with the model's MLP; without them (mtp_num_hidden_layers alone) the
+	 * model has none */
+	if (s->mtp) {
+		synth_add("mtp.fc.weight", H, 2 * H, 1 / sqrt(2 * H), 0, &g);
+		synth_add("mtp.pre_fc_norm_embedding.weight", H, 0, 0.1, 0, &g);
+		synth_add("mtp.pre_fc_norm_hidden.weight", H, 0, 0.1, 0, &g);
+		synth_add("mtp.norm.weight", H, 0, 0.1, 0, &g);
+		int qd = s->heads * s->hd, kd = s->kv * s->hd;
+#define M(x) "mtp.layers.0." x
+		synth_add(M("input_layernorm.weight"), H, 0, 0.1, 0, &g);
+		synth_add(M("post_attention_layernorm.weight"), H, 0, 0.1, 0, &g);
+		synth_add(M("self_attn.q_proj.weight"), 2 * qd, H, 1 / sqrt(H), 0, &g);
+		synth_add(M("self_attn.k_proj.weight"), kd, H, 1 / sqrt(H), 0, &g);
+		synth_add(M("self_attn.v_proj.weight"), kd, H, 1 / sqrt(H), 0, &g);
+		synth_add(M("self_attn.q_norm.weight"), s->hd, 0, 0.1, 0, &g);
+		synth_add(M("self_attn.k_norm.weight"), s->hd, 0, 0.1, 0, &g);
+		synth_add(M("self_attn.o_proj.weight"), H, qd, 1 / sqrt(qd), 0, &g);
+		synth_add(M("mlp.gate_proj.weight"), s->I, H, 1 / sqrt(H), 0, &g);
+		synth_add(M("mlp.up_proj.weight"), s->I, H, 1 / sqrt(H), 0, &g);
+		synth_add(M("mlp.down_proj.weight"), H, s->I, 1 / sqrt(s->I), 0, &g);
+#undef M
+	}
 	synth_round(X3_F32);
 }
 
@@ -221,22 +244,20 @@ static float *to_f(const double *v, size_t n)
 	return f;
 }
 
-static void ref_forward(const struct hy *s, const int32_t *tok, int n, double *logits)
+/* One decoder layer, its keys under LP ("model.layers.3."), the Gated
+ * DeltaNet's when linear, on x (n, H) in place. */
+static void ref_layer(const struct hy *s, const char *LP, int linear, double *x, int n)
 {
-	const char *P = pre(s);
 	int H = s->H, nh = s->heads, hd = s->hd, qd = nh * hd, kd = s->kv * hd, cd = cdim(s), vd = s->nv * s->dv;
-	double *x = calloc((size_t)n * H, sizeof *x), *xn = malloc(sizeof(double) * (size_t)n * H), o[512], y[512];
+	double *xn = malloc(sizeof(double) * (size_t)n * H), o[512], y[512];
 	double *q = malloc(sizeof(double) * n * qd), *gt = malloc(sizeof(double) * n * qd);
 	double *K = malloc(sizeof(double) * n * kd), *V = malloc(sizeof(double) * n * kd), a[512], sc[256], q2[1024];
 	x3_gdn_shape gs = { s->nk, s->nv, s->dk, s->dv, s->kconv, EPS };
-	const double *E = synth_get("%sembed_tokens.weight", P);
-	for (int t = 0; t < n; t++)
-		memcpy(x + t * H, E + (size_t)tok[t] * H, sizeof(double) * H);
-	for (int l = 0; l < s->layers; l++) {
-#define W(x) synth_get("%slayers.%d." x, P, l)
+	{
+#define W(x) synth_get("%s" x, LP)
 		for (int t = 0; t < n; t++)
 			rms1(xn + t * H, x + t * H, W("input_layernorm.weight"), H);
-		if (lin(s, l)) {
+		if (linear) {
 			double *mx = malloc(sizeof(double) * n * cd), *zz = malloc(sizeof(double) * n * vd);
 			double *bb = malloc(sizeof(double) * n * s->nv), *aa = malloc(sizeof(double) * n * s->nv);
 			double *out = malloc(sizeof(double) * n * vd);
@@ -318,14 +339,13 @@ static void ref_forward(const struct hy *s, const int32_t *tok, int n, double *l
 				memset(o, 0, sizeof(double) * H);
 				if (s->ident) {
 					/* identical experts: the weights sum to 1, one dense MLP */
-					mlp(o, xm, synth_get("%slayers.%d.mlp.experts.0.gate_proj.weight", P, l),
-					    synth_get("%slayers.%d.mlp.experts.0.up_proj.weight", P, l),
-					    synth_get("%slayers.%d.mlp.experts.0.down_proj.weight", P, l), H, s->MI);
+					mlp(o, xm, W("mlp.experts.0.gate_proj.weight"), W("mlp.experts.0.up_proj.weight"),
+					    W("mlp.experts.0.down_proj.weight"), H, s->MI);
 				} else {
 					for (int j = 0; j < s->K; j++) {
-						mlp(y, xm, synth_get("%slayers.%d.mlp.experts.%d.gate_proj.weight", P, l, idx[j]),
-						    synth_get("%slayers.%d.mlp.experts.%d.up_proj.weight", P, l, idx[j]),
-						    synth_get("%slayers.%d.mlp.experts.%d.down_proj.weight", P, l, idx[j]), H, s->MI);
+						mlp(y, xm, synth_get("%smlp.experts.%d.gate_proj.weight", LP, idx[j]),
+						    synth_get("%smlp.experts.%d.up_proj.weight", LP, idx[j]),
+						    synth_get("%smlp.experts.%d.down_proj.weight", LP, idx[j]), H, s->MI);
 						for (int i = 0; i < H; i++)
 							o[i] += p[idx[j]] / ws * y[i];
 					}
@@ -342,11 +362,93 @@ static void ref_forward(const struct hy *s, const int32_t *tok, int n, double *l
 		}
 #undef W
 	}
+	free(xn), free(q), free(gt), free(K), free(V);
+}
+
+/* The layers over the embedding of tok: x (n, H), the last hidden state
+ * before the final norm */
+static double *ref_hidden(const struct hy *s, const int32_t *tok, int n)
+{
+	const char *P = pre(s);
+	int H = s->H;
+	double *x = calloc((size_t)n * H, sizeof *x);
+	const double *E = synth_get("%sembed_tokens.weight", P);
+	for (int t = 0; t < n; t++)
+		memcpy(x + t * H, E + (size_t)tok[t] * H, sizeof(double) * H);
+	for (int l = 0; l < s->layers; l++) {
+		char lp[64];
+		snprintf(lp, sizeof lp, "%slayers.%d.", P, l);
+		ref_layer(s, lp, lin(s, l), x, n);
+	}
+	return x;
+}
+
+static void ref_forward(const struct hy *s, const int32_t *tok, int n, double *logits)
+{
+	int H = s->H;
+	double *x = ref_hidden(s, tok, n), xn[512];
 	for (int t = 0; t < n; t++) {
-		rms1(xn, x + t * H, synth_get("%snorm.weight", P), H);
+		rms1(xn, x + t * H, synth_get("%snorm.weight", pre(s)), H);
 		synth_mv(logits + (size_t)t * s->vocab, synth_get("lm_head.weight"), NULL, xn, s->vocab, H);
 	}
-	free(x), free(xn), free(q), free(gt), free(K), free(V);
+	free(x);
+}
+
+/* The multi-token prediction layer (ExLlamaV3's qwen3_5_mtp.py, vLLM's
+ * qwen3_next_mtp.py): at t < n - 1, mtp.fc of [pre_fc_norm_embedding(
+ * embed(tok[t + 1])) | pre_fc_norm_hidden(h_t)], h_t the main model's
+ * state after its final norm; then the full-attention layer mtp.layers.0
+ * over positions 0..n-2, mtp.norm, lm_head: logits (n - 1, vocab) */
+static void ref_mtp(const struct hy *s, const int32_t *tok, int n, double *logits)
+{
+	int H = s->H;
+	double *x = ref_hidden(s, tok, n), *u = malloc(sizeof(double) * (size_t)(n - 1) * H);
+	double h[512], cat[1024], xn[512];
+	const double *E = synth_get("%sembed_tokens.weight", pre(s));
+	for (int t = 0; t < n - 1; t++) {
+		rms1(h, x + t * H, synth_get("%snorm.weight", pre(s)), H);
+		rms1(cat + H, h, synth_get("mtp.pre_fc_norm_hidden.weight"), H);
+		rms1(cat, E + (size_t)tok[t + 1] * H, synth_get("mtp.pre_fc_norm_embedding.weight"), H);
+		synth_mv(u + t * H, synth_get("mtp.fc.weight"), NULL, cat, H, 2 * H);
+	}
+	ref_layer(s, "mtp.layers.0.", 0, u, n - 1);
+	for (int t = 0; t < n - 1; t++) {
+		rms1(xn, u + t * H, synth_get("mtp.norm.weight"), H);
+		synth_mv(logits + (size_t)t * s->vocab, synth_get("lm_head.weight"), NULL, xn, s->vocab, H);
+	}
+	free(x), free(u);
+}
+
+/* The model's MTP logits of tok (rows of cols) against ref_mtp: the max
+ * relative error; swap: the model's with the halves of its input swapped */
+static double mtp_compare(const struct hy *s, const char *dir, const int32_t *tok, int rows, int cols, int swap)
+{
+	x3_model *m;
+	if (x3_model_open(dir, NULL, &m)) {
+		printf("# %s\n", x3_errmsg());
+		return INFINITY;
+	}
+	size_t nl = (size_t)rows * (cols - 1) * s->vocab;
+	float *lg = malloc(sizeof(float) * nl);
+	double *ref = malloc(sizeof(double) * nl);
+	struct x3_forward_opts fo;
+	x3_forward_opts_init(&fo, m);
+	fo.mtp_logits = lg;
+	fo.mtp_concat_swap = swap;
+	int rc = x3_model_forward(m, tok, rows, cols, &fo);
+	if (rc)
+		printf("# %s\n", x3_errmsg());
+	x3_model_close(m);
+	double num = 0, den = 0;
+	for (int r = 0; r < rows && !rc; r++) {
+		ref_mtp(s, tok + r * cols, cols, ref + (size_t)r * (cols - 1) * s->vocab);
+	}
+	for (size_t i = 0; i < nl && !rc; i++) {
+		num = fmax(num, fabs(lg[i] - ref[i]));
+		den = fmax(den, fabs(ref[i]));
+	}
+	free(lg), free(ref);
+	return rc ? INFINITY : num / den;
 }
 
 static void ref_rows(const void *ctx, const int32_t *tok, int n, double *logits)
@@ -369,12 +471,13 @@ static int refused(const char *dir, const char *want)
 
 int main(void)
 {
+	x3_model_config c0;
 	if (test_tmpdir("t1581")) {
 		CHECK(0, "mkdtemp");
 		TEST_DONE();
 	}
-	/* H I layers heads kv hd vocab | nk nv dk dv kconv | linear types | E K MI SI | mm fused_gdn fused_ex ident */
-	struct hy d = { 40, 56, 4, 2, 1, 16, 60, 2, 4, 12, 10, 4, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+	/* H I layers heads kv hd vocab | nk nv dk dv kconv | linear types | E K MI SI | mm fused_gdn fused_ex ident mtp */
+	struct hy d = { 40, 56, 4, 2, 1, 16, 60, 2, 4, 12, 10, 4, 0x7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
 	build(&d, 1);
 	CHECK_OK(write_model(&d, test_path("dense"), NULL), "write Qwen3_5ForCausalLM: 4 layers, "
 	         "full_attention_interval 4, DeltaNet 2/4 heads of 12/10, gated attention 2/1 heads of 16");
@@ -394,12 +497,33 @@ int main(void)
 	CHECK(e > 1e-2, "the reference without the attention's sigmoid gate is far from the model (%.2g)", e);
 	d.no_attn_gate = 0;
 
+	/* the multi-token prediction layer against its reference */
+	struct hy dm = d;
+	dm.mtp = 1;
+	build(&dm, 5);
+	CHECK_OK(write_model(&dm, test_path("mtp"), NULL), "write Qwen3_5ForCausalLM with its whole MTP layer");
+	{
+		x3_model_config mc;
+		CHECK(!x3_config_load(test_path("mtp"), &mc) && mc.n_mtp == 1 && !x3_config_load(test_path("dense"), &c0) &&
+		      c0.n_mtp == 0, "the MTP layer is the model's when the checkpoint holds it (n_mtp 1), not with "
+		      "mtp_num_hidden_layers alone");
+		x3_rng g;
+		x3_rng_seed(&g, 9, 0);
+		int32_t tok[2 * 30];
+		for (int i = 0; i < 60; i++)
+			tok[i] = (int32_t)(x3_rng_u64(&g) % (uint64_t)dm.vocab);
+		e = mtp_compare(&dm, test_path("mtp"), tok, 2, 30, 0);
+		CHECK(e < 1e-4, "the MTP layer's logits == the reference over rows of 30 (rel err %.2g)", e);
+		e = mtp_compare(&dm, test_path("mtp"), tok, 1, 30, 1);
+		CHECK(e > 1e-2, "... and [hidden | embedding] (the concatenation swapped) is far from it (%.2g)", e);
+	}
+
 	/* Qwen3.5-MoE's hub layout: text under model.language_model., experts
 	 * fused 3-D, layer_types with two full-attention layers */
-	struct hy mo = { 48, 40, 3, 2, 2, 16, 60, 1, 2, 16, 12, 3, 0x5, 1, 6, 2, 10, 14, 1, 0, 1, 0, 0, 0 };
+	struct hy mo = { 48, 40, 3, 2, 2, 16, 60, 1, 2, 16, 12, 3, 0x5, 1, 6, 2, 10, 14, 1, 0, 1, 0, 0, 0, 0 };
 	build(&mo, 2);
 	CHECK_OK(write_model(&mo, test_path("moe"), NULL), "write Qwen3_5MoeForConditionalGeneration: experts "
-	         "fused (6, 20, 48) and (6, 48, 10), shared expert 14, layer_types, mtp.* present");
+	         "fused (6, 20, 48) and (6, 48, 10), shared expert 14, layer_types");
 	e = synth_compare(test_path("moe"), 2, 33, mo.vocab, ref_rows, &mo, NULL);
 	CHECK(e < 1e-4, "forward == the reference (rel err %.2g)", e);
 	mo.no_shared_gate = 1;
