@@ -4,7 +4,7 @@
 # decides what changed) equals a plain jq reference over tensor-ls
 # --modules and --digest, for generated models of several layouts (dense,
 # fused MoE experts, MXFP4 experts, a multimodal wrapper with tensors of no
-# module); bad digest lines name the line or the tensor.
+# module, a hybrid with its MTP layer); bad digest lines name the line or the tensor.
 . "$(dirname "$0")/lib.sh"
 cd "$TMP"
 mk=$ROOT/examples/make-tiny-llama
@@ -12,6 +12,7 @@ mk=$ROOT/examples/make-tiny-llama
 "$mk" --arch qwen3-moe --experts 4 --top-k 2 --fused-experts moe 2 >/dev/null
 "$mk" --arch gpt_oss --experts 4 --top-k 2 --mxfp4 oss 2 >/dev/null
 "$mk" --arch gemma3-mm mm 2 >/dev/null
+"$mk" --arch qwen3_5 q35 2 >/dev/null
 # the reference: the identities of each module's tensors (those of its
 # stem and its weight's stem, and its weight), of each layer's, of the
 # tensors of no module, and of the files
@@ -36,7 +37,7 @@ ref() {
 	  "tokenizer\t\([$fs[] | select(.file == "tokenizer.json" or .file == "tokenizer_config.json" or .file == "config.json") | line] | join(" "))",
 	  "files\t\([$fs[] | line] | join(" "))"'
 }
-for m in dense moe oss mm; do
+for m in dense moe oss mm q35; do
 	ref $m >$m.ref
 	tensor-ls --digest $m | convert-plan --sources $m >$m.out 2>$m.err
 	check "$m: the same lines as the reference ($(wc -l <$m.ref) lines)" cmp -s $m.ref $m.out
