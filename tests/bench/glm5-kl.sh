@@ -29,5 +29,5 @@ for b in $rates; do
 	rtn_model M "rtn$b" "$b"
 	echo "GLM-5 $b bpw round-to-nearest: KL $(model-eval -q --model M --quantized "rtn$b" "${ev[@]}" | jq .kl_divergence)"
 	cat kl"$b".* | awk -v b="$b" '{ x[NR] = $1; m += $1 } END { m /= NR; for (i = 1; i <= NR; i++) v += (x[i] - m) ^ 2
-		printf "GLM-5 %s bpw: KL %.4f ± %.4f over %d seeds\n", b, m, NR > 1 ? sqrt(v / (NR - 1)) : 0, NR }'
+		printf "GLM-5 %s bpw: KL %.4f ± %.4f over %d seeds\n", b, m, (NR > 1 ? sqrt(v / (NR - 1)) : 0), NR }'
 done
