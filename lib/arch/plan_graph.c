@@ -10,39 +10,11 @@
 #include "x3.h"
 #include "plan_impl.h"
 
-static uint64_t hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-	while (*s)
-		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-	return h;
-}
-
 int x3_graph_find(graph *g, const char *path, int add)
 {
-	if ((size_t)(g->nn + 1) * 2 > g->htcap) {
-		size_t nc = g->htcap ? g->htcap * 2 : 1024;
-		int *nt = malloc(nc * sizeof *nt);
-		if (!nt)
-			return -1;
-		for (size_t i = 0; i < nc; i++)
-			nt[i] = -1;
-		for (int i = 0; i < g->nn; i++) {
-			size_t j = hash(g->n[i].path) & (nc - 1);
-			while (nt[j] >= 0)
-				j = (j + 1) & (nc - 1);
-			nt[j] = i;
-		}
-		free(g->ht);
-		g->ht = nt;
-		g->htcap = nc;
-	}
-	size_t j = hash(path) & (g->htcap - 1);
-	while (g->ht[j] >= 0) {
-		if (!strcmp(g->n[g->ht[j]].path, path))
-			return g->ht[j];
-		j = (j + 1) & (g->htcap - 1);
-	}
+	int i = x3_strix_get(&g->byname, path);
+	if (i >= 0)
+		return i;
 	if (!add)
 		return -2;
 	if (g->nn == g->cap) {
@@ -57,7 +29,10 @@ int x3_graph_find(graph *g, const char *path, int add)
 	memset(n, 0, sizeof *n);
 	if (!(n->path = strdup(path)))
 		return -1;
-	g->ht[j] = g->nn;
+	if (x3_strix_put(&g->byname, n->path, g->nn)) {
+		free(n->path);
+		return -1;
+	}
 	return g->nn++;
 }
 
@@ -105,7 +80,7 @@ void x3_graph_free(graph *g)
 		free(g->n[i].dep);
 	}
 	free(g->n);
-	free(g->ht);
+	x3_strix_free(&g->byname);
 }
 
 static int ts_after(struct timespec a, struct timespec b)

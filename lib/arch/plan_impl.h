@@ -2,6 +2,7 @@
 #ifndef X3_PLAN_IMPL_H
 #define X3_PLAN_IMPL_H
 #include <time.h>
+#include "strix.h"
 
 typedef struct {
 	char *path;
@@ -20,8 +21,7 @@ typedef struct {
 typedef struct {
 	gnode *n;
 	int nn, cap;
-	int *ht;
-	size_t htcap;
+	x3_strix byname;     /* n by path */
 	const char *work;
 } graph;
 
