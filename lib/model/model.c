@@ -311,7 +311,7 @@ static int mtp_pass(struct fwd *f, const int32_t *tokens, const float *x, int64_
 	x3_linear *fc = NULL, *head = NULL;
 	float *vec[3] = { NULL, NULL, NULL }, *fnorm = NULL;
 	float *cat = malloc((size_t)Tm * 2 * H * sizeof *cat), *xm = malloc((size_t)Tm * H * sizeof *xm);
-	int32_t *tok = malloc((size_t)(Tm ? Tm : 1) * sizeof *tok);
+	int32_t *tok = calloc((size_t)(Tm ? Tm : 1), sizeof *tok);
 	struct layer_w w;
 	int have_w = 0;
 	if (!cat || !xm || !tok) {
@@ -332,7 +332,6 @@ static int mtp_pass(struct fwd *f, const int32_t *tokens, const float *x, int64_
 			tok[r * cm + t] = tokens[r * cols + t + 1];
 	if ((rc = embed_rows(m, tok, Tm, xm)))
 		goto out;
-	int eo = o->mtp_concat_swap ? H : 0, ho = o->mtp_concat_swap ? 0 : H;
 	for (int64_t r = 0; r < rows; r++)
 		for (int64_t t = 0; t < cm; t++) {
 			int64_t i = r * cm + t;
@@ -341,8 +340,8 @@ static int mtp_pass(struct fwd *f, const int32_t *tokens, const float *x, int64_
 				x3m_rmsnorm(f->xn, h, fnorm, 1, H, c->rms_eps);
 				h = f->xn;
 			}
-			x3m_rmsnorm(cat + i * 2 * H + ho, h, vec[1], 1, H, c->rms_eps);
-			x3m_rmsnorm(cat + i * 2 * H + eo, xm + i * H, vec[0], 1, H, c->rms_eps);
+			x3m_rmsnorm(cat + i * 2 * H + H, h, vec[1], 1, H, c->rms_eps);
+			x3m_rmsnorm(cat + i * 2 * H, xm + i * H, vec[0], 1, H, c->rms_eps);
 		}
 	if ((rc = x3m_lin_apply(f, fc, cat, Tm, cm, xm)))
 		goto out;

@@ -202,10 +202,8 @@ struct x3_forward_opts {
 	 * as ExLlamaV3's Qwen3.5 MTP reads it; DeepSeek V3's and the GLMs':
 	 * the residual stream before it), then its decoder layer (layer
 	 * n_layers + 1 over positions 0..cols-2), its final norm and the
-	 * model's head. mtp_concat_swap (a check that the order matters):
-	 * [hnorm(h) | enorm(e)] instead. */
+	 * model's head. */
 	float *mtp_logits;
-	int mtp_concat_swap;
 	/* Where the forward's wall time went, added to *timing (may be NULL) */
 	struct x3_forward_timing *timing;
 };
