@@ -3,7 +3,6 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 .DELETE_ON_ERROR:
 .SUFFIXES:
-.SECONDARY:
 all: $(OUT)/config.json $(if $(KEEP),,hessians-done)
 ifneq ($(SPLIT),)
 include $(W)/parts.mk
@@ -42,7 +41,9 @@ $(W)/cal/tokens.frames:
 
 # ---- Hessians ------------------------------------------------------------
 # Each capture streams its Hessians into one file per group (tensor-cat
-# --split, each file written atomically); the grouped rules are in rules.mk.
+# --split, each file written atomically); rules.mk has a rule per capture,
+# whose target is its stamp (done/h1cap.i, done/hscap.i), and the encodes
+# are made from the stamp (hneed: a Hessian file deleted and needed again).
 # h1: the groups of the original model, one capture per layer: layer i's
 # starts from the hidden states entering it, saved by layer i-1's
 # (--hidden-next: its output, h1/hidden.i-1.frames, deleted once read; so
@@ -106,10 +107,12 @@ $(W)/parts.mk: $(W)/cal/tokens.frames $(W)/params/capture
 	  case $$p in *' '*) echo "PARTS := $$p" ;; *) echo "PARTS :=" ;; esac; } >$$t && mv -f $$t $@
 
 # done/h1.i, done/hs.i: layer i's encodes from those Hessians are made;
-# its Hessian files are deleted (unless KEEP). Make leaves a missing
-# Hessian alone while the encodes made from it are newer than what it is
-# made from (.SECONDARY: every file here is intermediate), so a resumed
-# conversion does not capture a finished layer again.
+# its Hessian files are deleted (unless KEEP). The encodes are made from
+# the capture's stamp, which stays, so a resumed conversion does not
+# capture a finished layer again. (No other target is .SECONDARY but the
+# capture parts, deleted once merged: make checks a missing secondary
+# file's prerequisites again for each dependent, which at hundreds of
+# experts a layer takes minutes when every file is secondary.)
 # $(1) the stamp, $(2) the layer's Hessian files
 hdone = $(if $(KEEP),,rm -f $(2) &&) touch $(1)
 hessians-done: $(HDONE)
@@ -161,11 +164,22 @@ wread = { tensor-cat -q --meta key=$(1) $(if $(4),--rows $(4)) $(MODEL) '$(2)'; 
 # rules.mk has a rule per file the plan needs, its recipe one of these.
 # signopt K: had-rotate's sign search (SIGN_DRAWS), its estimate at K
 signopt = $(if $(SIGN_DRAWS),--sign-draws $(SIGN_DRAWS) -K $(1) --codebook $(CODEBOOK) $(if $(SIGN_STRIPS),--sign-strips $(SIGN_STRIPS)) $(if $(SIGN_METRIC),--sign-metric $(SIGN_METRIC)))
-# enc KEY,WEIGHT,HAS_BIAS,ROWS,SET,GROUP,K,PICK: KEY at K from the Hessians
-# of SET (h1, hs); ROWS: rows A:B of a fused weight (and of its bias), else
-# empty; PICK non-empty: with the draw of the least KL (DRAWS)
+# hneed SET,LAYER,GROUP: the Hessian file GROUP of SET (h1, hs) and LAYER,
+# made by the layer's capture (its stamp done/SETcap.LAYER) and deleted
+# once the layer's encodes are done. Where an encode needs it again (a
+# width the plan asks for that was not made before: a work directory
+# reused or resumed at another rate) the capture runs again, once for all
+# of the layer's files however many encodes ask at once: its stamp removed
+# and made by a make of its own, without the order-only edges. (For the h1
+# captures that convert-plan foresees, convert removes the stamps first.)
+hneed = { [ -f $(W)/$(1)/$(3).frames ] || flock $(W)/tmp/$(1)cap.$(2).lock $(SHELL) -eo pipefail -c \
+  '[ -f $(W)/$(1)/$(3).frames ] || { rm -f $(W)/done/$(1)cap.$(2) && \
+  MAKEFLAGS= make -r -s -f Makefile --no-print-directory NOPLAN=1 RECAP= BOUND= $(W)/done/$(1)cap.$(2); }'; } &&
+# enc KEY,WEIGHT,HAS_BIAS,ROWS,SET,GROUP,K,PICK,LAYER: KEY at K from the
+# Hessians of SET (h1, hs); ROWS: rows A:B of a fused weight (and of its
+# bias), else empty; PICK non-empty: with the draw of the least KL (DRAWS)
 define enc
-$(call wread,$(1),$(2),$(3),$(4)) \
+$(call hneed,$(5),$(9),$(6)) $(call wread,$(1),$(2),$(3),$(4)) \
 	| had-rotate -q $(ROTOPT) -t $(THREADS) --seed $(SEED) --hessian $(W)/$(5)/$(6).frames --out-scales always \
 	  $(if $(8),--sign-draw $$(cat $(W)/draw/$(1).k$(SENS_K).pick)) \
 	  $(call signopt,$(7)) \
@@ -189,11 +203,11 @@ endef
 # encodes use; draw/<key>.k<SENS_K>.d<D>.frames, its KL (draw/<key>.k<SENS_K>.d<D>.json,
 # against sens/base.json as the sensitivity's), and draw/<key>.k<SENS_K>.pick, the
 # draw of the least KL (the first on a tie); the encode at SENS_K is a copy
-# (params/draw names SENS_K: every target is .SECONDARY, so an encode
-# would not be out of date for a missing pick of another K alone)
-# draw KEY,WEIGHT,HAS_BIAS,ROWS,GROUP,D
+# (params/draw names SENS_K, so that the encodes made with the picks of
+# another K are out of date)
+# draw KEY,WEIGHT,HAS_BIAS,ROWS,GROUP,D,LAYER
 define draw
-$(call wread,$(1),$(2),$(3),$(4)) \
+$(call hneed,h1,$(7),$(5)) $(call wread,$(1),$(2),$(3),$(4)) \
 	| had-rotate -q $(ROTOPT) -t $(THREADS) --seed $(SEED) --hessian $(W)/h1/$(5).frames --out-scales always --sign-draw $(6) \
 	| trellis-encode -q -t $(THREADS) -K $(SENS_K) --codebook $(CODEBOOK) $(ENCOPT) >$@.tmp
 mv -f $@.tmp $@
@@ -203,9 +217,9 @@ jq -rs 'to_entries | min_by([.value.kl, .key]) | .key' $^ >$@.tmp && mv -f $@.tm
 endef
 # sampled measurements (SAMPLE): trellis-encode --measure K --sample F on
 # the same rotated weight, one JSON line (the bias plays no part)
-# smeas KEY,WEIGHT,ROWS,GROUP,K
+# smeas KEY,WEIGHT,ROWS,GROUP,K,LAYER
 define smeas
-tensor-cat -q --meta key=$(1) $(if $(3),--rows $(3)) $(MODEL) '$(2)' \
+$(call hneed,h1,$(6),$(4)) tensor-cat -q --meta key=$(1) $(if $(3),--rows $(3)) $(MODEL) '$(2)' \
 	| had-rotate -q $(ROTOPT) -t $(THREADS) --seed $(SEED) --hessian $(W)/h1/$(4).frames --out-scales always \
 	  $(call signopt,$(5)) \
 	| trellis-encode -q -t $(THREADS) --measure $(5) --sample $(SAMPLE) --codebook $(CODEBOOK) $(ENCOPT) >$@.tmp
@@ -214,9 +228,9 @@ endef
 # the final encode at a sampled width: enc's, with the scale search's fine
 # grid centred on the global scale the sampled measurement found
 # (trellis-encode --g-refine; no coarse grid)
-# sfin KEY,WEIGHT,HAS_BIAS,ROWS,GROUP,K
+# sfin KEY,WEIGHT,HAS_BIAS,ROWS,GROUP,K,LAYER
 define sfin
-$(call wread,$(1),$(2),$(3),$(4)) \
+$(call hneed,h1,$(7),$(5)) $(call wread,$(1),$(2),$(3),$(4)) \
 	| had-rotate -q $(ROTOPT) -t $(THREADS) --seed $(SEED) --hessian $(W)/h1/$(5).frames --out-scales always \
 	  $(call signopt,$(6)) \
 	| trellis-encode -q -t $(THREADS) -K $(6) --codebook $(CODEBOOK) $(ENCOPT) \
@@ -275,8 +289,8 @@ SENS_JQ := ($$e | map({(.tensor): .}) | add) as $$err | ($$kl | map({(.group): .
    .members[] | $$err[.] as $$t | \
    {tensor: ., importance: (if $$d > 0 then $$t.numel * $$k / $$d else 0 end), group: $$n, kl: $$k, \
     proxy_err: $$t.proxy_err, numel: $$t.numel})
-# (params/sensfile names the file and K: every target is .SECONDARY, so a
-# missing measured.kK.jsonl alone would not make this one out of date)
+# (params/sensfile names the file and K, so that a copy of another file
+# is out of date)
 $(W)/sensitivity.jsonl:
 	cp $(SENS_FILE) $@.tmp && mv -f $@.tmp $@
 $(W)/importance.jsonl:

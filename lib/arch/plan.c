@@ -182,6 +182,28 @@ static void rule(emit *e, int pre, const char *target, const char *deps, const c
 	free(d.s);
 }
 
+/* a rule made from the Hessian file GROUP of SET (h1, hs) of LAYER and
+ * DEPS: in the Makefile, made from the stamp of the layer's capture
+ * (done/<set>cap.<layer>; the recipe captures again where the file is gone:
+ * hneed in convert.mk), in the graph from the file itself, a secondary
+ * target made from that stamp */
+static void rule_h(emit *e, int pre, const char *target, const char *set, const char *group, int layer,
+                   const char *deps, const char *recipe)
+{
+	sbuf d = {0}, gd = {0};
+	sb_w(&d, deps);
+	out(e, "$(W)/%s: $(W)/done/%scap.%d%s\n", target, set, layer, sb(&d));
+	if (recipe && *recipe)
+		out(e, "\t%s\n", recipe);
+	if (pre && e->g) {
+		sb_add(&gd, "%s/%s.frames %s", set, group, deps);
+		if (x3_graph_rule(e->g, target, sb(&gd)) < 0)
+			e->err = 1;
+	}
+	free(d.s);
+	free(gd.s);
+}
+
 static void enc_name(sbuf *b, const x3_plan_lin *l, const char *set, int k)
 {
 	sb_add(b, "enc/%s.%s.k%d.frames", l->m->key, set, k);
@@ -285,16 +307,16 @@ static void enc_rule(emit *e, const x3_plan_lin *l, int seq, int k)
 		return;
 	}
 	enc_name(&t, l, set, k);
-	sb_add(&d, "%s/%s.frames params/quant src/%s", set, m->group, m->key);
+	sb_add(&d, "params/quant src/%s", m->key);
 	if (pick)
 		sb_add(&d, " draw/%s.k%d.pick params/draw", m->key, sk);
 	char rec[2048];
 	if (pick && k == sk)
 		snprintf(rec, sizeof rec, "$(call encpick,%s)", m->key);
 	else
-		snprintf(rec, sizeof rec, "$(call enc,%s,%s,%d,%s,%s,%s,%d,%s)", m->key, m->weight,
-		         m->bias, l->rows, set, m->group, k, pick ? "1" : "");
-	rule(e, !seq, sb(&t), sb(&d), rec);
+		snprintf(rec, sizeof rec, "$(call enc,%s,%s,%d,%s,%s,%s,%d,%s,%d)", m->key, m->weight,
+		         m->bias, l->rows, set, m->group, k, pick ? "1" : "", m->layer);
+	rule_h(e, !seq, sb(&t), set, m->group, m->layer, sb(&d), rec);
 	free(t.s);
 	free(d.s);
 }
@@ -392,7 +414,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 		free(ml.s);
 	}
 
-	/* ---- captures: one grouped rule per layer and Hessian set --------- */
+	/* ---- captures: one rule per layer and Hessian set, its stamp ------- */
 	/* (the first linear of each Hessian group) */
 	unsigned char *first = calloc(p->nlin, 1);
 	graph gs = {0};
@@ -424,11 +446,17 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 				sb_add(&exs, "%s$(W)/hs/%s.frames", exs.n ? " " : "", m->group);
 			}
 		}
-		sb_add(&h1all, "%s%s", h1all.n ? " " : "", sb(&h1));
-		/* h1: layer l's capture starts from the hidden states that layer
-		 * l-1's saved (order-only on its stamp); with BOUND, only once
-		 * the Hessians of layer l-2 are deleted: at most two layers' at a
-		 * time; those edges only for the layers of RECAP */
+		sb_add(&h1all, " $(W)/done/h1cap.%d", l);
+		/* the layer's Hessian files (H1_L, HS_L) and its experts' (XH1_L,
+		 * XHS_L, exrec) */
+		out(&e, "H1_L%d := %s\nHS_L%d := %s\nXH1_L%d := %s\nXHS_L%d := %s\n", l, sb(&h1), l, sb(&hs),
+		    l, sb(&ex1), l, sb(&exs));
+		/* h1: one capture per layer, its stamp done/h1cap.l (the Hessian
+		 * files are made with it). Layer l's capture starts from the
+		 * hidden states that layer l-1's saved (order-only on its stamp);
+		 * with BOUND, only once the Hessians of layer l-2 are deleted: at
+		 * most two layers' at a time; those edges only for the layers of
+		 * RECAP */
 		sbuf after = {0};
 		if (l > 0)
 			sb_add(&after, " $(W)/done/h1cap.%d", l - 1);
@@ -443,17 +471,26 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 			snprintf(l2, sizeof l2, "%d", l - 2);
 		if (l != last)
 			strcpy(sv, "1");
-		out(&e, "%s $(W)/done/h1cap.%d &: $(W)/" N_TOKENS " $(SRC_L%d) $(call h1parts,%d)", sb(&h1), l, l, l);
+		out(&e, "$(W)/done/h1cap.%d: $(W)/" N_TOKENS " $(SRC_L%d) $(call h1parts,%d)", l, l, l);
 		if (after.n)
 			out(&e, " $(if $(filter %d,$(RECAP)),|%s)", l, sb(&after));
-		out(&e, "\n\t$(call stale,%s) $(call h1cap,%d,%s,%s,%s)\n", sb(&h1), l, pl, nx, sb(&ex1));
+		out(&e, "\n\t$(call stale,$(H1_L%d)) $(call h1cap,%d,%s,%s,$(XH1_L%d))\n", l, l, pl, nx, l);
 		if (g) {
-			/* (in the graph: the groups, made from the tokens and the
-			 * layers read, without the parts and the order-only edges) */
+			/* (in the graph: the stamp made from the tokens and the
+			 * layers read, without the parts and the order-only edges;
+			 * each Hessian file a secondary target made from it) */
+			char stamp[32];
+			snprintf(stamp, sizeof stamp, "done/h1cap.%d", l);
 			sbuf deps = {0};
 			sb_add(&deps, N_TOKENS " src/config src/layer.-1");
 			for (int j = 0; j <= l; j++)
 				sb_add(&deps, " src/layer.%d", j);
+			int si = x3_graph_rule(g, stamp, sb(&deps));
+			if (si < 0)
+				e.err = 1;
+			else
+				g->n[si].layer1 = l + 1;
+			free(deps.s);
 			const char *s = sb(&h1n);
 			while (*s) {
 				while (*s == ' ')
@@ -463,23 +500,25 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 					break;
 				char name[1024];
 				snprintf(name, sizeof name, "%.*s", (int)k, s);
-				int gi = x3_graph_rule(g, name, sb(&deps));
+				int gi = x3_graph_rule(g, name, stamp);
 				if (gi < 0)
 					e.err = 1;
-				else
+				else {
 					g->n[gi].layer1 = l + 1;
+					g->n[gi].secondary = 1;
+				}
 				s += k;
 			}
-			free(deps.s);
 		}
 		out(&e, "$(foreach p,$(PARTS),$(eval $(call H1PART,%d,%s,%s,%s,$(p))))\n", l, pl, l2, nx);
 		out(&e, "h1-parts-%d: ; @printf '%%s\\n' $(call h1parts,%d)\n", l, l);
-		out(&e, "h1-groups-%d: %s\n", l, sb(&h1));
+		out(&e, "h1-groups-%d: $(W)/done/h1cap.%d\n", l, l);
 		/* the stamp of layer l's h1 Hessians: its measurement encodes
 		 * done, the Hessians deleted (unless KEEP) */
-		out(&e, "$(W)/done/h1.%d: $(MEAS_L%d)\n\t$(call hdone,$@,%s)\n", l, l, sb(&h1));
+		out(&e, "$(W)/done/h1.%d: $(MEAS_L%d)\n\t$(call hdone,$@,$(H1_L%d))\n", l, l, l);
 		/* hs: the same with SPLIT, its parts from the parts of the layer
-		 * before (hspart), merged in chunk order (hscap) */
+		 * before (hspart), merged in chunk order (hscap); its stamp
+		 * done/hscap.l */
 		sbuf ql = {0};
 		{
 			const char *s = sb(&prev);
@@ -493,21 +532,29 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 				s += k;
 			}
 		}
-		out(&e, "%s &: $(W)/" N_TOKENS " $(SRC_L%d)%s $(call hsparts,%d)", sb(&hs), l, sb(&ql), l);
+		out(&e, "$(W)/done/hscap.%d: $(W)/" N_TOKENS " $(SRC_L%d)%s $(call hsparts,%d)", l, l, sb(&ql), l);
 		if (l > 0)
 			out(&e, " | $(if $(BOUND),$(W)/done/hs.%d)", l - 1);
-		out(&e, "\n\t$(call stale,%s) $(call hscap,%d,%s,%s,%s,%s)\n", sb(&hs), l, sb(&prev), pl, sv, sb(&exs));
+		out(&e, "\n\t$(call stale,$(HS_L%d)) $(call hscap,%d,%s,%s,%s,$(XHS_L%d)) && touch $@\n", l, l,
+		    sb(&prev), pl, sv, l);
 		out(&e, "$(foreach p,$(PARTS),$(eval $(call HSPART,%d,%s,%s,%s,$(p),%s)))\n", l, sb(&prev), pl, sv, sb(&ql));
 		out(&e, "hs-parts-%d: ; @printf '%%s\\n' $(call hsparts,%d)\n", l, l);
-		out(&e, "hs-groups-%d: %s\n", l, sb(&hs));
-		out(&e, "$(W)/done/hs.%d: $(FINAL_L%d)\n\t$(call hdone,$@,%s)\n", l, l, sb(&hs));
+		out(&e, "hs-groups-%d: $(W)/done/hscap.%d\n", l, l);
+		out(&e, "$(W)/done/hs.%d: $(FINAL_L%d)\n\t$(call hdone,$@,$(HS_L%d))\n", l, l, l);
 		if (l < nl)
 			out(&e, "$(W)/q/layer.%d.safetensors: $(FINAL_L%d) $(W)/src/layer.%d\n"
 			        "\t$(call qlayer,%d,$@,$(filter %%.frames,$^))\n", l, l, l, l);
 		sb_add(&prev, "%s%d", prev.n ? " " : "", l);
 		free(h1.s); free(hs.s); free(ex1.s); free(exs.s); free(h1n.s); free(after.s); free(ql.s);
 	}
-	out(&e, "h1-groups: %s\n", sb(&h1all));
+	out(&e, "h1-groups:%s\n", sb(&h1all));
+	/* the capture parts are deleted once merged: secondary, so that the
+	 * stamps made from them are kept (only those: make checks a missing
+	 * secondary file's prerequisites again for each dependent) */
+	out(&e, "ifneq ($(PARTS),)\n.SECONDARY: $(foreach l,");
+	for (int l = 0; l <= last; l++)
+		out(&e, "%s%d", l ? " " : "", l);
+	out(&e, ",$(call h1parts,$(l)) $(call hsparts,$(l)))\nendif\n");
 	out(&e, "HDONE := ");
 	for (int l = 0; l <= last; l++)
 		out(&e, " $(W)/done/h1.%d $(if $(filter sequential,$(MODE)),$(W)/done/hs.%d)", l, l);
@@ -539,10 +586,10 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 			for (int dd = 0; dd < o->draws; dd++) {
 				char tg[X3_KEY_MAX + 64], dp[3 * X3_KEY_MAX], rec[2048];
 				snprintf(tg, sizeof tg, "draw/%s.k%d.d%d.frames", m->key, sk, dd);
-				snprintf(dp, sizeof dp, "h1/%s.frames params/quant src/%s", m->group, m->key);
-				snprintf(rec, sizeof rec, "$(call draw,%s,%s,%d,%s,%s,%d)", m->key, m->weight, m->bias,
-				         l->rows, m->group, dd);
-				rule(&e, 1, tg, dp, rec);
+				snprintf(dp, sizeof dp, "params/quant src/%s", m->key);
+				snprintf(rec, sizeof rec, "$(call draw,%s,%s,%d,%s,%s,%d,%d)", m->key, m->weight, m->bias,
+				         l->rows, m->group, dd, m->layer);
+				rule_h(&e, 1, tg, "h1", m->group, m->layer, dp, rec);
 				sb_add(&drawf, " $(W)/%s", tg);
 				char tj[X3_KEY_MAX + 64];
 				snprintf(tj, sizeof tj, "draw/%s.k%d.d%d.json", m->key, sk, dd);
@@ -562,19 +609,19 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 				int k = o->measure[j];
 				char tg[X3_KEY_MAX + 64], dp[3 * X3_KEY_MAX], rec[2048];
 				snprintf(tg, sizeof tg, "enc/%s.h1.k%d.s%s.json", m->key, k, o->sample);
-				snprintf(dp, sizeof dp, "h1/%s.frames params/quant src/%s", m->group, m->key);
-				snprintf(rec, sizeof rec, "$(call smeas,%s,%s,%s,%s,%d)", m->key, m->weight, l->rows,
-				         m->group, k);
-				rule(&e, 1, tg, dp, rec);
+				snprintf(dp, sizeof dp, "params/quant src/%s", m->key);
+				snprintf(rec, sizeof rec, "$(call smeas,%s,%s,%s,%s,%d,%d)", m->key, m->weight, l->rows,
+				         m->group, k, m->layer);
+				rule_h(&e, 1, tg, "h1", m->group, m->layer, dp, rec);
 				if (o->sequential)
 					continue;
 				/* the final encode at a sampled width */
 				char tf[X3_KEY_MAX + 64];
 				snprintf(tf, sizeof tf, "enc/%s.h1.k%d.s%s.frames", m->key, k, o->sample);
-				snprintf(dp, sizeof dp, "h1/%s.frames params/quant src/%s %s", m->group, m->key, tg);
-				snprintf(rec, sizeof rec, "$(call sfin,%s,%s,%d,%s,%s,%d)", m->key, m->weight, m->bias,
-				         l->rows, m->group, k);
-				rule(&e, 0, tf, dp, rec);
+				snprintf(dp, sizeof dp, "params/quant src/%s %s", m->key, tg);
+				snprintf(rec, sizeof rec, "$(call sfin,%s,%s,%d,%s,%s,%d,%d)", m->key, m->weight, m->bias,
+				         l->rows, m->group, k, m->layer);
+				rule_h(&e, 0, tf, "h1", m->group, m->layer, dp, rec);
 			}
 	}
 	out(&e, "DRAWF :=%s\nDRAWP :=%s\n", sb(&drawf), sb(&drawp));

@@ -101,10 +101,14 @@ static void g_stat(graph *g, gnode *n)
 		n->mt = st.st_mtim;
 }
 
-/* the newest time among a target's own (where it exists) and, through its
- * rules, what it is made from: make's check of a secondary prerequisite,
- * which it does not remake unless its dependent is remade, looks through
- * it at its prerequisites against the dependent's time */
+/* the time a dependent compares with prerequisite I (maxm, or maxm_inf:
+ * newer than any file): for a prerequisite that is not secondary, its own
+ * time, or newer than any when make remakes it (make -n counts a remade
+ * prerequisite as changed); for a secondary one, the newest among its own
+ * (where it exists) and, through its rule, that of each of what it is made
+ * from: make does not remake a secondary prerequisite unless its dependent
+ * is remade, and looks through it at its prerequisites against the
+ * dependent's time */
 static void g_maxm(graph *g, int i)
 {
 	gnode *n = &g->n[i];
@@ -112,25 +116,34 @@ static void g_maxm(graph *g, int i)
 		return;
 	n->maxm_done = 1;
 	g_stat(g, n);
+	if (n->target && !n->secondary && x3_graph_made(g, i)) {
+		g->n[i].maxm_inf = 1;
+		return;
+	}
+	n = &g->n[i];
 	if (n->exists) {
 		n->maxm = n->mt;
 		n->maxm_valid = 1;
 	}
-	if (!n->target)
+	if (!n->target || !n->secondary)
 		return;
 	for (int d = 0; d < n->ndep; d++) {
 		g_maxm(g, n->dep[d]);
 		gnode *m = &g->n[n->dep[d]];
 		n = &g->n[i];
-		if (m->maxm_valid && (!n->maxm_valid || ts_after(m->maxm, n->maxm))) {
+		if (m->maxm_inf)
+			n->maxm_inf = 1;
+		else if (m->maxm_valid && (!n->maxm_valid || ts_after(m->maxm, n->maxm))) {
 			n->maxm = m->maxm;
 			n->maxm_valid = 1;
 		}
 	}
 }
 
-/* make asked to update target I: remade when missing or when anything it
- * is made from is newer than it; then its prerequisites are updated too */
+/* make asked to update target I: remade when missing or when a
+ * prerequisite is newer than it (g_maxm; every prerequisite that is not
+ * secondary is updated first, as make does); when remade, its secondary
+ * prerequisites are updated too */
 int x3_graph_made(graph *g, int i)
 {
 	gnode *n = &g->n[i];
@@ -139,11 +152,13 @@ int x3_graph_made(graph *g, int i)
 	n->made_state = 1;
 	g_stat(g, n);
 	int must = !n->exists;
-	for (int d = 0; d < n->ndep && !must; d++) {
+	for (int d = 0; d < g->n[i].ndep; d++) {
 		int j = g->n[i].dep[d];
+		if (must && g->n[j].secondary)
+			continue;
 		g_maxm(g, j);
 		gnode *m = &g->n[j];
-		if (m->maxm_valid && ts_after(m->maxm, g->n[i].mt))
+		if (m->maxm_inf || (m->maxm_valid && ts_after(m->maxm, g->n[i].mt)))
 			must = 1;
 	}
 	if (must)

@@ -7,11 +7,14 @@
 typedef struct {
 	char *path;
 	int *dep, ndep, cap;
-	int target;          /* has a rule (a secondary target) */
+	int target;          /* has a rule */
+	int secondary;       /* .SECONDARY: not remade for a dependent that is
+	                      * up to date with what it is made from */
 	int stat_done, exists;
 	struct timespec mt;
 	int maxm_done;       /* newest time of what it is made from, itself included */
 	int maxm_valid;
+	int maxm_inf;        /* newer than any file: a prerequisite make remakes */
 	struct timespec maxm;
 	int layer1;          /* an h1 Hessian group: its layer + 1 */
 	int made_state;      /* 0 not visited, 1 visiting, 2 done */
