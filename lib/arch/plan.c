@@ -147,7 +147,7 @@ static void sb_add(sbuf *b, const char *fmt, ...)
 	b->n += k;
 }
 
-static const char *sb(sbuf *b)
+static const char *sb(const sbuf *b)
 {
 	return b->s ? b->s : "";
 }
@@ -321,23 +321,22 @@ static void enc_rule(emit *e, const x3_plan_lin *l, int seq, int k)
 	free(d.s);
 }
 
-static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, graph *g)
+/* the variables: RECAP (the layers whose h1 Hessians this run captures),
+ * SRC_L<l>, SRC_ALL, PASS_L<l>, DECODER, HEAD; SRCALL gets what the steps
+ * over the whole model read (names relative to the work directory) */
+static void write_vars(emit *e, const unsigned char *recap, sbuf *srcall)
 {
-	const x3_plan_opts *o = &p->o;
-	emit e = {p, f, g, 0};
+	const x3_plan *p = e->p;
 	int nl = p->nlayers, last = p->last;
-	int sk = o->sens_k;
-	sbuf t = {0}, d = {0};
 
-	out(&e, "# rules.mk: the conversion's steps, written by convert-plan from the\n"
-	        "# model's description and the options (man convert-plan); the recipes\n"
-	        "# are pipelines/convert.mk's\n");
-	/* the layers whose h1 Hessians this run captures */
-	out(&e, "RECAP ?=");
+	out(e, "# rules.mk: the conversion's steps, written by convert-plan from the\n"
+	       "# model's description and the options (man convert-plan); the recipes\n"
+	       "# are pipelines/convert.mk's\n");
+	out(e, "RECAP ?=");
 	for (int l = 0; l <= last; l++)
 		if (recap && recap[l])
-			out(&e, " %d", l);
-	out(&e, "\n");
+			out(e, " %d", l);
+	out(e, "\n");
 	/* SRC_L<l>: what the captures of layer l read of the model */
 	sbuf srcl = {0};
 	sb_add(&srcl, "src/config src/layer.-1");
@@ -345,15 +344,14 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 		sb_add(&srcl, " src/layer.%d", l);
 		sbuf v = {0};
 		sb_w(&v, sb(&srcl));
-		out(&e, "SRC_L%d :=%s\n", l, sb(&v));
+		out(e, "SRC_L%d :=%s\n", l, sb(&v));
 		free(v.s);
 	}
-	sbuf srcall = {0};
-	sb_add(&srcall, "%s src/other", sb(&srcl));
+	sb_add(srcall, "%s src/other", sb(&srcl));
 	{
 		sbuf v = {0};
-		sb_w(&v, sb(&srcall));
-		out(&e, "SRC_ALL :=%s\n", sb(&v));
+		sb_w(&v, sb(srcall));
+		out(e, "SRC_ALL :=%s\n", sb(&v));
 		free(v.s);
 	}
 	/* PASS_L<l>: the tensors of layer l that are passed through */
@@ -364,33 +362,41 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 			if (m->d->kind == X3_KIND_LINEAR || m->layer != l)
 				continue;
 			if (!any)
-				out(&e, "PASS_L%d :=", l);
-			out(&e, " %s", m->weight);
+				out(e, "PASS_L%d :=", l);
+			out(e, " %s", m->weight);
 			any = 1;
 		}
 		if (any)
-			out(&e, "\n");
+			out(e, "\n");
 	}
 	/* the keys */
-	out(&e, "DECODER :=");
+	out(e, "DECODER :=");
 	for (int i = 0; i < p->nlin; i++)
 		if (!p->lin[i].head && !p->lin[i].mtp)
-			out(&e, " %s", p->lin[i].m->key);
-	out(&e, "\nHEAD :=");
+			out(e, " %s", p->lin[i].m->key);
+	out(e, "\nHEAD :=");
 	for (int i = 0; i < p->nlin; i++)
 		if (p->lin[i].head)
-			out(&e, " %s", p->lin[i].m->key);
-	out(&e, "\n");
+			out(e, " %s", p->lin[i].m->key);
+	out(e, "\n");
+	free(srcl.s);
+}
 
-	/* MEAS, MEAS_L<l>: the measurements (and with SAMPLE and the
-	 * sensitivity, its encodes: they need the same Hessians) */
-	sbuf meas = {0};
+/* MEAS, MEAS_L<l>: the measurements (and with SAMPLE and the
+ * sensitivity, its encodes: they need the same Hessians); MEAS gets their
+ * names */
+static void write_meas(emit *e, sbuf *meas)
+{
+	const x3_plan *p = e->p;
+	const x3_plan_opts *o = &p->o;
+	int nl = p->nlayers, sk = o->sens_k;
+
 	for (int i = 0; i < p->nlin; i++)
-		meas_names(p, &p->lin[i], &meas);
+		meas_names(p, &p->lin[i], meas);
 	{
 		sbuf v = {0};
-		sb_w(&v, sb(&meas));
-		out(&e, "MEAS :=%s\n", sb(&v));
+		sb_w(&v, sb(meas));
+		out(e, "MEAS :=%s\n", sb(&v));
 		free(v.s);
 	}
 	for (int l = -1; l <= nl; l++) {
@@ -408,13 +414,164 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 		if (ml.n) {
 			sbuf v = {0};
 			sb_w(&v, sb(&ml));
-			out(&e, "MEAS_L%d :=%s\n", l, sb(&v));
+			out(e, "MEAS_L%d :=%s\n", l, sb(&v));
 			free(v.s);
 		}
 		free(ml.s);
 	}
+}
 
-	/* ---- captures: one rule per layer and Hessian set, its stamp ------- */
+/* ---- captures: one rule per layer and Hessian set, its stamp ------- */
+
+/* a layer's Hessian files: h1 and hs ($(W)/SET/GROUP.frames), those of its
+ * experts (ex1, exs), and the h1 names relative to the work directory */
+typedef struct {
+	sbuf h1, hs, ex1, exs, h1n;
+} layer_files;
+
+static void layer_files_free(layer_files *f)
+{
+	free(f->h1.s);
+	free(f->hs.s);
+	free(f->ex1.s);
+	free(f->exs.s);
+	free(f->h1n.s);
+}
+
+/* the Hessian groups of layer L, each once (FIRST: the first linear of
+ * each group), in model order */
+static void layer_groups(const x3_plan *p, const unsigned char *first, int l, layer_files *f)
+{
+	for (int i = 0; i < p->nlin; i++) {
+		const x3_module *m = p->lin[i].m;
+		if (m->layer != l || !first[i])
+			continue;
+		sb_add(&f->h1, "%s$(W)/h1/%s.frames", f->h1.n ? " " : "", m->group);
+		sb_add(&f->h1n, " h1/%s.frames", m->group);
+		sb_add(&f->hs, "%s$(W)/hs/%s.frames", f->hs.n ? " " : "", m->group);
+		if (m->d->role == X3_ROLE_EXPERT) {
+			sb_add(&f->ex1, "%s$(W)/h1/%s.frames", f->ex1.n ? " " : "", m->group);
+			sb_add(&f->exs, "%s$(W)/hs/%s.frames", f->exs.n ? " " : "", m->group);
+		}
+	}
+}
+
+/* in the graph, layer L's h1 capture: its stamp made from the tokens and
+ * the layers read (without the parts and the order-only edges), each
+ * Hessian file (H1N) a secondary target made from the stamp */
+static void graph_h1(emit *e, int l, const char *h1n)
+{
+	graph *g = e->g;
+	char stamp[32];
+	snprintf(stamp, sizeof stamp, "done/h1cap.%d", l);
+	sbuf deps = {0};
+	sb_add(&deps, N_TOKENS " src/config src/layer.-1");
+	for (int j = 0; j <= l; j++)
+		sb_add(&deps, " src/layer.%d", j);
+	int si = x3_graph_rule(g, stamp, sb(&deps));
+	if (si < 0)
+		e->err = 1;
+	else
+		g->n[si].layer1 = l + 1;
+	free(deps.s);
+	const char *s = h1n;
+	while (*s) {
+		while (*s == ' ')
+			s++;
+		size_t k = strcspn(s, " ");
+		if (!k)
+			break;
+		char name[1024];
+		snprintf(name, sizeof name, "%.*s", (int)k, s);
+		int gi = x3_graph_rule(g, name, stamp);
+		if (gi < 0)
+			e->err = 1;
+		else {
+			g->n[gi].layer1 = l + 1;
+			g->n[gi].secondary = 1;
+		}
+		s += k;
+	}
+}
+
+/* layer L's h1 capture: one per layer, its stamp done/h1cap.L (the Hessian
+ * files are made with it). It starts from the hidden states that layer
+ * L-1's saved (order-only on its stamp); with BOUND, only once the
+ * Hessians of layer L-2 are deleted: at most two layers' at a time; those
+ * edges only for the layers of RECAP. Then done/h1.L, the stamp of its
+ * measurement encodes done and the Hessians deleted (unless KEEP). */
+static void write_h1_layer(emit *e, int l, const layer_files *f)
+{
+	int last = e->p->last;
+	sbuf after = {0};
+	if (l > 0)
+		sb_add(&after, " $(W)/done/h1cap.%d", l - 1);
+	if (l >= 2)
+		sb_add(&after, " $(if $(BOUND),$(W)/done/h1.%d)", l - 2);
+	char pl[16] = "", nx[16] = "", l2[16] = "";
+	if (l > 0)
+		snprintf(pl, sizeof pl, "%d", l - 1);
+	if (l != last)
+		snprintf(nx, sizeof nx, "%d", l + 1);
+	if (l >= 2)
+		snprintf(l2, sizeof l2, "%d", l - 2);
+	out(e, "$(W)/done/h1cap.%d: $(W)/" N_TOKENS " $(SRC_L%d) $(call h1parts,%d)", l, l, l);
+	if (after.n)
+		out(e, " $(if $(filter %d,$(RECAP)),|%s)", l, sb(&after));
+	out(e, "\n\t$(call stale,$(H1_L%d)) $(call h1cap,%d,%s,%s,$(XH1_L%d))\n", l, l, pl, nx, l);
+	if (e->g)
+		graph_h1(e, l, sb(&f->h1n));
+	out(e, "$(foreach p,$(PARTS),$(eval $(call H1PART,%d,%s,%s,%s,$(p))))\n", l, pl, l2, nx);
+	out(e, "h1-parts-%d: ; @printf '%%s\\n' $(call h1parts,%d)\n", l, l);
+	out(e, "h1-groups-%d: $(W)/done/h1cap.%d\n", l, l);
+	out(e, "$(W)/done/h1.%d: $(MEAS_L%d)\n\t$(call hdone,$@,$(H1_L%d))\n", l, l, l);
+	free(after.s);
+}
+
+/* layer L's hs capture (sequential): its stamp done/hscap.L, made from the
+ * quantized layers before it (PREV: their numbers); with SPLIT its parts
+ * from the parts of the layer before (hspart), merged in chunk order
+ * (hscap). Then done/hs.L (its final encodes done, the Hessians deleted)
+ * and q/L, the layer's quantized tensors. */
+static void write_hs_layer(emit *e, int l, const char *prev)
+{
+	int nl = e->p->nlayers, last = e->p->last;
+	char pl[16] = "", sv[4] = "";
+	if (l > 0)
+		snprintf(pl, sizeof pl, "%d", l - 1);
+	if (l != last)
+		strcpy(sv, "1");
+	sbuf ql = {0};
+	const char *s = prev;
+	while (*s) {
+		while (*s == ' ')
+			s++;
+		size_t k = strcspn(s, " ");
+		if (!k)
+			break;
+		sb_add(&ql, " $(W)/q/layer.%.*s.safetensors", (int)k, s);
+		s += k;
+	}
+	out(e, "$(W)/done/hscap.%d: $(W)/" N_TOKENS " $(SRC_L%d)%s $(call hsparts,%d)", l, l, sb(&ql), l);
+	if (l > 0)
+		out(e, " | $(if $(BOUND),$(W)/done/hs.%d)", l - 1);
+	out(e, "\n\t$(call stale,$(HS_L%d)) $(call hscap,%d,%s,%s,%s,$(XHS_L%d)) && touch $@\n", l, l,
+	    prev, pl, sv, l);
+	out(e, "$(foreach p,$(PARTS),$(eval $(call HSPART,%d,%s,%s,%s,$(p),%s)))\n", l, prev, pl, sv, sb(&ql));
+	out(e, "hs-parts-%d: ; @printf '%%s\\n' $(call hsparts,%d)\n", l, l);
+	out(e, "hs-groups-%d: $(W)/done/hscap.%d\n", l, l);
+	out(e, "$(W)/done/hs.%d: $(FINAL_L%d)\n\t$(call hdone,$@,$(HS_L%d))\n", l, l, l);
+	if (l < nl)
+		out(e, "$(W)/q/layer.%d.safetensors: $(FINAL_L%d) $(W)/src/layer.%d\n"
+		       "\t$(call qlayer,%d,$@,$(filter %%.frames,$^))\n", l, l, l, l);
+	free(ql.s);
+}
+
+/* every layer's captures, the lists of their stamps and parts */
+static int write_captures(emit *e)
+{
+	const x3_plan *p = e->p;
+	int nl = p->nlayers, last = p->last;
 	/* (the first linear of each Hessian group) */
 	unsigned char *first = calloc(p->nlin, 1);
 	graph gs = {0};
@@ -423,164 +580,62 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 	for (int i = 0; i < p->nlin; i++)
 		if (!p->lin[i].mtp && x3_graph_find(&gs, p->lin[i].m->group, 0) == -2) {
 			if (x3_graph_find(&gs, p->lin[i].m->group, 1) < 0)
-				e.err = 1;
+				e->err = 1;
 			first[i] = 1;
 		}
 	x3_graph_free(&gs);
-	sbuf prev = {0};
-	sbuf h1all = {0};
+	sbuf prev = {0}, h1all = {0};
 	for (int l = 0; l <= last; l++) {
-		sbuf h1 = {0}, hs = {0}, ex1 = {0}, exs = {0}, h1n = {0};
-		/* the layer's Hessian groups, each once, in model order */
-		for (int i = 0; i < p->nlin; i++) {
-			const x3_module *m = p->lin[i].m;
-			if (m->layer != l)
-				continue;
-			if (!first[i])
-				continue;
-			sb_add(&h1, "%s$(W)/h1/%s.frames", h1.n ? " " : "", m->group);
-			sb_add(&h1n, " h1/%s.frames", m->group);
-			sb_add(&hs, "%s$(W)/hs/%s.frames", hs.n ? " " : "", m->group);
-			if (m->d->role == X3_ROLE_EXPERT) {
-				sb_add(&ex1, "%s$(W)/h1/%s.frames", ex1.n ? " " : "", m->group);
-				sb_add(&exs, "%s$(W)/hs/%s.frames", exs.n ? " " : "", m->group);
-			}
-		}
+		layer_files f = {0};
+		layer_groups(p, first, l, &f);
 		sb_add(&h1all, " $(W)/done/h1cap.%d", l);
 		/* the layer's Hessian files (H1_L, HS_L) and its experts' (XH1_L,
 		 * XHS_L, exrec) */
-		out(&e, "H1_L%d := %s\nHS_L%d := %s\nXH1_L%d := %s\nXHS_L%d := %s\n", l, sb(&h1), l, sb(&hs),
-		    l, sb(&ex1), l, sb(&exs));
-		/* h1: one capture per layer, its stamp done/h1cap.l (the Hessian
-		 * files are made with it). Layer l's capture starts from the
-		 * hidden states that layer l-1's saved (order-only on its stamp);
-		 * with BOUND, only once the Hessians of layer l-2 are deleted: at
-		 * most two layers' at a time; those edges only for the layers of
-		 * RECAP */
-		sbuf after = {0};
-		if (l > 0)
-			sb_add(&after, " $(W)/done/h1cap.%d", l - 1);
-		if (l >= 2)
-			sb_add(&after, " $(if $(BOUND),$(W)/done/h1.%d)", l - 2);
-		char pl[16] = "", nx[16] = "", l2[16] = "", sv[4] = "";
-		if (l > 0)
-			snprintf(pl, sizeof pl, "%d", l - 1);
-		if (l != last)
-			snprintf(nx, sizeof nx, "%d", l + 1);
-		if (l >= 2)
-			snprintf(l2, sizeof l2, "%d", l - 2);
-		if (l != last)
-			strcpy(sv, "1");
-		out(&e, "$(W)/done/h1cap.%d: $(W)/" N_TOKENS " $(SRC_L%d) $(call h1parts,%d)", l, l, l);
-		if (after.n)
-			out(&e, " $(if $(filter %d,$(RECAP)),|%s)", l, sb(&after));
-		out(&e, "\n\t$(call stale,$(H1_L%d)) $(call h1cap,%d,%s,%s,$(XH1_L%d))\n", l, l, pl, nx, l);
-		if (g) {
-			/* (in the graph: the stamp made from the tokens and the
-			 * layers read, without the parts and the order-only edges;
-			 * each Hessian file a secondary target made from it) */
-			char stamp[32];
-			snprintf(stamp, sizeof stamp, "done/h1cap.%d", l);
-			sbuf deps = {0};
-			sb_add(&deps, N_TOKENS " src/config src/layer.-1");
-			for (int j = 0; j <= l; j++)
-				sb_add(&deps, " src/layer.%d", j);
-			int si = x3_graph_rule(g, stamp, sb(&deps));
-			if (si < 0)
-				e.err = 1;
-			else
-				g->n[si].layer1 = l + 1;
-			free(deps.s);
-			const char *s = sb(&h1n);
-			while (*s) {
-				while (*s == ' ')
-					s++;
-				size_t k = strcspn(s, " ");
-				if (!k)
-					break;
-				char name[1024];
-				snprintf(name, sizeof name, "%.*s", (int)k, s);
-				int gi = x3_graph_rule(g, name, stamp);
-				if (gi < 0)
-					e.err = 1;
-				else {
-					g->n[gi].layer1 = l + 1;
-					g->n[gi].secondary = 1;
-				}
-				s += k;
-			}
-		}
-		out(&e, "$(foreach p,$(PARTS),$(eval $(call H1PART,%d,%s,%s,%s,$(p))))\n", l, pl, l2, nx);
-		out(&e, "h1-parts-%d: ; @printf '%%s\\n' $(call h1parts,%d)\n", l, l);
-		out(&e, "h1-groups-%d: $(W)/done/h1cap.%d\n", l, l);
-		/* the stamp of layer l's h1 Hessians: its measurement encodes
-		 * done, the Hessians deleted (unless KEEP) */
-		out(&e, "$(W)/done/h1.%d: $(MEAS_L%d)\n\t$(call hdone,$@,$(H1_L%d))\n", l, l, l);
-		/* hs: the same with SPLIT, its parts from the parts of the layer
-		 * before (hspart), merged in chunk order (hscap); its stamp
-		 * done/hscap.l */
-		sbuf ql = {0};
-		{
-			const char *s = sb(&prev);
-			while (*s) {
-				while (*s == ' ')
-					s++;
-				size_t k = strcspn(s, " ");
-				if (!k)
-					break;
-				sb_add(&ql, " $(W)/q/layer.%.*s.safetensors", (int)k, s);
-				s += k;
-			}
-		}
-		out(&e, "$(W)/done/hscap.%d: $(W)/" N_TOKENS " $(SRC_L%d)%s $(call hsparts,%d)", l, l, sb(&ql), l);
-		if (l > 0)
-			out(&e, " | $(if $(BOUND),$(W)/done/hs.%d)", l - 1);
-		out(&e, "\n\t$(call stale,$(HS_L%d)) $(call hscap,%d,%s,%s,%s,$(XHS_L%d)) && touch $@\n", l, l,
-		    sb(&prev), pl, sv, l);
-		out(&e, "$(foreach p,$(PARTS),$(eval $(call HSPART,%d,%s,%s,%s,$(p),%s)))\n", l, sb(&prev), pl, sv, sb(&ql));
-		out(&e, "hs-parts-%d: ; @printf '%%s\\n' $(call hsparts,%d)\n", l, l);
-		out(&e, "hs-groups-%d: $(W)/done/hscap.%d\n", l, l);
-		out(&e, "$(W)/done/hs.%d: $(FINAL_L%d)\n\t$(call hdone,$@,$(HS_L%d))\n", l, l, l);
-		if (l < nl)
-			out(&e, "$(W)/q/layer.%d.safetensors: $(FINAL_L%d) $(W)/src/layer.%d\n"
-			        "\t$(call qlayer,%d,$@,$(filter %%.frames,$^))\n", l, l, l, l);
+		out(e, "H1_L%d := %s\nHS_L%d := %s\nXH1_L%d := %s\nXHS_L%d := %s\n", l, sb(&f.h1), l, sb(&f.hs),
+		    l, sb(&f.ex1), l, sb(&f.exs));
+		write_h1_layer(e, l, &f);
+		write_hs_layer(e, l, sb(&prev));
 		sb_add(&prev, "%s%d", prev.n ? " " : "", l);
-		free(h1.s); free(hs.s); free(ex1.s); free(exs.s); free(h1n.s); free(after.s); free(ql.s);
+		layer_files_free(&f);
 	}
-	out(&e, "h1-groups:%s\n", sb(&h1all));
+	out(e, "h1-groups:%s\n", sb(&h1all));
 	/* the capture parts are deleted once merged: secondary, so that the
 	 * stamps made from them are kept (only those: make checks a missing
 	 * secondary file's prerequisites again for each dependent) */
-	out(&e, "ifneq ($(PARTS),)\n.SECONDARY: $(foreach l,");
+	out(e, "ifneq ($(PARTS),)\n.SECONDARY: $(foreach l,");
 	for (int l = 0; l <= last; l++)
-		out(&e, "%s%d", l ? " " : "", l);
-	out(&e, ",$(call h1parts,$(l)) $(call hsparts,$(l)))\nendif\n");
-	out(&e, "HDONE := ");
+		out(e, "%s%d", l ? " " : "", l);
+	out(e, ",$(call h1parts,$(l)) $(call hsparts,$(l)))\nendif\n");
+	out(e, "HDONE := ");
 	for (int l = 0; l <= last; l++)
-		out(&e, " $(W)/done/h1.%d $(if $(filter sequential,$(MODE)),$(W)/done/hs.%d)", l, l);
-	out(&e, "\n.PHONY: h1-groups");
+		out(e, " $(W)/done/h1.%d $(if $(filter sequential,$(MODE)),$(W)/done/hs.%d)", l, l);
+	out(e, "\n.PHONY: h1-groups");
 	for (int l = 0; l <= nl; l++)
-		out(&e, " h1-parts-%d hs-parts-%d", l, l);
+		out(e, " h1-parts-%d hs-parts-%d", l, l);
 	for (int l = 0; l <= nl; l++)
-		out(&e, " h1-groups-%d hs-groups-%d", l, l);
-	out(&e, "\n");
+		out(e, " h1-groups-%d hs-groups-%d", l, l);
+	out(e, "\n");
 	free(prev.s);
 	free(h1all.s);
 	free(first);
+	return 0;
+}
 
-	/* ---- per linear: encodes, draws, sampled measurements ---------------- */
+/* ---- per linear: encodes, draws, sampled measurements ---------------- */
+static void write_linears(emit *e)
+{
+	const x3_plan *p = e->p;
+	const x3_plan_opts *o = &p->o;
+	int sk = o->sens_k;
 	sbuf drawf = {0}, drawp = {0};
 	for (int i = 0; i < p->nlin; i++) {
 		const x3_plan_lin *l = &p->lin[i];
 		const x3_module *m = l->m;
 		int dr = draws_of(p, l);
-		for (int seq = 0; seq < 2; seq++) {
-			const char *set = seq ? "hs" : "h1";
-			(void)set;
+		for (int seq = 0; seq < 2; seq++)
 			for (int k = 1; k <= 8; k++)
 				if (enc_needed(p, l, seq, k))
-					enc_rule(&e, l, seq, k);
-		}
+					enc_rule(e, l, seq, k);
 		if (dr) {
 			sbuf js = {0};
 			for (int dd = 0; dd < o->draws; dd++) {
@@ -589,18 +644,18 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 				snprintf(dp, sizeof dp, "params/quant src/%s", m->key);
 				snprintf(rec, sizeof rec, "$(call draw,%s,%s,%d,%s,%s,%d,%d)", m->key, m->weight, m->bias,
 				         l->rows, m->group, dd, m->layer);
-				rule_h(&e, 1, tg, "h1", m->group, m->layer, dp, rec);
+				rule_h(e, 1, tg, "h1", m->group, m->layer, dp, rec);
 				sb_add(&drawf, " $(W)/%s", tg);
 				char tj[X3_KEY_MAX + 64];
 				snprintf(tj, sizeof tj, "draw/%s.k%d.d%d.json", m->key, sk, dd);
 				snprintf(dp, sizeof dp, "%s " N_BASE, tg);
 				snprintf(rec, sizeof rec, "$(call sensg,%s.k%d.d%d)", m->key, sk, dd);
-				rule(&e, 1, tj, dp, rec);
+				rule(e, 1, tj, dp, rec);
 				sb_add(&js, " %s", tj);
 			}
 			char tp[X3_KEY_MAX + 64];
 			snprintf(tp, sizeof tp, "draw/%s.k%d.pick", m->key, sk);
-			rule(&e, 1, tp, sb(&js), "$(pick)");
+			rule(e, 1, tp, sb(&js), "$(pick)");
 			sb_add(&drawp, " $(W)/%s", tp);
 			free(js.s);
 		}
@@ -612,7 +667,7 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 				snprintf(dp, sizeof dp, "params/quant src/%s", m->key);
 				snprintf(rec, sizeof rec, "$(call smeas,%s,%s,%s,%s,%d,%d)", m->key, m->weight, l->rows,
 				         m->group, k, m->layer);
-				rule_h(&e, 1, tg, "h1", m->group, m->layer, dp, rec);
+				rule_h(e, 1, tg, "h1", m->group, m->layer, dp, rec);
 				if (o->sequential)
 					continue;
 				/* the final encode at a sampled width */
@@ -621,14 +676,21 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 				snprintf(dp, sizeof dp, "params/quant src/%s %s", m->key, tg);
 				snprintf(rec, sizeof rec, "$(call sfin,%s,%s,%d,%s,%s,%d,%d)", m->key, m->weight, m->bias,
 				         l->rows, m->group, k, m->layer);
-				rule_h(&e, 0, tf, "h1", m->group, m->layer, dp, rec);
+				rule_h(e, 0, tf, "h1", m->group, m->layer, dp, rec);
 			}
 	}
-	out(&e, "DRAWF :=%s\nDRAWP :=%s\n", sb(&drawf), sb(&drawp));
+	out(e, "DRAWF :=%s\nDRAWP :=%s\n", sb(&drawf), sb(&drawp));
 	free(drawf.s);
 	free(drawp.s);
+}
 
-	/* ---- the sensitivity ----------------------------------------------------- */
+/* ---- the sensitivity: a KL per group (SRCALL: what the base logits are
+ * made from) ------------------------------------------------------------ */
+static int write_sens(emit *e, const char *srcall)
+{
+	const x3_plan *p = e->p;
+	const x3_plan_opts *o = &p->o;
+	int sk = o->sens_k;
 	sbuf sensg = {0}, senserr = {0};
 	if (o->sens == X3_SENS_MEASURE) {
 		sgroup *sg;
@@ -653,13 +715,13 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 				char dp[X3_KEY_MAX + 64], rec[2 * X3_KEY_MAX + 128];
 				snprintf(dp, sizeof dp, "draw/%s.k%d.pick", sg[j].name, sk);
 				snprintf(rec, sizeof rec, "$(call senspick,%s)", sg[j].name);
-				rule(&e, 1, tg, dp, rec);
+				rule(e, 1, tg, dp, rec);
 			} else {
 				sbuf dp = {0};
 				sb_add(&dp, "%s " N_BASE, sb(&fr));
 				char rec[X3_KEY_MAX + 64];
 				snprintf(rec, sizeof rec, "$(call sensg,%s)", sg[j].name);
-				rule(&e, 1, tg, sb(&dp), rec);
+				rule(e, 1, tg, sb(&dp), rec);
 				free(dp.s);
 			}
 			sb_add(&sensg, " %s", tg);
@@ -669,67 +731,86 @@ static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, grap
 		char tg[64];
 		snprintf(tg, sizeof tg, "sens/all.k%d.json", sk);
 		sb_add(&all, " " N_BASE);
-		rule(&e, 1, tg, sb(&all), "$(call sensg,all)");
+		rule(e, 1, tg, sb(&all), "$(call sensg,all)");
 		free(all.s);
 		sens_groups_free(sg, ng);
 		{
 			sbuf v = {0};
 			sb_w(&v, sb(&sensg));
-			out(&e, "SENS_GROUPS :=%s\n", sb(&v));
+			out(e, "SENS_GROUPS :=%s\n", sb(&v));
 			free(v.s);
 		}
-		rule(&e, 1, "sens/groups.jsonl", "params/sens", "$(sens_groups_jsonl)");
+		rule(e, 1, "sens/groups.jsonl", "params/sens", "$(sens_groups_jsonl)");
 		for (int i = 0; i < p->nlin; i++)
 			if (!p->lin[i].head && !p->lin[i].mtp)
 				sb_add(&senserr, " enc/%s.h1.k%d.frames", p->lin[i].m->key, sk);
 		{
 			sbuf v = {0};
 			sb_w(&v, sb(&senserr));
-			out(&e, "SENS_ERR :=%s\n", sb(&v));
+			out(e, "SENS_ERR :=%s\n", sb(&v));
 			free(v.s);
 		}
 		sbuf dp = {0};
 		sb_add(&dp, "%s sens/all.k%d.json sens/groups.jsonl%s", sb(&sensg), sk, sb(&senserr));
 		char tm[64];
 		snprintf(tm, sizeof tm, "sens/measured.k%d.jsonl", sk);
-		rule(&e, 1, tm, sb(&dp), NULL);
+		rule(e, 1, tm, sb(&dp), NULL);
 		free(dp.s);
 	}
 	if (o->sens != X3_SENS_OFF)
-		out(&e, "SENS_FILE := %s\n", o->sens_file);
+		out(e, "SENS_FILE := %s\n", o->sens_file);
 	if (o->sens != X3_SENS_OFF || o->draws > 0) {
 		char dp[256];
-		snprintf(dp, sizeof dp, N_TOKENS " params/sens %s", sb(&srcall));
-		rule(&e, 1, N_BASE, dp, NULL);
+		snprintf(dp, sizeof dp, N_TOKENS " params/sens %s", srcall);
+		rule(e, 1, N_BASE, dp, NULL);
 	}
 	if (o->sens != X3_SENS_OFF) {
 		char dp[128];
 		snprintf(dp, sizeof dp, "%s params/sensfile", o->sens_file);
-		rule(&e, 1, "sensitivity.jsonl", dp, NULL);
-		rule(&e, 1, "importance.jsonl", "sensitivity.jsonl", NULL);
+		rule(e, 1, "sensitivity.jsonl", dp, NULL);
+		rule(e, 1, "importance.jsonl", "sensitivity.jsonl", NULL);
 	}
 	free(sensg.s);
 	free(senserr.s);
-	free(srcl.s);
-	free(srcall.s);
+	return 0;
+}
 
-	/* ---- the steps of the plan --------------------------------------------- */
-	rule(&e, 1, N_TOKENS, "cal/cal.txt params/capture src/tokenizer", NULL);
+/* ---- the steps of the plan (MEAS: the measurements' names) ------------ */
+static void write_plan_steps(emit *e, const char *meas)
+{
+	const x3_plan_opts *o = &e->p->o;
+	rule(e, 1, N_TOKENS, "cal/cal.txt params/capture src/tokenizer", NULL);
 	{
 		/* (written with $(MEAS), in the graph with its names) */
 		sbuf dp = {0};
-		sb_add(&dp, "%s params/plan", sb(&meas));
-		out(&e, "$(W)/" N_MEASURE ": $(MEAS) $(W)/params/plan\n");
-		if (g && x3_graph_rule(g, N_MEASURE, sb(&dp)) < 0)
-			e.err = 1;
+		sb_add(&dp, "%s params/plan", meas);
+		out(e, "$(W)/" N_MEASURE ": $(MEAS) $(W)/params/plan\n");
+		if (e->g && x3_graph_rule(e->g, N_MEASURE, sb(&dp)) < 0)
+			e->err = 1;
 		free(dp.s);
 	}
-	rule(&e, 1, N_PLAN, o->sens != X3_SENS_OFF ? N_MEASURE " src/config importance.jsonl" :
+	rule(e, 1, N_PLAN, o->sens != X3_SENS_OFF ? N_MEASURE " src/config importance.jsonl" :
 	                                              N_MEASURE " src/config", NULL);
-	rule(&e, 1, "plan.mk", N_PLAN " Makefile convert.mk", NULL);
+	rule(e, 1, "plan.mk", N_PLAN " Makefile convert.mk", NULL);
+}
+
+static int write_all(const x3_plan *p, const unsigned char *recap, FILE *f, graph *g)
+{
+	emit e = {p, f, g, 0};
+	sbuf srcall = {0}, meas = {0};
+	write_vars(&e, recap, &srcall);
+	write_meas(&e, &meas);
+	int rc = write_captures(&e);
+	if (!rc) {
+		write_linears(&e);
+		rc = write_sens(&e, sb(&srcall));
+	}
+	if (!rc)
+		write_plan_steps(&e, sb(&meas));
+	free(srcall.s);
 	free(meas.s);
-	free(t.s);
-	free(d.s);
+	if (rc)
+		return rc;
 	if (e.err)
 		return x3_err(X3_EIO, "cannot write the rules");
 	return 0;
