@@ -42,6 +42,13 @@ convert m o --work w --bits 3.5 --rows 8 --cols 16 -q --makefile >/dev/null
 ks=$(grep -o '^$(W)/enc/[^:]*' w/rules.mk | sed 's/.*\.k\([0-9]\)\.frames$/\1/' | sort -u | paste -sd,)
 check "rules.mk has encodes at K=3,4,6 only (got $ks)" test "$ks" = 3,4,6
 check "rules.mk has no \$(eval) per tensor" test "$(grep -c 'eval' w/rules.mk)" -le "$((2 * 3 + 2))"
+# GNU make 4.3 at hundreds of experts a layer: a grouped target keeps, for
+# each of its files, a list of all the others (gigabytes), and a blanket
+# .SECONDARY makes it check the chains of missing files again for each
+# dependent (minutes): no grouped rule, and only the capture parts secondary
+check "rules.mk has no grouped target (&:)" test "$(grep -c '&:' w/rules.mk)" -eq 0
+check "make's database has no .SECONDARY (no capture parts here)" \
+	sh -c '! make -r -s -n -p -C w -f Makefile --no-print-directory NOPLAN=1 h1-parts-0 2>/dev/null | grep -q "^\.SECONDARY"'
 # a fresh work directory captures every layer; one whose measurements are
 # made and Hessians dropped, none (the recapture set from the files' times)
 check "the recapture set of a fresh work directory is every layer" test "$(grep '^RECAP ?=' w/rules.mk)" = "RECAP ?= 0 1 2"
