@@ -504,9 +504,26 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 	check_stdout();
 }
 
-int main(int argc, char **argv)
+/* the command line */
+struct set_fix { char *re; long K; };   /* --set REGEX=K */
+struct opts {
+	double bits;              /* --bits, NaN when not given */
+	long head_bits, mtp_bits;
+	int hq, hq_n, exl3, method;
+	const char *imp, *out, *model, *codebook;
+	uint64_t size, shard_bytes;
+	long cal_rows, cal_cols;
+	int predict, lines, shard_given;
+	json_t *mj;               /* --measurement */
+	char *mtext;              /* its text, as pack-write writes it back */
+	char **sets;              /* the --set arguments */
+	int nset;
+	struct set_fix *set;      /* parsed by parse_sets */
+};
+
+/* the options into o (exits on a bad one, and after --help) */
+static void parse_options(int argc, char **argv, struct opts *o)
 {
-	prog_init(argc, argv);
 	enum { O_BITS = 256, O_HEAD, O_MTP, O_HQ, O_SHARD, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
 	       O_CR, O_CC, O_PREDICT, O_MEAS, O_LINES };
 	static const struct option lo[] = {
@@ -530,211 +547,207 @@ int main(int argc, char **argv)
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
-	double bits = NAN;
-	long head_bits = 6, mtp_bits = 4;
-	int hq = 0, hq_n = 0, exl3 = 0, method = X3_BA_AUTO, nset = 0;
-	const char *imp = NULL, *out = NULL, *model = NULL, *codebook = "mul1";
-	uint64_t size = 0, shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20;
-	long cal_rows = 250, cal_cols = 2048;
-	int predict = 0, lines = 0, shard_given = 0;
-	json_t *mj = NULL;        /* --measurement */
-	char *mtext = NULL;
-	char **sets = calloc((size_t)argc, sizeof *sets);
-	if (!sets)
+	*o = (struct opts){
+		.bits = NAN, .head_bits = 6, .mtp_bits = 4, .method = X3_BA_AUTO, .codebook = "mul1",
+		.shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20, .cal_rows = 250, .cal_cols = 2048,
+	};
+	if (!(o->sets = calloc((size_t)argc, sizeof *o->sets)))
 		die("out of memory");
 	int c;
 	while ((c = getopt_long(argc, argv, "ho:q", lo, NULL)) != -1) {
 		switch (c) {
-		case 'h': help(); return 0;
-		case 'o': out = optarg; break;
+		case 'h': help(); exit(0);
+		case 'o': o->out = optarg; break;
 		case 'q': quiet = 1; break;
-		case O_BITS: bits = parse_double(usage, "--bits", optarg, 1, 8); break;
+		case O_BITS: o->bits = parse_double(usage, "--bits", optarg, 1, 8); break;
 		case O_MTP:
-			mtp_bits = parse_long(usage, "--mtp-bits", optarg, 1, 8);
+			o->mtp_bits = parse_long(usage, "--mtp-bits", optarg, 1, 8);
 			break;
 		case O_HEAD:
-			head_bits = parse_long(usage, "--head-bits", optarg, 1, 16);
-			if (head_bits > 8 && head_bits != 16)
-				usage_error(usage, "--head-bits: %ld is not 1..8 or 16", head_bits);
+			o->head_bits = parse_long(usage, "--head-bits", optarg, 1, 16);
+			if (o->head_bits > 8 && o->head_bits != 16)
+				usage_error(usage, "--head-bits: %ld is not 1..8 or 16", o->head_bits);
 			break;
 		case O_HQ:
-			hq = 1;
+			o->hq = 1;
 			/* N: --hq=N, or the next argument when it is a number */
 			if (!optarg && optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9' &&
 			    strspn(argv[optind], "0123456789") == strlen(argv[optind]))
 				optarg = argv[optind++];
 			if (optarg)
-				hq_n = (int)parse_long(usage, "--hq", optarg, 1, 8);
+				o->hq_n = (int)parse_long(usage, "--hq", optarg, 1, 8);
 			break;
-		case O_SHARD: shard_bytes = parse_size(usage, "--shard-size", optarg); shard_given = 1; break;
-		case O_SET: sets[nset++] = optarg; break;
-		case O_IMP: imp = optarg; break;
+		case O_SHARD: o->shard_bytes = parse_size(usage, "--shard-size", optarg); o->shard_given = 1; break;
+		case O_SET: o->sets[o->nset++] = optarg; break;
+		case O_IMP: o->imp = optarg; break;
 		case O_STRAT:
-			if (!strcmp(optarg, "exllamav3")) exl3 = 1;
-			else if (!strcmp(optarg, "optimal")) exl3 = 0;
+			if (!strcmp(optarg, "exllamav3")) o->exl3 = 1;
+			else if (!strcmp(optarg, "optimal")) o->exl3 = 0;
 			else usage_error(usage, "--strategy: '%s' is not optimal or exllamav3", optarg);
 			break;
 		case O_METHOD:
-			if (!strcmp(optarg, "auto")) method = X3_BA_AUTO;
-			else if (!strcmp(optarg, "dp")) method = X3_BA_DP;
-			else if (!strcmp(optarg, "lagrangian")) method = X3_BA_LAGRANGE;
+			if (!strcmp(optarg, "auto")) o->method = X3_BA_AUTO;
+			else if (!strcmp(optarg, "dp")) o->method = X3_BA_DP;
+			else if (!strcmp(optarg, "lagrangian")) o->method = X3_BA_LAGRANGE;
 			else usage_error(usage, "--method: '%s' is not auto, dp or lagrangian", optarg);
 			break;
-		case O_SIZE: size = parse_size(usage, "--size", optarg); break;
-		case O_MODEL: model = optarg; break;
+		case O_SIZE: o->size = parse_size(usage, "--size", optarg); break;
+		case O_MODEL: o->model = optarg; break;
 		case O_CB:
 			if (strcmp(optarg, "mul1") && strcmp(optarg, "mcg") && strcmp(optarg, "3inst"))
 				usage_error(usage, "--codebook: '%s' is not mul1, mcg or 3inst", optarg);
-			codebook = optarg;
+			o->codebook = optarg;
 			break;
-		case O_CR: cal_rows = parse_long(usage, "--cal-rows", optarg, 0, 1L << 30); break;
-		case O_CC: cal_cols = parse_long(usage, "--cal-cols", optarg, 0, 1L << 30); break;
-		case O_PREDICT: predict = 1; break;
+		case O_CR: o->cal_rows = parse_long(usage, "--cal-rows", optarg, 0, 1L << 30); break;
+		case O_CC: o->cal_cols = parse_long(usage, "--cal-cols", optarg, 0, 1L << 30); break;
+		case O_PREDICT: o->predict = 1; break;
 		case O_MEAS:
-			json_decref(mj);
-			mj = json_loads(optarg, 0, NULL);
-			if (!json_is_object(mj))
+			json_decref(o->mj);
+			o->mj = json_loads(optarg, 0, NULL);
+			if (!json_is_object(o->mj))
 				usage_error(usage, "--measurement: '%s' is not a JSON object", optarg);
-			free(mtext);
+			free(o->mtext);
 			/* as pack-write writes it back (x3_pack_plan_parse) */
-			if (!(mtext = json_dumps(mj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))))
+			if (!(o->mtext = json_dumps(o->mj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))))
 				die("out of memory");
 			break;
-		case O_LINES: lines = 1; break;
+		case O_LINES: o->lines = 1; break;
 		default: usage_error(usage, "bad option");
 		}
 	}
-	if (lines) {
-		if (optind == argc)
-			usage_error(usage, "--lines needs FILEs");
-		for (int i = optind; i < argc; i++)
-			lines_of(argv[i]);
-		check_stdout();
-		return 0;
-	}
-	if (isnan(bits) == !size)
-		usage_error(usage, size ? "--bits and --size exclude each other" : "--bits or --size is required");
-	if ((size || predict) && !model)
-		usage_error(usage, "%s needs --model SRC", predict ? "--predict" : "--size");
-	if (size && exl3)
+}
+
+/* the options that exclude or need each other (usage errors) */
+static void check_options(const struct opts *o, int nfiles)
+{
+	if (isnan(o->bits) == !o->size)
+		usage_error(usage, o->size ? "--bits and --size exclude each other" : "--bits or --size is required");
+	if ((o->size || o->predict) && !o->model)
+		usage_error(usage, "%s needs --model SRC", o->predict ? "--predict" : "--size");
+	if (o->size && o->exl3)
 		usage_error(usage, "--strategy exllamav3 plans a bits target, not a --size");
-	if (size && hq)
+	if (o->size && o->hq)
 		usage_error(usage, "--hq floors follow a bits target; with --size use --set");
-	if (shard_given && !model)
+	if (o->shard_given && !o->model)
 		usage_error(usage, "--shard-size counts the pack of --model SRC: give --model");
-	if (predict && (optind < argc || imp))
+	if (o->predict && (nfiles || o->imp))
 		usage_error(usage, "--predict reads no measurements");
-	struct { char *re; long K; } *set = calloc((size_t)(nset ? nset : 1), sizeof *set);
-	if (!set)
+}
+
+/* each --set REGEX=K into o->set; a bad REGEX is a usage error, found
+ * before any input is read */
+static void parse_sets(struct opts *o)
+{
+	if (!(o->set = calloc((size_t)(o->nset ? o->nset : 1), sizeof *o->set)))
 		die("out of memory");
-	for (int i = 0; i < nset; i++) {
-		char *eq = strrchr(sets[i], '=');
-		if (!eq || eq == sets[i])
-			usage_error(usage, "--set: '%s' is not REGEX=K", sets[i]);
+	for (int i = 0; i < o->nset; i++) {
+		char *eq = strrchr(o->sets[i], '=');
+		if (!eq || eq == o->sets[i])
+			usage_error(usage, "--set: '%s' is not REGEX=K", o->sets[i]);
 		*eq = 0;
-		set[i].re = sets[i];
-		set[i].K = parse_long(usage, "--set", eq + 1, 1, 8);
-		/* a bad REGEX is a usage error, found before any input is read */
+		o->set[i].re = o->sets[i];
+		o->set[i].K = parse_long(usage, "--set", eq + 1, 1, 8);
 		int ec;
 		PCRE2_SIZE eo;
-		pcre2_code *re = pcre2_compile((PCRE2_SPTR)set[i].re, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+		pcre2_code *re = pcre2_compile((PCRE2_SPTR)o->set[i].re, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
 		if (!re) {
 			PCRE2_UCHAR msg[256];
 			pcre2_get_error_message(ec, msg, sizeof msg);
-			usage_error(usage, "--set: regex '%s': %s at offset %zu", set[i].re, (char *)msg, (size_t)eo);
+			usage_error(usage, "--set: regex '%s': %s at offset %zu", o->set[i].re, (char *)msg, (size_t)eo);
 		}
 		pcre2_code_free(re);
 	}
+}
 
-	x3_ba *ba = x3_ba_create();
-	if (!ba)
-		die_x3("init");
-	ba->head_bits = (int)head_bits;
-	ba->hq_bits = hq_n;
-	struct szctx sx = {0};
-	if (model) {
+/* The tensors to plan into ba: with --model its sizer opened into sx
+ * (roles and --hq from the model's own table), with --predict every
+ * decoder linear at every K, else the measurements of the FILEs (stdin
+ * without any) and --importance; then tied to the model's modules. */
+static void load_tensors(x3_ba *ba, struct szctx *sx, const struct opts *o, char **files, int nfiles)
+{
+	if (o->model) {
 		x3_pack_size_opts so = {
-			.head_bits = (int)head_bits, .mtp_bits = (int)mtp_bits, .codebook = codebook,
-			.cal_rows = (int)cal_rows,
-			.cal_cols = (int)cal_cols, .shard_bytes = shard_bytes,
-			.measurement = mtext,
+			.head_bits = (int)o->head_bits, .mtp_bits = (int)o->mtp_bits, .codebook = o->codebook,
+			.cal_rows = (int)o->cal_rows,
+			.cal_cols = (int)o->cal_cols, .shard_bytes = o->shard_bytes,
+			.measurement = o->mtext,
 		};
-		if (x3_pack_sizer_open(model, &so, &sx.sz))
+		if (x3_pack_sizer_open(o->model, &so, &sx->sz))
 			die("%s", x3_errmsg());
-		/* roles and --hq from the model's own table */
 		int nm;
-		const x3_module *mods = x3_pack_sizer_modules(sx.sz, &nm);
+		const x3_module *mods = x3_pack_sizer_modules(sx->sz, &nm);
 		x3_ba_set_modules(ba, mods, nm);
 	}
-	if (predict) {
+	if (o->predict) {
 		/* every decoder linear, every K allowed: the --set fixes apply */
 		int nm;
-		const x3_module *mods = x3_pack_sizer_modules(sx.sz, &nm);
+		const x3_module *mods = x3_pack_sizer_modules(sx->sz, &nm);
 		for (int j = 0; j < nm; j++)
 			for (int K = 1; K <= X3_BA_KMAX && is_decoder_linear(&mods[j]); K++)
 				if (x3_ba_add(ba, mods[j].key, K, 0, mods[j].in * mods[j].out))
 					die("%s", x3_errmsg());
 	} else {
-		if (optind == argc)
+		if (nfiles == 0)
 			read_file(ba, "-", 0);
-		for (int i = optind; i < argc; i++)
-			read_file(ba, argv[i], 0);
-		if (imp)
-			read_file(ba, imp, 1);
+		for (int i = 0; i < nfiles; i++)
+			read_file(ba, files[i], 0);
+		if (o->imp)
+			read_file(ba, o->imp, 1);
 	}
-	if (model)
-		bind_model(ba, &sx, model);
+	if (o->model)
+		bind_model(ba, sx, o->model);
+}
 
-	/* the --set fixes apply to both strategies */
-#define APPLY_SETS() do { \
-	x3_ba_reset_limits(ba); \
-	for (int i = 0; i < nset; i++) { \
-		int nm; \
-		if (x3_ba_set_fixed(ba, set[i].re, (int)set[i].K, &nm)) \
-			die("--set: %s", x3_errmsg()); \
-	} } while (0)
-
-	if (predict) {
-		APPLY_SETS();
-		predict_main(ba, &sx, model, bits, size, (int)head_bits, codebook, shard_bytes);
-		x3_pack_sizer_close(sx.sz);
-		x3_ba_free(ba);
-		return 0;
+/* the --set fixes on fresh limits (they apply to both strategies) */
+static void apply_sets(x3_ba *ba, const struct opts *o)
+{
+	x3_ba_reset_limits(ba);
+	for (int i = 0; i < o->nset; i++) {
+		int nm;
+		if (x3_ba_set_fixed(ba, o->set[i].re, (int)o->set[i].K, &nm))
+			die("--set: %s", x3_errmsg());
 	}
-	if (!exl3 && !size) {
-		/* the ExLlamaV3 plan at the same target, for comparison */
-		APPLY_SETS();
-		if (x3_ba_solve(ba, bits, X3_BA_EXL3, hq) == X3_OK) {
+}
+
+/* The plan into ba: for a bits target with the optimal strategy the
+ * ExLlamaV3 plan first, for comparison; then the plan of the strategy
+ * asked for (with --model its bytes too). The bits target, or the one a
+ * --size solve found, into *bits. */
+static void solve(x3_ba *ba, struct szctx *sx, const struct opts *o, double *bits)
+{
+	if (!o->exl3 && !o->size) {
+		apply_sets(ba, o);
+		if (x3_ba_solve(ba, *bits, X3_BA_EXL3, o->hq) == X3_OK) {
 			ba->has_exl3 = 1;
 			ba->exl3_error = x3_ba_error(ba);
 			ba->exl3_bits = x3_ba_bits(ba);
 		}
 	}
-	APPLY_SETS();
-	if (size) {
-		if (x3_ba_solve_size(ba, size, method, size_fn, &sx))
+	apply_sets(ba, o);
+	if (o->size) {
+		if (x3_ba_solve_size(ba, o->size, o->method, size_fn, sx))
 			die("%s", x3_errmsg());
-		bits = ba->target;
+		*bits = ba->target;
 	} else {
-		if (x3_ba_solve(ba, bits, exl3 ? X3_BA_EXL3 : method, hq))
+		if (x3_ba_solve(ba, *bits, o->exl3 ? X3_BA_EXL3 : o->method, o->hq))
 			die("%s", x3_errmsg());
 		/* with the model, the plan's bytes too */
-		if (model && size_fn(&sx, ba, &ba->size_bytes))
+		if (o->model && size_fn(sx, ba, &ba->size_bytes))
 			die("%s", x3_errmsg());
 	}
-	double got = x3_ba_bits(ba);
-	if (exl3 && got > bits)
-		warnx("warning: the exllamav3 plan (%.4f bits) exceeds the target %g (--hq floors)", got, bits);
-	else if (exl3 && isnan(x3_ba_error(ba)))
-		warnx("warning: the exllamav3 plan uses widths that were not measured; expected_error is null");
+}
 
+/* The plan's JSON (with --measurement's object and the measurements'
+ * work added) to -o PLAN, atomically, or stdout. */
+static void write_plan(x3_ba *ba, const struct opts *o)
+{
 	char *js = x3_ba_plan_json(ba);
 	if (!js)
 		die_x3("plan");
-	if (mj) {   /* the plan with --measurement's object added */
+	if (o->mj) {
 		x3_jw w = X3_JW_INIT;
 		json_t *po = json_loads(js, 0, NULL);
-		x3_jw_set(&w, po, "measurement", json_incref(mj));
+		x3_jw_set(&w, po, "measurement", json_incref(o->mj));
 		x3_jw_set(&w, po, "measurement_work",
 		          json_pack("{sosos{sIsI}}", "strips", work.any ? json_integer(work.strips) : json_null(),
 		                    "strips_total", work.any ? json_integer(work.total) : json_null(),
@@ -745,71 +758,118 @@ int main(int argc, char **argv)
 		if (!js)
 			die_x3("plan");
 	}
-	if (out) {
+	if (o->out) {
 		size_t n = strlen(js);
 		js[n] = '\n';
-		if (x3_write_file_atomic(out, js, n + 1))
-			die_x3("%s", out);
+		if (x3_write_file_atomic(o->out, js, n + 1))
+			die_x3("%s", o->out);
 		js[n] = 0;
 	} else {
 		puts(js);
 		check_stdout();
 	}
-	if (!quiet) {
-		char h[256];
-		size_t o = 0;
-		int cnt[X3_BA_KMAX + 1] = {0};
-		for (int i = 0; i < ba->n; i++)
-			cnt[ba->t[i].K]++;
-		h[0] = 0;
-		for (int K = 1; K <= X3_BA_KMAX; K++)
-			if (cnt[K])
-				o += (size_t)snprintf(h + o, sizeof h - o, " %d:%d", K, cnt[K]);
-		int ku = (int)floor(bits);
-		if (size) {
-			char h1[32], h2[32];
-			fprintf(stderr, "%s: optimal (%s): %.4f bpw for a pack of %llu bytes (%s; size %llu, %s) "
-			        "over %d tensors, head %d bits; K histogram%s\n", progname, ba->method, got,
-			        (unsigned long long)ba->size_bytes, human(h1, sizeof h1, ba->size_bytes),
-			        (unsigned long long)size, human(h2, sizeof h2, size), ba->n, ba->head_bits, h);
-		} else {
-			fprintf(stderr, "%s: %s (%s): %.4f bpw (target %g) over %d tensors, head %d bits; "
-			        "K histogram%s\n", progname, exl3 ? "exllamav3" : "optimal", ba->method,
-			        got, bits, ba->n, ba->head_bits, h);
-		}
-		/* NaN: the plan uses a width that was not measured */
-		char e[64], eu[64], ex[64];
-		fmt_error(e, sizeof e, x3_ba_error(ba));
-		fmt_error(eu, sizeof eu, x3_ba_uniform_error(ba, ku));
-		fprintf(stderr, "%s: expected error %s; uniform K=%d: %s", progname, e, ku, eu);
-		if (ba->has_exl3)
-			fprintf(stderr, "; exllamav3 strategy: %s at %.4f bpw",
-			        fmt_error(ex, sizeof ex, ba->exl3_error), ba->exl3_bits);
-		fprintf(stderr, "\n");
-		/* the averages model cards give: attention, dense MLP, experts,
-		 * shared experts, head */
-		int rl[X3_ROLE_COUNT];
-		int64_t rn[X3_ROLE_COUNT];
-		double rb[X3_ROLE_COUNT];
-		x3_ba_role_bits(ba, X3_ROLE_COUNT, rl, rn, rb);
-		fprintf(stderr, "%s: bits by role:", progname);
-		for (int r = 0, first = 1; r < X3_ROLE_COUNT; r++)
-			if (rl[r]) {
-				fprintf(stderr, "%s %s %.3f (%d linears)", first ? "" : ",", x3_role_name(r), rb[r], rl[r]);
-				first = 0;
-			}
-		fprintf(stderr, "\n");
-		int tg = x3_ba_tied_groups(ba);
-		if (tg > 0)
-			fprintf(stderr, "%s: %d tied groups (linears a reader loads as one: one K each)\n",
-			        progname, tg);
-	}
 	free(js);
+}
+
+/* The summary on stderr: the plan's bits (got) and K histogram, its
+ * expected error beside the uniform plan's and the ExLlamaV3 plan's, the
+ * bits by role, the tied groups. */
+static void summary(x3_ba *ba, const struct opts *o, double bits, double got)
+{
+	char h[256];
+	size_t n = 0;
+	int cnt[X3_BA_KMAX + 1] = {0};
+	for (int i = 0; i < ba->n; i++)
+		cnt[ba->t[i].K]++;
+	h[0] = 0;
+	for (int K = 1; K <= X3_BA_KMAX; K++)
+		if (cnt[K])
+			n += (size_t)snprintf(h + n, sizeof h - n, " %d:%d", K, cnt[K]);
+	int ku = (int)floor(bits);
+	if (o->size) {
+		char h1[32], h2[32];
+		fprintf(stderr, "%s: optimal (%s): %.4f bpw for a pack of %llu bytes (%s; size %llu, %s) "
+		        "over %d tensors, head %d bits; K histogram%s\n", progname, ba->method, got,
+		        (unsigned long long)ba->size_bytes, human(h1, sizeof h1, ba->size_bytes),
+		        (unsigned long long)o->size, human(h2, sizeof h2, o->size), ba->n, ba->head_bits, h);
+	} else {
+		fprintf(stderr, "%s: %s (%s): %.4f bpw (target %g) over %d tensors, head %d bits; "
+		        "K histogram%s\n", progname, o->exl3 ? "exllamav3" : "optimal", ba->method,
+		        got, bits, ba->n, ba->head_bits, h);
+	}
+	/* NaN: the plan uses a width that was not measured */
+	char e[64], eu[64], ex[64];
+	fmt_error(e, sizeof e, x3_ba_error(ba));
+	fmt_error(eu, sizeof eu, x3_ba_uniform_error(ba, ku));
+	fprintf(stderr, "%s: expected error %s; uniform K=%d: %s", progname, e, ku, eu);
+	if (ba->has_exl3)
+		fprintf(stderr, "; exllamav3 strategy: %s at %.4f bpw",
+		        fmt_error(ex, sizeof ex, ba->exl3_error), ba->exl3_bits);
+	fprintf(stderr, "\n");
+	/* the averages model cards give: attention, dense MLP, experts,
+	 * shared experts, head */
+	int rl[X3_ROLE_COUNT];
+	int64_t rn[X3_ROLE_COUNT];
+	double rb[X3_ROLE_COUNT];
+	x3_ba_role_bits(ba, X3_ROLE_COUNT, rl, rn, rb);
+	fprintf(stderr, "%s: bits by role:", progname);
+	for (int r = 0, first = 1; r < X3_ROLE_COUNT; r++)
+		if (rl[r]) {
+			fprintf(stderr, "%s %s %.3f (%d linears)", first ? "" : ",", x3_role_name(r), rb[r], rl[r]);
+			first = 0;
+		}
+	fprintf(stderr, "\n");
+	int tg = x3_ba_tied_groups(ba);
+	if (tg > 0)
+		fprintf(stderr, "%s: %d tied groups (linears a reader loads as one: one K each)\n",
+		        progname, tg);
+}
+
+int main(int argc, char **argv)
+{
+	prog_init(argc, argv);
+	struct opts o;
+	parse_options(argc, argv, &o);
+	if (o.lines) {
+		if (optind == argc)
+			usage_error(usage, "--lines needs FILEs");
+		for (int i = optind; i < argc; i++)
+			lines_of(argv[i]);
+		check_stdout();
+		return 0;
+	}
+	check_options(&o, argc - optind);
+	parse_sets(&o);
+
+	x3_ba *ba = x3_ba_create();
+	if (!ba)
+		die_x3("init");
+	ba->head_bits = (int)o.head_bits;
+	ba->hq_bits = o.hq_n;
+	struct szctx sx = {0};
+	load_tensors(ba, &sx, &o, argv + optind, argc - optind);
+	if (o.predict) {
+		apply_sets(ba, &o);
+		predict_main(ba, &sx, o.model, o.bits, o.size, (int)o.head_bits, o.codebook, o.shard_bytes);
+		x3_pack_sizer_close(sx.sz);
+		x3_ba_free(ba);
+		return 0;
+	}
+	double bits = o.bits;
+	solve(ba, &sx, &o, &bits);
+	double got = x3_ba_bits(ba);
+	if (o.exl3 && got > bits)
+		warnx("warning: the exllamav3 plan (%.4f bits) exceeds the target %g (--hq floors)", got, bits);
+	else if (o.exl3 && isnan(x3_ba_error(ba)))
+		warnx("warning: the exllamav3 plan uses widths that were not measured; expected_error is null");
+	write_plan(ba, &o);
+	if (!quiet)
+		summary(ba, &o, bits, got);
 	x3_ba_free(ba);
 	x3_pack_sizer_close(sx.sz);
 	free(sx.idx);
 	free(sx.K);
-	free(set);
-	free(sets);
+	free(o.set);
+	free(o.sets);
 	return 0;
 }

@@ -121,23 +121,16 @@ static int cmp_prefix(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
-static int cmp_order(long ma, long ra, const char *na, long mb, long rb, const char *nb)
-{
-	if (ma != mb)
-		return ma < mb ? -1 : 1;
-	if (ra != rb)
-		return ra < rb ? -1 : 1;
-	return strcmp(na, nb);
-}
+/* model order (x3_pack_cmp) */
 static int cmp_lin(const void *a, const void *b)
 {
 	const struct lin *x = a, *y = b;
-	return cmp_order(x->mod, x->rank, x->key, y->mod, y->rank, y->key);
+	return x3_pack_cmp(x->mod, x->rank, x->key, y->mod, y->rank, y->key);
 }
 static int cmp_unq(const void *a, const void *b)
 {
 	const struct unq *x = a, *y = b;
-	return cmp_order(x->mod, x->rank, x->t->name, y->mod, y->rank, y->t->name);
+	return x3_pack_cmp(x->mod, x->rank, x->t->name, y->mod, y->rank, y->t->name);
 }
 
 static int is_scale_part(const char *suffix)
@@ -713,6 +706,219 @@ static void run_gnuplot(const char *script, size_t len, int fd, const char *what
 }
 
 /* ---- reading ------------------------------------------------------------ */
+
+/* SOURCE (kind X3_SRC_*): its nt tensors ts, a frame stream's (own) or a
+ * pack's (in st) */
+struct source { int kind, nt; x3_st *st; x3_tensor **own; const x3_tensor **ts; };
+
+static void open_source(const char *src, struct source *s)
+{
+	memset(s, 0, sizeof *s);
+	if (x3_source_kind(src, &s->kind))
+		die_x3("%s", src);
+	if (s->kind == X3_SRC_FRAMES) {
+		if (x3_read_all(src, &s->own, &s->nt))
+			die_x3("%s", src);
+		s->ts = (const x3_tensor **)s->own;
+		return;
+	}
+	if (x3_st_open(src, &s->st))
+		die_x3("%s", src);
+	s->nt = x3_st_count(s->st);
+	if (!(s->ts = malloc((size_t)(s->nt ? s->nt : 1) * sizeof *s->ts)))
+		die("out of memory");
+	for (int i = 0; i < s->nt; i++)
+		s->ts[i] = x3_st_get(s->st, i);
+}
+
+/* a directory's config.json: its quantization_config (checked), and the
+ * model description's n linears lin when the toolkit knows the architecture
+ * (their original sizes; a pack stores only padded ones; else acfg's desc
+ * is NULL: model order by name) */
+struct desc { json_t *cfg, *qcfg; x3_model_config acfg; x3_module *lin; int n; };
+
+static void read_config(const char *src, int kind, struct desc *d)
+{
+	memset(d, 0, sizeof *d);
+	if (kind != X3_SRC_DIR)
+		return;
+	char p[4096];
+	snprintf(p, sizeof p, "%s/config.json", src);
+	char *text = read_text(p);
+	if (!text) {
+		warning("%s: no config.json", src);
+		return;
+	}
+	json_error_t je;
+	if (!(d->cfg = json_loads(text, 0, &je)) || !json_is_object(d->cfg))
+		die("%s: %s", p, d->cfg ? "not a JSON object" : je.text);
+	d->qcfg = json_object_get(d->cfg, "quantization_config");
+	if (!json_is_object(d->qcfg)) {
+		warning("%s: no quantization_config", p);
+		d->qcfg = NULL;
+	} else {
+		const char *qm = json_string_value(json_object_get(d->qcfg, "quant_method"));
+		if (!qm || strcmp(qm, "exl3"))
+			problem("%s: quantization_config.quant_method is %s, not \"exl3\"", p,
+			        qm ? qm : "missing");
+		json_t *cb = json_object_get(d->qcfg, "codebook");
+		int cbv;
+		if (cb && (!json_is_string(cb) || x3_codebook_parse(json_string_value(cb), &cbv)))
+			problem("%s: quantization_config.codebook %s is an unknown codebook "
+			        "(mul1, mcg or 3inst)", p, json_is_string(cb) ? json_string_value(cb) : "(not a string)");
+	}
+	if (x3_config_load_as(src, X3_CONFIG_LAYOUT, &d->acfg) || x3_arch_modules(&d->acfg, &d->lin, &d->n)) {
+		memset(&d->acfg, 0, sizeof d->acfg);
+		d->lin = NULL, d->n = 0;
+	}
+	free(text);
+}
+
+/* The quantized linear of key (pl characters of part[0]'s name) with its
+ * n tensors part, checked, appended to lins, its sizes and tied group
+ * from the description's linear of that key */
+static void add_linear(const x3_tensor **part, int n, size_t pl, const struct desc *d)
+{
+	struct lin *L = &lins[nlin];
+	if (pl >= sizeof L->key)
+		die("tensor '%s': name too long", part[0]->name);
+	memcpy(L->key, part[0]->name, pl);
+	L->key[pl] = 0;
+	if (x3_exl3_inspect(L->key, part, n, &L->q)) {
+		problem("%s", x3_errmsg());
+		return;
+	}
+	L->role = x3_pack_role_of(d->lin, d->n, L->key, &L->layer);
+	char tn[600];
+	snprintf(tn, sizeof tn, "%s.trellis", L->key);
+	x3_pack_order(&d->acfg, tn, &L->mod, &L->rank);
+	L->err = L->q.proxy_err;
+	L->err_kind = "proxy_err";
+	for (int a = 0; a < d->n; a++) {
+		const x3_module *m = &d->lin[a];
+		if (m->d->kind != X3_KIND_LINEAR || strcmp(m->key, L->key))
+			continue;
+		if (x3_pack_pad128(m->in) != L->q.k || x3_pack_pad128(m->out) != L->q.n) {
+			problem("tensor '%s.trellis': a %lldx%lld (in x out) weight, config.json "
+			        "gives %lldx%lld", L->key, (long long)L->q.k, (long long)L->q.n,
+			        (long long)m->in, (long long)m->out);
+			break;
+		}
+		if (!(L->q.known & X3_EXL3_IN_KNOWN))
+			L->q.in = m->in;
+		if (!(L->q.known & X3_EXL3_OUT_KNOWN))
+			L->q.out = m->out;
+		L->q.known = X3_EXL3_IN_KNOWN | X3_EXL3_OUT_KNOWN;
+		snprintf(L->tie, sizeof L->tie, "%s", m->tie);
+	}
+	nlin++;
+}
+
+/* the tensors grouped by module key: a group with an EXL3 part is a
+ * linear (lins), each tensor of any other one is unquantized (unqs) */
+static void group_tensors(const struct source *s, const struct desc *d)
+{
+	int nt = s->nt;
+	const x3_tensor **sorted = malloc((size_t)(nt ? nt : 1) * sizeof *sorted);
+	lins = calloc((size_t)(nt ? nt : 1), sizeof *lins);
+	unqs = calloc((size_t)(nt ? nt : 1), sizeof *unqs);
+	if (!sorted || !lins || !unqs)
+		die("out of memory");
+	memcpy(sorted, s->ts, (size_t)nt * sizeof *s->ts);
+	qsort(sorted, (size_t)nt, sizeof *sorted, cmp_prefix);
+	for (int i = 0, j; i < nt; i = j) {
+		size_t pl = prefix_len(sorted[i]->name);
+		int quant = 0;
+		for (j = i; j < nt && prefix_len(sorted[j]->name) == pl &&
+		            !memcmp(sorted[j]->name, sorted[i]->name, pl); j++)
+			quant |= pl && is_scale_part(sorted[j]->name + pl + 1);
+		if (quant) {
+			add_linear(sorted + i, j - i, pl, d);
+			continue;
+		}
+		for (int m = i; m < j; m++) {
+			struct unq *u = &unqs[nunq++];
+			u->t = sorted[m];
+			u->role = x3_pack_role(u->t->name, &u->layer);
+			x3_pack_order(&d->acfg, u->t->name, &u->mod, &u->rank);
+		}
+	}
+	free(sorted);
+}
+
+/* a head kept unquantized (--head-bits 16): lm_head.weight, to lins */
+static void head_unquantized(void)
+{
+	for (int i = 0; i < nunq; i++) {
+		const x3_tensor *t = unqs[i].t;
+		if (unqs[i].role != X3_ROLE_HEAD || t->rank != 2 || !x3_dtype_info(t->dtype)->is_float ||
+		    strcmp(t->name + prefix_len(t->name), ".weight"))
+			continue;
+		struct lin *L = &lins[nlin++];
+		memcpy(L->key, t->name, prefix_len(t->name));
+		L->key[prefix_len(t->name)] = 0;
+		L->q.in = L->q.k = t->shape[1];
+		L->q.out = L->q.n = t->shape[0];
+		L->q.bytes = t->nbytes;
+		L->q.known = X3_EXL3_IN_KNOWN | X3_EXL3_OUT_KNOWN;
+		L->unq_bits = (int)(8 * x3_dtype_size(t->dtype));
+		L->role = X3_ROLE_HEAD;
+		L->layer = -1;
+		L->mod = unqs[i].mod, L->rank = unqs[i].rank;
+		L->err = NAN;
+		memmove(&unqs[i], &unqs[i + 1], (size_t)(nunq - i - 1) * sizeof *unqs);
+		nunq--, i--;
+	}
+}
+
+/* warnings: the linears of unknown original size, the tied groups of
+ * mixed widths, a quantization_config whose bits disagree with the pack */
+static void check_pack(json_t *qcfg)
+{
+	int unknown = 0, first = -1;
+	for (int i = 0; i < nlin; i++)
+		if (lins[i].q.K && lins[i].q.known != (X3_EXL3_IN_KNOWN | X3_EXL3_OUT_KNOWN) && unknown++ == 0)
+			first = i;
+	if (unknown)
+		warning("original sizes unknown for %d linear(s) (no metadata, not in config.json's "
+		        "architecture), padded sizes used, e.g. '%s'", unknown, lins[first].key);
+	for (int j = 0; j < ntg; j++)
+		if (tgs[j].mixed)
+			warning("tied group %s: its %d linears have mixed K or codebook (ExLlamaV3 cannot "
+			        "load it: exl3-info --check exllamav3 names them)", tgs[j].key, tgs[j].members);
+	if (!qcfg)
+		return;
+	json_t *b = json_object_get(qcfg, "bits");
+	double have = ratio(dec.kparams, dec.params);
+	if (json_is_number(b) && fabs(json_number_value(b) - have) > 0.0051)
+		warning("quantization_config.bits %g, but the trellis widths give %.4f",
+		        json_number_value(b), have);
+	json_t *hb = json_object_get(qcfg, "head_bits");
+	if (json_is_integer(hb) && head.linears &&
+	    json_integer_value(hb) != lround(ratio(head.kparams, head.params)))
+		warning("quantization_config.head_bits %lld, but the head has %ld bits",
+		        (long long)json_integer_value(hb), lround(ratio(head.kparams, head.params)));
+	json_t *mb = json_object_get(qcfg, "mtp_bits");
+	if (json_is_integer(mb) && mtp.linears && json_integer_value(mb) != ratio(mtp.kparams, mtp.params))
+		warning("quantization_config.mtp_bits %lld, but the multi-token prediction layer has "
+		        "%.4f bits", (long long)json_integer_value(mb), ratio(mtp.kparams, mtp.params));
+}
+
+/* --plot FILE: gnuplot's picture of the pack into FILE */
+static void write_plot(const char *src, const char *plot)
+{
+	struct outfile of;
+	size_t len;
+	char *script = plot_script(src, &len);
+	int fd = outfile_open(&of, plot);
+	run_gnuplot(script, len, fd, plot);
+	struct stat sb;
+	if (fstat(fd, &sb) || sb.st_size == 0)
+		die("%s: gnuplot wrote nothing", plot);
+	outfile_commit(&of);
+	free(script);
+}
+
 int main(int argc, char **argv)
 {
 	prog_init(argc, argv);
@@ -742,149 +948,13 @@ int main(int argc, char **argv)
 	if (check)
 		return check_reader(usage, check, src, as_json);
 
-	int kind;
-	if (x3_source_kind(src, &kind))
-		die_x3("%s", src);
-	x3_st *st = NULL;
-	x3_tensor **own = NULL;
-	const x3_tensor **ts;
-	int nt;
-	if (kind == X3_SRC_FRAMES) {
-		if (x3_read_all(src, &own, &nt))
-			die_x3("%s", src);
-		ts = (const x3_tensor **)own;
-	} else {
-		if (x3_st_open(src, &st))
-			die_x3("%s", src);
-		nt = x3_st_count(st);
-		ts = malloc((size_t)(nt ? nt : 1) * sizeof *ts);
-		if (!ts)
-			die("out of memory");
-		for (int i = 0; i < nt; i++)
-			ts[i] = x3_st_get(st, i);
-	}
-	count_files(src, kind);
-
-	/* config.json: quantization_config, and the original sizes of a
-	 * Llama-family model's linears (a pack stores only padded ones) */
-	json_t *cfg = NULL, *qcfg = NULL;
-	x3_model_config acfg;
-	memset(&acfg, 0, sizeof acfg);   /* desc NULL: model order by name */
-	x3_module *arch_lin = NULL;
-	int narch = 0;
-	if (kind == X3_SRC_DIR) {
-		char p[4096];
-		snprintf(p, sizeof p, "%s/config.json", src);
-		char *text = read_text(p);
-		if (!text) {
-			warning("%s: no config.json", src);
-		} else {
-			json_error_t je;
-			if (!(cfg = json_loads(text, 0, &je)) || !json_is_object(cfg))
-				die("%s: %s", p, cfg ? "not a JSON object" : je.text);
-			qcfg = json_object_get(cfg, "quantization_config");
-			if (!json_is_object(qcfg)) {
-				warning("%s: no quantization_config", p);
-				qcfg = NULL;
-			} else {
-				const char *qm = json_string_value(json_object_get(qcfg, "quant_method"));
-				if (!qm || strcmp(qm, "exl3"))
-					problem("%s: quantization_config.quant_method is %s, not \"exl3\"", p,
-					        qm ? qm : "missing");
-				json_t *cb = json_object_get(qcfg, "codebook");
-				int cbv;
-				if (cb && (!json_is_string(cb) || x3_codebook_parse(json_string_value(cb), &cbv)))
-					problem("%s: quantization_config.codebook %s is an unknown codebook "
-					        "(mul1, mcg or 3inst)", p, json_is_string(cb) ? json_string_value(cb) : "(not a string)");
-			}
-			/* the sizes from the model description (arch.h), when the
-			 * toolkit knows the architecture */
-			if (x3_config_load_as(src, X3_CONFIG_LAYOUT, &acfg) ||
-			    x3_arch_modules(&acfg, &arch_lin, &narch)) {
-				memset(&acfg, 0, sizeof acfg);
-				arch_lin = NULL, narch = 0;
-			}
-			free(text);
-		}
-	}
-
-	/* group the tensors by module key */
-	const x3_tensor **sorted = malloc((size_t)(nt ? nt : 1) * sizeof *sorted);
-	lins = calloc((size_t)(nt ? nt : 1), sizeof *lins);
-	unqs = calloc((size_t)(nt ? nt : 1), sizeof *unqs);
-	if (!sorted || !lins || !unqs)
-		die("out of memory");
-	memcpy(sorted, ts, (size_t)nt * sizeof *ts);
-	qsort(sorted, (size_t)nt, sizeof *sorted, cmp_prefix);
-	for (int i = 0, j; i < nt; i = j) {
-		size_t pl = prefix_len(sorted[i]->name);
-		int quant = 0;
-		for (j = i; j < nt && prefix_len(sorted[j]->name) == pl &&
-		            !memcmp(sorted[j]->name, sorted[i]->name, pl); j++)
-			quant |= pl && is_scale_part(sorted[j]->name + pl + 1);
-		if (!quant) {
-			for (int m = i; m < j; m++) {
-				struct unq *u = &unqs[nunq++];
-				u->t = sorted[m];
-				u->role = x3_pack_role(u->t->name, &u->layer);
-				x3_pack_order(&acfg, u->t->name, &u->mod, &u->rank);
-			}
-			continue;
-		}
-		struct lin *L = &lins[nlin];
-		if (pl >= sizeof L->key)
-			die("tensor '%s': name too long", sorted[i]->name);
-		memcpy(L->key, sorted[i]->name, pl);
-		L->key[pl] = 0;
-		if (x3_exl3_inspect(L->key, sorted + i, j - i, &L->q)) {
-			problem("%s", x3_errmsg());
-			continue;
-		}
-		L->role = x3_pack_role_of(arch_lin, narch, L->key, &L->layer);
-		char tn[600];
-		snprintf(tn, sizeof tn, "%s.trellis", L->key);
-		x3_pack_order(&acfg, tn, &L->mod, &L->rank);
-		L->err = L->q.proxy_err;
-		L->err_kind = "proxy_err";
-		for (int a = 0; a < narch; a++)
-			if (arch_lin[a].d->kind == X3_KIND_LINEAR && !strcmp(arch_lin[a].key, L->key)) {
-				if (x3_pack_pad128(arch_lin[a].in) != L->q.k ||
-				    x3_pack_pad128(arch_lin[a].out) != L->q.n) {
-					problem("tensor '%s.trellis': a %lldx%lld (in x out) weight, config.json "
-					        "gives %lldx%lld", L->key, (long long)L->q.k, (long long)L->q.n,
-					        (long long)arch_lin[a].in, (long long)arch_lin[a].out);
-					break;
-				}
-				if (!(L->q.known & X3_EXL3_IN_KNOWN))
-					L->q.in = arch_lin[a].in;
-				if (!(L->q.known & X3_EXL3_OUT_KNOWN))
-					L->q.out = arch_lin[a].out;
-				L->q.known = X3_EXL3_IN_KNOWN | X3_EXL3_OUT_KNOWN;
-				snprintf(L->tie, sizeof L->tie, "%s", arch_lin[a].tie);
-			}
-		nlin++;
-	}
-	/* a head kept unquantized (--head-bits 16): lm_head.weight, a linear */
-	for (int i = 0; i < nunq; i++) {
-		const x3_tensor *t = unqs[i].t;
-		if (unqs[i].role != X3_ROLE_HEAD || t->rank != 2 || !x3_dtype_info(t->dtype)->is_float ||
-		    strcmp(t->name + prefix_len(t->name), ".weight"))
-			continue;
-		struct lin *L = &lins[nlin++];
-		memcpy(L->key, t->name, prefix_len(t->name));
-		L->key[prefix_len(t->name)] = 0;
-		L->q.in = L->q.k = t->shape[1];
-		L->q.out = L->q.n = t->shape[0];
-		L->q.bytes = t->nbytes;
-		L->q.known = X3_EXL3_IN_KNOWN | X3_EXL3_OUT_KNOWN;
-		L->unq_bits = (int)(8 * x3_dtype_size(t->dtype));
-		L->role = X3_ROLE_HEAD;
-		L->layer = -1;
-		L->mod = unqs[i].mod, L->rank = unqs[i].rank;
-		L->err = NAN;
-		memmove(&unqs[i], &unqs[i + 1], (size_t)(nunq - i - 1) * sizeof *unqs);
-		nunq--, i--;
-	}
+	struct source s;
+	struct desc d;
+	open_source(src, &s);
+	count_files(src, s.kind);
+	read_config(src, s.kind, &d);
+	group_tensors(&s, &d);
+	head_unquantized();
 	int nq = 0;
 	for (int i = 0; i < nlin; i++)
 		nq += lins[i].q.K > 0;
@@ -897,69 +967,32 @@ int main(int argc, char **argv)
 	}
 	qsort(lins, (size_t)nlin, sizeof *lins, cmp_lin);
 	qsort(unqs, (size_t)nunq, sizeof *unqs, cmp_unq);
-	int unknown = 0, first = -1;
-	for (int i = 0; i < nlin; i++)
-		if (lins[i].q.K && lins[i].q.known != (X3_EXL3_IN_KNOWN | X3_EXL3_OUT_KNOWN) && unknown++ == 0)
-			first = i;
-	if (unknown)
-		warning("original sizes unknown for %d linear(s) (no metadata, not in config.json's "
-		        "architecture), padded sizes used, e.g. '%s'", unknown, lins[first].key);
 	if (errfile)
 		read_errors(errfile);
 	summarize();
 	tied_groups();
-	for (int j = 0; j < ntg; j++)
-		if (tgs[j].mixed)
-			warning("tied group %s: its %d linears have mixed K or codebook (ExLlamaV3 cannot "
-			        "load it: exl3-info --check exllamav3 names them)", tgs[j].key, tgs[j].members);
-	if (qcfg) {
-		json_t *b = json_object_get(qcfg, "bits");
-		double have = ratio(dec.kparams, dec.params);
-		if (json_is_number(b) && fabs(json_number_value(b) - have) > 0.0051)
-			warning("quantization_config.bits %g, but the trellis widths give %.4f",
-			        json_number_value(b), have);
-		json_t *hb = json_object_get(qcfg, "head_bits");
-		if (json_is_integer(hb) && head.linears &&
-		    json_integer_value(hb) != lround(ratio(head.kparams, head.params)))
-			warning("quantization_config.head_bits %lld, but the head has %ld bits",
-			        (long long)json_integer_value(hb), lround(ratio(head.kparams, head.params)));
-		json_t *mb = json_object_get(qcfg, "mtp_bits");
-		if (json_is_integer(mb) && mtp.linears && json_integer_value(mb) != ratio(mtp.kparams, mtp.params))
-			warning("quantization_config.mtp_bits %lld, but the multi-token prediction layer has "
-			        "%.4f bits", (long long)json_integer_value(mb), ratio(mtp.kparams, mtp.params));
-	}
+	check_pack(d.qcfg);
 	if (!quiet)
 		for (int i = 0; i < nwarns; i++)
 			warnx("warning: %s", warns[i]);
 
-	if (plot) {
-		struct outfile of;
-		size_t len;
-		char *script = plot_script(src, &len);
-		int fd = outfile_open(&of, plot);
-		run_gnuplot(script, len, fd, plot);
-		struct stat sb;
-		if (fstat(fd, &sb) || sb.st_size == 0)
-			die("%s: gnuplot wrote nothing", plot);
-		outfile_commit(&of);
-		free(script);
-	}
+	if (plot)
+		write_plot(src, plot);
 	if (as_json) {
-		json_t *o = build_json(src, qcfg);
+		json_t *o = build_json(src, d.qcfg);
 		json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(o);
 	} else {
-		print_table(src, qcfg);
+		print_table(src, d.qcfg);
 	}
 	check_stdout();
-	json_decref(cfg);
-	free(arch_lin);
-	free(sorted);
-	free(ts != (const x3_tensor **)own ? (void *)ts : NULL);
-	if (own)
-		x3_tensors_free(own, nt);
-	if (st)
-		x3_st_close(st);
+	json_decref(d.cfg);
+	free(d.lin);
+	free(s.ts != (const x3_tensor **)s.own ? (void *)s.ts : NULL);
+	if (s.own)
+		x3_tensors_free(s.own, s.nt);
+	if (s.st)
+		x3_st_close(s.st);
 	return 0;
 }

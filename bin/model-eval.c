@@ -259,180 +259,235 @@ struct base {
 	int64_t V;
 };
 
-static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long rows,
-                     long cols, long batch, const char *save, int table)
+/* One evaluation: the base model's logits (B) against the quantized
+ * model's (q, from qdir; none: the base model's perplexity only) over the
+ * rows of ids, batch rows at a time. */
+struct eval {
+	struct base *B;
+	x3_model *q;
+	const char *qdir;
+	char qname[1024];       /* qdir and its patch, in messages */
+	const int32_t *ids;
+	long rows, cols, batch;
+	long lc;                /* positions of a row with logits checked */
+	int64_t V, npos;        /* vocabulary; positions with a target */
+	float *lm, *lq;         /* a batch's logits, base and quantized */
+	x3_klpos *pos;          /* each position's statistics */
+	const char *save;       /* --save-base FILE, and its writer */
+	struct outfile of;
+	x3_writer *w;
+};
+
+/* the quantized model opened, the batch size (<= 0: what fits 256 MiB of
+ * logits), the buffers */
+static void eval_open(struct eval *e)
 {
-	x3_model *q = NULL;
 	struct x3_model_opts mo = {0};
 	mo.patch_dir = patch_st;
 	mo.patch_name = patch;
-	if (qdir && x3_model_open(qdir, &mo, &q))
+	if (e->qdir && x3_model_open(e->qdir, &mo, &e->q))
 		die("%s", x3_errmsg());
-	int64_t V = B->V;
-	const char *bname = B->dir;
-	if (q && x3_model_cfg(q)->vocab != V)
-		die("%s: vocabulary of %lld, %s has %lld", qdir, (long long)x3_model_cfg(q)->vocab,
-		    bname, (long long)V);
-	if (batch <= 0) {
-		batch = (long)((256L << 20) / ((int64_t)cols * V * 4 * (q ? 2 : 1)));
-		if (batch < 1)
-			batch = 1;
+	int64_t V = e->V;
+	if (e->q && x3_model_cfg(e->q)->vocab != V)
+		die("%s: vocabulary of %lld, %s has %lld", e->qdir, (long long)x3_model_cfg(e->q)->vocab,
+		    e->B->dir, (long long)V);
+	if (e->batch <= 0) {
+		e->batch = (long)((256L << 20) / ((int64_t)e->cols * V * 4 * (e->q ? 2 : 1)));
+		if (e->batch < 1)
+			e->batch = 1;
 	}
-	if (batch > rows)
-		batch = rows;
-	float *lm = B->m ? malloc((size_t)batch * cols * V * sizeof *lm) : NULL;
-	float *lq = q ? malloc((size_t)batch * cols * V * sizeof *lq) : NULL;
+	if (e->batch > e->rows)
+		e->batch = e->rows;
+	e->lm = e->B->m ? malloc((size_t)e->batch * e->cols * V * sizeof *e->lm) : NULL;
+	e->lq = e->q ? malloc((size_t)e->batch * e->cols * V * sizeof *e->lq) : NULL;
 	/* positions with a target: t + 1 < cols (with --mtp, logits at
 	 * t < cols - 1 of the token at t + 2) */
-	long lc = mtp ? cols - 1 : cols;
-	int64_t npos = (int64_t)rows * (lc - 1);
-	x3_klpos *pos = malloc((size_t)(npos > 0 ? npos : 1) * sizeof *pos);
-	if ((B->m && !lm) || (q && !lq) || !pos)
-		die("out of memory for logits of %ld rows of %ld tokens", batch, cols);
-	struct outfile of;
-	x3_writer *w = NULL;
-	if (save) {
-		if (x3_writer_open_fd(outfile_open(&of, save), 3, &w))
-			die_x3("%s", save);
-		x3_tensor t = {0};
-		t.name = "tokens";
-		t.dtype = X3_I32;
-		t.rank = 2;
-		t.shape[0] = rows, t.shape[1] = cols;
-		t.data = (void *)ids;
-		t.nbytes = (size_t)rows * cols * sizeof *ids;
-		char vs[32];
-		snprintf(vs, sizeof vs, "%lld", (long long)V);
-		struct x3_kv kv[2] = {{"model", (char *)bname}, {"vocab", vs}};
-		t.meta = kv;
-		t.nmeta = 2;
-		if (x3_writer_put(w, &t))
-			die_x3("%s", save);
-	}
-	char qname[1024];
-	snprintf(qname, sizeof qname, "%s%s%s", qdir ? qdir : "", patch ? " patched with " : "",
+	e->lc = mtp ? e->cols - 1 : e->cols;
+	e->npos = (int64_t)e->rows * (e->lc - 1);
+	e->pos = malloc((size_t)(e->npos > 0 ? e->npos : 1) * sizeof *e->pos);
+	if ((e->B->m && !e->lm) || (e->q && !e->lq) || !e->pos)
+		die("out of memory for logits of %ld rows of %ld tokens", e->batch, e->cols);
+	snprintf(e->qname, sizeof e->qname, "%s%s%s", e->qdir ? e->qdir : "", patch ? " patched with " : "",
 	         patch ? patch : "");
+}
+
+/* --save-base FILE: its writer, and the tokens frame (with the model's
+ * name and vocabulary) */
+static void save_open(struct eval *e)
+{
+	if (x3_writer_open_fd(outfile_open(&e->of, e->save), 3, &e->w))
+		die_x3("%s", e->save);
+	x3_tensor t = {0};
+	t.name = "tokens";
+	t.dtype = X3_I32;
+	t.rank = 2;
+	t.shape[0] = e->rows, t.shape[1] = e->cols;
+	t.data = (void *)e->ids;
+	t.nbytes = (size_t)e->rows * e->cols * sizeof *e->ids;
+	char vs[32];
+	snprintf(vs, sizeof vs, "%lld", (long long)e->V);
+	struct x3_kv kv[2] = {{"model", (char *)e->B->dir}, {"vocab", vs}};
+	t.meta = kv;
+	t.nmeta = 2;
+	if (x3_writer_put(e->w, &t))
+		die_x3("%s", e->save);
+}
+
+/* --base: the next logits frame, of the batch from row r0 (*nr rows of
+ * it, at most rows - r0), checked */
+static x3_tensor *base_next(const struct eval *e, long r0, long *nr)
+{
+	const struct base *B = e->B;
+	x3_tensor *bt;
+	int rc = x3_reader_next(B->r, &bt);
+	char want[32];
+	snprintf(want, sizeof want, "logits.%ld", r0);
+	if (rc == X3_EOF)
+		die("%s: ends before row %ld of %ld", B->file, r0, e->rows);
+	if (rc)
+		die_x3("%s", B->file);
+	if (strcmp(bt->name, want) || bt->dtype != X3_F32 || bt->rank != 2 ||
+	    bt->shape[1] != e->V || bt->shape[0] % e->cols || bt->shape[0] < e->cols ||
+	    bt->shape[0] / e->cols > e->rows - r0)
+		die("%s: frame '%s': expected '%s', F32 (a multiple of %ld rows, %lld)",
+		    B->file, bt->name, want, e->cols, (long long)e->V);
+	*nr = (long)(bt->shape[0] / e->cols);
+	return bt;
+}
+
+/* --save-base: the base logits a of the nr rows from r0 */
+static void save_logits(struct eval *e, long r0, long nr, const float *a)
+{
+	x3_tensor t = {0};
+	char nm[32];
+	snprintf(nm, sizeof nm, "logits.%ld", r0);
+	t.name = nm;
+	t.dtype = X3_F32;
+	t.rank = 2;
+	t.shape[0] = (int64_t)nr * e->cols, t.shape[1] = e->V;
+	t.data = (void *)a;
+	t.nbytes = (size_t)nr * e->cols * e->V * sizeof *a;
+	if (x3_writer_put(e->w, &t))
+		die_x3("%s", e->save);
+}
+
+/* The statistics of the nr rows rid (base logits a, quantized e->lq) into
+ * pp: each position into its own slot, no reduction, so that the sums of
+ * x3_kl_summarize do not depend on the threads. */
+static void kl_batch(const struct eval *e, const float *a, const int32_t *rid, long nr, x3_klpos *pp)
+{
+	long lc = e->lc, cols = e->cols;
+	int64_t V = e->V;
+	const float *lq = e->q ? e->lq : NULL;
+	int sh = mtp ? 2 : 1;   /* the target: the token sh after the position */
+	#pragma omp parallel for if(nr * lc * V > (1 << 16)) schedule(static)
+	for (long p = 0; p < nr * lc; p++) {
+		if (p % lc == lc - 1)
+			continue;       /* no target in this row */
+		x3_kl_position(a + (size_t)p * V, lq ? lq + (size_t)p * V : NULL, V,
+		               rid[p / lc * cols + p % lc + sh], &pp[p / lc * (lc - 1) + p % lc]);
+	}
+}
+
+/* the result as one JSON object on stdout */
+static void print_json(const struct eval *e, const x3_klstats *st)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "model", json_string(e->B->dir));
+	if (e->B->r)
+		json_object_set_new(o, "base", json_string(e->B->file));
+	if (e->q)
+		json_object_set_new(o, "quantized", json_string(e->qdir));
+	if (e->q && patch)
+		json_object_set_new(o, "patch", json_string(patch));
+	json_object_set_new(o, "rows", json_integer(e->rows));
+	json_object_set_new(o, "cols", json_integer(e->cols));
+	if (mtp)
+		json_object_set_new(o, "mtp", json_true());
+	json_object_set_new(o, "positions", json_integer(e->npos));
+	json_object_set_new(o, "nll", num(st->nll_base));
+	json_object_set_new(o, "perplexity", num(exp(st->nll_base)));
+	if (e->q) {
+		json_object_set_new(o, "nll_quantized", num(st->nll_q));
+		json_object_set_new(o, "perplexity_quantized", num(exp(st->nll_q)));
+		json_object_set_new(o, "kl_divergence", num(st->kl_mean));
+		json_object_set_new(o, "top1_agreement", num(st->same_top));
+		json_t *k = json_object();
+		json_object_set_new(k, "mean", num(st->kl_mean));
+		json_object_set_new(k, "median", num(st->kl_median));
+		json_object_set_new(k, "p90", num(st->kl_p90));
+		json_object_set_new(k, "p99", num(st->kl_p99));
+		json_object_set_new(k, "p99.9", num(st->kl_p999));
+		json_object_set_new(k, "max", num(st->kl_max));
+		json_object_set_new(o, "kl", k);
+		json_object_set_new(o, "ln_ppl_ratio", pm(st->ln_ppl_ratio, st->ln_ppl_ratio_err));
+		json_t *d = json_object(), *pc = json_object();
+		json_object_set_new(d, "mean", num(st->dp_mean));
+		json_object_set_new(d, "uncertainty", num(st->dp_err));
+		json_object_set_new(d, "rms", num(st->dp_rms));
+		for (int i = 0; i < X3_DP_NPCT; i++)
+			json_object_set_new(pc, dp_names[i], num(st->dp_pct[i]));
+		json_object_set_new(d, "percentiles", pc);
+		json_object_set_new(o, "delta_p", d);
+		json_object_set_new(o, "same_top_p", pm(st->same_top, st->same_top_err));
+	}
+	json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+	printf("\n");
+	json_decref(o);
+}
+
+static void evaluate(struct base *B, const char *qdir, const int32_t *ids, long rows,
+                     long cols, long batch, const char *save, int table)
+{
+	struct eval e = {
+		.B = B, .qdir = qdir, .ids = ids, .rows = rows, .cols = cols, .batch = batch, .V = B->V,
+		.save = save,
+	};
+	eval_open(&e);
+	if (save)
+		save_open(&e);
 	double t0 = x3_now();
 	int64_t done = 0;
 	for (long r0 = 0; r0 < rows;) {
-		long nr = rows - r0 < batch ? rows - r0 : batch;
-		x3_tensor *bt = NULL;
-		float *a = lm;
-		if (B->r) {
-			int rc = x3_reader_next(B->r, &bt);
-			char want[32];
-			snprintf(want, sizeof want, "logits.%ld", r0);
-			if (rc == X3_EOF)
-				die("%s: ends before row %ld of %ld", B->file, r0, rows);
-			if (rc)
-				die_x3("%s", B->file);
-			if (strcmp(bt->name, want) || bt->dtype != X3_F32 || bt->rank != 2 ||
-			    bt->shape[1] != V || bt->shape[0] % cols || bt->shape[0] < cols ||
-			    bt->shape[0] / cols > rows - r0)
-				die("%s: frame '%s': expected '%s', F32 (a multiple of %ld rows, %lld)",
-				    B->file, bt->name, want, cols, (long long)V);
-			nr = (long)(bt->shape[0] / cols);
-			a = bt->data;
-		}
+		long nr = rows - r0 < e.batch ? rows - r0 : e.batch;
+		x3_tensor *bt = B->r ? base_next(&e, r0, &nr) : NULL;
+		float *a = bt ? bt->data : e.lm;
 		const int32_t *rid = ids + (size_t)r0 * cols;
 		if (B->m)
-			forward_logits(B->m, B->dir, rid, nr, cols, lm, X3_LOGITS_ALL);
-		if (w) {
-			x3_tensor t = {0};
-			char nm[32];
-			snprintf(nm, sizeof nm, "logits.%ld", r0);
-			t.name = nm;
-			t.dtype = X3_F32;
-			t.rank = 2;
-			t.shape[0] = (int64_t)nr * cols, t.shape[1] = V;
-			t.data = a;
-			t.nbytes = (size_t)nr * cols * V * sizeof *a;
-			if (x3_writer_put(w, &t))
-				die_x3("%s", save);
+			forward_logits(B->m, B->dir, rid, nr, cols, e.lm, X3_LOGITS_ALL);
+		if (e.w)
+			save_logits(&e, r0, nr, a);
+		check_logits(a, nr, e.lc, e.V, r0, B->r ? B->file : B->dir);
+		if (e.q) {
+			forward_logits(e.q, qdir, rid, nr, cols, e.lq, X3_LOGITS_ALL);
+			check_logits(e.lq, nr, e.lc, e.V, r0, e.qname);
 		}
-		check_logits(a, nr, lc, V, r0, B->r ? B->file : B->dir);
-		if (q) {
-			forward_logits(q, qdir, rid, nr, cols, lq, X3_LOGITS_ALL);
-			check_logits(lq, nr, lc, V, r0, qname);
-		}
-		/* each position into its own slot: no reduction, so the sums of
-		 * x3_kl_summarize do not depend on the threads */
-		x3_klpos *pp = pos + done;
-		int sh = mtp ? 2 : 1;   /* the target: the token sh after the position */
-		#pragma omp parallel for if(nr * lc * V > (1 << 16)) schedule(static)
-		for (long p = 0; p < nr * lc; p++) {
-			if (p % lc == lc - 1)
-				continue;       /* no target in this row */
-			x3_kl_position(a + (size_t)p * V, q ? lq + (size_t)p * V : NULL, V,
-			               rid[p / lc * cols + p % lc + sh], &pp[p / lc * (lc - 1) + p % lc]);
-		}
-		done += (int64_t)nr * (lc - 1);
+		kl_batch(&e, a, rid, nr, e.pos + done);
+		done += (int64_t)nr * (e.lc - 1);
 		x3_tensor_free(bt);
 		r0 += nr;
 		double dt = x3_now() - t0;
 		progress("%ld/%ld rows, %.0f tokens/s", r0, rows, dt > 0 ? (double)r0 * cols / dt : 0.0);
 	}
 	progress_done();
-	if (!npos)
+	if (!e.npos)
 		die(mtp ? "--mtp: rows of two tokens predict nothing: use --cols 3 or more"
 		        : "rows of one token predict nothing: use --cols 2 or more");
 	x3_klstats st;
-	if (x3_kl_summarize(pos, npos, &st))
+	if (x3_kl_summarize(e.pos, e.npos, &st))
 		die_x3("statistics");
-	if (w) {
-		if (x3_writer_close(w))
+	if (e.w) {
+		if (x3_writer_close(e.w))
 			die_x3("%s", save);
-		outfile_commit(&of);
+		outfile_commit(&e.of);
 	}
-	if (table) {
-		print_table(&st, q != NULL);
-	} else {
-		json_t *o = json_object();
-		json_object_set_new(o, "model", json_string(bname));
-		if (B->r)
-			json_object_set_new(o, "base", json_string(B->file));
-		if (q)
-			json_object_set_new(o, "quantized", json_string(qdir));
-		if (q && patch)
-			json_object_set_new(o, "patch", json_string(patch));
-		json_object_set_new(o, "rows", json_integer(rows));
-		json_object_set_new(o, "cols", json_integer(cols));
-		if (mtp)
-			json_object_set_new(o, "mtp", json_true());
-		json_object_set_new(o, "positions", json_integer(npos));
-		json_object_set_new(o, "nll", num(st.nll_base));
-		json_object_set_new(o, "perplexity", num(exp(st.nll_base)));
-		if (q) {
-			json_object_set_new(o, "nll_quantized", num(st.nll_q));
-			json_object_set_new(o, "perplexity_quantized", num(exp(st.nll_q)));
-			json_object_set_new(o, "kl_divergence", num(st.kl_mean));
-			json_object_set_new(o, "top1_agreement", num(st.same_top));
-			json_t *k = json_object();
-			json_object_set_new(k, "mean", num(st.kl_mean));
-			json_object_set_new(k, "median", num(st.kl_median));
-			json_object_set_new(k, "p90", num(st.kl_p90));
-			json_object_set_new(k, "p99", num(st.kl_p99));
-			json_object_set_new(k, "p99.9", num(st.kl_p999));
-			json_object_set_new(k, "max", num(st.kl_max));
-			json_object_set_new(o, "kl", k);
-			json_object_set_new(o, "ln_ppl_ratio", pm(st.ln_ppl_ratio, st.ln_ppl_ratio_err));
-			json_t *d = json_object(), *pc = json_object();
-			json_object_set_new(d, "mean", num(st.dp_mean));
-			json_object_set_new(d, "uncertainty", num(st.dp_err));
-			json_object_set_new(d, "rms", num(st.dp_rms));
-			for (int i = 0; i < X3_DP_NPCT; i++)
-				json_object_set_new(pc, dp_names[i], num(st.dp_pct[i]));
-			json_object_set_new(d, "percentiles", pc);
-			json_object_set_new(o, "delta_p", d);
-			json_object_set_new(o, "same_top_p", pm(st.same_top, st.same_top_err));
-		}
-		json_dumpf(o, stdout, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
-		printf("\n");
-		json_decref(o);
-	}
-	free(lm), free(lq), free(pos);
-	if (q)
-		x3_model_close(q);
+	if (table)
+		print_table(&st, e.q != NULL);
+	else
+		print_json(&e, &st);
+	free(e.lm), free(e.lq), free(e.pos);
+	if (e.q)
+		x3_model_close(e.q);
 }
 
 /* --base FILE: the tokens frame; the reader is left at the first logits */

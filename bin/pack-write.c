@@ -750,9 +750,19 @@ static void install(const struct outname *o)
 		die("%s", x3_errmsg());
 }
 
-int main(int argc, char **argv)
+/* the command line */
+struct opts {
+	const char *src, *plan_path, *codebook, *out_scales;
+	int passthrough, force;
+	int reader;                  /* X3_READER_*; -1: none, -2: auto */
+	double shard_mb, bits_opt;
+	long head_opt, cal_rows, cal_cols;
+};
+
+/* the options into o (exits on a bad one, and after --help), then the
+ * checks of the operands */
+static void parse_options(int argc, char **argv, struct opts *o)
 {
-	prog_init(argc, argv);
 	enum { O_MODEL = 256, O_PASS, O_SHARD, O_PLAN, O_BITS, O_HEAD, O_CB, O_CR, O_CC, O_OS, O_FORCE, O_CHECK };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, O_MODEL},
@@ -770,126 +780,157 @@ int main(int argc, char **argv)
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
-	const char *src = NULL, *plan_path = NULL, *codebook = NULL, *out_scales = "always";
-	int passthrough = 0, force = 0, reader = -1;
-	double shard_mb = X3_PACK_SHARD_MB, bits_opt = NAN;
-	long head_opt = 0, cal_rows = 250, cal_cols = 2048;
+	*o = (struct opts){
+		.out_scales = "always", .reader = -1, .shard_mb = X3_PACK_SHARD_MB, .bits_opt = NAN,
+		.cal_rows = 250, .cal_cols = 2048,
+	};
 	int c;
 	while ((c = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
 		switch (c) {
-		case 'h': help(); return 0;
+		case 'h': help(); exit(0);
 		case 'q': quiet = 1; break;
-		case O_MODEL: src = optarg; break;
-		case O_PASS: passthrough = 1; break;
-		case O_SHARD: shard_mb = parse_double(usage, "--shard-size", optarg, 0, 1e9); break;
-		case O_PLAN: plan_path = optarg; break;
-		case O_BITS: bits_opt = parse_double(usage, "--bits", optarg, 1, 16); break;
+		case O_MODEL: o->src = optarg; break;
+		case O_PASS: o->passthrough = 1; break;
+		case O_SHARD: o->shard_mb = parse_double(usage, "--shard-size", optarg, 0, 1e9); break;
+		case O_PLAN: o->plan_path = optarg; break;
+		case O_BITS: o->bits_opt = parse_double(usage, "--bits", optarg, 1, 16); break;
 		case O_HEAD:
-			head_opt = parse_long(usage, "--head-bits", optarg, 1, 16);
-			if (head_opt > 8 && head_opt != 16)
-				usage_error(usage, "--head-bits: %ld is not 1..8 or 16", head_opt);
+			o->head_opt = parse_long(usage, "--head-bits", optarg, 1, 16);
+			if (o->head_opt > 8 && o->head_opt != 16)
+				usage_error(usage, "--head-bits: %ld is not 1..8 or 16", o->head_opt);
 			break;
 		case O_CB:
 			if (strcmp(optarg, "mul1") && strcmp(optarg, "mcg") && strcmp(optarg, "3inst"))
 				usage_error(usage, "--codebook: '%s' is not mul1, mcg or 3inst", optarg);
-			codebook = optarg;
+			o->codebook = optarg;
 			break;
-		case O_CR: cal_rows = parse_long(usage, "--cal-rows", optarg, 0, 1L << 30); break;
-		case O_CC: cal_cols = parse_long(usage, "--cal-cols", optarg, 0, 1L << 30); break;
+		case O_CR: o->cal_rows = parse_long(usage, "--cal-rows", optarg, 0, 1L << 30); break;
+		case O_CC: o->cal_cols = parse_long(usage, "--cal-cols", optarg, 0, 1L << 30); break;
 		case O_OS:
 			if (strcmp(optarg, "always") && strcmp(optarg, "never") && strcmp(optarg, "auto"))
 				usage_error(usage, "--out-scales: '%s' is not always, never or auto", optarg);
-			out_scales = optarg;
+			o->out_scales = optarg;
 			break;
-		case O_FORCE: force = 1; break;
+		case O_FORCE: o->force = 1; break;
 		case O_CHECK:
 			if (!strcmp(optarg, "none"))
-				reader = -1;
+				o->reader = -1;
 			else if (!strcmp(optarg, "auto"))
-				reader = -2;
-			else if ((reader = x3_reader_lookup(optarg)) < 0)
+				o->reader = -2;
+			else if ((o->reader = x3_reader_lookup(optarg)) < 0)
 				usage_error(usage, "--check: '%s' is not auto, none, %s", optarg, x3_reader_names());
 			break;
 		default: usage_error(usage, "bad option");
 		}
 	}
-	if (!src)
+	if (!o->src)
 		usage_error(usage, "--model SRC is required");
 	if (optind + 1 != argc)
 		usage_error(usage, optind == argc ? "missing OUT" : "more than one OUT");
 	if (isatty(STDIN_FILENO))
 		usage_error(usage, "expects the frames of a conversion on stdin");
-	struct outname o;
-	out_name(argv[optind], src, force, &o);
+}
 
-	/* source model: its config, the description of its modules, its tensors */
-	char path[8192];
-	snprintf(path, sizeof path, "%s/config.json", src);
-	char *cfg_text = slurp(path, NULL);
+/* the source model: its config (and its path), the description of its
+ * modules, its tensors */
+struct source {
+	char path[8192];             /* SRC/config.json */
+	char *cfg_text;
 	x3_model_config cfg;
-	if (x3_config_parse_as(cfg_text, strlen(cfg_text), X3_CONFIG_LAYOUT, &cfg))
-		die("%s: %s", src, x3_errmsg());   /* "SRC: config.json: ..." */
 	x3_st *sst;
-	if (x3_st_open(src, &sst))
-		die_x3("%s", src);
-	/* experts fused in 3-D tensors: read from them, written per expert */
-	if (x3_arch_fused_scan(&cfg, sst) || x3_arch_mtp_scan(&cfg, sst))
-		die_x3("%s", src);
 	x3_module *mods;
 	int nmods;
-	if (x3_arch_modules(&cfg, &mods, &nmods))
-		die_x3("%s", path);
+};
 
-	/* the plan, and head_bits from it, except for a tied model whose plan
-	 * has no entry for the head (then no head is stored) */
-	x3_pack_plan plan = {.K = NULL, .head_bits = 0, .bits = NAN, .measurement = NULL};
-	if (plan_path) {
-		/* slurp: a missing file or a directory says so, not "line -1" */
-		char *pt = slurp(plan_path, NULL);
-		if (x3_pack_plan_parse(pt, plan_path, mods, nmods, &plan))
-			die("%s (in %s)", x3_errmsg(), src);
-		free(pt);
-		const x3_module *headm = NULL;
-		for (int j = 0; j < nmods; j++)
-			if (mods[j].d->role == X3_ROLE_HEAD)
-				headm = &mods[j];
-		if (!head_opt && plan.head_bits && (!headm || !headm->tied || plan.K[headm - mods]))
-			head_opt = plan.head_bits;
+static void open_source(const char *src, struct source *s)
+{
+	snprintf(s->path, sizeof s->path, "%s/config.json", src);
+	s->cfg_text = slurp(s->path, NULL);
+	if (x3_config_parse_as(s->cfg_text, strlen(s->cfg_text), X3_CONFIG_LAYOUT, &s->cfg))
+		die("%s: %s", src, x3_errmsg());   /* "SRC: config.json: ..." */
+	if (x3_st_open(src, &s->sst))
+		die_x3("%s", src);
+	/* experts fused in 3-D tensors: read from them, written per expert */
+	if (x3_arch_fused_scan(&s->cfg, s->sst) || x3_arch_mtp_scan(&s->cfg, s->sst))
+		die_x3("%s", src);
+	if (x3_arch_modules(&s->cfg, &s->mods, &s->nmods))
+		die_x3("%s", s->path);
+}
+
+/* --plan into plan, and head_bits from it into o->head_opt (unless given),
+ * except for a tied model whose plan has no entry for the head (then no
+ * head is stored) */
+static void read_plan(struct opts *o, const struct source *s, x3_pack_plan *plan)
+{
+	*plan = (x3_pack_plan){.K = NULL, .head_bits = 0, .bits = NAN, .measurement = NULL};
+	if (!o->plan_path)
+		return;
+	/* slurp: a missing file or a directory says so, not "line -1" */
+	char *pt = slurp(o->plan_path, NULL);
+	if (x3_pack_plan_parse(pt, o->plan_path, s->mods, s->nmods, plan))
+		die("%s (in %s)", x3_errmsg(), o->src);
+	free(pt);
+	const x3_module *headm = NULL;
+	for (int j = 0; j < s->nmods; j++)
+		if (s->mods[j].d->role == X3_ROLE_HEAD)
+			headm = &s->mods[j];
+	if (!o->head_opt && plan->head_bits && (!headm || !headm->tied || plan->K[headm - s->mods]))
+		o->head_opt = plan->head_bits;
+}
+
+/* the reader whose contract --check checks (-1: none); auto is
+ * ExLlamaV3's, unless it refuses the architecture */
+static int resolve_reader(int reader, const x3_model_config *cfg)
+{
+	if (reader != -2)
+		return reader;
+	char why[256];
+	reader = X3_READER_EXLLAMAV3;
+	if (x3_reader_refuses(reader, cfg, why, sizeof why)) {
+		reader = -1;
+		if (!quiet)
+			fprintf(stderr, "%s: note: %s; no reader's contract checked (--check gptqmodel or "
+			        "strict checks one)\n", progname, why);
 	}
+	return reader;
+}
+
+int main(int argc, char **argv)
+{
+	prog_init(argc, argv);
+	struct opts op;
+	parse_options(argc, argv, &op);
+	struct outname o;
+	out_name(argv[optind], op.src, op.force, &o);
+	struct source s;
+	open_source(op.src, &s);
+	x3_pack_plan plan;
+	read_plan(&op, &s, &plan);
 
 	open_tmpdir(&o);
 	read_stream();
 	x3_pack_in pin = {
-		.cfg = &cfg, .mods = mods, .nmods = nmods, .in = in, .nin = nin, .src = sst,
-		.src_name = src, .passthrough = passthrough, .head_bits = (int)head_opt,
-		.plan = plan_path ? &plan : NULL,
+		.cfg = &s.cfg, .mods = s.mods, .nmods = s.nmods, .in = in, .nin = nin, .src = s.sst,
+		.src_name = op.src, .passthrough = op.passthrough, .head_bits = (int)op.head_opt,
+		.plan = op.plan_path ? &plan : NULL,
 	};
 	x3_pack_layout lay;
 	classify(&pin, o.out, &lay);
 	struct values v;
-	config_values(&lay, head_opt, bits_opt, &plan, plan_path, codebook, &v);
+	config_values(&lay, op.head_opt, op.bits_opt, &plan, op.plan_path, op.codebook, &v);
 	if (!quiet)   /* only for a pack that will be written */
-		loader_warnings(cfg_text, path, mods, nmods);
-	write_tensors(&cfg, shard_mb, o.out);
+		loader_warnings(s.cfg_text, s.path, s.mods, s.nmods);
+	write_tensors(&s.cfg, op.shard_mb, o.out);
 	x3_pack_qcfg q = {
-		.bits = v.bits, .head_bits = v.head_bits, .mtp_bits = lay.mtp_bits, .cal_rows = (int)cal_rows,
-		.cal_cols = (int)cal_cols, .out_scales = out_scales, .codebook = v.codebook,
+		.bits = v.bits, .head_bits = v.head_bits, .mtp_bits = lay.mtp_bits, .cal_rows = (int)op.cal_rows,
+		.cal_cols = (int)op.cal_cols, .out_scales = op.out_scales, .codebook = v.codebook,
 		.version = "1.4.1", .nfallback = lay.nfallback,
 		.fallback_key = (const char *const *)lay.fallback_key,
 		.fallback_why = (const char *const *)lay.fallback_why,
 		.measurement = plan.measurement,
 	};
-	write_configs(&q, cfg_text, path, src);
-	if (reader == -2) {
-		char why[256];
-		reader = X3_READER_EXLLAMAV3;
-		if (x3_reader_refuses(reader, &cfg, why, sizeof why)) {
-			reader = -1;
-			if (!quiet)
-				fprintf(stderr, "%s: note: %s; no reader's contract checked (--check gptqmodel or "
-				        "strict checks one)\n", progname, why);
-		}
-	}
+	write_configs(&q, s.cfg_text, s.path, op.src);
+	int reader = resolve_reader(op.reader, &s.cfg);
 	if (reader >= 0)
 		check_reader(reader, o.out);
 	install(&o);
@@ -903,9 +944,9 @@ int main(int argc, char **argv)
 		in[i]->data = NULL;
 		x3_tensor_free(in[i]);
 	}
-	free(in); free(inoff); free(mods); free(cfg_text);
+	free(in); free(inoff); free(s.mods); free(s.cfg_text);
 	x3_pack_layout_free(&lay);
 	x3_pack_plan_free(&plan);
-	x3_st_close(sst);
+	x3_st_close(s.sst);
 	return 0;
 }

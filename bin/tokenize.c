@@ -168,7 +168,18 @@ static enum x3_tok_split parse_split(const char *s)
 	usage_error(usage, "--split: want whole, lines or blank, not '%s'", s);
 }
 
-int main(int argc, char **argv)
+/* the command line */
+struct opts {
+	const char *tpath, *name;
+	long rows, cols, pad, zlevel;     /* rows, pad: -1 when not given */
+	int bos, eos;                     /* -1: the tokenizer's default */
+	int even_odd, partial, strict, ids_mode, decode, skip;
+	enum x3_tok_split split;
+	enum x3_tok_pack_mode pack;
+};
+
+/* the options into o (exits on a bad one, and after --help), checked */
+static void parse_options(int argc, char **argv, struct opts *o)
 {
 	enum { O_ROWS = 256, O_COLS, O_SPLIT, O_PACK, O_BOS, O_NOBOS, O_EOS, O_NOEOS, O_EVENODD, O_PARTIAL, O_PAD,
 	       O_STRICT, O_NAME, O_IDS, O_DECODE, O_SKIP };
@@ -184,151 +195,182 @@ int main(int argc, char **argv)
 		{ "skip-special", no_argument, 0, O_SKIP }, { "zstd", required_argument, 0, 'z' },
 		{ "quiet", no_argument, 0, 'q' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
 	};
-	const char *tpath = NULL, *name = "tokens";
-	long rows = -1, cols = 2048, pad = -1, zlevel = 0;
-	int bos = -1, eos = -1, even_odd = 0, partial = 0, strict = 0, ids_mode = 0, decode = 0, skip = 0;
-	enum x3_tok_split split = X3_SPLIT_LINES;
-	enum x3_tok_pack_mode pack = X3_PACK_ARTICLES;
+	*o = (struct opts){
+		.name = "tokens", .rows = -1, .cols = 2048, .pad = -1, .bos = -1, .eos = -1,
+		.split = X3_SPLIT_LINES, .pack = X3_PACK_ARTICLES,
+	};
 	int c;
-	prog_init(argc, argv);
 	while ((c = getopt_long(argc, argv, "t:z:qh", lo, NULL)) != -1) {
 		switch (c) {
-		case 't': tpath = optarg; break;
-		case O_ROWS: rows = parse_long(usage, "--rows", optarg, 1, 1L << 24); break;
-		case O_COLS: cols = parse_long(usage, "--cols", optarg, 1, 1L << 24); break;
-		case O_SPLIT: split = parse_split(optarg); break;
+		case 't': o->tpath = optarg; break;
+		case O_ROWS: o->rows = parse_long(usage, "--rows", optarg, 1, 1L << 24); break;
+		case O_COLS: o->cols = parse_long(usage, "--cols", optarg, 1, 1L << 24); break;
+		case O_SPLIT: o->split = parse_split(optarg); break;
 		case O_PACK:
-			if (!strcmp(optarg, "articles")) pack = X3_PACK_ARTICLES;
-			else if (!strcmp(optarg, "stream")) pack = X3_PACK_STREAM;
+			if (!strcmp(optarg, "articles")) o->pack = X3_PACK_ARTICLES;
+			else if (!strcmp(optarg, "stream")) o->pack = X3_PACK_STREAM;
 			else usage_error(usage, "--pack: want articles or stream, not '%s'", optarg);
 			break;
-		case O_BOS: bos = 1; break;
-		case O_NOBOS: bos = 0; break;
-		case O_EOS: eos = 1; break;
-		case O_NOEOS: eos = 0; break;
-		case O_EVENODD: even_odd = 1; break;
-		case O_PARTIAL: partial = 1; break;
-		case O_PAD: pad = parse_long(usage, "--pad", optarg, 0, INT32_MAX); break;
-		case O_STRICT: strict = 1; break;
-		case O_NAME: name = optarg; break;
-		case O_IDS: ids_mode = 1; break;
-		case O_DECODE: decode = 1; break;
-		case O_SKIP: skip = 1; break;
-		case 'z': zlevel = parse_long(usage, "-z", optarg, 0, 22); break;
+		case O_BOS: o->bos = 1; break;
+		case O_NOBOS: o->bos = 0; break;
+		case O_EOS: o->eos = 1; break;
+		case O_NOEOS: o->eos = 0; break;
+		case O_EVENODD: o->even_odd = 1; break;
+		case O_PARTIAL: o->partial = 1; break;
+		case O_PAD: o->pad = parse_long(usage, "--pad", optarg, 0, INT32_MAX); break;
+		case O_STRICT: o->strict = 1; break;
+		case O_NAME: o->name = optarg; break;
+		case O_IDS: o->ids_mode = 1; break;
+		case O_DECODE: o->decode = 1; break;
+		case O_SKIP: o->skip = 1; break;
+		case 'z': o->zlevel = parse_long(usage, "-z", optarg, 0, 22); break;
 		case 'q': quiet = 1; break;
-		case 'h': printf("%s\n%s", usage, help); return 0;
+		case 'h': printf("%s\n%s", usage, help); exit(0);
 		default: usage_error(usage, "bad option");
 		}
 	}
-	if (!tpath) usage_error(usage, "no tokenizer: give -t tokenizer.json or a model directory");
-	if (!*name) usage_error(usage, "--name: empty name");
-	if (even_odd && (bos >= 0 || eos >= 0)) usage_error(usage, "--even-odd decides BOS/EOS: drop --bos/--eos");
-	if (decode && (rows >= 0 || even_odd || partial || strict || pad >= 0 || bos >= 0 || eos >= 0))
+	if (!o->tpath) usage_error(usage, "no tokenizer: give -t tokenizer.json or a model directory");
+	if (!*o->name) usage_error(usage, "--name: empty name");
+	if (o->even_odd && (o->bos >= 0 || o->eos >= 0))
+		usage_error(usage, "--even-odd decides BOS/EOS: drop --bos/--eos");
+	int packing = o->rows >= 0 || o->even_odd || o->partial || o->strict || o->pad >= 0;
+	if (o->decode && (packing || o->bos >= 0 || o->eos >= 0))
 		usage_error(usage, "--decode takes only --ids and --skip-special");
-	if (ids_mode && !decode && (rows >= 0 || even_odd || partial || strict || pad >= 0))
+	if (o->ids_mode && !o->decode && packing)
 		usage_error(usage, "--ids writes whole documents: packing options do not apply");
-	if (skip && !decode) usage_error(usage, "--skip-special applies to --decode");
+	if (o->skip && !o->decode) usage_error(usage, "--skip-special applies to --decode");
+}
 
-	x3_tok *tok;
-	if (x3_tok_load(tpath, &tok)) die("%s", x3_errmsg());
-
-	int nfiles = argc - optind;
-	char **files = argv + optind;
-	if (decode) {
-		for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
-			const char *f = nfiles ? files[i] : "-";
-			if (ids_mode) {
-				FILE *fp = strcmp(f, "-") ? fopen(f, "rb") : stdin;
-				if (!fp) die("%s: %s", f, strerror(errno));
-				decode_text(tok, strcmp(f, "-") ? f : "stdin", fp, skip);
-				if (fp != stdin) fclose(fp);
-			} else
-				decode_frames(tok, f, skip);
-		}
-		x3_tok_free(tok);
-		check_stdout();
-		return 0;
+/* --decode: the text of each FILE (stdin without any): frames of ids, or
+ * with --ids lines of ids */
+static void decode_files(x3_tok *tok, const struct opts *o, int nfiles, char **files)
+{
+	for (int i = 0; i < (nfiles ? nfiles : 1); i++) {
+		const char *f = nfiles ? files[i] : "-";
+		if (o->ids_mode) {
+			FILE *fp = strcmp(f, "-") ? fopen(f, "rb") : stdin;
+			if (!fp) die("%s: %s", f, strerror(errno));
+			decode_text(tok, strcmp(f, "-") ? f : "stdin", fp, o->skip);
+			if (fp != stdin) fclose(fp);
+		} else
+			decode_frames(tok, f, o->skip);
 	}
+}
 
-	char src[4096];
-	size_t len;
-	char *text = read_inputs(nfiles, files, &len, src, sizeof src);
-	size_t *off, *lens, ndocs;
-	if (x3_tok_split_docs(text, len, split, &off, &lens, &ndocs)) die_x3("%s", src);
+/* the input text split into documents: the text at off[d], lens[d] long */
+struct docs {
+	char *text;
+	size_t len, *off, *lens, n;
+	char src[4096];                   /* the inputs' name, in messages */
+};
 
-	if ((bos > 0 && x3_tok_bos(tok) < 0) || (eos > 0 && x3_tok_eos(tok) < 0))
-		die("%s: the tokenizer has no %s token", tpath, eos > 0 && x3_tok_eos(tok) < 0 ? "EOS" : "BOS");
-	if (ids_mode) {
-		/* default: the special tokens the tokenizer adds itself */
-		for (size_t d = 0; d < ndocs; d++) {
-			int32_t *ids;
-			size_t n;
-			int plain = bos >= 0 || eos >= 0;
-			if (x3_tok_encode(tok, text + off[d], lens[d], !plain, &ids, &n))
-				die_x3("%s: document %zu", src, d + 1);
-			if (bos > 0 && x3_tok_bos(tok) >= 0) printf("%d%s", (int)x3_tok_bos(tok), n || eos > 0 ? " " : "");
-			for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
-			if (eos > 0 && x3_tok_eos(tok) >= 0) printf("%s%d", n || bos > 0 ? " " : "", (int)x3_tok_eos(tok));
-			putchar('\n');
-			free(ids);
-		}
-		free(text); free(off); free(lens);
-		x3_tok_free(tok);
-		check_stdout();
-		return 0;
+/* --ids: each document's ids on a line (by default with the special
+ * tokens the tokenizer adds itself) */
+static void print_ids(x3_tok *tok, const struct opts *o, const struct docs *D)
+{
+	int bos = o->bos, eos = o->eos;
+	for (size_t d = 0; d < D->n; d++) {
+		int32_t *ids;
+		size_t n;
+		int plain = bos >= 0 || eos >= 0;
+		if (x3_tok_encode(tok, D->text + D->off[d], D->lens[d], !plain, &ids, &n))
+			die_x3("%s: document %zu", D->src, d + 1);
+		if (bos > 0 && x3_tok_bos(tok) >= 0) printf("%d%s", (int)x3_tok_bos(tok), n || eos > 0 ? " " : "");
+		for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+		if (eos > 0 && x3_tok_eos(tok) >= 0) printf("%s%d", n || bos > 0 ? " " : "", (int)x3_tok_eos(tok));
+		putchar('\n');
+		free(ids);
 	}
+}
 
+/* The documents packed into rows of cols tokens (--rows of them, else as
+ * many as the text fills), written as one frame with its metadata. */
+static void write_rows(x3_tok *tok, const struct opts *o, const struct docs *D)
+{
 	refuse_tty_stdout();
-	struct x3_tok_pack_opts o;
-	x3_tok_pack_defaults(tok, &o);
-	o.mode = pack;
-	if (bos >= 0) o.bos = bos;
-	if (eos >= 0) o.eos = eos;
-	o.even_odd = even_odd;
-	o.keep_partial = partial;
-	if (pad >= 0) {
-		if ((size_t)pad >= x3_tok_vocab_size(tok)) usage_error(usage, "--pad %ld: not a token id", pad);
-		o.pad_id = (int32_t)pad;
+	struct x3_tok_pack_opts po;
+	x3_tok_pack_defaults(tok, &po);
+	po.mode = o->pack;
+	if (o->bos >= 0) po.bos = o->bos;
+	if (o->eos >= 0) po.eos = o->eos;
+	po.even_odd = o->even_odd;
+	po.keep_partial = o->partial;
+	if (o->pad >= 0) {
+		if ((size_t)o->pad >= x3_tok_vocab_size(tok)) usage_error(usage, "--pad %ld: not a token id", o->pad);
+		po.pad_id = (int32_t)o->pad;
 	}
+	long rows = o->rows, cols = o->cols;
+	const char *src = D->src, *name = o->name;
+	size_t ndocs = D->n;
 
 	/* without --rows: as many rows as the text fills */
 	size_t want = rows > 0 ? (size_t)rows : 0, got;
 	int32_t *m;
 	if (!want) {
 		/* an upper bound: every byte a token, plus BOS/EOS per document */
-		size_t bound = (2 * len + 4 * ndocs) / (size_t)cols + 2;
-		want = pack == X3_PACK_ARTICLES && ndocs + 1 < bound ? ndocs + 1 : bound;
+		size_t bound = (2 * D->len + 4 * ndocs) / (size_t)cols + 2;
+		want = o->pack == X3_PACK_ARTICLES && ndocs + 1 < bound ? ndocs + 1 : bound;
 	}
 	const char **docs = malloc((ndocs ? ndocs : 1) * sizeof *docs);
 	if (!docs) die("out of memory");
-	for (size_t d = 0; d < ndocs; d++) docs[d] = text + off[d];
-	if (x3_tok_pack_rows(tok, docs, lens, ndocs, want, (size_t)cols, &o, &m, &got)) die_x3("%s", src);
+	for (size_t d = 0; d < ndocs; d++) docs[d] = D->text + D->off[d];
+	if (x3_tok_pack_rows(tok, docs, D->lens, ndocs, want, (size_t)cols, &po, &m, &got)) die_x3("%s", src);
 	if (!got) die("%s: the text fills no row of %ld tokens (%zu documents)", src, cols, ndocs);
 	if (rows > 0 && got < (size_t)rows) {
-		if (strict) die("%s: the text fills only %zu of %ld rows of %ld tokens", src, got, rows, cols);
+		if (o->strict) die("%s: the text fills only %zu of %ld rows of %ld tokens", src, got, rows, cols);
 		if (!quiet)
 			warnx("%s: the text fills only %zu of %ld rows of %ld tokens: writing %zu rows", src, got, rows, cols, got);
 	}
 
 	/* what was added: a tokenizer without BOS (Qwen) gets none by default */
-	int hb = o.bos && x3_tok_bos(tok) >= 0, he = o.eos && x3_tok_eos(tok) >= 0;
+	int hb = po.bos && x3_tok_bos(tok) >= 0, he = po.eos && x3_tok_eos(tok) >= 0;
 	x3_tensor *t = x3_tensor_new2(name, X3_I32, (int64_t)got, cols);
 	if (!t) die_x3("frame '%s'", name);
 	memcpy(t->data, m, got * (size_t)cols * sizeof *m);
 	static const char *splits[] = { "whole", "lines", "blank" };
 	if (x3_meta_set(t, "role", "tokens") || x3_meta_setf(t, "rows", "%zu", got) ||
-	    x3_meta_setf(t, "cols", "%ld", cols) || x3_meta_set(t, "tokenizer", tpath) ||
+	    x3_meta_setf(t, "cols", "%ld", cols) || x3_meta_set(t, "tokenizer", o->tpath) ||
 	    x3_meta_set(t, "tokenizer_kind", x3_tok_describe(tok)) || x3_meta_set(t, "source", src) ||
-	    x3_meta_set(t, "split", splits[split]) || x3_meta_set(t, "pack", pack == X3_PACK_ARTICLES ? "articles" : "stream") ||
-	    x3_meta_set(t, "special", even_odd ? "even-odd" : hb && he ? "bos,eos" : hb ? "bos" : he ? "eos" : "none") ||
+	    x3_meta_set(t, "split", splits[o->split]) ||
+	    x3_meta_set(t, "pack", o->pack == X3_PACK_ARTICLES ? "articles" : "stream") ||
+	    x3_meta_set(t, "special", o->even_odd ? "even-odd" : hb && he ? "bos,eos" : hb ? "bos" : he ? "eos" : "none") ||
 	    x3_meta_setf(t, "bos_id", "%d", (int)x3_tok_bos(tok)) || x3_meta_setf(t, "eos_id", "%d", (int)x3_tok_eos(tok)) ||
 	    x3_meta_setf(t, "documents", "%zu", ndocs))
 		die_x3("frame '%s'", name);
 	x3_writer *w;
-	if (x3_writer_open_fd(1, (int)zlevel, &w) || x3_writer_put(w, t) || x3_writer_close(w))
+	if (x3_writer_open_fd(1, (int)o->zlevel, &w) || x3_writer_put(w, t) || x3_writer_close(w))
 		die_x3("frame '%s'", name);
 	x3_tensor_free(t);
-	free(m); free(docs); free(text); free(off); free(lens);
+	free(m); free(docs);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	prog_init(argc, argv);
+	parse_options(argc, argv, &o);
+	x3_tok *tok;
+	if (x3_tok_load(o.tpath, &tok)) die("%s", x3_errmsg());
+
+	int nfiles = argc - optind;
+	char **files = argv + optind;
+	if (o.decode) {
+		decode_files(tok, &o, nfiles, files);
+		x3_tok_free(tok);
+		check_stdout();
+		return 0;
+	}
+
+	struct docs D;
+	D.text = read_inputs(nfiles, files, &D.len, D.src, sizeof D.src);
+	if (x3_tok_split_docs(D.text, D.len, o.split, &D.off, &D.lens, &D.n)) die_x3("%s", D.src);
+	if ((o.bos > 0 && x3_tok_bos(tok) < 0) || (o.eos > 0 && x3_tok_eos(tok) < 0))
+		die("%s: the tokenizer has no %s token", o.tpath, o.eos > 0 && x3_tok_eos(tok) < 0 ? "EOS" : "BOS");
+	if (o.ids_mode)
+		print_ids(tok, &o, &D);
+	else
+		write_rows(tok, &o, &D);
+	free(D.text); free(D.off); free(D.lens);
 	x3_tok_free(tok);
 	check_stdout();
 	return 0;

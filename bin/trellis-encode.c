@@ -394,10 +394,16 @@ static void parse_measure(const char *s)
 		usage_error(usage, "--measure: empty list");
 }
 
-int main(int argc, char **argv)
+/* the command line that main keeps (the rest sets the globals above) */
+struct opts {
+	const char *hfile;           /* --hessian */
+	int K;                       /* -K, 0 with --measure */
+	int want_device, gpu_ldlq;
+};
+
+/* the options into o and the globals (exits on a bad one, and after --help) */
+static void parse_options(int argc, char **argv, struct opts *o)
 {
-	t_main = x3_now();
-	prog_init(argc, argv);
 	static const struct option lo[] = {
 		{ "codebook", required_argument, 0, 'c' },
 		{ "measure", required_argument, 0, 'm' },
@@ -416,12 +422,12 @@ int main(int argc, char **argv)
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
-	const char *hfile = NULL;
-	int K = 0, c, want_device = X3_DEVICE_CPU, device, gpu_ldlq = 0;
+	*o = (struct opts){ .want_device = X3_DEVICE_CPU };
+	int c;
 	while ((c = getopt_long(argc, argv, "K:t:qh", lo, NULL)) != -1) {
 		switch (c) {
 		case 'K':
-			K = (int)parse_long(usage, "-K", optarg, 1, 8);
+			o->K = (int)parse_long(usage, "-K", optarg, 1, 8);
 			break;
 		case 'c':
 			if (x3_codebook_parse(optarg, &cb))
@@ -466,16 +472,16 @@ int main(int argc, char **argv)
 			                                         X3_LDLQ_PASSES_MAX));
 			break;
 		case 'D':
-			want_device = device_parse(usage, optarg);
+			o->want_device = device_parse(usage, optarg);
 			break;
 		case 'L':
-			gpu_ldlq = 1;
+			o->gpu_ldlq = 1;
 			break;
 		case 's':
 			seed = (uint64_t)parse_long(usage, "--seed", optarg, 0, INT64_MAX);
 			break;
 		case 'H':
-			hfile = optarg;
+			o->hfile = optarg;
 			break;
 		case 'o':
 			if (x3_out_scales_parse(optarg, &policy))
@@ -493,16 +499,21 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			printf("%s\n%s", usage, help);
-			return 0;
+			exit(0);
 		default:
 			usage_error(usage, "bad option");
 		}
 	}
+}
+
+/* the options that exclude or need each other (usage errors) */
+static void check_options(int argc, char **argv, const struct opts *o)
+{
 	if (optind != argc)
 		usage_error(usage, "unexpected argument '%s'", argv[optind]);
-	if (measure && K)
+	if (measure && o->K)
 		usage_error(usage, "-K and --measure exclude each other");
-	if (!measure && !K)
+	if (!measure && !o->K)
 		usage_error(usage, "-K N (1..8) or --measure LIST is required");
 	if (gscale > 0 && measure)
 		usage_error(usage, "%s goes with -K (a measurement searches its own scale)",
@@ -511,39 +522,36 @@ int main(int argc, char **argv)
 		usage_error(usage, "--sample needs --measure (a sample is a measurement, not an encode)");
 	if (sample > 0 && refit >= 0)
 		usage_error(usage, "--refit-scales needs the whole weight, not --sample");
-	if (gpu_ldlq && want_device == X3_DEVICE_CPU)
+	if (o->gpu_ldlq && o->want_device == X3_DEVICE_CPU)
 		usage_error(usage, "--gpu-ldlq needs --device cuda or auto");
-	/* the GPU encoder is bit-identical: only the Viterbi moves (and with
-	 * --gpu-ldlq the whole LDLQ, which is not) */
-	device = device_resolve(want_device);
-	if (device == X3_DEVICE_CUDA) {
-		const x3_gpu *g;
-		if (x3_gpu_open(&g))
-			die("--device cuda: %s", x3_errmsg());
-		x3_viterbi_set_backend(g->viterbi_encode);
-		if (gpu_ldlq && x3_quant_set_ldlq_device(X3_DEVICE_CUDA))
-			die("--gpu-ldlq: %s", x3_errmsg());
-		/* the CUDA context now (the runtime makes it at the first
-		 * allocation), so that the timing's start holds it, not search */
-		void *p1;
-		if (g->alloc(&p1, 1))
-			die("--device cuda: %s", x3_errmsg());
-		g->free(p1);
-	}
-	if (!measure) {
-		Ks[0] = K;
-		nK = 1;
-		refuse_tty_stdout();
-		if (x3_writer_open_fd(STDOUT_FILENO, zlevel, &out))
-			die_x3("stdout");
-	}
-	if (hfile)
-		hess_cache_load(&hc, hfile);
-	x3_reader *in;
-	t_mark = x3_now();   /* the reader waits for the first frame */
-	t_start = t_mark - t_main;
-	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
-		die_x3("stdin");
+}
+
+/* The device: the GPU encoder is bit-identical, only the Viterbi moves
+ * (and with --gpu-ldlq the whole LDLQ, which is not). */
+static void open_device(const struct opts *o)
+{
+	if (device_resolve(o->want_device) != X3_DEVICE_CUDA)
+		return;
+	const x3_gpu *g;
+	if (x3_gpu_open(&g))
+		die("--device cuda: %s", x3_errmsg());
+	x3_viterbi_set_backend(g->viterbi_encode);
+	if (o->gpu_ldlq && x3_quant_set_ldlq_device(X3_DEVICE_CUDA))
+		die("--gpu-ldlq: %s", x3_errmsg());
+	/* the CUDA context now (the runtime makes it at the first
+	 * allocation), so that the timing's start holds it, not search */
+	void *p1;
+	if (g->alloc(&p1, 1))
+		die("--device cuda: %s", x3_errmsg());
+	g->free(p1);
+}
+
+/* Each group of frames of one key from in (its weight, and what goes
+ * with it) encoded as it completes; the Hessians on the stream into the
+ * cache (hfile: --hessian's file, which excludes them). Returns the
+ * number of groups. */
+static int encode_stream(x3_reader *in, const char *hfile)
+{
 	struct group g = { 0 };
 	int have = 0, ngroups = 0, rc;
 	x3_tensor *t;
@@ -586,7 +594,32 @@ int main(int argc, char **argv)
 		ngroups++;
 	}
 	group_clear(&g);
-	if (!ngroups)
+	return ngroups;
+}
+
+int main(int argc, char **argv)
+{
+	t_main = x3_now();
+	prog_init(argc, argv);
+	struct opts o;
+	parse_options(argc, argv, &o);
+	check_options(argc, argv, &o);
+	open_device(&o);
+	if (!measure) {
+		Ks[0] = o.K;
+		nK = 1;
+		refuse_tty_stdout();
+		if (x3_writer_open_fd(STDOUT_FILENO, zlevel, &out))
+			die_x3("stdout");
+	}
+	if (o.hfile)
+		hess_cache_load(&hc, o.hfile);
+	x3_reader *in;
+	t_mark = x3_now();   /* the reader waits for the first frame */
+	t_start = t_mark - t_main;
+	if (x3_reader_open_fd(STDIN_FILENO, "stdin", 0, &in))
+		die_x3("stdin");
+	if (!encode_stream(in, o.hfile))
 		die("no weight frames on standard input");
 	x3_reader_close(in);
 	hess_cache_free(&hc);

@@ -182,228 +182,305 @@ void x3_pack_layout_free(x3_pack_layout *l)
 	memset(l, 0, sizeof *l);
 }
 
-#define TRY(x) do { if ((rc = (x))) goto out; } while (0)
+/* the failure of x (X3_OK or a fatal code) returned to the caller */
+#define TRY(x) do { int rc_ = (x); if (rc_) return rc_; } while (0)
 
 static int cmp_name(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
+/* What x3_pack_classify works on: its input, the layout it fills, and the
+ * indexes it builds of the stream and the model description. */
+typedef struct {
+	const x3_pack_in *p;
+	x3_pack_layout *L;
+	const x3_module **lin;              /* the linears of the description */
+	int nlin;
+	const x3_tensor *(*part)[P_COUNT];  /* each linear's stream tensors */
+	int *used;                          /* stream tensor i is placed */
+	int *linpos;                        /* module -> its j in lin, or -1 */
+	char **inout;                       /* the stream's output names, sorted */
+	x3_modix *ix;
+	x3_strix byname;                    /* stream name -> first position */
+} classify_ctx;
+
+/* the allocations and the indexes of the stream's names and of the modules */
+static int ctx_init(classify_ctx *c, const x3_pack_in *p, x3_pack_layout *L)
 {
-	memset(L, 0, sizeof *L);
-	int nin = p->nin, rc = X3_OK, head_opt = p->head_bits;
-	x3_tensor *const *in = p->in;
-	const char *src = p->src_name;
-	/* the linears of the description */
-	const x3_module **lin = calloc((size_t)p->nmods + 1, sizeof *lin);
-	int nlin = 0;
-	const x3_tensor *(*part)[P_COUNT] = calloc((size_t)p->nmods + 1, sizeof *part);
-	int *used = calloc((size_t)(nin ? nin : 1), sizeof *used);
-	int *linpos = calloc((size_t)p->nmods + 1, sizeof *linpos);   /* module -> its j in lin, or -1 */
-	char **inout = calloc((size_t)nin + 1, sizeof *inout);          /* the stream's output names, sorted */
-	x3_modix *ix = NULL;
-	x3_strix byname = X3_STRIX_INIT;
-	if (!lin || !part || !used || !linpos || !inout) {
-		rc = x3_err(X3_ENOMEM, "out of memory");
-		goto out;
-	}
+	int nin = p->nin;
+	*c = (classify_ctx){ .p = p, .L = L, .byname = X3_STRIX_INIT };
+	c->lin = calloc((size_t)p->nmods + 1, sizeof *c->lin);
+	c->part = calloc((size_t)p->nmods + 1, sizeof *c->part);
+	c->used = calloc((size_t)(nin ? nin : 1), sizeof *c->used);
+	c->linpos = calloc((size_t)p->nmods + 1, sizeof *c->linpos);
+	c->inout = calloc((size_t)nin + 1, sizeof *c->inout);
+	if (!c->lin || !c->part || !c->used || !c->linpos || !c->inout)
+		return x3_err(X3_ENOMEM, "out of memory");
 	for (int i = nin - 1; i >= 0; i--)
-		if ((rc = x3_strix_put(&byname, in[i]->name, i)))
-			goto out;
-	if ((rc = x3_modix_build(p->mods, p->nmods, &ix)))
-		goto out;
+		TRY(x3_strix_put(&c->byname, p->in[i]->name, i));
+	TRY(x3_modix_build(p->mods, p->nmods, &c->ix));
 	for (int i = 0; i < p->nmods; i++) {
-		linpos[i] = -1;
+		c->linpos[i] = -1;
 		if (p->mods[i].d->kind == X3_KIND_LINEAR) {
-			linpos[i] = nlin;
-			lin[nlin++] = &p->mods[i];
+			c->linpos[i] = c->nlin;
+			c->lin[c->nlin++] = &p->mods[i];
 		}
 	}
+	return X3_OK;
+}
 
-	/* 1. the stream's tensors of each linear */
-	for (int i = 0; i < nin; i++) {
-		const char *name = in[i]->name, *dot = strrchr(name, '.');
-		const x3_module *own = x3_modix_owner(ix, name);
-		if (!dot || !own || linpos[own - p->mods] < 0)
+static void ctx_free(classify_ctx *c)
+{
+	x3_modix_free(c->ix);
+	x3_strix_free(&c->byname);
+	if (c->inout)
+		for (int i = 0; i < c->p->nin; i++)
+			free(c->inout[i]);
+	free(c->inout);
+	free(c->linpos);
+	free(c->lin);
+	free(c->part);
+	free(c->used);
+}
+
+/* 1. the stream's tensors of each linear into part (a name of a linear
+ * that is none of its parts is a problem); each one is marked used */
+static int collect_parts(classify_ctx *c)
+{
+	const x3_pack_in *p = c->p;
+	for (int i = 0; i < p->nin; i++) {
+		const char *name = p->in[i]->name, *dot = strrchr(name, '.');
+		const x3_module *own = x3_modix_owner(c->ix, name);
+		if (!dot || !own || c->linpos[own - p->mods] < 0)
 			continue;
-		{
-			int j = (int)linpos[own - p->mods], q;
-			for (q = 0; q < P_COUNT; q++)
-				if (!strcmp(dot + 1, part_name[q]))
-					break;
-			if (q == P_COUNT)
-				TRY(problem(L, "tensor '%s': not a tensor of an EXL3 linear (trellis, suh, svh, mcg, "
-				            "mul1, bias; legacy su/sv are not written)", name));
-			else
-				part[j][q] = in[i];
-			used[i] = 1;
-		}
+		int j = (int)c->linpos[own - p->mods], q;
+		for (q = 0; q < P_COUNT; q++)
+			if (!strcmp(dot + 1, part_name[q]))
+				break;
+		if (q == P_COUNT)
+			TRY(problem(c->L, "tensor '%s': not a tensor of an EXL3 linear (trellis, suh, svh, mcg, "
+			            "mul1, bias; legacy su/sv are not written)", name));
+		else
+			c->part[j][q] = p->in[i];
+		c->used[i] = 1;
 	}
+	return X3_OK;
+}
 
-	/* 2. linears */
-	for (int j = 0; j < nlin; j++) {
-		const x3_module *M = lin[j];
-		const x3_tensor **P = part[j];
-		int is_head = M->d->role == X3_ROLE_HEAD;
-		int has_q = P[P_TRELLIS] || P[P_SUH] || P[P_SVH] || P[P_MCG] || P[P_MUL1];
-		char bname[X3_KEY_MAX + 8], wn[X3_KEY_MAX + 8];
-		snprintf(bname, sizeof bname, "%s.bias", M->key);
-		snprintf(wn, sizeof wn, "%s.weight", M->key);
-		const x3_tensor *sbias = x3_st_find(p->src, bname);
-		if (M->sliced) {
-			/* a row slice: SRC's bias is the fused source's */
-			char sb[X3_KEY_MAX + 8];
-			snprintf(sb, sizeof sb, "%s.bias", M->src);
-			sbias = x3_st_find(p->src, sb);
-		}
-		int64_t bias_len = 0, shp[2] = {M->out, M->in};
-		if (has_q && P[P_WEIGHT]) {
-			TRY(problem(L, "linear '%s': both quantized tensors and an unquantized .weight", M->key));
-			continue;
-		}
-		if (has_q) {
-			int K, cb;
-			if (x3_pack_check_exl3(M->key, M->in, M->out, P[P_TRELLIS], P[P_SUH], P[P_SVH],
-			                       P[P_MCG], P[P_MUL1], &K, &cb)) {
-				TRY(problem(L, "%s", x3_errmsg()));
-				continue;
-			}
-			int64_t mk;
-			if (x3_meta_get_i64(P[P_TRELLIS], "K", &mk) == X3_OK && mk != K)
-				TRY(problem(L, "tensor '%s': metadata K=%lld but the shape says K=%d",
-				            P[P_TRELLIS]->name, (long long)mk, K));
-			/* a missing marker would silently decode as 3INST */
-			const char *mcb = x3_meta_get(P[P_TRELLIS], "codebook");
-			if (mcb && strcmp(mcb, cb_name(cb)))
-				TRY(problem(L, "linear '%s': the trellis metadata says codebook %s, the stream has %s",
-				            M->key, mcb, cb == X3_CB_3INST ? "no marker (3inst)" : cb_name(cb)));
-			int pk = p->plan && p->plan->K ? p->plan->K[M - p->mods] : 0;
-			if (pk && pk != K)
-				TRY(problem(L, "linear '%s': K=%d in the stream, the plan says %d", M->key, K, pk));
-			if (is_head) {
-				L->head_bits = K;
-			} else if (M->d->role == X3_ROLE_MTP) {
-				/* outside the budget, one K for the layer (ExLlamaV3's mtp_bits) */
-				if (L->mtp_bits && L->mtp_bits != K)
-					TRY(problem(L, "linear '%s': K=%d, but the multi-token prediction layer's other "
-					            "linears have K=%d", M->key, K, L->mtp_bits));
-				L->mtp_bits = K;
-			} else {
-				L->sum_k += (double)M->in * (double)M->out * K;
-				L->sum_n += (double)M->in * (double)M->out;
-				L->cb_count[cb]++;
-			}
-			const int parts[5] = {P_TRELLIS, P_SUH, P_SVH, P_MCG, P_MUL1};
-			for (int q = 0; q < 5; q++) {
-				const x3_tensor *s = P[parts[q]];
-				if (s)
-					TRY(add_ent(L, s->name, s->dtype, s->rank, s->shape, stream_index(&byname, p, s), NULL));
-			}
-			bias_len = x3_pack_pad128(M->out);
-		} else if (P[P_WEIGHT]) {
-			const x3_tensor *w = P[P_WEIGHT];
-			if (!is_head) {
-				TRY(problem(L, "linear '%s': stored unquantized (.weight); only the head may be 16-bit",
-				            M->key));
-				continue;
-			}
-			if (w->rank != 2 || w->shape[0] != M->out || w->shape[1] != M->in || !is_float(w->dtype)) {
-				char s[64];
-				TRY(problem(L, "tensor '%s': %s %s, expected a float %lldx%lld", w->name,
-				            x3_dtype_name(w->dtype), x3_shape_str(w, s, sizeof s),
-				            (long long)M->out, (long long)M->in));
-				continue;
-			}
-			TRY(add_ent(L, w->name, X3_F16, 2, shp, stream_index(&byname, p, w), NULL));
-			L->head_bits = 16;
-			bias_len = M->out;
-		} else if (is_head && M->tied && (head_opt == 0 || head_opt == 16)) {
-			/* Tied, no quantized head: store KEY.weight, an F16 copy of the
-			 * embedding, as ExLlamaV3's converter does (it clones the head
-			 * from the embedding). Its own loader would fall back to the
-			 * embedding, but its transformers integration unties the
-			 * embeddings and would leave a missing head random. */
-			const char *en = M->weight;
-			const x3_tensor *emb = NULL;
-			int ii;
-			for (ii = 0; ii < nin && strcmp(in[ii]->name, en); ii++)
-				;
-			if (ii < nin)
-				emb = in[ii];
-			else if (p->passthrough)
-				emb = x3_st_find(p->src, en);
-			if (!emb)
-				continue;   /* reported missing with the pass-through tensors */
-			if (emb->rank != 2 || emb->shape[0] != M->out || emb->shape[1] != M->in || !is_float(emb->dtype)) {
-				char sh[64];
-				TRY(problem(L, "tensor '%s': %s %s, expected a float %lldx%lld (it is also the tied head)",
-				            en, x3_dtype_name(emb->dtype), x3_shape_str(emb, sh, sizeof sh),
-				            (long long)M->out, (long long)M->in));
-				continue;
-			}
-			TRY(add_ent(L, wn, X3_F16, 2, shp, ii < nin ? ii : -1, ii < nin ? NULL : emb));
-			L->head_bits = 16;
-			bias_len = M->out;
-		} else if (is_head && head_opt == 16) {
-			const x3_tensor *w = x3_st_find(p->src, wn);
-			if (!p->passthrough || !w) {
-				TRY(problem(L, "missing tensor '%s' (--head-bits 16: give it on stdin%s)", wn,
-				            w ? " or use --passthrough" : ""));
-				continue;
-			}
-			if (w->rank != 2 || w->shape[0] != M->out || w->shape[1] != M->in || !is_float(w->dtype)) {
-				TRY(problem(L, "tensor '%s' in %s: not a float %lldx%lld", wn, src,
-				            (long long)M->out, (long long)M->in));
-				continue;
-			}
-			TRY(add_ent(L, wn, X3_F16, 2, shp, -1, w));
-			L->head_bits = 16;
-			bias_len = M->out;
-		} else {
-			TRY(problem(L, "missing linear '%s' (%s.trellis, .suh, .svh)%s", M->key, M->key,
-			            is_head ? "; for an unquantized head use --head-bits 16 --passthrough" : ""));
-			continue;
-		}
-		/* bias: present in SRC => required; stream bias without one in SRC is stray */
-		if (P[P_BIAS]) {
-			const x3_tensor *b = P[P_BIAS];
-			if (!sbias)
-				TRY(problem(L, "tensor '%s': %s has no such bias", b->name, src));
-			else if (b->rank != 1 || !is_float(b->dtype) ||
-			         (b->shape[0] != M->out && b->shape[0] != bias_len))
-				TRY(problem(L, "tensor '%s': expected a float vector of %lld", b->name, (long long)bias_len));
-			else
-				TRY(add_ent(L, b->name, X3_F16, 1, &bias_len, stream_index(&byname, p, b), NULL));
-		} else if (sbias) {
-			if (M->sliced)
-				TRY(problem(L, "missing tensor '%s' (rows %lld..%lld of '%s' in %s: give it on stdin)",
-				            bname, (long long)M->row0, (long long)(M->row0 + M->out), sbias->name, src));
-			else if (!p->passthrough)
-				TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)",
-				            bname, src));
-			else if (sbias->rank != 1 || sbias->shape[0] != M->out || !is_float(sbias->dtype))
-				TRY(problem(L, "tensor '%s' in %s: expected a float vector of %lld", bname, src,
-				            (long long)M->out));
-			else
-				TRY(add_ent(L, bname, X3_F16, 1, &bias_len, -1, sbias));
-		}
+/* A quantized linear M (its parts P): the parts checked against the
+ * shapes, the metadata and the plan, its K counted into the layout, its
+ * parts stored. *stored: 1 when they are (then *bias_len is the length of
+ * its bias), 0 when a problem leaves it out. */
+static int store_quantized(classify_ctx *c, const x3_module *M, const x3_tensor **P,
+                           int64_t *bias_len, int *stored)
+{
+	const x3_pack_in *p = c->p;
+	x3_pack_layout *L = c->L;
+	int K, cb;
+	if (x3_pack_check_exl3(M->key, M->in, M->out, P[P_TRELLIS], P[P_SUH], P[P_SVH],
+	                       P[P_MCG], P[P_MUL1], &K, &cb))
+		return problem(L, "%s", x3_errmsg());
+	int64_t mk;
+	if (x3_meta_get_i64(P[P_TRELLIS], "K", &mk) == X3_OK && mk != K)
+		TRY(problem(L, "tensor '%s': metadata K=%lld but the shape says K=%d",
+		            P[P_TRELLIS]->name, (long long)mk, K));
+	/* a missing marker would silently decode as 3INST */
+	const char *mcb = x3_meta_get(P[P_TRELLIS], "codebook");
+	if (mcb && strcmp(mcb, cb_name(cb)))
+		TRY(problem(L, "linear '%s': the trellis metadata says codebook %s, the stream has %s",
+		            M->key, mcb, cb == X3_CB_3INST ? "no marker (3inst)" : cb_name(cb)));
+	int pk = p->plan && p->plan->K ? p->plan->K[M - p->mods] : 0;
+	if (pk && pk != K)
+		TRY(problem(L, "linear '%s': K=%d in the stream, the plan says %d", M->key, K, pk));
+	if (M->d->role == X3_ROLE_HEAD) {
+		L->head_bits = K;
+	} else if (M->d->role == X3_ROLE_MTP) {
+		/* outside the budget, one K for the layer (ExLlamaV3's mtp_bits) */
+		if (L->mtp_bits && L->mtp_bits != K)
+			TRY(problem(L, "linear '%s': K=%d, but the multi-token prediction layer's other "
+			            "linears have K=%d", M->key, K, L->mtp_bits));
+		L->mtp_bits = K;
+	} else {
+		L->sum_k += (double)M->in * (double)M->out * K;
+		L->sum_n += (double)M->in * (double)M->out;
+		L->cb_count[cb]++;
 	}
+	const int parts[5] = {P_TRELLIS, P_SUH, P_SVH, P_MCG, P_MUL1};
+	for (int q = 0; q < 5; q++) {
+		const x3_tensor *s = P[parts[q]];
+		if (s)
+			TRY(add_ent(L, s->name, s->dtype, s->rank, s->shape, stream_index(&c->byname, p, s), NULL));
+	}
+	*bias_len = x3_pack_pad128(M->out);
+	*stored = 1;
+	return X3_OK;
+}
 
-	/* 3. pass-through tensors: every SRC tensor that is not a linear's */
-	for (int i = 0; i < nin; i++) {
-		if (used[i])
+/* An unquantized linear M whose .weight w is on the stream: only the head
+ * may be, stored F16. *stored as for store_quantized. */
+static int store_weight(classify_ctx *c, const x3_module *M, const x3_tensor *w,
+                        int64_t *bias_len, int *stored)
+{
+	x3_pack_layout *L = c->L;
+	if (M->d->role != X3_ROLE_HEAD)
+		return problem(L, "linear '%s': stored unquantized (.weight); only the head may be 16-bit",
+		               M->key);
+	if (w->rank != 2 || w->shape[0] != M->out || w->shape[1] != M->in || !is_float(w->dtype)) {
+		char s[64];
+		return problem(L, "tensor '%s': %s %s, expected a float %lldx%lld", w->name,
+		               x3_dtype_name(w->dtype), x3_shape_str(w, s, sizeof s),
+		               (long long)M->out, (long long)M->in);
+	}
+	int64_t shp[2] = {M->out, M->in};
+	TRY(add_ent(L, w->name, X3_F16, 2, shp, stream_index(&c->byname, c->p, w), NULL));
+	L->head_bits = 16;
+	*bias_len = M->out;
+	*stored = 1;
+	return X3_OK;
+}
+
+/* A tied head M with no quantized head: stored as KEY.weight, an F16 copy
+ * of the embedding, as ExLlamaV3's converter does (it clones the head from
+ * the embedding). Its own loader would fall back to the embedding, but its
+ * transformers integration unties the embeddings and would leave a missing
+ * head random. *stored as for store_quantized (0 also when the embedding
+ * is nowhere: reported missing with the pass-through tensors). */
+static int store_tied_head(classify_ctx *c, const x3_module *M, const char *wn,
+                           int64_t *bias_len, int *stored)
+{
+	const x3_pack_in *p = c->p;
+	const char *en = M->weight;
+	const x3_tensor *emb = NULL;
+	int ii;
+	for (ii = 0; ii < p->nin && strcmp(p->in[ii]->name, en); ii++)
+		;
+	if (ii < p->nin)
+		emb = p->in[ii];
+	else if (p->passthrough)
+		emb = x3_st_find(p->src, en);
+	if (!emb)
+		return X3_OK;
+	if (emb->rank != 2 || emb->shape[0] != M->out || emb->shape[1] != M->in || !is_float(emb->dtype)) {
+		char sh[64];
+		return problem(c->L, "tensor '%s': %s %s, expected a float %lldx%lld (it is also the tied head)",
+		               en, x3_dtype_name(emb->dtype), x3_shape_str(emb, sh, sizeof sh),
+		               (long long)M->out, (long long)M->in);
+	}
+	int64_t shp[2] = {M->out, M->in};
+	TRY(add_ent(c->L, wn, X3_F16, 2, shp, ii < p->nin ? ii : -1, ii < p->nin ? NULL : emb));
+	c->L->head_bits = 16;
+	*bias_len = M->out;
+	*stored = 1;
+	return X3_OK;
+}
+
+/* The head M at --head-bits 16 with no weight on the stream: its weight wn
+ * passed through from SRC. *stored as for store_quantized. */
+static int store_source_head(classify_ctx *c, const x3_module *M, const char *wn,
+                             int64_t *bias_len, int *stored)
+{
+	const x3_pack_in *p = c->p;
+	const x3_tensor *w = x3_st_find(p->src, wn);
+	if (!p->passthrough || !w)
+		return problem(c->L, "missing tensor '%s' (--head-bits 16: give it on stdin%s)", wn,
+		               w ? " or use --passthrough" : "");
+	if (w->rank != 2 || w->shape[0] != M->out || w->shape[1] != M->in || !is_float(w->dtype))
+		return problem(c->L, "tensor '%s' in %s: not a float %lldx%lld", wn, p->src_name,
+		               (long long)M->out, (long long)M->in);
+	int64_t shp[2] = {M->out, M->in};
+	TRY(add_ent(c->L, wn, X3_F16, 2, shp, -1, w));
+	c->L->head_bits = 16;
+	*bias_len = M->out;
+	*stored = 1;
+	return X3_OK;
+}
+
+/* The bias of the stored linear M (bias_len long): present in SRC =>
+ * required, from the stream (b) or passed through; a stream bias without
+ * one in SRC is stray. */
+static int store_bias(classify_ctx *c, const x3_module *M, const x3_tensor *b, int64_t bias_len)
+{
+	const x3_pack_in *p = c->p;
+	const char *src = p->src_name;
+	char bname[X3_KEY_MAX + 8];
+	snprintf(bname, sizeof bname, "%s.bias", M->key);
+	const x3_tensor *sbias = x3_st_find(p->src, bname);
+	if (M->sliced) {
+		/* a row slice: SRC's bias is the fused source's */
+		char sb[X3_KEY_MAX + 8];
+		snprintf(sb, sizeof sb, "%s.bias", M->src);
+		sbias = x3_st_find(p->src, sb);
+	}
+	if (b) {
+		if (!sbias)
+			return problem(c->L, "tensor '%s': %s has no such bias", b->name, src);
+		if (b->rank != 1 || !is_float(b->dtype) || (b->shape[0] != M->out && b->shape[0] != bias_len))
+			return problem(c->L, "tensor '%s': expected a float vector of %lld", b->name,
+			               (long long)bias_len);
+		return add_ent(c->L, b->name, X3_F16, 1, &bias_len, stream_index(&c->byname, p, b), NULL);
+	}
+	if (!sbias)
+		return X3_OK;
+	if (M->sliced)
+		return problem(c->L, "missing tensor '%s' (rows %lld..%lld of '%s' in %s: give it on stdin)",
+		               bname, (long long)M->row0, (long long)(M->row0 + M->out), sbias->name, src);
+	if (!p->passthrough)
+		return problem(c->L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)",
+		               bname, src);
+	if (sbias->rank != 1 || sbias->shape[0] != M->out || !is_float(sbias->dtype))
+		return problem(c->L, "tensor '%s' in %s: expected a float vector of %lld", bname, src,
+		               (long long)M->out);
+	return add_ent(c->L, bname, X3_F16, 1, &bias_len, -1, sbias);
+}
+
+/* 2. the linear j: its weight (quantized, an unquantized head, the tied
+ * head, the head from SRC) and then its bias, or the problem that leaves
+ * it out */
+static int classify_linear(classify_ctx *c, int j)
+{
+	const x3_module *M = c->lin[j];
+	const x3_tensor **P = c->part[j];
+	int is_head = M->d->role == X3_ROLE_HEAD, head_opt = c->p->head_bits;
+	int has_q = P[P_TRELLIS] || P[P_SUH] || P[P_SVH] || P[P_MCG] || P[P_MUL1];
+	char wn[X3_KEY_MAX + 8];
+	snprintf(wn, sizeof wn, "%s.weight", M->key);
+	int64_t bias_len = 0;
+	int stored = 0;
+	if (has_q && P[P_WEIGHT])
+		return problem(c->L, "linear '%s': both quantized tensors and an unquantized .weight", M->key);
+	if (has_q)
+		TRY(store_quantized(c, M, P, &bias_len, &stored));
+	else if (P[P_WEIGHT])
+		TRY(store_weight(c, M, P[P_WEIGHT], &bias_len, &stored));
+	else if (is_head && M->tied && (head_opt == 0 || head_opt == 16))
+		TRY(store_tied_head(c, M, wn, &bias_len, &stored));
+	else if (is_head && head_opt == 16)
+		TRY(store_source_head(c, M, wn, &bias_len, &stored));
+	else
+		return problem(c->L, "missing linear '%s' (%s.trellis, .suh, .svh)%s", M->key, M->key,
+		               is_head ? "; for an unquantized head use --head-bits 16 --passthrough" : "");
+	return stored ? store_bias(c, M, P[P_BIAS], bias_len) : X3_OK;
+}
+
+/* 3a. the stream's tensors that are no linear's: passed through under
+ * their output name (a renamed module's tensor, Mixtral v5's mlp.gate,
+ * given by either name: written under the output's, found in SRC under
+ * the source's), each checked against SRC's */
+static int pass_stream(classify_ctx *c)
+{
+	const x3_pack_in *p = c->p;
+	x3_tensor *const *in = p->in;
+	for (int i = 0; i < p->nin; i++) {
+		if (c->used[i])
 			continue;
 		char on[X3_KEY_MAX + 16], sn[X3_KEY_MAX + 16];
-		/* a renamed module's tensor (Mixtral v5's mlp.gate), given by
-		 * either name: written under the output's, found in SRC under
-		 * the source's */
-		x3_modix_out_name(ix, in[i]->name, on, sizeof on);
-		x3_modix_src_name(ix, on, sn, sizeof sn);
+		x3_modix_out_name(c->ix, in[i]->name, on, sizeof on);
+		x3_modix_src_name(c->ix, on, sn, sizeof sn);
 		const x3_tensor *s = x3_st_find(p->src, sn);
 		if (!s) {
-			TRY(problem(L, "stray tensor '%s' (not a linear of the architecture and not in %s)",
-			            in[i]->name, src));
+			TRY(problem(c->L, "stray tensor '%s' (not a linear of the architecture and not in %s)",
+			            in[i]->name, p->src_name));
 			continue;
 		}
 		int same = s->rank == in[i]->rank;
@@ -411,33 +488,47 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			same = s->shape[d] == in[i]->shape[d];
 		if (!same) {
 			char a[64], b[64];
-			TRY(problem(L, "tensor '%s': shape %s, but %s in %s", in[i]->name,
-			            x3_shape_str(in[i], a, sizeof a), x3_shape_str(s, b, sizeof b), src));
+			TRY(problem(c->L, "tensor '%s': shape %s, but %s in %s", in[i]->name,
+			            x3_shape_str(in[i], a, sizeof a), x3_shape_str(s, b, sizeof b), p->src_name));
 			continue;
 		}
-		TRY(add_ent(L, on, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
-		used[i] = 1;
+		TRY(add_ent(c->L, on, passthrough_dtype(in[i]->dtype), in[i]->rank, in[i]->shape, i, NULL));
+		c->used[i] = 1;
 	}
-	/* the stream's tensors by output name: a source tensor given on the
-	 * stream is not passed through from SRC */
+	return X3_OK;
+}
+
+/* the stream's tensors by output name, sorted into inout: a source tensor
+ * given on the stream is not passed through from SRC */
+static int index_stream_names(classify_ctx *c)
+{
+	int nin = c->p->nin;
 	for (int i = 0; i < nin; i++) {
 		char on[X3_KEY_MAX + 16];
-		x3_modix_out_name(ix, in[i]->name, on, sizeof on);
-		if (!(inout[i] = strdup(on)))
-			TRY(x3_err(X3_ENOMEM, "out of memory"));
+		x3_modix_out_name(c->ix, c->p->in[i]->name, on, sizeof on);
+		if (!(c->inout[i] = strdup(on)))
+			return x3_err(X3_ENOMEM, "out of memory");
 	}
-	qsort(inout, (size_t)nin, sizeof *inout, cmp_name);
+	qsort(c->inout, (size_t)nin, sizeof *c->inout, cmp_name);
+	return X3_OK;
+}
+
+/* 3b. every SRC tensor that is no linear's and not on the stream: passed
+ * through (with --passthrough; else missing), under its output name
+ * (Mixtral v5's mlp.gate as block_sparse_moe.gate: x3_modules_out_name) */
+static int pass_source(classify_ctx *c)
+{
+	const x3_pack_in *p = c->p;
+	x3_pack_layout *L = c->L;
 	for (int i = 0; i < x3_st_count(p->src); i++) {
 		const x3_tensor *s = x3_st_get(p->src, i);
 		char name[X3_KEY_MAX + 16];
-		/* written under its output name (Mixtral v5's mlp.gate as
-		 * block_sparse_moe.gate: x3_modules_out_name) */
-		x3_modix_out_name(ix, s->name, name, sizeof name);
-		const x3_module *own = x3_modix_owner(ix, name);
+		x3_modix_out_name(c->ix, s->name, name, sizeof name);
+		const x3_module *own = x3_modix_owner(c->ix, name);
 		size_t nl = strlen(name), rl = strlen("rotary_emb.inv_freq");
 		/* the RoPE buffer some writers store is not a weight */
 		/* ... nor a fused tensor whose rows are linears (x3_row_slice) */
-		if ((own && own->d->kind == X3_KIND_LINEAR) || x3_modix_slice_of(ix, name) ||
+		if ((own && own->d->kind == X3_KIND_LINEAR) || x3_modix_slice_of(c->ix, name) ||
 		    (nl >= rl && !strcmp(name + nl - rl, "rotary_emb.inv_freq")))
 			continue;
 		if (!own && x3_arch_skipped(p->cfg, name)) {
@@ -445,10 +536,11 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 			continue;
 		}
 		const char *key = name;
-		if (bsearch(&key, inout, (size_t)nin, sizeof *inout, cmp_name))
+		if (bsearch(&key, c->inout, (size_t)p->nin, sizeof *c->inout, cmp_name))
 			continue;
 		if (!p->passthrough) {
-			TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)", name, src));
+			TRY(problem(L, "missing tensor '%s' (in %s; give it on stdin or use --passthrough)", name,
+			            p->src_name));
 			continue;
 		}
 		/* an FP8 block-scaled source tensor (DeepSeek's kv_b_proj) is
@@ -465,36 +557,51 @@ int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
 		TRY(add_ent(L, name, s->scale_inv ? passthrough_dtype(X3_F32) : passthrough_dtype(s->dtype),
 		            s->rank, s->shape, -1, s));
 	}
+	return X3_OK;
+}
 
-	/* 4. linears quantized without error feedback (a trellis frame says
-	 * fallback=1): recorded in quantization_config.json, for validate */
+/* 4. linears quantized without error feedback (a trellis frame says
+ * fallback=1): recorded in quantization_config.json, for validate */
+static int record_fallbacks(classify_ctx *c)
+{
+	x3_pack_layout *L = c->L;
 	L->fallback_key = calloc((size_t)L->nent + 1, sizeof *L->fallback_key);
 	L->fallback_why = calloc((size_t)L->nent + 1, sizeof *L->fallback_why);
 	if (!L->fallback_key || !L->fallback_why)
-		TRY(x3_err(X3_ENOMEM, "out of memory"));
+		return x3_err(X3_ENOMEM, "out of memory");
 	for (int i = 0; i < L->nent; i++) {
-		const x3_tensor *t = L->ent[i].in >= 0 ? in[L->ent[i].in] : NULL;
+		const x3_tensor *t = L->ent[i].in >= 0 ? c->p->in[L->ent[i].in] : NULL;
 		size_t l = t ? strlen(t->name) : 0;
 		int64_t fb;
 		if (!t || l < 8 || strcmp(t->name + l - 8, ".trellis") ||
 		    x3_meta_get_i64(t, "fallback", &fb) != X3_OK || !fb)
 			continue;
 		if (!(L->fallback_key[L->nfallback] = strndup(t->name, l - 8)))
-			TRY(x3_err(X3_ENOMEM, "out of memory"));
+			return x3_err(X3_ENOMEM, "out of memory");
 		const char *why = x3_meta_get(t, "fallback_reason");
 		L->fallback_why[L->nfallback++] = why ? why : "no usable Hessian";
 	}
-out:
-	x3_modix_free(ix);
-	x3_strix_free(&byname);
-	if (inout)
-		for (int i = 0; i < nin; i++)
-			free(inout[i]);
-	free(inout);
-	free(linpos);
-	free(lin);
-	free(part);
-	free(used);
+	return X3_OK;
+}
+
+int x3_pack_classify(const x3_pack_in *p, x3_pack_layout *L)
+{
+	memset(L, 0, sizeof *L);
+	classify_ctx c;
+	int rc = ctx_init(&c, p, L);
+	if (!rc)
+		rc = collect_parts(&c);
+	for (int j = 0; !rc && j < c.nlin; j++)
+		rc = classify_linear(&c, j);
+	if (!rc)
+		rc = pass_stream(&c);
+	if (!rc)
+		rc = index_stream_names(&c);
+	if (!rc)
+		rc = pass_source(&c);
+	if (!rc)
+		rc = record_fallbacks(&c);
+	ctx_free(&c);
 	if (rc)
 		x3_pack_layout_free(L);
 	return rc;

@@ -90,24 +90,13 @@ const x3_module *x3_pack_sizer_modules(const x3_pack_sizer *s, int *n)
 	return s->mods;
 }
 
-int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
+/* The stream of a conversion into in (*nin tensors): what trellis-encode
+ * writes for every quantized linear at its K (the head at head_bits; none
+ * at 16), its codebook's marker pointing at marker. */
+static int size_stream(const x3_pack_sizer *sz, const int *K, int cb, unsigned char *marker,
+                       x3_tensor **in, int *nin)
 {
-	memset(out, 0, sizeof *out);
-	int rc = X3_OK, nin = 0, cb = cb_of(sz->o.codebook ? sz->o.codebook : "mul1");
-	x3_tensor **in = calloc((size_t)sz->nmods * 4 + 1, sizeof *in);
-	struct sz_ent *e = NULL;
-	x3_tensor **hdr = NULL;
-	x3_pack_layout L;
-	int have_layout = 0;
-	char *txt = NULL;
-	unsigned char marker[4];
-	uint32_t mult = cb == X3_CB_MCG ? X3_MCG_MULT : X3_MUL1_MULT;
-	for (int b = 0; b < 4; b++)
-		marker[b] = (unsigned char)(mult >> (8 * b));
-	if (!in)
-		return x3_err(X3_ENOMEM, "out of memory");
-	/* the stream of a conversion: what trellis-encode writes for every
-	 * quantized linear at its K (the head at head_bits; none at 16) */
+	int n = 0, rc = X3_OK;
 	for (int j = 0; j < sz->nmods && !rc; j++) {
 		const x3_module *m = &sz->mods[j];
 		if (m->d->kind != X3_KIND_LINEAR)
@@ -124,53 +113,52 @@ int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
 		int64_t ts[3] = {kp / 16, np / 16, 16 * k};
 		char name[X3_KEY_MAX + 16];
 		snprintf(name, sizeof name, "%s.trellis", m->key);
-		in[nin] = x3_tensor_new(name, X3_I16, 3, ts, 0);
-		if (in[nin])
-			nin++;
+		in[n] = x3_tensor_new(name, X3_I16, 3, ts, 0);
+		if (in[n])
+			n++;
 		snprintf(name, sizeof name, "%s.suh", m->key);
-		if ((in[nin] = x3_tensor_new1(name, X3_F16, kp)))
-			nin++;
+		if ((in[n] = x3_tensor_new1(name, X3_F16, kp)))
+			n++;
 		snprintf(name, sizeof name, "%s.svh", m->key);
-		if ((in[nin] = x3_tensor_new1(name, X3_F16, np)))
-			nin++;
+		if ((in[n] = x3_tensor_new1(name, X3_F16, np)))
+			n++;
 		if (cb != X3_CB_3INST) {
 			snprintf(name, sizeof name, "%s.%s", m->key, cb == X3_CB_MCG ? "mcg" : "mul1");
-			if ((in[nin] = x3_tensor_new(name, X3_I32, 0, NULL, 0))) {
-				in[nin]->data = marker;   /* classify checks the multiplier */
-				nin++;
+			if ((in[n] = x3_tensor_new(name, X3_I32, 0, NULL, 0))) {
+				in[n]->data = marker;   /* classify checks the multiplier */
+				n++;
 			}
 		}
-		if (nin == 0 || !in[nin - 1])
+		if (n == 0 || !in[n - 1])
 			rc = x3_err(X3_ENOMEM, "out of memory");
 	}
-	x3_pack_in pin = {
-		.cfg = &sz->cfg, .mods = sz->mods, .nmods = sz->nmods, .in = in, .nin = nin, .src = sz->src,
-		.src_name = sz->src_dir, .passthrough = 1, .head_bits = sz->o.head_bits,
-	};
-	if (!rc && !(rc = x3_pack_classify(&pin, &L)))
-		have_layout = 1;
-	if (!rc && L.nprob)
-		rc = x3_err(X3_EFORMAT, "%s (and %d more problems)", L.prob[0], L.nprob - 1);
-	if (rc)
-		goto out;
-	/* the shards, in model order, by the writer's own code */
-	e = calloc((size_t)L.nent + 1, sizeof *e);
-	hdr = calloc((size_t)L.nent + 1, sizeof *hdr);
-	if (!e || !hdr) {
-		rc = x3_err(X3_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int i = 0; i < L.nent; i++) {
-		e[i].t = L.ent[i].t;
+	*nin = n;
+	return rc;
+}
+
+/* The shards of layout L, in model order, by the writer's own code: the
+ * tensor, safetensors and shard counts into out; hdr[i] the i-th tensor
+ * written. */
+static int size_shards(const x3_pack_sizer *sz, const x3_pack_layout *L, x3_tensor **hdr,
+                       x3_pack_size_info *out)
+{
+	struct sz_ent *e = calloc((size_t)L->nent + 1, sizeof *e);
+	if (!e)
+		return x3_err(X3_ENOMEM, "out of memory");
+	for (int i = 0; i < L->nent; i++) {
+		e[i].t = L->ent[i].t;
 		x3_pack_order(&sz->cfg, e[i].t->name, &e[i].module, &e[i].rank);
 		out->tensor_bytes += e[i].t->nbytes;
 	}
-	qsort(e, (size_t)L.nent, sizeof *e, sz_cmp);
+	qsort(e, (size_t)L->nent, sizeof *e, sz_cmp);
 	x3_stw *w;
-	if ((rc = x3_stw_create_sizer(sz->o.shard_bytes, 0, &w)))
-		goto out;
+	int rc = x3_stw_create_sizer(sz->o.shard_bytes, 0, &w);
+	if (rc) {
+		free(e);
+		return rc;
+	}
 	long module = -1;
-	for (int i = 0; i < L.nent && !rc; i++) {
+	for (int i = 0; i < L->nent && !rc; i++) {
 		if (e[i].module != module) {
 			x3_stw_module(w);
 			module = e[i].module;
@@ -178,25 +166,32 @@ int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
 		rc = x3_stw_add(w, e[i].t);
 		hdr[i] = e[i].t;
 	}
+	free(e);
 	if (rc) {
 		x3_stw_abort(w);
-		goto out;
+		return rc;
 	}
 	uint64_t st_bytes;
 	if ((rc = x3_stw_size(w, &st_bytes, &out->nshards)))
-		goto out;
+		return rc;
 	out->safetensors_bytes = st_bytes;
-	out->ntensors = L.nent;
-	/* the three JSON texts, as pack-write writes them */
-	out->bits = L.sum_n > 0 ? L.sum_k / L.sum_n : 0;
+	out->ntensors = L->nent;
+	return X3_OK;
+}
+
+/* The bytes of the three JSON texts, as pack-write writes them, into
+ * out->json_bytes (and the bits per weight into out->bits). */
+static int size_json(const x3_pack_sizer *sz, const x3_pack_layout *L, x3_tensor **hdr,
+                     x3_pack_size_info *out)
+{
+	out->bits = L->sum_n > 0 ? L->sum_k / L->sum_n : 0;
 	/* the MTP layer's linears are encoded without a Hessian: each is a
 	 * "fallback" entry of quantization_config.json */
-	int nfb = 0;
+	int nfb = 0, rc;
 	const char **fbk = calloc((size_t)sz->nmods + 1, sizeof *fbk), **fbw = calloc((size_t)sz->nmods + 1, sizeof *fbw);
 	if (!fbk || !fbw) {
 		free(fbk), free(fbw);
-		rc = x3_err(X3_ENOMEM, "out of memory");
-		goto out;
+		return x3_err(X3_ENOMEM, "out of memory");
 	}
 	for (int j = 0; j < sz->nmods; j++)
 		if (sz->mods[j].d->kind == X3_KIND_LINEAR && sz->mods[j].d->role == X3_ROLE_MTP) {
@@ -204,35 +199,44 @@ int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
 			fbw[nfb++] = X3_FALLBACK_NO_HESSIAN;
 		}
 	x3_pack_qcfg q = {
-		.bits = out->bits, .head_bits = L.head_bits ? L.head_bits : sz->o.head_bits ? sz->o.head_bits : 16,
-		.mtp_bits = L.mtp_bits, .nfallback = nfb, .fallback_key = fbk, .fallback_why = fbw,
+		.bits = out->bits, .head_bits = L->head_bits ? L->head_bits : sz->o.head_bits ? sz->o.head_bits : 16,
+		.mtp_bits = L->mtp_bits, .nfallback = nfb, .fallback_key = fbk, .fallback_why = fbw,
 		.cal_rows = sz->o.cal_rows, .cal_cols = sz->o.cal_cols,
 		.out_scales = sz->o.out_scales ? sz->o.out_scales : "always",
 		.codebook = sz->o.codebook ? sz->o.codebook : "mul1", .version = "1.4.1",
 		.measurement = sz->o.measurement,
 	};
+	char *txt = NULL;
 	rc = x3_pack_config_json(sz->cfg_text, &q, &txt);
 	if (!rc) {
 		out->json_bytes += strlen(txt);
 		free(txt);
-		rc = x3_pack_qconfig_json(&q, hdr, L.nent, &txt);
+		txt = NULL;
+		rc = x3_pack_qconfig_json(&q, hdr, L->nent, &txt);
 	}
 	free(fbk), free(fbw);
-	if (rc)
-		goto out;
-	out->json_bytes += strlen(txt);
-	free(txt);
-	if ((rc = x3_pack_gptqmodel_json(&q, hdr, L.nent, &txt)))
-		goto out;
+	if (rc) {
+		free(txt);
+		return rc;
+	}
 	out->json_bytes += strlen(txt);
 	free(txt);
 	txt = NULL;
-	/* the files copied from SRC */
-	DIR *d = opendir(sz->src_dir);
-	if (!d) {
-		rc = x3_err(X3_EIO, "%s: %s", sz->src_dir, strerror(errno));
-		goto out;
+	if ((rc = x3_pack_gptqmodel_json(&q, hdr, L->nent, &txt))) {
+		free(txt);
+		return rc;
 	}
+	out->json_bytes += strlen(txt);
+	free(txt);
+	return X3_OK;
+}
+
+/* The files pack-write copies from SRC: their count and bytes into out. */
+static int size_copied(const x3_pack_sizer *sz, x3_pack_size_info *out)
+{
+	DIR *d = opendir(sz->src_dir);
+	if (!d)
+		return x3_err(X3_EIO, "%s: %s", sz->src_dir, strerror(errno));
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		char p[4096];
@@ -247,10 +251,42 @@ int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
 		out->ncopied++;
 	}
 	closedir(d);
-	out->total = out->safetensors_bytes + out->json_bytes + out->copied_bytes;
-out:
-	free(txt);
-	free(e);
+	return X3_OK;
+}
+
+int x3_pack_size(const x3_pack_sizer *sz, const int *K, x3_pack_size_info *out)
+{
+	memset(out, 0, sizeof *out);
+	int rc, nin = 0, cb = cb_of(sz->o.codebook ? sz->o.codebook : "mul1");
+	x3_tensor **in = calloc((size_t)sz->nmods * 4 + 1, sizeof *in);
+	x3_tensor **hdr = NULL;
+	x3_pack_layout L;
+	int have_layout = 0;
+	unsigned char marker[4];
+	uint32_t mult = cb == X3_CB_MCG ? X3_MCG_MULT : X3_MUL1_MULT;
+	for (int b = 0; b < 4; b++)
+		marker[b] = (unsigned char)(mult >> (8 * b));
+	if (!in)
+		return x3_err(X3_ENOMEM, "out of memory");
+	rc = size_stream(sz, K, cb, marker, in, &nin);
+	x3_pack_in pin = {
+		.cfg = &sz->cfg, .mods = sz->mods, .nmods = sz->nmods, .in = in, .nin = nin, .src = sz->src,
+		.src_name = sz->src_dir, .passthrough = 1, .head_bits = sz->o.head_bits,
+	};
+	if (!rc && !(rc = x3_pack_classify(&pin, &L)))
+		have_layout = 1;
+	if (!rc && L.nprob)
+		rc = x3_err(X3_EFORMAT, "%s (and %d more problems)", L.prob[0], L.nprob - 1);
+	if (!rc && !(hdr = calloc((size_t)L.nent + 1, sizeof *hdr)))
+		rc = x3_err(X3_ENOMEM, "out of memory");
+	if (!rc)
+		rc = size_shards(sz, &L, hdr, out);
+	if (!rc)
+		rc = size_json(sz, &L, hdr, out);
+	if (!rc)
+		rc = size_copied(sz, out);
+	if (!rc)
+		out->total = out->safetensors_bytes + out->json_bytes + out->copied_bytes;
 	free(hdr);
 	if (have_layout)
 		x3_pack_layout_free(&L);
