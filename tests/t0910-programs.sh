@@ -2,7 +2,8 @@
 # Conventions every program keeps: a man page, -h prints "usage: NAME" to
 # stdout with exit 0, an unknown option exits 2 with the usage on stderr,
 # the man page's OPTIONS describe every option of the usage's synopsis, and
-# every option they describe is one the program's parser has.
+# every option they describe is one the program's parser has; every page
+# lints clean and is ASCII.
 . "$(dirname "$0")/lib.sh"
 # the options of the usage's synopsis ("usage:" and the lines after it
 # indented by 3 or more spaces), and of the man page's OPTIONS items (the
@@ -75,6 +76,16 @@ done
 if command -v mandoc >/dev/null; then
 	check "mandoc -Tlint: no error or warning in man/" mandoc -Tlint -Werror "$ROOT"/man/*.[157]
 else skip "mandoc -Tlint (no mandoc)"; fi
+# every page ASCII: man and groff without -k show other bytes as they can
+# (a Greek letter as garbage on a Latin-1 terminal); roff writes them as
+# escapes, \(*S for a sigma
+ascii_pages() {
+	! LC_ALL=C grep -n "$(printf '[\200-\377]')" "$@" | sed 's/^/# not ASCII: /' | grep .
+}
+fails() { ! "$@" >/dev/null; }
+check "man/: every page ASCII (other characters as roff escapes)" ascii_pages "$ROOT"/man/*.[157]
+printf '.TH X 1\n.SH NAME\nx \\- \316\243 numel\n' >"$TMP/sigma.1"
+check "... a page with a raw UTF-8 sigma is found" fails ascii_pages "$TMP/sigma.1"
 # make install: the pipelines under their exl3-* names in BINDIR, convert's
 # make rules (convert.mk) in DATADIR, where the installed exl3-convert finds
 # them (DESTDIR's tree: beside its bin)

@@ -2,8 +2,8 @@
 # t0940-tests: the test suite's own conventions (tests/README.md): every
 # test file has a number no other has, every number belongs to a family
 # tests/README.md describes, tests/fast names only tests that exist, and
-# tests/run counts the same at -j 1 and -j 3 and fails a test that reports
-# no check. Each checker is also run on a planted fault.
+# tests/run counts the same at -j 1 and -j 3, takes several patterns, and
+# fails a test that reports no check. Each checker is also run on a planted fault.
 . "$(dirname "$0")/lib.sh"
 
 # numbers DIR: the numbers of DIR's test files, one a line, sorted
@@ -74,5 +74,9 @@ check "tests/run @LIST runs the tests LIST names, in its order" \
 	sh -c 'printf "tests/t0006-fast.sh\n# a comment\ntests/t0002-skip.sh\n" >"$1/l" && "$1/tests/run" -j 2 "@$1/l" >"$1/o" &&
 		awk "{ print \$1 }" "$1/o" | head -2 | tr "\n" " " | grep -qx "tests/t0006-fast.sh tests/t0002-skip.sh " &&
 		tail -1 "$1/o" | grep -qx "2 passed, 0 failed, 1 skipped"' _ "$R"
+check "tests/run PATTERN...: each pattern's tests in turn, a test two patterns name once" \
+	sh -c '"$1/tests/run" t0006 "@$1/l" t0001 t0002 >"$1/o2" &&
+		awk "{ print \$1 }" "$1/o2" | head -3 | tr "\n" " " | grep -qx "tests/t0006-fast.sh tests/t0002-skip.sh tests/t0001-slow.sh " &&
+		tail -1 "$1/o2" | grep -qx "3 passed, 0 failed, 1 skipped"' _ "$R"
 check_fail "tests/run -j 0 is refused" 2 'positive count' "$R/tests/run" -j 0
 done_testing

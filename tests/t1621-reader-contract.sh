@@ -19,18 +19,19 @@ fails1() {
 	if [ "$rc" -eq 1 ]; then ok "$what"; else notok "$what"; echo "#   exit $rc (want 1)"; sed 's/^/#   /' "$out" | head -5; fi
 }
 mk() { "$ROOT/examples/make-tiny-llama" --experts 4 --top-k 2 "$@" >/dev/null; }
-mk --arch mixtral MX 2 64 80
-mk --arch qwen3-moe --moe-inter 48 --dense-layers 0 Q3 2 64 96
-mk --arch qwen2-moe --moe-inter 40 --shared-inter 72 Q2 1 64 96
-mk --arch glm4_moe --moe-inter 40 --groups 1,1 GL 2 64 96
-mk --arch deepseek_v3 --moe-inter 40 --groups 1,1 DS 2 64 96
+mk --arch mixtral MX 2 32 40
+mk --arch qwen3-moe --moe-inter 24 --dense-layers 0 Q3 2 32 48
+mk --arch qwen2-moe --moe-inter 20 --shared-inter 36 Q2 1 32 48
+mk --arch glm4_moe --moe-inter 20 --groups 1,1 GL 2 32 48
+mk --arch deepseek_v3 --moe-inter 20 --groups 1,1 DS 2 32 48
 
 for m in MX Q3 Q2 GL DS; do
 	ngroups=$(tensor-ls --linears $m | jq -r '.tied_group // empty' | sort -u | wc -l)
 	check "$m: the description ties each expert projection of a sparse layer ($ngroups groups)" test "$ngroups" -ge 3
 	for b in 2.5 3.5; do
 		q=$m.q$b
-		convert $m $q --bits $b --work $m.w$b --rows 16 --cols 64 -j 2 -q 2>$q.err
+		# one work directory for both rates: the second encodes only its new K
+		convert $m $q --bits $b --work $m.w --keep-hessians --rows 16 --cols 64 -j 2 -q 2>$q.err
 		check "$m $b bpw: convert" test -f $q/config.json
 		exl3-info --json $q >$q.info.json
 		check "$m $b bpw: one K per tied group ($ngroups groups)" \
@@ -52,7 +53,7 @@ done
 
 # --size plans in bytes with the same items: one K per tied group
 sz=$(( $(cat MX.q2.5/* | wc -c) + 2000 ))
-convert MX MX.qs --size $sz --work MX.w2.5 --rows 16 --cols 64 -j 2 -q
+convert MX MX.qs --size $sz --work MX.w --keep-hessians --rows 16 --cols 64 -j 2 -q
 check "MX --size $sz: one K per tied group, the pack within the size" \
 	sh -c "exl3-info --json MX.qs | jq -e 'all(.tied_groups[]; .one_k)' >/dev/null && [ \$(cat MX.qs/* | wc -c) -le $sz ]"
 
@@ -74,18 +75,18 @@ check "DS: kv_b_proj is a kept matrix of the description, not a linear" \
 	test "$(tensor-ls --modules DS | jq -c 'select(.key | endswith("kv_b_proj")) | [.kind, .quantized]' | sort -u)" = '["matrix",false]'
 
 # grouped routing: ExLlamaV3 v1.4.1 refuses DeepSeek-V3 with n_group > 1
-mk --arch deepseek_v3 --moe-inter 40 DG 2 64 96
-convert DG DG.q --bits 3 --work DG.w --rows 16 --cols 64 -j 2 -q
+mk --arch deepseek_v3 --moe-inter 20 DG 2 32 48
+convert DG DG.q --bits 3 --work DG.w --keep-hessians --rows 16 --cols 64 -j 2 -q
 check "DeepSeek-V3 with 2 groups converts (the default reader check is none: ExLlamaV3 does not load it)" test -f DG.q/config.json
 fails1 "DeepSeek-V3 with 2 groups: --check exllamav3 names the routing" DG.check exl3-info --check exllamav3 DG.q
 check "... the routing rule on config.json" grep -q '^exllamav3: config.json: routing: n_group 2, topk_group' DG.check
-convert DG DG.qx --bits 3 --work DG.w --rows 16 --cols 64 -j 2 -q --reader exllamav3 2>DG.qx.err && rc=0 || rc=$?
+convert DG DG.qx --bits 3 --work DG.w --keep-hessians --rows 16 --cols 64 -j 2 -q --reader exllamav3 2>DG.qx.err && rc=0 || rc=$?
 check "convert --reader exllamav3 of it fails (exit $rc), OUT not written" \
 	sh -c "[ $rc -eq 1 ] && [ ! -e DG.qx ] && grep -q 'exllamav3 would not load .*routing' DG.qx.err"
 
 # a pack of mixed-K experts, made by hand from the encodes of the work
 # directory: expert 0's gate (w1) at another K than the others'
-w=MX.w2.5
+w=MX.w
 k=$(jq -r '.tensors["model.layers.0.block_sparse_moe.experts.1.w1"]' $w/plan.json)
 ko=$(( k == 2 ? 3 : 2 ))
 for t in $(jq -r '.tensors | to_entries[] | "\(.key)=\(.value)"' $w/plan.json); do
@@ -107,7 +108,8 @@ check "... and leaves no mixed2" test ! -e mixed2
 # 0's kv_b_proj.weight, and an encode of that weight
 q=DS.q3.5
 n=model.layers.0.self_attn.kv_b_proj
-tensor-gen -d spd --meta count=64 "$n.input=40x40" >kvb.h.frames
+kvl=$(tensor-ls DS | jq -r --arg n "$n.weight" 'select(.name == $n) | .shape[1]')
+tensor-gen -d spd --meta count=64 "$n.input=${kvl}x$kvl" >kvb.h.frames
 tensor-cat -q DS "$n.weight" | had-rotate -q --hessian kvb.h.frames | trellis-encode -q -K 4 >kvb.frames
 mkdir bad
 tensor-cat -q $q $(tensor-ls $q | jq -r .name | grep -vx "$n.weight") >bad.frames

@@ -2,8 +2,9 @@
 # convert -n runs the checks the real run runs before its first step, and
 # the real run makes them before it creates anything: the config as the
 # forward pass reads it (an unknown activation or RoPE scaling, rope_theta
-# 0, a negative rms_norm_eps, another method's quantization_config), an
-# empty calibration text, the device, free disk against the predicted peak.
+# 0, an rms_norm_eps of 0, negative or NaN, another method's
+# quantization_config), an empty calibration text, the device, free disk
+# against the predicted peak.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -28,9 +29,15 @@ refused "hidden_act bogus" 1 "act: config.json: hidden_act 'bogus' is not suppor
 bad rope '.rope_scaling = {rope_type: "warp", factor: 2}'
 refused "an unknown rope scaling type" 1 "rope: config.json: rope_scaling type 'warp' is not supported" rope out --bits 3
 bad eps '.rms_norm_eps = -1'
-refused "rms_norm_eps -1" 1 "eps: config.json: rope_theta or rms_norm_eps out of range" eps out --bits 3
+refused "rms_norm_eps -1" 1 "eps: config.json: 'rms_norm_eps' = -1 is not positive" eps out --bits 3
+bad eps0 '.rms_norm_eps = 0'
+refused "rms_norm_eps 0" 1 "eps0: config.json: 'rms_norm_eps' = 0 is not positive" eps0 out --bits 3
+# NaN as Python's json module writes it: not JSON, refused by the parser
+bad epsnan '.rms_norm_eps = 12345'
+sed -i 's/12345/NaN/' epsnan/config.json
+refused "rms_norm_eps NaN" 1 "epsnan: config.json: line [0-9]+: invalid token near 'NaN'" epsnan out --bits 3
 bad theta '.rope_theta = 0'
-refused "rope_theta 0" 1 "theta: config.json: rope_theta or rms_norm_eps out of range" theta out --bits 3
+refused "rope_theta 0" 1 "theta: config.json: 'rope_theta' = 0 is not positive" theta out --bits 3
 bad gptq '.quantization_config = {quant_method: "gptq", bits: 4, group_size: 128}'
 refused "a checkpoint quantized by another method" 1 "gptq: config.json: quantization_config with quant_method 'gptq' is not supported" \
 	gptq out --bits 3

@@ -47,7 +47,8 @@ tensor-ls M | jq -r .name | grep -v '^model\.layers\.3\.' | sed -E 's/\.(weight|
 kept='mlp\.gate\.|kv_b_proj|indexer\.(wk|weights_proj)'
 kl_prev=
 for b in 2.5 4; do
-	convert M q$b --bits $b --work w$b --rows 16 --cols 64 -j 2 2>convert$b.err >/dev/null
+	# (one work directory: the second rate encodes only the widths the first did not)
+	convert M q$b --bits $b --work w --keep-hessians --rows 16 --cols 64 -j 2 2>convert$b.err >/dev/null
 	check "convert --bits $b (calibration rows of 64 = index_topk)" test -f q$b/config.json
 	check "$b bpw: the source's keys, nothing of the MTP layer" \
 		sh -c "tensor-ls q$b | jq -r .name | sed -E 's/\.(weight|bias|trellis|suh|svh|su|sv|mcg|mul1)\$//' | sort -u | cmp -s - src.keys"

@@ -653,8 +653,11 @@ static int parse_forward(json_t *root, json_t *cj, x3_model_config *c)
 			return x3_err(X3_EUNSUP, "config.json: rope_parameters rope_type '%s' is not supported "
 			              "(default is; other types as rope_scaling)", json_string_value(ty));
 	}
-	if (!(c->rope_theta > 0) || !(c->rms_eps >= 0))
-		return x3_err(X3_EFORMAT, "config.json: rope_theta or rms_norm_eps out of range");
+	/* a norm's epsilon of 0 divides a zero row by zero */
+	if (!(c->rope_theta > 0))
+		return x3_err(X3_EFORMAT, "config.json: 'rope_theta' = %g is not positive", c->rope_theta);
+	if (!(c->rms_eps > 0))
+		return x3_err(X3_EFORMAT, "config.json: 'rms_norm_eps' = %g is not positive", c->rms_eps);
 	if ((rc = x3_config_rope(cj, c)))
 		return rc;
 	/* RoPE on the first head_dim * partial_rotary_factor dimensions of

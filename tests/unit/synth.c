@@ -371,3 +371,169 @@ double synth_compare_tok(const char *dir, const int32_t *tok, int rows, int cols
 	x3_model_close(m);
 	return err / (mag > 0 ? mag : 1);
 }
+
+/* ---- DeepSeek's multi-head latent attention model (the reference) ----- */
+/* RoPE on the rope part v (d) at position pos */
+static void mla_rope(double *v, int pos, const struct synth_mla *s)
+{
+	int d = s->rope, h = d / 2;
+	double tmp[64];
+	for (int i = 0; i < d; i++)
+		tmp[i] = s->interleave ? (i < h ? v[2 * i] : v[2 * (i - h) + 1]) : v[i];
+	for (int i = 0; i < h; i++) {
+		double f = s->inv_freq[i], c = cos(pos * f) * s->rope_factor, sn = sin(pos * f) * s->rope_factor;
+		v[i] = tmp[i] * c - tmp[i + h] * sn;
+		v[i + h] = tmp[i + h] * c + tmp[i] * sn;
+	}
+}
+
+static const double *mla_key;
+static int mla_desc(const void *a, const void *b)
+{
+	double x = mla_key[*(const int *)a], y = mla_key[*(const int *)b];
+	return x > y ? -1 : x < y ? 1 : *(const int *)a - *(const int *)b;
+}
+
+/* the routed experts of one token by sorting: idx (K), w (K) */
+static void mla_route(const struct synth_mla *s, const double *logit, const double *bias, int *idx, double *w)
+{
+	int E = s->E, per = E / s->n_group, ord[256], gord[64];
+	double sc[256], ch[256], gs[64];
+	for (int e = 0; e < E; e++) {
+		sc[e] = 1 / (1 + exp(-logit[e]));
+		ch[e] = sc[e] + bias[e];
+	}
+	for (int g = 0; g < s->n_group; g++) {
+		for (int j = 0; j < per; j++)
+			ord[j] = g * per + j;
+		mla_key = ch;
+		qsort(ord, (size_t)per, sizeof *ord, mla_desc);
+		gs[g] = ch[ord[0]] + ch[ord[1]];
+		gord[g] = g;
+	}
+	mla_key = gs;
+	qsort(gord, (size_t)s->n_group, sizeof *gord, mla_desc);
+	for (int e = 0; e < E; e++) {
+		int keep = 0;
+		for (int j = 0; j < s->topk_group; j++)
+			keep |= gord[j] == e / per;
+		if (!keep)
+			ch[e] = 0;
+		ord[e] = e;
+	}
+	mla_key = ch;
+	qsort(ord, (size_t)E, sizeof *ord, mla_desc);
+	double sum = 0;
+	for (int j = 0; j < s->K; j++)
+		idx[j] = ord[j], sum += sc[ord[j]];
+	for (int j = 0; j < s->K; j++)
+		w[j] = (s->norm_topk ? sc[idx[j]] / (sum + 1e-20) : sc[idx[j]]) * s->routed_scale;
+}
+
+/* the SwiGLU MLP of width w on x (H) */
+static void mla_mlp(double *y, const double *x, const double *G, const double *U, const double *D, int H, int w)
+{
+	double g[512], u[512];
+	synth_mv(g, G, NULL, x, w, H);
+	synth_mv(u, U, NULL, x, w, H);
+	for (int i = 0; i < w; i++)
+		g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+	synth_mv(y, D, NULL, g, H, w);
+}
+
+void synth_mla_forward(const void *ctx, const int32_t *tok, int n, double *logits)
+{
+	const struct synth_mla *s = ctx;
+	int H = s->hidden, nh = s->heads, qkd = s->nope + s->rope, kvb = s->nope + s->vd;
+	double *x = calloc((size_t)n * H, sizeof *x), xn[256], o[256], y[256];
+	double *q = malloc(sizeof(double) * n * nh * qkd), *lat = malloc(sizeof(double) * n * (s->kv_lora + s->rope));
+	double *K = malloc(sizeof(double) * n * nh * qkd), *V = malloc(sizeof(double) * n * nh * s->vd);
+	double *a = malloc(sizeof(double) * nh * s->vd), *sc = malloc(sizeof(double) * n);
+	double qa[256], ckv[256], kv[1024], sm = s->softmax_scale;
+	const double *E = synth_get("model.embed_tokens.weight");
+	for (int t = 0; t < n; t++)
+		memcpy(x + t * H, E + (size_t)tok[t] * H, sizeof(double) * H);
+	for (int l = 0; l < s->layers; l++) {
+#define W(x) synth_get("model.layers.%d." x, l)
+		for (int t = 0; t < n; t++) {
+			synth_rms(xn, x + t * H, W("input_layernorm.weight"), H, s->eps);
+			if (s->q_lora) {
+				synth_mv(qa, W("self_attn.q_a_proj.weight"), W("self_attn.q_a_proj.bias"), xn, s->q_lora, H);
+				synth_rms(qa, qa, W("self_attn.q_a_layernorm.weight"), s->q_lora, s->lat_eps);
+				synth_mv(q + t * nh * qkd, W("self_attn.q_b_proj.weight"), NULL, qa, nh * qkd, s->q_lora);
+			} else {
+				synth_mv(q + t * nh * qkd, W("self_attn.q_proj.weight"), NULL, xn, nh * qkd, H);
+			}
+			double *lt = lat + t * (s->kv_lora + s->rope);
+			synth_mv(lt, W("self_attn.kv_a_proj_with_mqa.weight"), W("self_attn.kv_a_proj_with_mqa.bias"), xn,
+			         s->kv_lora + s->rope, H);
+			mla_rope(lt + s->kv_lora, t, s);
+			for (int h = 0; h < nh; h++)
+				mla_rope(q + (t * nh + h) * qkd + s->nope, t, s);
+			/* decompress this position's keys and values, every head */
+			synth_rms(ckv, lt, W("self_attn.kv_a_layernorm.weight"), s->kv_lora, s->lat_eps);
+			synth_mv(kv, W("self_attn.kv_b_proj.weight"), NULL, ckv, nh * kvb, s->kv_lora);
+			for (int h = 0; h < nh; h++) {
+				for (int e = 0; e < s->nope; e++)
+					K[(t * nh + h) * qkd + e] = kv[h * kvb + e];
+				for (int e = 0; e < s->rope; e++)
+					K[(t * nh + h) * qkd + s->nope + e] = lt[s->kv_lora + e];
+				for (int e = 0; e < s->vd; e++)
+					V[(t * nh + h) * s->vd + e] = kv[h * kvb + s->nope + e];
+			}
+		}
+		for (int t = 0; t < n; t++) {
+			for (int h = 0; h < nh; h++) {
+				double mx = -1e300, sum = 0;
+				for (int j = 0; j <= t; j++) {
+					double d = 0;
+					for (int e = 0; e < qkd; e++)
+						d += q[(t * nh + h) * qkd + e] * K[(j * nh + h) * qkd + e];
+					sc[j] = d * sm;
+					mx = sc[j] > mx ? sc[j] : mx;
+				}
+				for (int j = 0; j <= t; j++)
+					sum += sc[j] = exp(sc[j] - mx);
+				for (int e = 0; e < s->vd; e++) {
+					double acc = 0;
+					for (int j = 0; j <= t; j++)
+						acc += sc[j] * V[(j * nh + h) * s->vd + e];
+					a[h * s->vd + e] = acc / sum;
+				}
+			}
+			synth_mv(o, W("self_attn.o_proj.weight"), W("self_attn.o_proj.bias"), a, H, nh * s->vd);
+			for (int i = 0; i < H; i++)
+				x[t * H + i] += o[i];
+		}
+		for (int t = 0; t < n; t++) {
+			synth_rms(xn, x + t * H, W("post_attention_layernorm.weight"), H, s->eps);
+			if (s->dense >> l & 1) {
+				mla_mlp(o, xn, W("mlp.gate_proj.weight"), W("mlp.up_proj.weight"), W("mlp.down_proj.weight"), H,
+				        s->inter);
+			} else {
+				double lg[256], w[16];
+				int idx[16];
+				synth_mv(lg, W("mlp.gate.weight"), NULL, xn, s->E, H);
+				mla_route(s, lg, W("mlp.gate.e_score_correction_bias"), idx, w);
+				mla_mlp(o, xn, W("mlp.shared_experts.gate_proj.weight"), W("mlp.shared_experts.up_proj.weight"),
+				        W("mlp.shared_experts.down_proj.weight"), H, s->shared_inter);
+				for (int j = 0; j < s->K; j++) {
+					mla_mlp(y, xn, synth_get("model.layers.%d.mlp.experts.%d.gate_proj.weight", l, idx[j]),
+					        synth_get("model.layers.%d.mlp.experts.%d.up_proj.weight", l, idx[j]),
+					        synth_get("model.layers.%d.mlp.experts.%d.down_proj.weight", l, idx[j]), H,
+					        s->moe_inter);
+					for (int i = 0; i < H; i++)
+						o[i] += w[j] * y[i];
+				}
+			}
+			for (int i = 0; i < H; i++)
+				x[t * H + i] += o[i];
+		}
+#undef W
+	}
+	for (int t = 0; t < n; t++) {
+		synth_rms(xn, x + t * H, synth_get("model.norm.weight"), H, s->eps);
+		synth_mv(logits + (size_t)t * s->vocab, synth_get("lm_head.weight"), NULL, xn, s->vocab, H);
+	}
+	free(x), free(q), free(lat), free(K), free(V), free(a), free(sc);
+}

@@ -9,7 +9,9 @@
  *     as a safetensors model directory with its config.json, the reference
  *     forward's basic steps (RMS norm, matrix-vector product, causal GQA
  *     attention) and the comparison of the model library's logits with a
- *     reference. */
+ *     reference;
+ *   - the reference of DeepSeek's latent-attention model (t1555 DeepSeek-V3,
+ *     t1575 GLM-4.7-Flash). */
 #ifndef X3_TEST_SYNTH_H
 #define X3_TEST_SYNTH_H
 #include <stddef.h>
@@ -109,5 +111,34 @@ double synth_compare(const char *dir, int rows, int cols, int vocab, synth_ref_f
 /* The same over the caller's tokens tok (rows x cols). */
 double synth_compare_tok(const char *dir, const int32_t *tok, int rows, int cols, int vocab, synth_ref_fn *ref,
                          const void *ctx, float **lgo);
+
+/* ---- DeepSeek's multi-head latent attention model (the reference) ----- */
+/* A DeepSeek-V3-style model (modeling_deepseek_v3.py; GLM-4.7-Flash's
+ * modeling_glm4_moe_lite.py is the same model) as the table of synth_add
+ * holds it, tensors under Hugging Face's names (biases read where present). */
+struct synth_mla {
+	int hidden, inter, layers, heads, vocab;
+	int q_lora, kv_lora, nope, rope, vd;    /* q_lora 0: a plain q_proj */
+	int E, K, moe_inter, shared_inter;      /* experts, top k, their widths */
+	int n_group, topk_group, norm_topk;     /* the routing's groups */
+	double routed_scale;                    /* routed_scaling_factor */
+	unsigned dense;                         /* bit l: layer l is dense */
+	double eps, lat_eps;                    /* the norms' epsilon; q_a's and kv_a's */
+	double softmax_scale;
+	int interleave;                         /* rope_interleave */
+	double inv_freq[32];                    /* the rope part's inverse frequencies (rope / 2) */
+	double rope_factor;                     /* cos and sin times this (yarn's attention factor) */
+};
+/* Its logits (n, vocab) for the tokens tok (n), in double, position by
+ * position: naive attention over the decompressed keys and values of every
+ * position (kv_b applied per position, every head its own key: nope part |
+ * the shared rope key), the rope part rotated the Hugging Face way (with
+ * interleave de-interleaved first, then rotate-half); the routing per
+ * token by sorting: sigmoid scores, the choice on score +
+ * e_score_correction_bias, the best topk_group of n_group groups (each by
+ * the sum of its two best), top k, weights from the plain scores
+ * (renormalized with norm_topk), times routed_scale; the shared experts
+ * added. A synth_ref_fn with ctx the struct synth_mla. */
+void synth_mla_forward(const void *ctx, const int32_t *tok, int n, double *logits);
 
 #endif

@@ -1,7 +1,8 @@
 /* t1575-glm-lite-forward: GLM-4.7-Flash (Glm4MoeLiteForCausalLM) written
  * here (seeded, F32) and run by the model library: its logits match a
- * double-precision reference written in this file from Hugging Face's
- * modeling_glm4_moe_lite.py (transformers is not available here):
+ * double-precision reference written from Hugging Face's
+ * modeling_glm4_moe_lite.py (transformers is not available here; DeepSeek's
+ * model, synth_mla_forward of tests/unit/synth.c, shared with t1555):
  *   - DeepSeek's multi-head latent attention as naive attention over the
  *     decompressed keys and values of every position, the rope part
  *     rotated on interleaved pairs (rope_interleave, the default) or by
@@ -124,156 +125,24 @@ static int write_model(const struct gl *s, const char *dir, const char *extra)
 	         extra ? extra : "");
 }
 
-/* ---- the reference (double, token by token) -------------------------- */
-/* Hugging Face's RoPE on the rope part v (d) at position pos: interleaved
- * (pairs (2i, 2i+1) by frequency i, the output evens then odds: q and k
- * alike, so their dot products are those of the pairs), else rotate-half */
-static void rope(double *v, int pos, const struct gl *s)
+/* ---- the reference (synth_mla_forward) ------------------------------- */
+/* the model as the reference reads it: RoPE on interleaved pairs (the
+ * output evens then odds: q and k alike, so their dot products are those
+ * of the pairs) or rotate-half, the default frequencies of rope_theta; one
+ * group (no group choice), weights the plain scores renormalized */
+static struct synth_mla mla(const struct gl *s)
 {
-	int d = s->rope, h = d / 2;
-	double tmp[64];
-	for (int i = 0; i < d; i++)
-		tmp[i] = s->interleave ? (i < h ? v[2 * i] : v[2 * (i - h) + 1]) : v[i];
-	for (int i = 0; i < h; i++) {
-		double f = 1 / pow(THETA, 2.0 * i / d), c = cos(pos * f), sn = sin(pos * f);
-		v[i] = tmp[i] * c - tmp[i + h] * sn;
-		v[i + h] = tmp[i + h] * c + tmp[i] * sn;
-	}
-}
-
-static const double *cmp_key;
-static int cmp_desc(const void *a, const void *b)
-{
-	double x = cmp_key[*(const int *)a], y = cmp_key[*(const int *)b];
-	return x > y ? -1 : x < y ? 1 : *(const int *)a - *(const int *)b;
-}
-
-/* one token's experts: sigmoid, chosen on score + bias, weights the plain
- * scores renormalized, times the scaling factor (one group: no group
- * choice) */
-static void route(const struct gl *s, const double *logit, const double *bias, int *idx, double *w)
-{
-	int ord[256];
-	double sc[256], ch[256], sum = 0;
-	for (int e = 0; e < s->E; e++) {
-		sc[e] = 1 / (1 + exp(-logit[e]));
-		ch[e] = sc[e] + bias[e];
-		ord[e] = e;
-	}
-	cmp_key = ch;
-	qsort(ord, (size_t)s->E, sizeof *ord, cmp_desc);
-	for (int j = 0; j < s->K; j++)
-		idx[j] = ord[j], sum += sc[ord[j]];
-	for (int j = 0; j < s->K; j++)
-		w[j] = sc[idx[j]] / (sum + 1e-20) * SCALE;
-}
-
-static void mlp(double *y, const double *x, const double *G, const double *U, const double *D, int H, int I)
-{
-	double g[512], u[512];
-	synth_mv(g, G, NULL, x, I, H);
-	synth_mv(u, U, NULL, x, I, H);
-	for (int i = 0; i < I; i++)
-		g[i] = g[i] / (1 + exp(-g[i])) * u[i];
-	synth_mv(y, D, NULL, g, H, I);
-}
-
-static void ref_forward(const struct gl *s, const int32_t *tok, int n, double *logits)
-{
-	int H = s->hidden, nh = s->heads, qkd = s->nope + s->rope, kvb = s->nope + s->vd;
-	double *x = calloc((size_t)n * H, sizeof *x), xn[256], o[256], y[256];
-	double *q = malloc(sizeof(double) * n * nh * qkd), *lat = malloc(sizeof(double) * n * (s->kv_lora + s->rope));
-	double *K = malloc(sizeof(double) * n * nh * qkd), *V = malloc(sizeof(double) * n * nh * s->vd);
-	double *a = malloc(sizeof(double) * nh * s->vd), *sc = malloc(sizeof(double) * n);
-	double qa[256], ckv[256], kv[1024], sm = 1 / sqrt(qkd);
-	const double *E = synth_get("model.embed_tokens.weight");
-	for (int t = 0; t < n; t++)
-		memcpy(x + t * H, E + (size_t)tok[t] * H, sizeof(double) * H);
-	for (int l = 0; l < s->layers; l++) {
-#define W(x) synth_get("model.layers.%d." x, l)
-		for (int t = 0; t < n; t++) {
-			synth_rms(xn, x + t * H, W("input_layernorm.weight"), H, EPS);
-			if (s->q_lora) {
-				synth_mv(qa, W("self_attn.q_a_proj.weight"), NULL, xn, s->q_lora, H);
-				synth_rms(qa, qa, W("self_attn.q_a_layernorm.weight"), s->q_lora, LAT_EPS);
-				synth_mv(q + t * nh * qkd, W("self_attn.q_b_proj.weight"), NULL, qa, nh * qkd, s->q_lora);
-			} else {
-				synth_mv(q + t * nh * qkd, W("self_attn.q_proj.weight"), NULL, xn, nh * qkd, H);
-			}
-			double *lt = lat + t * (s->kv_lora + s->rope);
-			synth_mv(lt, W("self_attn.kv_a_proj_with_mqa.weight"), NULL, xn, s->kv_lora + s->rope, H);
-			rope(lt + s->kv_lora, t, s);
-			for (int h = 0; h < nh; h++)
-				rope(q + (t * nh + h) * qkd + s->nope, t, s);
-			synth_rms(ckv, lt, W("self_attn.kv_a_layernorm.weight"), s->kv_lora, LAT_EPS);
-			synth_mv(kv, W("self_attn.kv_b_proj.weight"), NULL, ckv, nh * kvb, s->kv_lora);
-			for (int h = 0; h < nh; h++) {
-				for (int e = 0; e < s->nope; e++)
-					K[(t * nh + h) * qkd + e] = kv[h * kvb + e];
-				for (int e = 0; e < s->rope; e++)
-					K[(t * nh + h) * qkd + s->nope + e] = lt[s->kv_lora + e];
-				for (int e = 0; e < s->vd; e++)
-					V[(t * nh + h) * s->vd + e] = kv[h * kvb + s->nope + e];
-			}
-		}
-		for (int t = 0; t < n; t++) {
-			for (int h = 0; h < nh; h++) {
-				double mx = -1e300, sum = 0;
-				for (int j = 0; j <= t; j++) {
-					double d = 0;
-					for (int e = 0; e < qkd; e++)
-						d += q[(t * nh + h) * qkd + e] * K[(j * nh + h) * qkd + e];
-					sc[j] = d * sm;
-					mx = sc[j] > mx ? sc[j] : mx;
-				}
-				for (int j = 0; j <= t; j++)
-					sum += sc[j] = exp(sc[j] - mx);
-				for (int e = 0; e < s->vd; e++) {
-					double acc = 0;
-					for (int j = 0; j <= t; j++)
-						acc += sc[j] * V[(j * nh + h) * s->vd + e];
-					a[h * s->vd + e] = acc / sum;
-				}
-			}
-			synth_mv(o, W("self_attn.o_proj.weight"), NULL, a, H, nh * s->vd);
-			for (int i = 0; i < H; i++)
-				x[t * H + i] += o[i];
-		}
-		for (int t = 0; t < n; t++) {
-			synth_rms(xn, x + t * H, W("post_attention_layernorm.weight"), H, EPS);
-			if (dense(s, l)) {
-				mlp(o, xn, W("mlp.gate_proj.weight"), W("mlp.up_proj.weight"), W("mlp.down_proj.weight"), H,
-				    s->inter);
-			} else {
-				double lg[256], w[16];
-				int idx[16];
-				synth_mv(lg, W("mlp.gate.weight"), NULL, xn, s->E, H);
-				route(s, lg, W("mlp.gate.e_score_correction_bias"), idx, w);
-				mlp(o, xn, W("mlp.shared_experts.gate_proj.weight"), W("mlp.shared_experts.up_proj.weight"),
-				    W("mlp.shared_experts.down_proj.weight"), H, s->moe_inter);
-				for (int j = 0; j < s->K; j++) {
-					mlp(y, xn, synth_get("model.layers.%d.mlp.experts.%d.gate_proj.weight", l, idx[j]),
-					    synth_get("model.layers.%d.mlp.experts.%d.up_proj.weight", l, idx[j]),
-					    synth_get("model.layers.%d.mlp.experts.%d.down_proj.weight", l, idx[j]), H, s->moe_inter);
-					for (int i = 0; i < H; i++)
-						o[i] += w[j] * y[i];
-				}
-			}
-			for (int i = 0; i < H; i++)
-				x[t * H + i] += o[i];
-		}
-#undef W
-	}
-	for (int t = 0; t < n; t++) {
-		synth_rms(xn, x + t * H, synth_get("model.norm.weight"), H, EPS);
-		synth_mv(logits + (size_t)t * s->vocab, synth_get("lm_head.weight"), NULL, xn, s->vocab, H);
-	}
-	free(x), free(q), free(lat), free(K), free(V), free(a), free(sc);
-}
-
-static void ref_rows(const void *ctx, const int32_t *tok, int n, double *logits)
-{
-	ref_forward(ctx, tok, n, logits);
+	struct synth_mla m = {
+		.hidden = s->hidden, .inter = s->inter, .layers = s->layers, .heads = s->heads, .vocab = s->vocab,
+		.q_lora = s->q_lora, .kv_lora = s->kv_lora, .nope = s->nope, .rope = s->rope, .vd = s->vd,
+		.E = s->E, .K = s->K, .moe_inter = s->moe_inter, .shared_inter = s->moe_inter,
+		.n_group = 1, .topk_group = 1, .norm_topk = 1, .routed_scale = SCALE, .dense = s->dense,
+		.eps = EPS, .lat_eps = LAT_EPS, .softmax_scale = 1 / sqrt(s->nope + s->rope),
+		.interleave = s->interleave, .rope_factor = 1,
+	};
+	for (int i = 0; i < s->rope / 2; i++)
+		m.inv_freq[i] = 1 / pow(THETA, 2.0 * i / s->rope);
+	return m;
 }
 
 static int bad(const struct gl *s, const char *name, const char *extra, const char *want)
@@ -316,14 +185,16 @@ int main(void)
 		      "layers 0 and 2 sparse, 1 dense (mlp_layer_types; first_k_dense_replace not read)");
 		x3_model_close(m);
 	}
-	double e = synth_compare(test_path("a"), 2, 13, a.vocab, ref_rows, &a, NULL);
+	struct synth_mla ma = mla(&a);
+	double e = synth_compare(test_path("a"), 2, 13, a.vocab, synth_mla_forward, &ma, NULL);
 	CHECK(e < 1e-5, "forward == the reference (latent norms at 1e-6, the others at 1e-5) (rel err %.2g)", e);
 
 	struct gl b = { 48, 40, 2, 2, 50, 0, 24, 6, 4, 10, 4, 2, 10, 1, 0, 0 };
 	build(&b, 2);
 	CHECK_OK(write_model(&b, test_path("b"), NULL), "write: q_lora null (q_proj), rotate-half rope, "
 	         "no mlp_layer_types (layer 0 dense), 4 experts top 2");
-	e = synth_compare(test_path("b"), 1, 9, b.vocab, ref_rows, &b, NULL);
+	struct synth_mla mb = mla(&b);
+	e = synth_compare(test_path("b"), 1, 9, b.vocab, synth_mla_forward, &mb, NULL);
 	CHECK(e < 1e-5, "forward == the reference (rel err %.2g)", e);
 
 	/* bad configs */
