@@ -68,7 +68,13 @@ h1one = $(call stale,$(W)/h1/hidden.$(1).frames $(W)/timing/h1.$(1).json) hin=$(
   hessian-capture -q $(CAPOPT) --spill $(W)/tmp --model $(MODEL) --tokens $(W)/cal/tokens.frames --cols $(COLS) \
     --layers $(1)-$(1) $${hin:+--hidden-in "$$hin"} $(if $(filter $(3),$(RECAP)),--hidden-next $(W)/h1/hidden.$(1).frames) \
     --timing $(W)/timing/h1.$(1).json | tensor-cat -q --split $(W)/h1 - && $(call exrec,h1.$(1),$(4)) rm -f $${hin:+"$$hin"} && \
-  $(call tkeep,h1,$(1),h1.$(1).json) touch $(W)/done/h1cap.$(1)
+  $(call tkeep,h1,$(1),h1.$(1).json) $(stamp)
+# stamp: a capture's stamp (done/h1cap.i, done/hscap.i), dated as the
+# newest of what the capture is made from (its prerequisites but the
+# parts, made by this run), not now: the capture run again from the same
+# inputs (RECAP, hneed) makes the same Hessians, and the encodes made
+# from them before stay up to date (only the new widths are encoded)
+stamp = touch -r "$$(ls -td -- $(filter-out $(W)/h1/part.% $(W)/hs/part.%,$^) | head -n 1)" $@
 # tkeep SET,LAYER,NAMES: delete the other capture timing files of SET (h1
 # or hs) and LAYER in WORK/timing, those of a capture that ran in parts or
 # in other parts before (a changed --chunk-rows or -j), so that the time
@@ -96,7 +102,7 @@ h1part = $(call stale,$@ $@.tmp $(W)/h1/hidden.$(1).$(4).frames $(W)/timing/h1.$
     --timing $(W)/timing/h1.$(1).p$(4).json -o $@.tmp && mv -f $@.tmp $@ && rm -f $${hin:+"$$hin"}
 h1merge = hessian-capture -q --merge $(call h1parts,$(1)) | tensor-cat -q --split $(W)/h1 - && \
   $(call exrec,h1.$(1),$(2)) rm -f $(call h1parts,$(1)) && \
-  $(call tkeep,h1,$(1),$(foreach p,$(PARTS),h1.$(1).p$(p).json)) touch $(W)/done/h1cap.$(1)
+  $(call tkeep,h1,$(1),$(foreach p,$(PARTS),h1.$(1).p$(p).json)) $(stamp)
 # the chunks of the calibration (more than one, else no parts)
 # (every make of a fan-out includes it, so several may remake it at once:
 # each writes a temporary file of its own, and the renames are atomic)

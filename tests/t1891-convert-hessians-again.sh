@@ -13,7 +13,9 @@
 # And the recapture set convert-plan decides (RECAP in rules.mk, the
 # layers whose stamps convert removes) is the set make's dry run then
 # captures: a measurement of one layer deleted, and the work directory
-# reused at a rate with a new width.
+# reused at a rate with a new width; that reuse keeps the encodes it
+# has (the recaptured stamps dated as the first) and packs what a fresh
+# conversion packs.
 # A generated two-layer Llama.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
@@ -54,4 +56,12 @@ convert m p3 --bits 3 --work wp "${o[@]}" --makefile >/dev/null
 recap_is 0 "a measurement of layer 0 deleted"
 convert m p25 --bits 2.5 --work wp "${o[@]}" --makefile >/dev/null
 recap_is "0 1" "reused at 2.5 bpw (K=2 new)"
+# the captures run again date their stamps as the first did (the newest
+# of their inputs), so the encodes at K=3 are kept, not made again
+ls -l --time-style=+%s.%N wp/enc | awk '/k3/ { print $7, $6 }' | sort >k3.before
+check "the work directory at 2.5 bpw" convert m p25 --bits 2.5 --work wp "${o[@]}"
+ls -l --time-style=+%s.%N wp/enc | awk '/k3/ { print $7, $6 }' | sort >k3.after
+check "... the $(wc -l <k3.before) encodes at K=3 it had kept as they were" test -z "$(comm -23 k3.before k3.after)"
+check "a fresh conversion at 2.5 bpw" convert m f25 --bits 2.5 --work wf25 "${o[@]}"
+check "... the reused work directory's pack is the fresh one's" diff -r f25 p25
 done_testing

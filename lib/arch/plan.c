@@ -555,7 +555,7 @@ static void write_hs_layer(emit *e, int l, const char *prev)
 	out(e, "$(W)/done/hscap.%d: $(W)/" N_TOKENS " $(SRC_L%d)%s $(call hsparts,%d)", l, l, sb(&ql), l);
 	if (l > 0)
 		out(e, " | $(if $(BOUND),$(W)/done/hs.%d)", l - 1);
-	out(e, "\n\t$(call stale,$(HS_L%d)) $(call hscap,%d,%s,%s,%s,$(XHS_L%d)) && touch $@\n", l, l,
+	out(e, "\n\t$(call stale,$(HS_L%d)) $(call hscap,%d,%s,%s,%s,$(XHS_L%d)) && $(stamp)\n", l, l,
 	    prev, pl, sv, l);
 	out(e, "$(foreach p,$(PARTS),$(eval $(call HSPART,%d,%s,%s,%s,$(p),%s)))\n", l, prev, pl, sv, sb(&ql));
 	out(e, "hs-parts-%d: ; @printf '%%s\\n' $(call hsparts,%d)\n", l, l);
