@@ -70,11 +70,12 @@ h1one = $(call stale,$(W)/h1/hidden.$(1).frames $(W)/timing/h1.$(1).json) hin=$(
     --timing $(W)/timing/h1.$(1).json | tensor-cat -q --split $(W)/h1 - && $(call exrec,h1.$(1),$(4)) rm -f $${hin:+"$$hin"} && \
   $(call tkeep,h1,$(1),h1.$(1).json) $(stamp)
 # stamp: a capture's stamp (done/h1cap.i, done/hscap.i), dated as the
-# newest of what the capture is made from (its prerequisites but the
-# parts, made by this run), not now: the capture run again from the same
-# inputs (RECAP, hneed) makes the same Hessians, and the encodes made
-# from them before stay up to date (only the new widths are encoded)
-stamp = touch -r "$$(ls -td -- $(filter-out $(W)/h1/part.% $(W)/hs/part.%,$^) | head -n 1)" $@
+# newest of what the capture is made from, not now: its prerequisites
+# but the parts (made by this run, then deleted), and what the parts are
+# made from (parts.mk). The capture run again from the same inputs
+# (RECAP, hneed) makes the same Hessians, and the encodes made from them
+# before stay up to date (only the new widths are encoded).
+stamp = touch -r "$$(ls -td -- $(filter-out %.frames,$^) $(W)/cal/tokens.frames $(if $(PARTS),$(W)/parts.mk) | head -n 1)" $@
 # tkeep SET,LAYER,NAMES: delete the other capture timing files of SET (h1
 # or hs) and LAYER in WORK/timing, those of a capture that ran in parts or
 # in other parts before (a changed --chunk-rows or -j), so that the time
