@@ -155,16 +155,10 @@ static const char *sb(const sbuf *b)
 /* $(W)/A $(W)/B ... from "A B ..." */
 static void sb_w(sbuf *b, const char *names)
 {
-	const char *s = names;
-	while (*s) {
-		while (*s == ' ')
-			s++;
-		size_t k = strcspn(s, " ");
-		if (!k)
-			break;
-		sb_add(b, " $(W)/%.*s", (int)k, s);
-		s += k;
-	}
+	const char *s = names, *w;
+	size_t k;
+	while ((w = x3_word(&s, &k)))
+		sb_add(b, " $(W)/%.*s", (int)k, w);
 }
 
 /* a rule: TARGET: DEPS (names relative to the work directory), its recipe
@@ -474,15 +468,11 @@ static void graph_h1(emit *e, int l, const char *h1n)
 	else
 		g->n[si].layer1 = l + 1;
 	free(deps.s);
-	const char *s = h1n;
-	while (*s) {
-		while (*s == ' ')
-			s++;
-		size_t k = strcspn(s, " ");
-		if (!k)
-			break;
+	const char *s = h1n, *w;
+	size_t k;
+	while ((w = x3_word(&s, &k))) {
 		char name[1024];
-		snprintf(name, sizeof name, "%.*s", (int)k, s);
+		snprintf(name, sizeof name, "%.*s", (int)k, w);
 		int gi = x3_graph_rule(g, name, stamp);
 		if (gi < 0)
 			e->err = 1;
@@ -490,7 +480,6 @@ static void graph_h1(emit *e, int l, const char *h1n)
 			g->n[gi].layer1 = l + 1;
 			g->n[gi].secondary = 1;
 		}
-		s += k;
 	}
 }
 
@@ -542,16 +531,10 @@ static void write_hs_layer(emit *e, int l, const char *prev)
 	if (l != last)
 		strcpy(sv, "1");
 	sbuf ql = {0};
-	const char *s = prev;
-	while (*s) {
-		while (*s == ' ')
-			s++;
-		size_t k = strcspn(s, " ");
-		if (!k)
-			break;
-		sb_add(&ql, " $(W)/q/layer.%.*s.safetensors", (int)k, s);
-		s += k;
-	}
+	const char *s = prev, *w;
+	size_t k;
+	while ((w = x3_word(&s, &k)))
+		sb_add(&ql, " $(W)/q/layer.%.*s.safetensors", (int)k, w);
 	out(e, "$(W)/done/hscap.%d: $(W)/" N_TOKENS " $(SRC_L%d)%s $(call hsparts,%d)", l, l, sb(&ql), l);
 	if (l > 0)
 		out(e, " | $(if $(BOUND),$(W)/done/hs.%d)", l - 1);
@@ -700,14 +683,10 @@ static int write_sens(emit *e, const char *srcall)
 		sbuf all = {0};
 		for (int j = 0; j < ng; j++) {
 			sbuf fr = {0};
-			const char *s = sb(&sg[j].members);
-			while (*s) {
-				size_t k = strcspn(s, " ");
-				sb_add(&fr, " enc/%.*s.h1.k%d.frames", (int)k, s, sk);
-				s += k;
-				while (*s == ' ')
-					s++;
-			}
+			const char *s = sb(&sg[j].members), *w;
+			size_t k;
+			while ((w = x3_word(&s, &k)))
+				sb_add(&fr, " enc/%.*s.h1.k%d.frames", (int)k, w, sk);
 			char tg[X3_KEY_MAX + 64];
 			snprintf(tg, sizeof tg, "sens/%s.k%d.json", sg[j].name, sk);
 			if (o->draws > 0 && o->sens_by == X3_SENS_BY_TENSOR) {
@@ -864,16 +843,10 @@ int x3_plan_write_list(const x3_plan *p, const char *list, FILE *f)
 		sbuf b = {0};
 		for (int i = 0; i < p->nlin; i++)
 			meas_names(p, &p->lin[i], &b);
-		const char *s = sb(&b);
-		while (*s) {
-			while (*s == ' ')
-				s++;
-			size_t k = strcspn(s, " ");
-			if (!k)
-				break;
-			err |= fprintf(f, "%.*s\n", (int)k, s) < 0;
-			s += k;
-		}
+		const char *s = sb(&b), *w;
+		size_t k;
+		while ((w = x3_word(&s, &k)))
+			err |= fprintf(f, "%.*s\n", (int)k, w) < 0;
 		free(b.s);
 	} else if (!strcmp(list, "draws")) {
 		for (int i = 0; i < p->nlin; i++)

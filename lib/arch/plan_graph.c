@@ -10,6 +10,14 @@
 #include "x3.h"
 #include "plan_impl.h"
 
+const char *x3_word(const char **s, size_t *n)
+{
+	const char *w = *s + strspn(*s, " ");
+	*n = strcspn(w, " ");
+	*s = w + *n;
+	return *n ? w : NULL;
+}
+
 int x3_graph_find(graph *g, const char *path, int add)
 {
 	int i = x3_strix_get(&g->byname, path);
@@ -44,18 +52,13 @@ int x3_graph_rule(graph *g, const char *target, const char *deps)
 		return -1;
 	g->n[t].target = 1;
 	char name[1024];
-	const char *s = deps;
-	while (*s) {
-		while (*s == ' ')
-			s++;
-		size_t k = strcspn(s, " ");
-		if (!k)
-			break;
+	const char *s = deps, *w;
+	size_t k;
+	while ((w = x3_word(&s, &k))) {
 		if (k >= sizeof name)
 			return -1;
-		memcpy(name, s, k);
+		memcpy(name, w, k);
 		name[k] = 0;
-		s += k;
 		int d = x3_graph_find(g, name, 1);
 		if (d < 0)
 			return -1;

@@ -28,6 +28,9 @@ typedef struct {
 	const char *work;
 } graph;
 
+/* The next word of the space-separated list at *S: its start (its length
+ * in *N, *S moved past it), or NULL at the end. */
+const char *x3_word(const char **s, size_t *n);
 /* The node of PATH (add: made when missing); -2 when missing and not add,
  * -1 out of memory. */
 int x3_graph_find(graph *g, const char *path, int add);
