@@ -23,8 +23,8 @@ check "Qwen3-MoE: layer 0 dense (mlp_only_layers), layer 1 with 4 experts" \
 	test "$(tensor-ls --config q3 | jq -c '[.modules, .linears]')" = "[35,24]"
 check "Qwen3-MoE: the experts are 48 wide (moe_intermediate_size)" \
 	test "$(tensor-ls --linears q3 | jq -c 'select(.key == "model.layers.1.mlp.experts.3.down_proj") | [.shape, .padded, .role]')" = '[[64,48],[128,128],"expert"]'
-check "Qwen2-MoE: a shared expert (role shared_expert, --hq 1) and its 1-row gate" \
-	test "$(tensor-ls --modules q2 | jq -sc '[.[] | select(.layer == 1 and (.role == "shared_expert" or .role == "router")) | [.kind, .hq]]')" = '[["matrix",null],["linear",1],["linear",1],["linear",1],["matrix",null]]'
+check "Qwen2-MoE: a shared expert (role shared_expert, --hq 2 as ExLlamaV3's Qwen MoE files) and its 1-row gate" \
+	test "$(tensor-ls --modules q2 | jq -sc '[.[] | select(.layer == 1 and (.role == "shared_expert" or .role == "router")) | [.kind, .hq]]')" = '[["matrix",null],["linear",2],["linear",2],["linear",2],["matrix",null]]'
 check "routers are passed through, not quantized" \
 	test "$(tensor-ls --modules mx | jq -r 'select(.role == "router") | .quantized' | sort -u)" = false
 check "each expert reads its own Hessian group (its routed tokens)" \

@@ -38,8 +38,9 @@ check "names with .weight and extra fields give the same plan" cmp -s <(bitalloc
 bitalloc -q --bits 4.2 --set 'mlp\.down_proj$=6' --hq m.jsonl >c.json
 check "--set fixes down_proj at 6" \
 	test "$(jq '[.tensors | to_entries[] | select(.key | endswith("down_proj")) | .value] | unique' -c c.json)" = '[6]'
-check "--hq floors attention at min(4+2, 8)" \
-	test "$(jq '[.tensors | to_entries[] | select(.key | contains("self_attn")) | .value] | min' c.json)" -ge 6
+bitalloc -q --bits 4.2 --set 'mlp\.down_proj$=6' m.jsonl >c0.json
+check "--hq on a dense Llama's keys promotes nothing (ExLlamaV3's llama.py has no select_hq_bits)" \
+	test "$(jq -c .tensors c.json)" = "$(jq -c .tensors c0.json)"
 check "constraints still within the target" jqt -n "$(bits_of c.json) <= 4.2"
 bitalloc -q --bits 3.5 --head-bits 16 m.jsonl >h.json
 check "--head-bits 16 in the plan" test "$(jq .head_bits h.json)" = 16
@@ -105,9 +106,8 @@ check_fail "missing file" 1 "nosuch.jsonl: No such file" bitalloc --bits 3 nosuc
 check "-h on stdout, exit 0" bash -c 'bitalloc -h | grep -q "^usage: bitalloc --bits B"'
 
 # mixture of experts (Qwen2-MoE keys): experts count in the average like
-# every linear, --set works on expert keys, --hq promotes attention (+2)
-# and the shared expert (+1) by the table's amounts, and the plan and the
-# summary give the averages by role
+# every linear, --set works on expert keys, and the plan and the summary
+# give the averages by role
 moe_meas() {
 	local p=model.layers.0 k
 	for k in 2 3 4 5 6; do
@@ -147,9 +147,35 @@ check "MoE: the roles' averages make up the plan's bits" \
 	jqt -n "$(jq '[.roles | to_entries[] | select(.key != "head") | .value] | (map(.bits * .numel) | add) / (map(.numel) | add)' me.json) - $(jq .bits me.json) | fabs < 1e-9"
 check "MoE: the summary gives the bits by role" \
 	grep -Eq '^bitalloc: bits by role: attention [0-9.]+ \(2 linears\), expert [0-9.]+ \(17 linears\), shared_expert [0-9.]+ \(1 linears\), head 6.000 \(1 linears\)$' me.err
-bitalloc -q --bits 3.5 --hq -o mh.json moe.jsonl
-check "MoE: --hq floors attention at 3+2 and the shared expert at 3+1, not the experts" \
-	test "$(jq -c '[.tensors["model.layers.0.self_attn.q_proj"], .tensors["model.layers.0.self_attn.o_proj"], .tensors["model.layers.0.mlp.shared_expert.up_proj"] >= 4, ([.tensors | to_entries[] | select(.key | test("experts\\.")) | .value] | min < 4)]' mh.json)" = '[5,5,true,true]'
+# --hq by the family's table (--model): a Qwen2-MoE's attention and shared
+# expert at 3+2, not its experts (measurements of equal error per weight,
+# where the optimal plan promotes nothing by itself)
+"$ROOT/examples/make-tiny-llama" --arch qwen2-moe q2m 2 64 128 >/dev/null
+tensor-ls --linears q2m | jq -c 'select(.role != "head") | . as $m | range(2; 7) as $k |
+	{tensor: $m.key, K: $k, proxy_err: (1 / pow(4; $k)), numel: ($m.shape[0] * $m.shape[1])}' >q2m.jsonl
+bitalloc -q --bits 3.5 --model q2m -o mh0.json q2m.jsonl
+bitalloc -q --bits 3.5 --hq --model q2m -o mh.json q2m.jsonl
+hqsel='[.tensors | to_entries[] | select(.key | test("layers\\.1\\.(self_attn|mlp\\.shared_expert\\.)")) | .value]'
+check "MoE --hq: Qwen2-MoE's attention and shared expert at 3+2 or more (without --hq: below)" \
+	sh -c "jq -e '$hqsel | length == 7 and min >= 5' mh.json >/dev/null && jq -e '$hqsel | min < 5' mh0.json >/dev/null"
+check "... not its routed experts (some below 4), the target kept" \
+	jq -e '([.tensors | to_entries[] | select(.key | test("experts\\.")) | .value] | min < 4) and .bits <= 3.5' mh.json
+
+# Qwen3.5 as ExLlamaV3's qwen3_5.py: --hq promotes attention and the
+# DeltaNet only in the MoE model; the greedy's priority of the DeltaNet is
+# 1 + hq (gated_delta_net.py), attention's 2 + hq: at 3.15 bpw the dense
+# model's one full-attention layer gets the bit, no DeltaNet does
+"$ROOT/examples/make-tiny-llama" --arch qwen3_5 --text-only q35 4 64 128 >/dev/null
+"$ROOT/examples/make-tiny-llama" --arch qwen3_5_moe --text-only q35m 4 64 128 >/dev/null
+check "Qwen3.5 --hq: dense nothing; MoE attention, DeltaNet and shared expert +2, experts 0" sh -c '
+	test "$(tensor-ls --linears q35 | jq -sc "[.[] | select(.role != \"mtp\") | .hq] | unique")" = "[0]" &&
+	test "$(tensor-ls --linears q35m | jq -sc "[.[] | select(.role != \"mtp\") | [.role, .hq]] | unique")" = \
+	     "[[\"attention\",2],[\"expert\",0],[\"head\",0],[\"shared_expert\",2]]"'
+tensor-ls --linears q35 | jq -c 'select(.role != "head" and .role != "mtp") | . as $m | range(2; 7) as $k |
+	{tensor: $m.key, K: $k, proxy_err: (1 / pow(4; $k)), numel: ($m.shape[0] * $m.shape[1])}' >q35.jsonl
+check "Qwen3.5 ExLlamaV3 greedy at 3.15: the full-attention layer promoted, no DeltaNet linear" \
+	test "$(bitalloc -q --bits 3.15 --strategy exllamav3 --model q35 q35.jsonl | jq -c '[.tensors | to_entries[] | select(.value > 3) | .key | sub("model.layers."; "")]')" = \
+	     '["3.self_attn.q_proj","3.self_attn.k_proj","3.self_attn.v_proj","3.self_attn.o_proj"]'
 
 # a key's --hq comes from its own architecture's table when --model names
 # the model: DeepSeek V3's dense MLP (+1) has Llama's key pattern (+0)

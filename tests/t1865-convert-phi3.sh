@@ -25,9 +25,9 @@ check "gate/up_proj: rows 0..96, 96..192 of gate_up_proj; one Hessian group" \
 	     '["model.layers.0.mlp.gate_proj",[0,96]]["model.layers.0.mlp.up_proj",[96,192]]'
 check "o_proj and down_proj: their own weights, no rows" \
 	test "$(tensor-ls --linears M | jq -c 'select(.key | test("o_proj|down_proj")) | .rows' | sort -u)" = null
-check "15 linears: 7 per layer and the head; --hq 2 on attention as Llama" \
+check "15 linears: 7 per layer and the head; no --hq promotion (ExLlamaV3's phi3.py has none)" \
 	test "$(tensor-ls --linears M | jq -c '[.role, .hq]' | sort | uniq -c | tr -s ' ' | tr -d '\n')" = \
-	     ' 8 ["attention",2] 1 ["head",0] 6 ["mlp",0]'
+	     ' 8 ["attention",0] 1 ["head",0] 6 ["mlp",0]'
 check "Phi3 is in tensor-ls --architectures" sh -c "tensor-ls --architectures | jq -s -e 'any(.[]; .architecture == \"Phi3ForCausalLM\" and .model_type == \"phi3\")' >/dev/null"
 tensor-cat -q --rows 64:96 M model.layers.1.self_attn.qkv_proj.weight | tensor-ls >k.json
 check "tensor-cat --rows 64:96: the 32 rows of k, metadata rows=64:96" \

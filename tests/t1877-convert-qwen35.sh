@@ -40,8 +40,8 @@ check "in_proj_qkv and in_proj_z read one Hessian, out_proj its own" \
 check "kept: in_proj_b, in_proj_a (4 x 80), conv1d (176 x 1 x 4), A_log, dt_bias (4), the gated norm (20)" \
 	test "$(tensor-ls --modules M | jq -c 'select(.layer == 0 and .quantized == false and (.key | test("linear_attn"))) | [.kind, .shape]' | tr -d '\n')" = \
 	     '["matrix",[4,80]]["matrix",[4,80]]["conv",[176,4]]["vector",[4]]["vector",[4]]["vector",[20]]'
-check "--hq: attention and DeltaNet 2, MLP 0 (ExLlamaV3's qwen3_5)" \
-	test "$(tensor-ls --linears M | jq -c '[.role, .hq]' | sort -u | tr -d '\n')" = '["attention",2]["head",0]["mlp",0]'
+check "--hq: nothing in the dense model (ExLlamaV3's qwen3_5: attention and DeltaNet +2 only with experts)" \
+	test "$(tensor-ls --linears M | jq -c '[.role, .hq]' | sort -u | tr -d '\n')" = '["attention",0]["head",0]["mlp",0]'
 check "neither mtp.* nor the vision tower is a module" \
 	test "$(tensor-ls --modules M | jq -r .key | grep -c '^mtp\.\|visual')" -eq 0
 "${tiny[@]}" --arch qwen3_next --experts 3 --top-k 2 --moe-inter 24 --shared-inter 32 NX 4 80 96 >/dev/null

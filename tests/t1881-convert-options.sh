@@ -6,7 +6,8 @@
 # the weight files' bytes), --shard-size (several shards, ExLlamaV3's index,
 # counted by the size planner, exl3-info --check accepts them); bad values
 # exit 2 naming the option. A generated 2-layer Llama (hidden 128,
-# intermediate 256): attention is a third of the decoder's weights.
+# intermediate 256), and for --hq a Mixtral of 2 experts (a Llama promotes
+# nothing): attention is a third of the decoder's weights in both.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/lib-convert.sh"
 cd "$TMP"
@@ -50,6 +51,15 @@ check "convert -h documents --effort, --hq, --shard-size and --size P%" sh -c \
 	'convert -h | grep -q -- "--effort E" && convert -h | grep -q -- "--hq \[N\]" && convert -h | grep -q -- "--shard-size SIZE" && convert -h | grep -q "or P%"'
 
 # ---- --hq [N] ---------------------------------------------------------------
+# a Llama promotes nothing (ExLlamaV3's llama.py): the note, the same plan
+convert m o --rows 8 --cols 32 --bits 3 --hq -n --json 2>hql.err >hql.json
+check "--hq on a Llama: a note that its family promotes nothing, the dry run of no --hq" sh -c \
+	'grep -q "note: --hq: the architecture of .*/m promotes no decoder linear" hql.err &&
+	 test "$(jq -c "del(.options.hq)" hql.json)" = "$(jq -c "del(.options.hq)" def.json)"'
+# a Mixtral of 2 experts: attention (promoted +2) is a third of the decoder's
+# weights, as it is in the Llama above
+tiny_model --arch mixtral --experts 2 --top-k 1 mx 2 128 128
+dry() { convert mx o "${opts[@]}" -n --json "$@"; }
 dry --bits 3 --hq >hq.json
 check "--hq at 3 bpw: the floor (3+2) and the width below floor(B) measured" jqe \
 	'.measure == [2, 3, 5] and .options.hq == "family"' hq.json
@@ -61,27 +71,28 @@ check_fail "--hq 9: exit 2 naming it" 2 "^convert: --hq: '9' is not a promotion 
 check_fail "--hq 0: exit 2" 2 "^convert: --hq: '0'" dry --bits 3 --hq 0
 check_fail "--hq with --size: exit 2" 2 "^convert: --hq floors follow a bits target" dry --size 290KB --hq
 check_fail "--hq whose floors exceed --bits: exit 2" 2 "^convert: --hq 6: the floors .* more than --bits 1.5" dry --bits 1.5 --hq 6
-check "convert --bits 3 --hq" convert m h --bits 3 --hq "${opts[@]}" -j 2
-tensor-ls --modules m >mods.jsonl
+check "convert --bits 3 --hq" convert mx h --bits 3 --hq "${opts[@]}" -j 2
+tensor-ls --modules mx >mods.jsonl
 check "... each promoted linear at min(3 + hq, 8) or more, as tensor-ls --modules says; the target kept" sh -c '
 	jq -s --slurpfile p h.work/plan.json -e "
 		[.[] | select(.quantized and .role != \"head\" and (.hq // 0) > 0)] as \$pr
 		| (\$pr | length) == 8 and all(\$pr[]; \$p[0].tensors[.key] >= ([3 + .hq, 8] | min))
 		and \$p[0].bits <= 3" mods.jsonl >/dev/null'
-check "... and the others pay for it (below 3 bits)" jqe '.roles.mlp.bits < 3' h.work/plan.json
+check "... and the experts pay for it (below 3 bits)" jqe '.roles.expert.bits < 3' h.work/plan.json
 check "... exl3-info --check exllamav3 accepts the pack" sh -c 'exl3-info --check exllamav3 h >/dev/null'
 # bitalloc --hq N over those measurements (K 2, 3, 5): at 2.5 bpw N=3 floors at 5
 check "bitalloc --hq 3 at 2.5 bpw: the promoted linears at 5" sh -c '
-	bitalloc -q --bits 2.5 --hq 3 --model m h.work/measure.jsonl |
+	bitalloc -q --bits 2.5 --hq 3 --model mx h.work/measure.jsonl |
 	jq -e "[.tensors | to_entries[] | select(.key | test(\"self_attn\")) | .value] | length == 8 and all(. >= 5)" >/dev/null'
 check "... --hq=3 the same plan" sh -c \
-	'test "$(bitalloc -q --bits 2.5 --hq 3 --model m h.work/measure.jsonl)" = "$(bitalloc -q --bits 2.5 --hq=3 --model m h.work/measure.jsonl)"'
+	'test "$(bitalloc -q --bits 2.5 --hq 3 --model mx h.work/measure.jsonl)" = "$(bitalloc -q --bits 2.5 --hq=3 --model mx h.work/measure.jsonl)"'
 check "bitalloc --hq 1 at 2.5 bpw: the promoted linears at 3 or more, fewer at 5 than with --hq 3" sh -c '
-	bitalloc -q --bits 2.5 --hq 1 --model m h.work/measure.jsonl |
+	bitalloc -q --bits 2.5 --hq 1 --model mx h.work/measure.jsonl |
 	jq -e "[.tensors | to_entries[] | select(.key | test(\"self_attn\")) | .value] | all(. >= 3) and any(. < 5)" >/dev/null'
-check_fail "bitalloc --hq 9: exit 2" 2 "--hq" bitalloc -q --bits 2.5 --hq 9 --model m h.work/measure.jsonl
+check_fail "bitalloc --hq 9: exit 2" 2 "--hq" bitalloc -q --bits 2.5 --hq 9 --model mx h.work/measure.jsonl
 
 # ---- --size P% and --shard-size ------------------------------------------------
+dry() { convert m o "${opts[@]}" -n --json "$@"; }
 src=$(stat -c %s m/model.safetensors) want=$((src * 20 / 100))
 dry --size 20% >p.json
 dry --size "$want" >b.json

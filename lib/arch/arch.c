@@ -672,6 +672,20 @@ const x3_module_desc *x3_arch_classify(const char *key, int *layer)
 	return NULL;
 }
 
+int x3_module_priority(const x3_module_desc *d)
+{
+	int base = 0;
+	switch (d->slot) {
+	case X3_SLOT_GDN_QKVZ: case X3_SLOT_GDN_QKV: case X3_SLOT_GDN_Z: case X3_SLOT_GDN_OUT:
+		base = 1;
+		break;
+	default:
+		base = d->role == X3_ROLE_ATTENTION ? 2 :
+		       d->role == X3_ROLE_MLP || d->role == X3_ROLE_SHARED_EXPERT ? 1 : 0;
+	}
+	return base + d->hq;
+}
+
 /* the parts of a stored module, in the order pack-write writes them */
 static long suffix_rank(const char *name)
 {

@@ -471,6 +471,12 @@ int x3_arch_tie_key(const x3_module_desc *d, int layer, char *buf, size_t n);
  * key). *layer: its layer or -1. NULL when no table knows the key. */
 const x3_module_desc *x3_arch_classify(const char *key, int *layer);
 
+/* ExLlamaV3's allocation priority of a linear (its modules' q_priority,
+ * exl3(5) §11.2): attention 2, the Gated DeltaNet, the dense MLP and the
+ * shared experts 1, the routed experts and the rest 0, each plus the row's
+ * --hq promotion (ExLlamaV3's select_hq_bits). */
+int x3_module_priority(const x3_module_desc *d);
+
 /* Model order of a tensor name (pack-write's output): *module: embedding
  * 0, layer l 1 + l, then the modules after the layers, then anything
  * else; *rank: order inside the module (the table's order of its

@@ -15,20 +15,21 @@
 
 /* The Llama decoder, shared by Llama 2/3, Mistral, Qwen2/2.5 and Qwen3
  * (they differ in config rules: biases, q/k norms, sliding window). Model
- * order: the order of the rows. */
+ * order: the order of the rows. No --hq promotion: ExLlamaV3 promotes only
+ * in its mixture-of-experts families (attention +2 there: ATTN_ROWS). */
 static const x3_module_desc llama_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
 	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
-	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
+	LIN("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 0,
 	    "self_attn.input", "qkv"),
-	LIN("self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	LIN("self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 0,
 	    "self_attn.input", "qkv"),
-	LIN("self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	LIN("self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 0,
 	    "self_attn.input", "qkv"),
 	NORM(X3_SCOPE_LAYER, L_("self_attn.q_norm"), X3_SLOT_Q_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM),
 	NORM(X3_SCOPE_LAYER, L_("self_attn.k_norm"), X3_SLOT_K_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM),
-	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 2,
+	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 0,
 	    "self_attn.o_proj.input", "o"),
 	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN,
 	     X3_WHEN_ALWAYS),
@@ -111,7 +112,9 @@ static const x3_module_desc mixtral_mods[] = {
 /* Qwen2-MoE / Qwen3-MoE: mlp.gate the router (unquantized), experts
  * mlp.experts.E.{gate,up,down}_proj of moe_intermediate_size; Qwen2-MoE
  * adds mlp.shared_expert (all tokens) scaled by sigmoid(shared_expert_gate
- * · x). Layers in mlp_only_layers or off decoder_sparse_step are dense. */
+ * · x). Layers in mlp_only_layers or off decoder_sparse_step are dense.
+ * --hq as ExLlamaV3's qwen3_moe (attention +2) and, for Qwen2-MoE's shared
+ * expert, as its other Qwen families' (qwen3_next, qwen3_5: +2). */
 static const x3_module_desc qwen_moe_mods[] = {
 	ATTN_ROWS,
 	LINW("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_NONE, 0,
@@ -128,11 +131,11 @@ static const x3_module_desc qwen_moe_mods[] = {
 	LINE("mlp.experts.{E}.down_proj", X3_SLOT_EXP_DOWN, X3_ROLE_EXPERT, X3_DIM_MOE_INTER, X3_DIM_HIDDEN,
 	     0, "mlp.experts.{E}.down_proj.input", "d", fx_down),
 	LINW("mlp.shared_expert.gate_proj", X3_SLOT_SHX_GATE, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
-	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 1, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED),
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED),
 	LINW("mlp.shared_expert.up_proj", X3_SLOT_SHX_UP, X3_ROLE_SHARED_EXPERT, X3_DIM_HIDDEN,
-	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 1, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED),
+	     X3_DIM_SHARED_INTER, X3_BIAS_NONE, 2, "mlp.shared_expert.input", "gu", X3_WHEN_SHARED),
 	LINW("mlp.shared_expert.down_proj", X3_SLOT_SHX_DOWN, X3_ROLE_SHARED_EXPERT, X3_DIM_SHARED_INTER,
-	     X3_DIM_HIDDEN, X3_BIAS_NONE, 1, "mlp.shared_expert.down_proj.input", "d", X3_WHEN_SHARED),
+	     X3_DIM_HIDDEN, X3_BIAS_NONE, 2, "mlp.shared_expert.down_proj.input", "d", X3_WHEN_SHARED),
 	MAT("mlp.shared_expert_gate", X3_SLOT_SHX_SCALE, X3_ROLE_ROUTER, X3_DIM_HIDDEN, X3_DIM_ONE,
 	    X3_WHEN_SHARED),
 	POST_ROWS,
@@ -256,15 +259,15 @@ static const char glm4_moe_lite_defaults[] =
 	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
 	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }, \
 	NORM(X3_SCOPE_LAYER, GL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
-	GLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2, \
+	GLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 0, \
 	     "self_attn.input", "qkv"), \
-	GLIN(P, "self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2, \
+	GLIN(P, "self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 0, \
 	     "self_attn.input", "qkv"), \
-	GLIN(P, "self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2, \
+	GLIN(P, "self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 0, \
 	     "self_attn.input", "qkv"), \
 	NORM(X3_SCOPE_LAYER, GL_(P, "self_attn.q_norm"), X3_SLOT_Q_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM), \
 	NORM(X3_SCOPE_LAYER, GL_(P, "self_attn.k_norm"), X3_SLOT_K_NORM, X3_DIM_HEAD_DIM, X3_WHEN_QK_NORM), \
-	GLIN(P, "self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 2, \
+	GLIN(P, "self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 0, \
 	     "self_attn.o_proj.input", "o"), \
 	NORM(X3_SCOPE_LAYER, GL_(P, "post_attention_layernorm"), X3_SLOT_ATTN_OUT_NORM, X3_DIM_HIDDEN, \
 	     X3_WHEN_ALWAYS), \
@@ -320,13 +323,13 @@ static const x3_module_desc phi3_mods[] = {
 	{ "model.embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING,
 	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE },
 	NORM(X3_SCOPE_LAYER, L_("input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
-	LINS("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 2,
+	LINS("self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q, X3_BIAS_QKV, 0,
 	     "self_attn.input", "qkv", phi3_q),
-	LINS("self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	LINS("self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 0,
 	     "self_attn.input", "qkv", phi3_k),
-	LINS("self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 2,
+	LINS("self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, X3_BIAS_QKV, 0,
 	     "self_attn.input", "qkv", phi3_v),
-	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 2,
+	LIN("self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, X3_BIAS_O, 0,
 	    "self_attn.o_proj.input", "o"),
 	NORM(X3_SCOPE_LAYER, L_("post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS),
 	LINS("mlp.gate_proj", X3_SLOT_GATE, X3_ROLE_MLP, X3_DIM_HIDDEN, X3_DIM_INTER, X3_BIAS_MLP, 0,
@@ -382,7 +385,8 @@ static const char gpt_oss_defaults[] =
  * out_proj its own (the gated norm's output); in_proj_ba, or in_proj_b and
  * in_proj_a, conv1d, A_log, dt_bias and the norms are kept in the source
  * precision, as are the router and shared_expert_gate. --hq as ExLlamaV3:
- * attention and DeltaNet +2, shared expert +2. Their multi-token
+ * attention and DeltaNet +2 in the MoE models (HQ), none in dense Qwen3.5,
+ * shared expert +2. Their multi-token
  * prediction layer (mtp.*) is the MTP rows below (HYBRID_MTP) and the
  * vision tower (model.visual.*) passed through. */
 #define HL_(P, s) P "layers.{L}." s
@@ -395,21 +399,21 @@ static const char gpt_oss_defaults[] =
 #define HEXP(P, key, slot, in, out, group, alloc, fused) \
 	{ HL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, X3_ROLE_EXPERT, in, out, X3_BIAS_NONE, X3_WHEN_SPARSE, 0, -1, \
 	  HL_(P, group), alloc, 0, NULL, &fused, NULL, X3_TIE_EXPERTS }
-#define HYBRID_HEAD_ROWS(P) \
+#define HYBRID_HEAD_ROWS(P, HQ) \
 	{ P "embed_tokens", X3_SCOPE_PRE, X3_KIND_EMBEDDING, X3_SLOT_EMBED, X3_ROLE_EMBEDDING, \
 	  X3_DIM_HIDDEN, X3_DIM_VOCAB, X3_BIAS_NONE, X3_WHEN_ALWAYS, 0, -1, NULL, NULL, 0, NULL, NULL, NULL, X3_TIE_NONE }, \
 	NORM(X3_SCOPE_LAYER, HL_(P, "input_layernorm"), X3_SLOT_IN_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS), \
-	HLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q2, 2, \
+	HLIN(P, "self_attn.q_proj", X3_SLOT_Q, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_Q2, HQ, \
 	     "self_attn.input", "qkv", X3_WHEN_FULL_ATTN), \
-	HLIN(P, "self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, 2, \
+	HLIN(P, "self_attn.k_proj", X3_SLOT_K, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, HQ, \
 	     "self_attn.input", "qkv", X3_WHEN_FULL_ATTN), \
-	HLIN(P, "self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, 2, \
+	HLIN(P, "self_attn.v_proj", X3_SLOT_V, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_KV, HQ, \
 	     "self_attn.input", "qkv", X3_WHEN_FULL_ATTN), \
 	NORM(X3_SCOPE_LAYER, HL_(P, "self_attn.q_norm"), X3_SLOT_Q_NORM, X3_DIM_HEAD_DIM, X3_WHEN_FULL_ATTN), \
 	NORM(X3_SCOPE_LAYER, HL_(P, "self_attn.k_norm"), X3_SLOT_K_NORM, X3_DIM_HEAD_DIM, X3_WHEN_FULL_ATTN), \
-	HLIN(P, "self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, 2, \
+	HLIN(P, "self_attn.o_proj", X3_SLOT_O, X3_ROLE_ATTENTION, X3_DIM_Q, X3_DIM_HIDDEN, HQ, \
 	     "self_attn.o_proj.input", "o", X3_WHEN_FULL_ATTN)
-#define HYBRID_GDN_TAIL_ROWS(P) \
+#define HYBRID_GDN_TAIL_ROWS(P, HQ) \
 	HKEPT(P, "linear_attn.conv1d", X3_KIND_CONV, X3_SLOT_GDN_CONV, X3_ROLE_ATTENTION, X3_DIM_GDN_KCONV, \
 	      X3_DIM_GDN_CONV, X3_WHEN_LINEAR_ATTN, 0), \
 	HKEPT(P, "linear_attn.A_log", X3_KIND_VECTOR, X3_SLOT_GDN_ALOG, X3_ROLE_ATTENTION, X3_DIM_NONE, \
@@ -418,27 +422,27 @@ static const char gpt_oss_defaults[] =
 	      X3_DIM_GDN_NV, X3_WHEN_LINEAR_ATTN, 1), \
 	HKEPT(P, "linear_attn.norm", X3_KIND_VECTOR, X3_SLOT_GDN_NORM, X3_ROLE_NORM, X3_DIM_NONE, \
 	      X3_DIM_GDN_DV, X3_WHEN_LINEAR_ATTN, 0), \
-	HLIN(P, "linear_attn.out_proj", X3_SLOT_GDN_OUT, X3_ROLE_ATTENTION, X3_DIM_GDN_V, X3_DIM_HIDDEN, 2, \
+	HLIN(P, "linear_attn.out_proj", X3_SLOT_GDN_OUT, X3_ROLE_ATTENTION, X3_DIM_GDN_V, X3_DIM_HIDDEN, HQ, \
 	     "linear_attn.out_proj.input", "o", X3_WHEN_LINEAR_ATTN), \
 	NORM(X3_SCOPE_LAYER, HL_(P, "post_attention_layernorm"), X3_SLOT_POST_NORM, X3_DIM_HIDDEN, X3_WHEN_ALWAYS)
 /* Qwen3-Next's fused projections, grouped per key head (gdn.h) */
-#define HYBRID_GDN_FUSED_ROWS(P) \
-	HLIN(P, "linear_attn.in_proj_qkvz", X3_SLOT_GDN_QKVZ, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_QKVZ, 2, \
+#define HYBRID_GDN_FUSED_ROWS(P, HQ) \
+	HLIN(P, "linear_attn.in_proj_qkvz", X3_SLOT_GDN_QKVZ, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_QKVZ, HQ, \
 	     "linear_attn.input", "qkv", X3_WHEN_LINEAR_ATTN), \
 	HKEPT(P, "linear_attn.in_proj_ba", X3_KIND_MATRIX, X3_SLOT_GDN_BA, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, \
 	      X3_DIM_GDN_BA, X3_WHEN_LINEAR_ATTN, 0), \
-	HYBRID_GDN_TAIL_ROWS(P)
+	HYBRID_GDN_TAIL_ROWS(P, HQ)
 /* Qwen3.5's split projections */
-#define HYBRID_GDN_SPLIT_ROWS(P) \
-	HLIN(P, "linear_attn.in_proj_qkv", X3_SLOT_GDN_QKV, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_CONV, 2, \
+#define HYBRID_GDN_SPLIT_ROWS(P, HQ) \
+	HLIN(P, "linear_attn.in_proj_qkv", X3_SLOT_GDN_QKV, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_CONV, HQ, \
 	     "linear_attn.input", "qkv", X3_WHEN_LINEAR_ATTN), \
-	HLIN(P, "linear_attn.in_proj_z", X3_SLOT_GDN_Z, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_V, 2, \
+	HLIN(P, "linear_attn.in_proj_z", X3_SLOT_GDN_Z, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, X3_DIM_GDN_V, HQ, \
 	     "linear_attn.input", "qkv", X3_WHEN_LINEAR_ATTN), \
 	HKEPT(P, "linear_attn.in_proj_b", X3_KIND_MATRIX, X3_SLOT_GDN_B, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, \
 	      X3_DIM_GDN_NV, X3_WHEN_LINEAR_ATTN, 0), \
 	HKEPT(P, "linear_attn.in_proj_a", X3_KIND_MATRIX, X3_SLOT_GDN_A, X3_ROLE_ATTENTION, X3_DIM_HIDDEN, \
 	      X3_DIM_GDN_NV, X3_WHEN_LINEAR_ATTN, 0), \
-	HYBRID_GDN_TAIL_ROWS(P)
+	HYBRID_GDN_TAIL_ROWS(P, HQ)
 /* the MLP: dense layers' (Qwen3.5), or the experts with a shared expert
  * (Qwen3-Next per expert, Qwen3.5-MoE fused 3-D) */
 #define HYBRID_MLP_ROWS(P, FG, FU, FD) \
@@ -475,15 +479,25 @@ static const x3_fused_expert hfx_gate_lm = { "model.language_model.layers.{L}.ml
 static const x3_fused_expert hfx_up_lm = { "model.language_model.layers.{L}.mlp.experts.gate_up_proj", 2 };
 static const x3_fused_expert hfx_down_lm = { "model.language_model.layers.{L}.mlp.experts.down_proj", 0 };
 static const x3_module_desc qwen3_next_mods[] = {
-	HYBRID_HEAD_ROWS("model."), HYBRID_GDN_FUSED_ROWS("model."),
+	HYBRID_HEAD_ROWS("model.", 2), HYBRID_GDN_FUSED_ROWS("model.", 2),
 	HYBRID_MLP_ROWS("model.", hfx_gate_m, hfx_up_m, hfx_down_m),
 };
+/* Qwen3.5 dense and MoE: the same rows, --hq promoting attention and the
+ * DeltaNet only in the MoE models (ExLlamaV3's qwen3_5.py) */
 static const x3_module_desc qwen3_5_mods[] = {
-	HYBRID_HEAD_ROWS("model."), HYBRID_GDN_SPLIT_ROWS("model."),
+	HYBRID_HEAD_ROWS("model.", 0), HYBRID_GDN_SPLIT_ROWS("model.", 0),
+	HYBRID_MLP_ROWS("model.", hfx_gate_m, hfx_up_m, hfx_down_m),
+};
+static const x3_module_desc qwen3_5_moe_mods[] = {
+	HYBRID_HEAD_ROWS("model.", 2), HYBRID_GDN_SPLIT_ROWS("model.", 2),
 	HYBRID_MLP_ROWS("model.", hfx_gate_m, hfx_up_m, hfx_down_m),
 };
 static const x3_module_desc qwen3_5_mm_mods[] = {
-	HYBRID_HEAD_ROWS("model.language_model."), HYBRID_GDN_SPLIT_ROWS("model.language_model."),
+	HYBRID_HEAD_ROWS("model.language_model.", 0), HYBRID_GDN_SPLIT_ROWS("model.language_model.", 0),
+	HYBRID_MLP_ROWS("model.language_model.", hfx_gate_lm, hfx_up_lm, hfx_down_lm),
+};
+static const x3_module_desc qwen3_5_moe_mm_mods[] = {
+	HYBRID_HEAD_ROWS("model.language_model.", 2), HYBRID_GDN_SPLIT_ROWS("model.language_model.", 2),
 	HYBRID_MLP_ROWS("model.language_model.", hfx_gate_lm, hfx_up_lm, hfx_down_lm),
 };
 /* Hugging Face's defaults for the keys real hybrid configs may leave out
@@ -638,10 +652,10 @@ const x3_arch_desc x3_archs[] = {
 	  X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
 	{ X3_ARCH_QWEN3_5_MOE, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "Qwen3.5-MoE",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
-	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), "num_experts", qwen3_5_moe_defaults, 0, HYBRID_MTP },
+	  "model.layers.{L}", qwen3_5_moe_mods, N_(qwen3_5_moe_mods), "num_experts", qwen3_5_moe_defaults, 0, HYBRID_MTP },
 	{ X3_ARCH_QWEN3_5_MOE_MM, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "Qwen3.5-MoE multimodal",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
-	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), "num_experts",
+	  "model.language_model.layers.{L}", qwen3_5_moe_mm_mods, N_(qwen3_5_moe_mm_mods), "num_experts",
 	  qwen3_5_moe_defaults, X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
 	{ X3_ARCH_GLM_MOE_DSA, "GlmMoeDsaForCausalLM", "glm_moe_dsa", "GLM-5",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED | X3_AF_DSA,

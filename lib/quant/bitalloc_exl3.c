@@ -31,8 +31,8 @@ static int layer_of(const char *key)
 
 /* Group key and priority of a linear (exl3(5) §11.2), from the architecture
  * tables: the linears of one allocation group (the table's alloc suffix:
- * q/k/v, o, gate/up, down) are promoted together; priority attention 2,
- * MLP and shared experts 1, others 0, plus the --hq bits. A key no table
+ * q/k/v, o, gate/up, down) are promoted together, by x3_module_priority
+ * (ExLlamaV3's q_priority: the module's kind plus its --hq bits). A key no table
  * knows is a group of its own at priority 0 (its layer: the first ".N."
  * in it). */
 static char *group_of(const x3_ba *ba, const char *key, int *prio, int *layer)
@@ -43,8 +43,7 @@ static char *group_of(const x3_ba *ba, const char *key, int *prio, int *layer)
 		*layer = layer_of(key);
 		return strdup(key);
 	}
-	*prio = d->hq + (d->role == X3_ROLE_ATTENTION ? 2 :
-	                 d->role == X3_ROLE_MLP || d->role == X3_ROLE_SHARED_EXPERT ? 1 : 0);
+	*prio = x3_module_priority(d);
 	if (!d->alloc)
 		return strdup(key);
 	/* a tied linear's group spans its tied group (every expert of the
