@@ -1,8 +1,9 @@
 /* tok_impl.h: what the tokenizer's files share (tokenizer.c loads
- * tokenizer.json; tok_pattern.c, tok_pretok.c, tok_encode.c, tok_decode.c
- * and tok_rows.c do the rest, see tokenizer.c for the pipeline): small
- * containers, the parsed pipeline's types, struct x3_tok and the entry
- * points between the files. Nothing outside lib/text/ includes it. */
+ * tokenizer.json; tok_pattern.c (with tok_uclass.c), tok_pretok.c,
+ * tok_encode.c, tok_decode.c and tok_rows.c do the rest, see tokenizer.c
+ * for the pipeline): small containers, the parsed pipeline's types, struct
+ * x3_tok and the entry points between the files. Nothing outside lib/text/
+ * includes it but tests/unit/t1402, which checks tok_uclass.c's rewrite. */
 #ifndef X3_TOK_IMPL_H
 #define X3_TOK_IMPL_H
 
@@ -196,6 +197,8 @@ void tok_pat_free(pat_t *p);
 int tok_pat_find(pat_t *p, const char *s, size_t n, size_t pos, size_t *ms, size_t *me);
 int tok_find_segs(pat_t *p, const char *s, size_t n, segv *out);
 void tok_apply_behavior(segv *sg, int behavior, int invert);
+/* a regex with its Unicode classes as the reference sees them (tok_uclass.c) */
+int tok_uclass_rewrite(const char *re, size_t n, char **out, size_t *outn);
 /* pre-tokenization (tok_pretok.c): the arena of transformed pieces, added
  * tokens split out of a text (group g), the normalizers, the
  * pre-tokenizers */

@@ -9,14 +9,17 @@
 /* ---- patterns --------------------------------------------------------------- */
 int tok_pat_regex(x3_tok *t, pat_t *p, const char *re, size_t n, const char *what)
 {
-	int e;
+	int e, rc;
 	PCRE2_SIZE off;
-	p->re = pcre2_compile((PCRE2_SPTR)re, n, PCRE2_UTF | PCRE2_UCP, &e, &off, NULL);
+	char *rw;
+	size_t rwn;
+	if ((rc = tok_uclass_rewrite(re, n, &rw, &rwn))) return rc;
+	p->re = pcre2_compile((PCRE2_SPTR)rw, rwn, PCRE2_UTF | PCRE2_UCP, &e, &off, NULL);
+	free(rw);
 	if (!p->re) {
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(e, msg, sizeof msg);
-		return x3_err(X3_EUNSUP, "%s: %s: regex /%.*s/ at offset %zu: %s", t->label, what,
-		              (int)n, re, (size_t)off, (char *)msg);
+		return x3_err(X3_EUNSUP, "%s: %s: regex /%.*s/: %s", t->label, what, (int)n, re, (char *)msg);
 	}
 	pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);  /* falls back to the interpreter */
 	p->md = pcre2_match_data_create_from_pattern(p->re, NULL);
