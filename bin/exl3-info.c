@@ -239,7 +239,7 @@ struct acc {
 	int linears, tensors;
 	double params, bytes, kparams;   /* kparams: Σ numel·K over the linears */
 };
-static struct acc roles[X3_ROLE_COUNT], dec, head, mtp, all;
+static struct acc roles[X3_ROLE_COUNT], dec, head, mtp, vis, all;
 static struct acc hist[9];           /* decoder linears by K */
 static int ncb[X3_CB_COUNT], nlegacy;
 
@@ -254,8 +254,9 @@ static void summarize(void)
 		struct acc *r = &roles[L->role];
 		r->linears++, r->params += p, r->bytes += (double)L->q.bytes, r->kparams += p * lin_bits(L);
 		all.params += p, all.bytes += (double)L->q.bytes;
-		if (L->role == X3_ROLE_HEAD || L->role == X3_ROLE_MTP) {   /* outside the bits */
-			struct acc *a = L->role == X3_ROLE_HEAD ? &head : &mtp;
+		if (L->role == X3_ROLE_HEAD || L->role == X3_ROLE_MTP || L->role == X3_ROLE_VISION) {
+			/* outside the bits */
+			struct acc *a = L->role == X3_ROLE_HEAD ? &head : L->role == X3_ROLE_MTP ? &mtp : &vis;
 			a->linears++, a->params += p, a->bytes += (double)L->q.bytes, a->kparams += p * lin_bits(L);
 			continue;
 		}
@@ -373,6 +374,8 @@ static json_t *build_json(const char *src, json_t *qcfg)
 	json_object_set_new(s, "head_bpw", num(ratio(8 * head.bytes, head.params)));
 	if (mtp.linears)
 		json_object_set_new(s, "mtp_bits", num(ratio(mtp.kparams, mtp.params)));
+	if (vis.linears)
+		json_object_set_new(s, "vision_bits", num(ratio(vis.kparams, vis.params)));
 	json_object_set_new(s, "params", json_real(all.params));
 	json_object_set_new(s, "tensor_bytes", json_real(all.bytes));
 	json_object_set_new(s, "stored_bits_per_param", num(ratio(8 * all.bytes, all.params)));
@@ -468,6 +471,9 @@ static void print_table(const char *src, json_t *qcfg)
 	if (mtp.linears)   /* (all one K) */
 		printf("  multi-token prediction layer (%3d linears)         %.4g bits, %.4f bpw stored\n",
 		       mtp.linears, ratio(mtp.kparams, mtp.params), ratio(8 * mtp.bytes, mtp.params));
+	if (vis.linears)   /* (all one K) */
+		printf("  vision tower (%3d linears)                         %.4g bits, %.4f bpw stored\n",
+		       vis.linears, ratio(vis.kparams, vis.params), ratio(8 * vis.bytes, vis.params));
 	printf("  stored bits per parameter, whole pack                %.4f (%.0f parameters, %s)\n",
 	       ratio(8 * all.bytes, all.params), all.params, human(all.bytes, b1, sizeof b1));
 	printf("\n  %-15s %7s %7s %14s %12s %8s %8s\n", "role", "linears", "tensors", "params", "bytes", "bits", "bpw");
@@ -902,6 +908,13 @@ static void check_pack(json_t *qcfg)
 	if (json_is_integer(mb) && mtp.linears && json_integer_value(mb) != ratio(mtp.kparams, mtp.params))
 		warning("quantization_config.mtp_bits %lld, but the multi-token prediction layer has "
 		        "%.4f bits", (long long)json_integer_value(mb), ratio(mtp.kparams, mtp.params));
+	json_t *vb = json_object_get(qcfg, "vision_bits");
+	if (json_is_integer(vb) && vis.linears && json_integer_value(vb) != ratio(vis.kparams, vis.params))
+		warning("quantization_config.vision_bits %lld, but the vision tower's linears have %.4f bits",
+		        (long long)json_integer_value(vb), ratio(vis.kparams, vis.params));
+	if (json_is_integer(vb) && json_integer_value(vb) != 16 && !vis.linears)
+		warning("quantization_config.vision_bits %lld, but the pack has no EXL3 vision linear",
+		        (long long)json_integer_value(vb));
 }
 
 /* --plot FILE: gnuplot's picture of the pack into FILE */
