@@ -144,8 +144,7 @@ int main(int argc, char **argv)
 			o.mtp_bits = parse_int("--mtp-bits", optarg, 1, 8);
 			break;
 		case O_VB:
-			o.vision_bits = parse_int("--vision-bits", optarg, 1, 16);
-			if (o.vision_bits > 8 && o.vision_bits != 16)
+			if ((o.vision_bits = parse_int("--vision-bits", optarg, 1, 16)) > 8 && o.vision_bits != 16)
 				usage_error(usage, "--vision-bits: '%s' is not 1..8 or 16", optarg);
 			break;
 		case O_MODE:

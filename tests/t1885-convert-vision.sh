@@ -53,6 +53,19 @@ check "convert says the tower was encoded without calibration, no warning per li
 	sh -c "grep -c 'vision tower were encoded at --vision-bits 4' g.err | grep -qx 1 &&
 	       ! grep -q 'vision_tower.*without error feedback' g.err"
 
+# the tower's output error (vision-eval: the SigLIP encoder in double on
+# seeded inputs, source linears against the pack's decoded ones), at 4 and
+# at 6 bits (the work directory's encodes reused: only the tower's redone)
+convert G GO6 --bits 2.5 --vision-bits 6 -q --rows 8 --cols 64 --work GW 2>/dev/null || notok "convert at 6"
+e4=$(vision-eval --model G GO) && e6=$(vision-eval --model G GO6) || notok "vision-eval"
+echo "# --vision-bits 4: $(jq -c '[.rel_rms_mean, .rel_rms_spread]' <<<"$e4"), 6: $(jq -c '[.rel_rms_mean, .rel_rms_spread]' <<<"$e6")"
+check "vision-eval: the six linears decoded, 3 seeds, the output post_layernorm's" \
+	test "$(jq -c '[.decoded, (.seeds | length), .output, .vision_bits]' <<<"$e4")" = '[6,3,"post_layernorm",4]'
+check "the error at 6 bits is below the error at 4, which is below 0.05" \
+	jq -en --argjson a "$e4" --argjson b "$e6" '$b.rel_rms_mean < $a.rel_rms_mean and $a.rel_rms_mean < 0.05 and $b.rel_rms_mean > 0'
+check_fail "vision-eval on a pack without an EXL3 tower refused" 1 "no quantization_config.vision_bits" \
+	vision-eval --model G "$(mkdir -p P16 && cp G/config.json P16/ && tensor-cat -q -o P16/model.safetensors G && echo P16)"
+
 # the reader contract: ExLlamaV3 loads the tower's MLP unpadded
 convert S SO --bits 3 --vision-bits 6 --reader none -q --rows 8 --cols 64 2>/dev/null || notok "convert S"
 check "SO: the 32x48 MLP is a vision-unpadded violation of ExLlamaV3's contract (exit 1)" \

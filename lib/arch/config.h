@@ -134,6 +134,8 @@ typedef struct x3_model_config {
 	 * x3_config_vision for a conversion's --vision-bits), 0 when the
 	 * tower is passed through */
 	int64_t v_layers, v_hidden, v_inter, v_heads, v_merge, v_out;
+	double v_eps;            /* its LayerNorms' epsilon (layer_norm_eps,
+	                            default 1e-6) */
 	int vision_bits;
 } x3_model_config;
 

@@ -11,6 +11,7 @@ int x3_config_vision_parse(json_t *root, x3_model_config *c)
 	int rc;
 	c->v_layers = c->v_hidden = c->v_inter = c->v_heads = c->v_merge = c->v_out = 0;
 	c->vision_bits = 0;
+	c->v_eps = 1e-6;
 	json_t *v = json_object_get(root, "vision_config");
 	if (!c->desc->nvis || !json_is_object(v))
 		return X3_OK;
@@ -20,6 +21,8 @@ int x3_config_vision_parse(json_t *root, x3_model_config *c)
 	    (rc = x3_cfg_int(v, "hidden_size", 1, 1, &c->v_hidden)) ||
 	    (rc = x3_cfg_int(v, "intermediate_size", 1, 1, &c->v_inter)) ||
 	    (rc = x3_cfg_int(v, qwen ? "num_heads" : "num_attention_heads", 1, 1, &c->v_heads)))
+		return x3_errprefix(rc, "vision_config");
+	if ((rc = x3_cfg_num(v, "layer_norm_eps", &c->v_eps)))
 		return x3_errprefix(rc, "vision_config");
 	if (qwen && ((rc = x3_cfg_int(v, "out_hidden_size", 1, 1, &c->v_out)) ||
 	             (rc = x3_cfg_int(v, "spatial_merge_size", 0, 1, &merge))))
