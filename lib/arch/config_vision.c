@@ -8,29 +8,31 @@
 
 int x3_config_vision_parse(json_t *root, x3_model_config *c)
 {
-	int rc;
 	c->v_layers = c->v_hidden = c->v_inter = c->v_heads = c->v_merge = c->v_out = 0;
 	c->vision_bits = 0;
 	c->v_eps = 1e-6;
 	json_t *v = json_object_get(root, "vision_config");
 	if (!c->desc->nvis || !json_is_object(v))
 		return X3_OK;
+	/* Hugging Face's defaults for the keys a config leaves out
+	 * (SiglipVisionConfig; Qwen3-VL's vision config, which Qwen3.5's
+	 * follows): a tower whose sizes they get wrong fails the shape checks
+	 * against the checkpoint when --vision-bits encodes it */
 	int qwen = c->desc->flags & X3_AF_HYBRID;
-	int64_t merge = 2;
-	if ((rc = x3_cfg_int(v, qwen ? "depth" : "num_hidden_layers", 1, 1, &c->v_layers)) ||
-	    (rc = x3_cfg_int(v, "hidden_size", 1, 1, &c->v_hidden)) ||
-	    (rc = x3_cfg_int(v, "intermediate_size", 1, 1, &c->v_inter)) ||
-	    (rc = x3_cfg_int(v, qwen ? "num_heads" : "num_attention_heads", 1, 1, &c->v_heads)))
-		return x3_errprefix(rc, "vision_config");
-	if ((rc = x3_cfg_num(v, "layer_norm_eps", &c->v_eps)))
-		return x3_errprefix(rc, "vision_config");
-	if (qwen && ((rc = x3_cfg_int(v, "out_hidden_size", 1, 1, &c->v_out)) ||
-	             (rc = x3_cfg_int(v, "spatial_merge_size", 0, 1, &merge))))
-		return x3_errprefix(rc, "vision_config");
-	if (c->v_hidden % c->v_heads)
-		return x3_err(X3_EFORMAT, "config.json: vision_config: hidden_size %lld is not a multiple of "
-		              "its heads %lld", (long long)c->v_hidden, (long long)c->v_heads);
-	c->v_merge = qwen ? merge * merge * c->v_hidden : 0;
+	int64_t nl = qwen ? 27 : 12, h = qwen ? 1152 : 768, in = qwen ? 4304 : 3072, nh = qwen ? 16 : 12;
+	int64_t out = 3584, merge = 2;
+	double eps = 1e-6;
+	/* a vision_config this reads wrong is no error of the model (its tower
+	 * passed through): only x3_config_vision refuses it */
+	if (x3_cfg_int(v, qwen ? "depth" : "num_hidden_layers", 0, 1, &nl) ||
+	    x3_cfg_int(v, "hidden_size", 0, 1, &h) || x3_cfg_int(v, "intermediate_size", 0, 1, &in) ||
+	    x3_cfg_int(v, qwen ? "num_heads" : "num_attention_heads", 0, 1, &nh) ||
+	    x3_cfg_num(v, "layer_norm_eps", &eps) || x3_cfg_int(v, "out_hidden_size", 0, 1, &out) ||
+	    x3_cfg_int(v, "spatial_merge_size", 0, 1, &merge) || h % nh)
+		return X3_OK;
+	c->v_layers = nl, c->v_hidden = h, c->v_inter = in, c->v_heads = nh, c->v_eps = eps;
+	c->v_out = qwen ? out : 0;
+	c->v_merge = qwen ? merge * merge * h : 0;
 	/* a pack whose vision tower's linears are EXL3 says so */
 	json_t *q = json_object_get(root, "quantization_config");
 	json_t *vb = json_object_get(q, "vision_bits");
@@ -57,7 +59,8 @@ int x3_config_vision(x3_model_config *c, int bits)
 		              "(Gemma3ForConditionalGeneration, Qwen3_5(Moe)ForConditionalGeneration do)", bits,
 		              c->desc ? c->desc->name : "the model");
 	if (!c->v_layers)
-		return x3_err(X3_EUNSUP, "--vision-bits %d: config.json has no vision_config", bits);
+		return x3_err(X3_EUNSUP, "--vision-bits %d: config.json has no vision_config (or one whose sizes "
+		              "are not positive integers, hidden_size a multiple of the heads)", bits);
 	c->vision_bits = bits;
 	return X3_OK;
 }

@@ -9,7 +9,8 @@
  * the heads (one head of 24 differs), post_layernorm, the biases. The
  * linears come from the source without a pack (none decoded); a missing
  * bias fails naming it; a config without a vision_config, or another
- * architecture, is refused. */
+ * architecture, is refused; a vision_config's missing keys take Hugging
+ * Face's defaults, a bad value leaves the model's config parsing. */
 #include <math.h>
 #include "test.h"
 #include "config.h"
@@ -221,6 +222,19 @@ int main(void)
 	CHECK(x3_siglip_load(&t, NULL, NULL, &s, &dec) == X3_EUNSUP, "no vision_config: refused (%s)", x3_errmsg());
 	CHECK(x3_config_vision(&t, 4) == X3_EUNSUP, "--vision-bits without a vision_config refused (%s)",
 	      x3_errmsg());
+	CHECK_OK(test_config_parse("{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
+	                           "\"gemma3\", \"text_config\": {\"model_type\": \"gemma3_text\", "
+	                           "\"num_hidden_layers\": 1, \"vocab_size\": 64}, \"vision_config\": "
+	                           "{\"hidden_size\": 1152, \"num_attention_heads\": -3}}", &t),
+	         "a vision_config with a bad value: the model's config still parses (its tower passed through)");
+	CHECK(!t.v_layers && x3_config_vision(&t, 4) == X3_EUNSUP, "... and --vision-bits refuses it (%s)",
+	      x3_errmsg());
+	CHECK_OK(test_config_parse("{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": "
+	                           "\"gemma3\", \"text_config\": {\"model_type\": \"gemma3_text\", "
+	                           "\"num_hidden_layers\": 1, \"vocab_size\": 64}, \"vision_config\": "
+	                           "{\"hidden_size\": 1152}}", &t), "a partial vision_config parses");
+	CHECK(t.v_layers == 12 && t.v_hidden == 1152 && t.v_inter == 3072 && t.v_heads == 12,
+	      "... the missing keys SiglipVisionConfig's defaults (12 layers, MLP 3072, 12 heads)");
 	CHECK(x3_config_vision(&c, 9) != X3_OK && x3_config_vision(&c, 16) == X3_OK && !c.vision_bits,
 	      "--vision-bits 9 refused, 16 leaves the tower passed through");
 	CHECK(!test_tmpdir_remove(), "the scratch directory removed");
