@@ -26,7 +26,7 @@ static const char usage[] =
 	"       bitalloc --predict --model SRC (--bits B | --size BYTES) [--head-bits N]\n"
 	"                [--mtp-bits N]\n"
 	"                [--codebook C] [--cal-rows R] [--cal-cols C] [--set REGEX=K]...\n"
-	"       (with --model: [--shard-size SIZE] [--mtp-bits N])\n"
+	"       (with --model: [--shard-size SIZE] [--mtp-bits N] [--vision-bits N])\n"
 	"       bitalloc --lines FILE...\n"
 	"       (any of them: [--measurement JSON])\n";
 
@@ -42,6 +42,9 @@ static void help(void)
 	       "  --mtp-bits N      with --model: the multi-token prediction layer's\n"
 	       "                    linears' bits, 1..8, default 4; outside the budget, as\n"
 	       "                    the head (the bytes count them)\n"
+	       "  --vision-bits N   with --model: the vision tower's linears' bits, 1..8\n"
+	       "                    (outside the budget, as the MTP layer's), or 16, the\n"
+	       "                    default: the tower passed through\n"
 	       "  --hq [N]          floor each linear at min(floor(B)+hq, 8), hq its\n"
 	       "                    architecture's promotion (tensor-ls --modules: attention\n"
 	       "                    +2, shared experts +1); with N (1..8, the next argument\n"
@@ -297,7 +300,8 @@ static int size_fn(void *c, const x3_ba *ba, uint64_t *bytes)
 
 static int is_decoder_linear(const x3_module *m)
 {
-	return m->d->kind == X3_KIND_LINEAR && m->d->role != X3_ROLE_HEAD && m->d->role != X3_ROLE_MTP;
+	return m->d->kind == X3_KIND_LINEAR && m->d->role != X3_ROLE_HEAD && m->d->role != X3_ROLE_MTP &&
+	       m->d->role != X3_ROLE_VISION;
 }
 
 /* Tie the measured tensors to SRC's modules: each must be one of its
@@ -317,6 +321,9 @@ static void bind_model(x3_ba *ba, struct szctx *x, const char *model)
 		if (m && m->d->role == X3_ROLE_MTP)
 			die("tensor '%s': a linear of %s's multi-token prediction layer (at --mtp-bits, outside "
 			    "the allocation)", ba->t[i].name, model);
+		if (m && m->d->role == X3_ROLE_VISION)
+			die("tensor '%s': a linear of %s's vision tower (at --vision-bits, outside the allocation)",
+			    ba->t[i].name, model);
 		if (!m || !is_decoder_linear(m))
 			die("tensor '%s': not a decoder linear of %s", ba->t[i].name, model);
 		if (m->in * m->out != ba->t[i].numel)
@@ -508,7 +515,7 @@ static void predict_main(x3_ba *ba, struct szctx *x, const char *model, double b
 struct set_fix { char *re; long K; };   /* --set REGEX=K */
 struct opts {
 	double bits;              /* --bits, NaN when not given */
-	long head_bits, mtp_bits;
+	long head_bits, mtp_bits, vision_bits;
 	int hq, hq_n, exl3, method;
 	const char *imp, *out, *model, *codebook;
 	uint64_t size, shard_bytes;
@@ -525,11 +532,12 @@ struct opts {
 static void parse_options(int argc, char **argv, struct opts *o)
 {
 	enum { O_BITS = 256, O_HEAD, O_MTP, O_HQ, O_SHARD, O_SET, O_IMP, O_STRAT, O_METHOD, O_SIZE, O_MODEL, O_CB,
-	       O_CR, O_CC, O_PREDICT, O_MEAS, O_LINES };
+	       O_CR, O_CC, O_PREDICT, O_MEAS, O_LINES, O_VB };
 	static const struct option lo[] = {
 		{"bits", required_argument, 0, O_BITS},
 		{"head-bits", required_argument, 0, O_HEAD},
 		{"mtp-bits", required_argument, 0, O_MTP},
+		{"vision-bits", required_argument, 0, O_VB},
 		{"hq", optional_argument, 0, O_HQ},
 		{"shard-size", required_argument, 0, O_SHARD},
 		{"set", required_argument, 0, O_SET},
@@ -548,7 +556,7 @@ static void parse_options(int argc, char **argv, struct opts *o)
 		{0, 0, 0, 0},
 	};
 	*o = (struct opts){
-		.bits = NAN, .head_bits = 6, .mtp_bits = 4, .method = X3_BA_AUTO, .codebook = "mul1",
+		.bits = NAN, .head_bits = 6, .mtp_bits = 4, .vision_bits = 16, .method = X3_BA_AUTO, .codebook = "mul1",
 		.shard_bytes = (uint64_t)X3_PACK_SHARD_MB << 20, .cal_rows = 250, .cal_cols = 2048,
 	};
 	if (!(o->sets = calloc((size_t)argc, sizeof *o->sets)))
@@ -562,6 +570,11 @@ static void parse_options(int argc, char **argv, struct opts *o)
 		case O_BITS: o->bits = parse_double(usage, "--bits", optarg, 1, 8); break;
 		case O_MTP:
 			o->mtp_bits = parse_long(usage, "--mtp-bits", optarg, 1, 8);
+			break;
+		case O_VB:
+			o->vision_bits = parse_long(usage, "--vision-bits", optarg, 1, 16);
+			if (o->vision_bits > 8 && o->vision_bits != 16)
+				usage_error(usage, "--vision-bits: %ld is not 1..8 or 16", o->vision_bits);
 			break;
 		case O_HEAD:
 			o->head_bits = parse_long(usage, "--head-bits", optarg, 1, 16);
@@ -667,7 +680,8 @@ static void load_tensors(x3_ba *ba, struct szctx *sx, const struct opts *o, char
 {
 	if (o->model) {
 		x3_pack_size_opts so = {
-			.head_bits = (int)o->head_bits, .mtp_bits = (int)o->mtp_bits, .codebook = o->codebook,
+			.head_bits = (int)o->head_bits, .mtp_bits = (int)o->mtp_bits,
+			.vision_bits = o->vision_bits == 16 ? 0 : (int)o->vision_bits, .codebook = o->codebook,
 			.cal_rows = (int)o->cal_rows,
 			.cal_cols = (int)o->cal_cols, .shard_bytes = o->shard_bytes,
 			.measurement = o->mtext,

@@ -15,8 +15,8 @@ static const char usage[] =
 	"usage: convert-plan [--recap] OPTS MODEL WORK\n"
 	"       convert-plan --finals PLAN OPTS MODEL\n"
 	"       convert-plan --list meas|draws|sens-groups OPTS MODEL\n"
-	"       convert-plan --sources MODEL < DIGESTS\n"
-	"   OPTS: --measure LIST [--head-bits N] [--mtp-bits N] [--mode onepass|sequential] [--sample F|full]\n"
+	"       convert-plan --sources [--vision-bits N] MODEL < DIGESTS\n"
+	"   OPTS: --measure LIST [--head-bits N] [--mtp-bits N] [--vision-bits N] [--mode onepass|sequential] [--sample F|full]\n"
 	"         [--draws N] [--sensitivity off|measure|file] [--sensitivity-by tensor|group|layer]\n"
 	"         [--sensitivity-k K] [--sens-file NAME]\n";
 
@@ -43,6 +43,8 @@ static void help(void)
 	     "  --head-bits N     the head's width (default 6; 16: not encoded)\n"
 	     "  --mtp-bits N      the multi-token prediction layer's linears' width, 1..8\n"
 	     "                    (default 4), encoded without a Hessian\n"
+	     "  --vision-bits N   the vision tower's linears' width, 1..8, encoded without\n"
+	     "                    a Hessian (16, the default: the tower passed through)\n"
 	     "  --mode M          onepass (default) or sequential\n"
 	     "  --sample F|full   convert's --sample (default full)\n"
 	     "  --draws N         with --sign-metric kl: the draws per decoder linear\n"
@@ -83,12 +85,13 @@ static void write_file(const char *name, int (*wr)(const x3_plan *, const unsign
 }
 
 /* --sources: the identities of what each step reads (plan.h) */
-static int print_sources(const char *dir)
+static int print_sources(const char *dir, int vision_bits)
 {
 	x3_model_config c;
 	x3_module *m;
 	int n;
-	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c) || x3_arch_modules(&c, &m, &n))
+	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c) || x3_config_vision(&c, vision_bits) ||
+	    x3_arch_modules(&c, &m, &n))
 		die("%s: %s", dir, x3_errmsg());
 	if (x3_plan_sources(m, n, stdin, "stdin", stdout) || fflush(stdout) || ferror(stdout))
 		die("%s", x3_errmsg());
@@ -113,12 +116,14 @@ int main(int argc, char **argv)
 	x3_plan_opts o = {0};
 	o.head_bits = 6;
 	o.mtp_bits = 4;
+	o.vision_bits = 16;
 	const char *finals = NULL, *list = NULL;
 	int recap_only = 0, sources = 0;
 	enum { O_HB = 256, O_MB, O_MODE, O_SAMPLE, O_MEASURE, O_DRAWS, O_SENS, O_SENSBY, O_SENSK, O_SENSF,
-	       O_FINALS, O_LIST, O_RECAP, O_SOURCES };
+	       O_FINALS, O_LIST, O_RECAP, O_SOURCES, O_VB };
 	static const struct option lo[] = {
 		{"head-bits", required_argument, 0, O_HB}, {"mtp-bits", required_argument, 0, O_MB},
+		{"vision-bits", required_argument, 0, O_VB},
 		{"mode", required_argument, 0, O_MODE},
 		{"sample", required_argument, 0, O_SAMPLE}, {"measure", required_argument, 0, O_MEASURE},
 		{"draws", required_argument, 0, O_DRAWS}, {"sensitivity", required_argument, 0, O_SENS},
@@ -137,6 +142,10 @@ int main(int argc, char **argv)
 			break;
 		case O_MB:
 			o.mtp_bits = parse_int("--mtp-bits", optarg, 1, 8);
+			break;
+		case O_VB:
+			if ((o.vision_bits = parse_int("--vision-bits", optarg, 1, 16)) > 8 && o.vision_bits != 16)
+				usage_error(usage, "--vision-bits: '%s' is not 1..8 or 16", optarg);
 			break;
 		case O_MODE:
 			if (!strcmp(optarg, "sequential"))
@@ -196,7 +205,7 @@ int main(int argc, char **argv)
 	if (sources) {
 		if (argc - optind != 1 || finals || list || recap_only)
 			usage_error(usage, "--sources takes one MODEL and no --finals, --list or --recap");
-		return print_sources(argv[optind]);
+		return print_sources(argv[optind], o.vision_bits);
 	}
 	int want = finals || list ? 1 : 2;
 	if (argc - optind != want)

@@ -239,7 +239,10 @@ struct acc {
 	int linears, tensors;
 	double params, bytes, kparams;   /* kparams: Σ numel·K over the linears */
 };
-static struct acc roles[X3_ROLE_COUNT], dec, head, mtp, all;
+static struct acc roles[X3_ROLE_COUNT], dec, head, mtp, vis, all;
+/* the parts outside the bits with one K each, and their quantization_config key */
+static const struct { const char *key, *what; struct acc *a; } side[2] = {
+	{"mtp_bits", "the multi-token prediction layer", &mtp}, {"vision_bits", "the vision tower", &vis}};
 static struct acc hist[9];           /* decoder linears by K */
 static int ncb[X3_CB_COUNT], nlegacy;
 
@@ -254,8 +257,8 @@ static void summarize(void)
 		struct acc *r = &roles[L->role];
 		r->linears++, r->params += p, r->bytes += (double)L->q.bytes, r->kparams += p * lin_bits(L);
 		all.params += p, all.bytes += (double)L->q.bytes;
-		if (L->role == X3_ROLE_HEAD || L->role == X3_ROLE_MTP) {   /* outside the bits */
-			struct acc *a = L->role == X3_ROLE_HEAD ? &head : &mtp;
+		if (L->role == X3_ROLE_HEAD || L->role == X3_ROLE_MTP || L->role == X3_ROLE_VISION) {   /* outside */
+			struct acc *a = L->role == X3_ROLE_HEAD ? &head : L->role == X3_ROLE_MTP ? &mtp : &vis;
 			a->linears++, a->params += p, a->bytes += (double)L->q.bytes, a->kparams += p * lin_bits(L);
 			continue;
 		}
@@ -371,8 +374,9 @@ static json_t *build_json(const char *src, json_t *qcfg)
 	json_object_set_new(s, "storage_bpw", num(ratio(8 * dec.bytes, dec.params)));
 	json_object_set_new(s, "head_bits", head.linears ? json_integer((json_int_t)lround(ratio(head.kparams, head.params))) : json_null());
 	json_object_set_new(s, "head_bpw", num(ratio(8 * head.bytes, head.params)));
-	if (mtp.linears)
-		json_object_set_new(s, "mtp_bits", num(ratio(mtp.kparams, mtp.params)));
+	for (int k = 0; k < 2; k++)
+		if (side[k].a->linears)
+			json_object_set_new(s, side[k].key, num(ratio(side[k].a->kparams, side[k].a->params)));
 	json_object_set_new(s, "params", json_real(all.params));
 	json_object_set_new(s, "tensor_bytes", json_real(all.bytes));
 	json_object_set_new(s, "stored_bits_per_param", num(ratio(8 * all.bytes, all.params)));
@@ -418,15 +422,6 @@ static json_t *build_json(const char *src, json_t *qcfg)
 }
 
 /* ---- the table --------------------------------------------------------- */
-static const char *human(double b, char *buf, size_t n)
-{
-	static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	int i = 0;
-	while (b >= 1024 && i < 4)
-		b /= 1024, i++;
-	snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
-	return buf;
-}
 
 static void print_table(const char *src, json_t *qcfg)
 {
@@ -438,8 +433,8 @@ static void print_table(const char *src, json_t *qcfg)
 	for (int i = 0; i < nunq; i++)
 		if ((int)strlen(unqs[i].t->name) > w)
 			w = (int)strlen(unqs[i].t->name);
-	printf("%s: %d files, %s (%s of safetensors)\n\n", src, nfiles, human((double)files_bytes, b1, sizeof b1),
-	       human((double)st_bytes, b2, sizeof b2));
+	printf("%s: %d files, %s (%s of safetensors)\n\n", src, nfiles, human_bytes((double)files_bytes, b1, sizeof b1),
+	       human_bytes((double)st_bytes, b2, sizeof b2));
 	printf("%-*s  %2s  %-8s  %-11s  %-11s  %12s  %6s\n", w, "linear", "K", "codebook", "out x in",
 	       "padded", "bytes", "bpw");
 	for (int i = 0; i < nlin; i++) {
@@ -465,11 +460,12 @@ static void print_table(const char *src, json_t *qcfg)
 	if (head.linears)
 		printf("  head                                                 %ld bits, %.4f bpw stored\n",
 		       lround(ratio(head.kparams, head.params)), ratio(8 * head.bytes, head.params));
-	if (mtp.linears)   /* (all one K) */
-		printf("  multi-token prediction layer (%3d linears)         %.4g bits, %.4f bpw stored\n",
-		       mtp.linears, ratio(mtp.kparams, mtp.params), ratio(8 * mtp.bytes, mtp.params));
+	for (int k = 0; k < 2; k++)   /* (all one K) */
+		if (side[k].a->linears)
+			printf("  %-28s (%3d linears)         %.4g bits, %.4f bpw stored\n", side[k].what + 4, side[k].a->linears,
+			       ratio(side[k].a->kparams, side[k].a->params), ratio(8 * side[k].a->bytes, side[k].a->params));
 	printf("  stored bits per parameter, whole pack                %.4f (%.0f parameters, %s)\n",
-	       ratio(8 * all.bytes, all.params), all.params, human(all.bytes, b1, sizeof b1));
+	       ratio(8 * all.bytes, all.params), all.params, human_bytes(all.bytes, b1, sizeof b1));
 	printf("\n  %-15s %7s %7s %14s %12s %8s %8s\n", "role", "linears", "tensors", "params", "bytes", "bits", "bpw");
 	for (int k = 0; k < X3_ROLE_COUNT; k++) {
 		const struct acc *a = &roles[k];
@@ -898,10 +894,13 @@ static void check_pack(json_t *qcfg)
 	    json_integer_value(hb) != lround(ratio(head.kparams, head.params)))
 		warning("quantization_config.head_bits %lld, but the head has %ld bits",
 		        (long long)json_integer_value(hb), lround(ratio(head.kparams, head.params)));
-	json_t *mb = json_object_get(qcfg, "mtp_bits");
-	if (json_is_integer(mb) && mtp.linears && json_integer_value(mb) != ratio(mtp.kparams, mtp.params))
-		warning("quantization_config.mtp_bits %lld, but the multi-token prediction layer has "
-		        "%.4f bits", (long long)json_integer_value(mb), ratio(mtp.kparams, mtp.params));
+	for (int k = 0; k < 2; k++) {
+		json_t *b = json_object_get(qcfg, side[k].key);
+		double have = ratio(side[k].a->kparams, side[k].a->params);
+		if (json_is_integer(b) && side[k].a->linears && json_integer_value(b) != have)
+			warning("quantization_config.%s %lld, but %s has %.4f bits", side[k].key,
+			        (long long)json_integer_value(b), side[k].what, have);
+	}
 }
 
 /* --plot FILE: gnuplot's picture of the pack into FILE */

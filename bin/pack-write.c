@@ -32,7 +32,7 @@ static const char usage[] =
 	"usage: pack-write --model SRC [--passthrough] [--shard-size MB] [--plan PLAN]\n"
 	"                  [--bits B] [--head-bits N] [--codebook mul1|mcg|3inst]\n"
 	"                  [--cal-rows R] [--cal-cols C] [--out-scales always|never|auto]\n"
-	"                  [--check READER] [--force] [-q] OUT < frames\n";
+	"                  [--vision-bits N] [--check READER] [--force] [-q] OUT < frames\n";
 
 static void help(void)
 {
@@ -54,6 +54,9 @@ static void help(void)
 	       "  --cal-rows R      calibration rows for the config (default 250)\n"
 	       "  --cal-cols C      calibration columns for the config (default 2048)\n"
 	       "  --out-scales S    out_scales for the config (default always)\n"
+	       "  --vision-bits N   the vision tower's linears are EXL3 in the stream, all at\n"
+	       "                    K=N (1..8; quantization_config.vision_bits N); 16, the\n"
+	       "                    default, passes the tower through from SRC\n"
 	       "  --check READER    before OUT is put in place, check it against what READER\n"
 	       "                    requires to load it (exllamav3, gptqmodel, strict; auto:\n"
 	       "                    exllamav3 where it loads the architecture; none): a\n"
@@ -757,13 +760,14 @@ struct opts {
 	int reader;                  /* X3_READER_*; -1: none, -2: auto */
 	double shard_mb, bits_opt;
 	long head_opt, cal_rows, cal_cols;
+	int vision_bits;             /* 1..8, or 16 */
 };
 
 /* the options into o (exits on a bad one, and after --help), then the
  * checks of the operands */
 static void parse_options(int argc, char **argv, struct opts *o)
 {
-	enum { O_MODEL = 256, O_PASS, O_SHARD, O_PLAN, O_BITS, O_HEAD, O_CB, O_CR, O_CC, O_OS, O_FORCE, O_CHECK };
+	enum { O_MODEL = 256, O_PASS, O_SHARD, O_PLAN, O_BITS, O_HEAD, O_CB, O_CR, O_CC, O_OS, O_FORCE, O_CHECK, O_VB };
 	static const struct option lo[] = {
 		{"model", required_argument, 0, O_MODEL},
 		{"passthrough", no_argument, 0, O_PASS},
@@ -777,12 +781,13 @@ static void parse_options(int argc, char **argv, struct opts *o)
 		{"out-scales", required_argument, 0, O_OS},
 		{"force", no_argument, 0, O_FORCE},
 		{"check", required_argument, 0, O_CHECK},
+		{"vision-bits", required_argument, 0, O_VB},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	*o = (struct opts){
 		.out_scales = "always", .reader = -1, .shard_mb = X3_PACK_SHARD_MB, .bits_opt = NAN,
-		.cal_rows = 250, .cal_cols = 2048,
+		.cal_rows = 250, .cal_cols = 2048, .vision_bits = 16,
 	};
 	int c;
 	while ((c = getopt_long(argc, argv, "hq", lo, NULL)) != -1) {
@@ -812,6 +817,11 @@ static void parse_options(int argc, char **argv, struct opts *o)
 			o->out_scales = optarg;
 			break;
 		case O_FORCE: o->force = 1; break;
+		case O_VB:
+			o->vision_bits = (int)parse_long(usage, "--vision-bits", optarg, 1, 16);
+			if (o->vision_bits > 8 && o->vision_bits != 16)
+				usage_error(usage, "--vision-bits: '%s' is not 1..8 or 16", optarg);
+			break;
 		case O_CHECK:
 			if (!strcmp(optarg, "none"))
 				o->reader = -1;
@@ -842,7 +852,7 @@ struct source {
 	int nmods;
 };
 
-static void open_source(const char *src, struct source *s)
+static void open_source(const char *src, int vision_bits, struct source *s)
 {
 	snprintf(s->path, sizeof s->path, "%s/config.json", src);
 	s->cfg_text = slurp(s->path, NULL);
@@ -852,6 +862,8 @@ static void open_source(const char *src, struct source *s)
 		die_x3("%s", src);
 	/* experts fused in 3-D tensors: read from them, written per expert */
 	if (x3_arch_fused_scan(&s->cfg, s->sst) || x3_arch_mtp_scan(&s->cfg, s->sst))
+		die_x3("%s", src);
+	if (x3_config_vision(&s->cfg, vision_bits))
 		die_x3("%s", src);
 	if (x3_arch_modules(&s->cfg, &s->mods, &s->nmods))
 		die_x3("%s", s->path);
@@ -903,7 +915,7 @@ int main(int argc, char **argv)
 	struct outname o;
 	out_name(argv[optind], op.src, op.force, &o);
 	struct source s;
-	open_source(op.src, &s);
+	open_source(op.src, op.vision_bits, &s);
 	x3_pack_plan plan;
 	read_plan(&op, &s, &plan);
 
@@ -922,7 +934,8 @@ int main(int argc, char **argv)
 		loader_warnings(s.cfg_text, s.path, s.mods, s.nmods);
 	write_tensors(&s.cfg, op.shard_mb, o.out);
 	x3_pack_qcfg q = {
-		.bits = v.bits, .head_bits = v.head_bits, .mtp_bits = lay.mtp_bits, .cal_rows = (int)op.cal_rows,
+		.bits = v.bits, .head_bits = v.head_bits, .mtp_bits = lay.mtp_bits, .vision_bits = lay.vision_bits,
+		.cal_rows = (int)op.cal_rows,
 		.cal_cols = (int)op.cal_cols, .out_scales = op.out_scales, .codebook = v.codebook,
 		.version = "1.4.1", .nfallback = lay.nfallback,
 		.fallback_key = (const char *const *)lay.fallback_key,

@@ -25,9 +25,10 @@
 
 static const char usage[] =
 	"usage: tensor-ls [--stats] [--digest] [SOURCE...]\n"
-	"       tensor-ls --linears|--modules|--config MODEL\n"
+	"       tensor-ls --linears|--modules|--config [--vision-bits N] MODEL\n"
 	"       tensor-ls --architectures\n";
 static int stats, digest;
+static int vision_bits = 16;
 
 /* the XXH3 128-bit digest as 32 hex digits (its canonical byte order) */
 static void hex128(XXH128_hash_t h, char out[33])
@@ -253,6 +254,12 @@ static void help(void)
 	       "  --modules    every module of MODEL (linears, norms, embedding), with\n"
 	       "               kind and quantized\n"
 	       "  --config     MODEL's config.json as the toolkit reads it, one line\n"
+	       "  --vision-bits N\n"
+	       "               with --linears, --modules, --config: the vision tower's\n"
+	       "               linears are modules of role vision (encoded at N, 1..8;\n"
+	       "               16, the default, passes the tower through), as\n"
+	       "               exl3-convert --vision-bits N describes the model (a pack\n"
+	       "               says it in quantization_config.vision_bits)\n"
 	       "  --architectures\n"
 	       "               every architecture the toolkit converts: architecture,\n"
 	       "               model_type, family, moe, one line each\n"
@@ -318,6 +325,8 @@ static void describe(const char *dir, int what)
 	x3_model_config c;
 	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c))
 		die("%s", x3_errmsg());
+	if (vision_bits != 16 && x3_config_vision(&c, vision_bits))
+		die("%s: %s", dir, x3_errmsg());
 	x3_module *m;
 	int n;
 	if (x3_arch_modules(&c, &m, &n))
@@ -420,8 +429,9 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {{"stats", no_argument, 0, 's'}, {"digest", no_argument, 0, 'd'},
 		{"linears", no_argument, 0, 'l'}, {"modules", no_argument, 0, 'm'},
 		{"config", no_argument, 0, 'c'}, {"architectures", no_argument, 0, 'a'},
+		{"vision-bits", required_argument, 0, 'V'},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-	int c, what = 0;
+	int c, what = 0, vb_set = 0;
 	while ((c = getopt_long(argc, argv, "sh", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': stats = 1; break;
@@ -431,10 +441,18 @@ int main(int argc, char **argv)
 				usage_error(usage, "--linears, --modules, --config and --architectures exclude each other");
 			what = c;
 			break;
+		case 'V':
+			vision_bits = (int)parse_long(usage, "--vision-bits", optarg, 1, 16);
+			if (vision_bits > 8 && vision_bits != 16)
+				usage_error(usage, "--vision-bits: '%s' is not 1..8 or 16", optarg);
+			vb_set = 1;
+			break;
 		case 'h': help(); return 0;
 		default: fputs(usage, stderr); return 2;
 		}
 	}
+	if (vb_set && (what == 0 || what == 'a'))
+		usage_error(usage, "--vision-bits describes a MODEL (--linears, --modules, --config)");
 	if (what == 'a') {
 		if (stats || digest || optind != argc)
 			usage_error(usage, "--architectures takes no SOURCE and no --stats or --digest");

@@ -246,3 +246,13 @@ uint64_t peak_rss_bytes(void)
 		return 0;
 	return (uint64_t)ru.ru_maxrss * 1024;
 }
+
+const char *human_bytes(double b, char *buf, size_t n)
+{
+	static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	int i = 0;
+	while (b >= 1024 && i < 4)
+		b /= 1024, i++;
+	snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+	return buf;
+}

@@ -28,6 +28,8 @@ double parse_double(const char *usage, const char *opt, const char *s, double lo
  * M/MB, G/GB, T/TB (powers of 1000) or KiB, MiB, GiB, TiB (of 1024),
  * rounded down to whole bytes, at least 1. */
 uint64_t parse_size(const char *usage, const char *opt, const char *s);
+/* B bytes as "512 B", "1.50 KiB", ... (powers of 1024) into buf */
+const char *human_bytes(double b, char *buf, size_t n);
 
 /* Check a --meta KEY=VALUE argument (a key, valid UTF-8: a frame header is
  * JSON); a usage error naming the key otherwise. */

@@ -255,7 +255,7 @@ $(W)/measure.jsonl:
 # were measured (pack-write copies it into quantization_config.json) and
 # "measurement_work" sums the sampled measurements' strips and tiles
 $(W)/plan.json:
-	bitalloc -q $(if $(SIZE),--size $(SIZE),--bits $(BITS)) --head-bits $(HEAD_BITS) --mtp-bits $(MTP_BITS) $(SETS) $(HQ) \
+	bitalloc -q $(if $(SIZE),--size $(SIZE),--bits $(BITS)) --head-bits $(HEAD_BITS) --mtp-bits $(MTP_BITS) --vision-bits $(VISION_BITS) $(SETS) $(HQ) \
 	  $(if $(SHARD),--shard-size $(SHARD)) \
 	  --model $(MODEL) --codebook $(CODEBOOK) --cal-rows $(ROWS) --cal-cols $(COLS) \
 	  $(if $(SENS_FILE),--importance $(W)/importance.jsonl) $(MEASOPT) -o $@.tmp $<
@@ -314,7 +314,7 @@ $(W)/plan.mk:
 $(OUT)/config.json: $(FINAL) $(W)/plan.json $(W)/params/pack $(SRC_ALL) $(W)/src/files
 	o=$$(readlink $(OLINK) && echo .) && o=$${o%??} && \
 	cat $(FINAL) | pack-write -q --model $(MODEL) --passthrough --plan $(W)/plan.json \
-	  --codebook $(CODEBOOK) --cal-rows $(ROWS) --cal-cols $(COLS) --out-scales always \
+	  --codebook $(CODEBOOK) --cal-rows $(ROWS) --cal-cols $(COLS) --out-scales always --vision-bits $(VISION_BITS) \
 	  $(if $(SHARD_MB),--shard-size $(SHARD_MB)) \
 	  --check $(READER) --force $(if $(filter $(OLINK),$(OUT)),"$$o",$(OUT))
 

@@ -35,7 +35,7 @@ const char *x3_arch_families(void)
 const char *x3_role_name(int role)
 {
 	static const char *const n[X3_ROLE_COUNT] = {
-		"attention", "mlp", "expert", "shared_expert", "router", "head", "embedding", "norm", "other", "mtp",
+		"attention", "mlp", "expert", "shared_expert", "router", "head", "embedding", "norm", "other", "mtp", "vision",
 	};
 	return role >= 0 && role < X3_ROLE_COUNT ? n[role] : "other";
 }
@@ -71,6 +71,10 @@ int64_t x3_arch_dim(const x3_model_config *c, int dim)
 	case X3_DIM_IDX_HD: return c->index_hd;
 	case X3_DIM_IDX_HEADS: return c->index_heads;
 	case X3_DIM_HIDDEN2: return 2 * c->hidden;
+	case X3_DIM_V_HIDDEN: return c->v_hidden;
+	case X3_DIM_V_INTER: return c->v_inter;
+	case X3_DIM_V_MERGE: return c->v_merge;
+	case X3_DIM_V_OUT: return c->v_out;
 	default: return 0;
 	}
 }
@@ -331,7 +335,8 @@ static int instantiate(const x3_model_config *c, const x3_module_desc *d, int la
 	memset(m, 0, sizeof *m);
 	m->d = d;
 	m->layer = d->scope == X3_SCOPE_PRE ? -1 : d->scope == X3_SCOPE_POST ? (int)c->n_layers :
-	           d->scope == X3_SCOPE_MTP ? (int)c->n_layers + 1 : layer;
+	           d->scope == X3_SCOPE_MTP ? (int)c->n_layers + 1 :
+	           d->scope == X3_SCOPE_VISION || d->scope == X3_SCOPE_VISION_POST ? (int)c->n_layers + 2 : layer;
 	m->expert = expert;
 	if ((rc = expand(d->key, layer, expert, m->key, sizeof m->key)))
 		return rc;
@@ -404,6 +409,10 @@ int x3_arch_modules(const x3_model_config *c, x3_module **out, int *n)
 	if (mr)
 		cnt += (size_t)a->nmtp_pre + (size_t)a->nmtp_post +
 		       (size_t)nmr * (c->n_experts > 0 ? (size_t)c->n_experts : 1);
+	/* the vision tower's linears, when they are encoded */
+	if (c->vision_bits)
+		for (int i = 0; i < a->nvis; i++)
+			cnt += a->vis[i].scope == X3_SCOPE_VISION ? (size_t)c->v_layers : 1;
 	x3_module *m = calloc(cnt ? cnt : 1, sizeof *m);
 	if (!m)
 		return x3_err(X3_ENOMEM, "out of memory for %zu modules", cnt);
@@ -455,6 +464,13 @@ int x3_arch_modules(const x3_model_config *c, x3_module **out, int *n)
 		for (int i = 0; i < a->nmtp_post && !rc; i++)
 			rc = instantiate(c, &a->mtp_post[i], ml, -1, &m[k++]);
 	}
+	for (int l = 0; c->vision_bits && l < c->v_layers && !rc; l++)
+		for (int i = 0; i < a->nvis && !rc; i++)
+			if (a->vis[i].scope == X3_SCOPE_VISION)
+				rc = instantiate(c, &a->vis[i], l, -1, &m[k++]);
+	for (int i = 0; c->vision_bits && i < a->nvis && !rc; i++)
+		if (a->vis[i].scope == X3_SCOPE_VISION_POST)
+			rc = instantiate(c, &a->vis[i], 0, -1, &m[k++]);
 	/* a tied module reads the weight of the module of its tied_to slot */
 	for (size_t i = 0; i < k && !rc && c->tied; i++) {
 		if (m[i].d->tied_to < 0)
@@ -669,6 +685,11 @@ const x3_module_desc *x3_arch_classify(const char *key, int *layer)
 			if (x3_arch_match(r[i].key, key, layer))
 				return &r[i];
 	}
+	/* the vision towers' linears */
+	for (int a = 0; a < x3_narchs; a++)
+		for (int i = 0; i < x3_archs[a].nvis; i++)
+			if (x3_arch_match(x3_archs[a].vis[i].key, key, layer))
+				return &x3_archs[a].vis[i];
 	return NULL;
 }
 

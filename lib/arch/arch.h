@@ -81,10 +81,12 @@ enum {
 	X3_ROLE_ROUTER, X3_ROLE_HEAD, X3_ROLE_EMBEDDING, X3_ROLE_NORM, X3_ROLE_OTHER,
 	X3_ROLE_MTP,            /* a linear of the multi-token prediction layer:
 	                           encoded at --mtp-bits, outside the budget */
+	X3_ROLE_VISION,         /* a linear of the vision tower: encoded at
+	                           --vision-bits, outside the budget */
 	X3_ROLE_COUNT
 };
 /* "attention", "mlp", "expert", "shared_expert", "router", "head",
- * "embedding", "norm", "other", "mtp" */
+ * "embedding", "norm", "other", "mtp", "vision" */
 const char *x3_role_name(int role);
 
 /* What a module is stored as. */
@@ -100,8 +102,9 @@ enum {
 };
 
 /* Where a module sits: before the layers, in every layer, after them, in
- * the multi-token prediction layer (x3_arch_desc.mtp). */
-enum { X3_SCOPE_PRE, X3_SCOPE_LAYER, X3_SCOPE_POST, X3_SCOPE_MTP };
+ * the multi-token prediction layer (x3_arch_desc.mtp), in a block of the
+ * vision tower ({L} its block) or after its blocks (x3_arch_desc.vis). */
+enum { X3_SCOPE_PRE, X3_SCOPE_LAYER, X3_SCOPE_POST, X3_SCOPE_MTP, X3_SCOPE_VISION, X3_SCOPE_VISION_POST };
 
 /* Dimensions the config defines (x3_arch_dim). */
 enum {
@@ -139,6 +142,12 @@ enum {
 	X3_DIM_IDX_HD,          /* index_head_dim */
 	X3_DIM_IDX_HEADS,       /* index_n_heads */
 	X3_DIM_HIDDEN2,         /* 2 * hidden_size (the MTP layer's fc / eh_proj) */
+	/* the vision tower (vision_config) */
+	X3_DIM_V_HIDDEN,        /* hidden_size */
+	X3_DIM_V_INTER,         /* intermediate_size */
+	X3_DIM_V_MERGE,         /* spatial_merge_size^2 * hidden_size (Qwen3.5's
+	                           patch merger) */
+	X3_DIM_V_OUT,           /* out_hidden_size (the merger's output) */
 	X3_DIM_COUNT
 };
 
@@ -192,6 +201,10 @@ enum {
 	 * projection of their concatenation (2 hidden -> hidden); its final
 	 * norm is FINAL_NORM of its layer */
 	X3_SLOT_MTP_ENORM, X3_SLOT_MTP_HNORM, X3_SLOT_MTP_FC,
+	/* a linear of the vision tower (the text forward uses none): of its
+	 * attention (ExLlamaV3 pads it to 128 as the pack does), of its MLP or
+	 * patch merger (ExLlamaV3 loads them unpadded: pad_to 1) */
+	X3_SLOT_VISION, X3_SLOT_VISION_UNPADDED,
 	X3_SLOT_COUNT
 };
 
@@ -344,6 +357,17 @@ typedef struct x3_arch_desc {
 	const char *mtp_fc_key;    /* the pattern of the projection's key: the
 	                              checkpoint holds the layer when it holds
 	                              this module's weight */
+	/* The vision tower's linears, modules only when the conversion
+	 * encodes them (x3_model_config.vision_bits, --vision-bits 1..8;
+	 * else pack-write passes the tower through): the rows of vis, scope
+	 * X3_SCOPE_VISION once per block of the tower ({L} = 0..blocks-1),
+	 * X3_SCOPE_VISION_POST once after them, every linear role
+	 * X3_ROLE_VISION without a Hessian group (encoded without
+	 * calibration, as ExLlamaV3 encodes its vision model). Their layer:
+	 * n_layers + 2. What ExLlamaV3 leaves unquantized (patch embedding,
+	 * position embedding, norms, Gemma3's projector) is no row. */
+	const x3_module_desc *vis;
+	int nvis;
 } x3_arch_desc;
 
 int x3_arch_count(void);

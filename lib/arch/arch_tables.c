@@ -388,7 +388,8 @@ static const char gpt_oss_defaults[] =
  * attention and DeltaNet +2 in the MoE models (HQ), none in dense Qwen3.5,
  * shared expert +2. Their multi-token
  * prediction layer (mtp.*) is the MTP rows below (HYBRID_MTP) and the
- * vision tower (model.visual.*) passed through. */
+ * vision tower (model.visual.*) passed through, or its linears encoded at
+ * --vision-bits (qwen3_5_vis). */
 #define HL_(P, s) P "layers.{L}." s
 #define HLIN(P, key, slot, role, in, out, hq, group, alloc, when) \
 	{ HL_(P, key), X3_SCOPE_LAYER, X3_KIND_LINEAR, slot, role, in, out, X3_BIAS_NONE, when, hq, -1, \
@@ -578,6 +579,49 @@ static const x3_module_desc dsv3_mtp_post[] = { MTP_VEC(L_("shared_head.norm"), 
 #define NO_MTP NULL, NULL, NULL, 0, 0, NULL
 #define DSV3_MTP NULL, dsv3_mtp_pre, dsv3_mtp_post, N_(dsv3_mtp_pre), N_(dsv3_mtp_post), L_("eh_proj")
 
+/* The vision towers' linears (arch.h x3_arch_desc.vis), as ExLlamaV3's
+ * vision models load them when it quantizes them (its -vb): Gemma3's SigLIP
+ * encoder layers (architecture/gemma3.py: self_attn q/k/v/out_proj and
+ * mlp fc1/fc2, with biases; the patch and position embeddings, the layer
+ * norms, post_layernorm and the multimodal projector stay as they are),
+ * Qwen3.5's blocks (architecture/qwen3_vl.py: attn.qkv loaded as the row
+ * slices q_proj, k_proj, v_proj, attn.proj, mlp.linear_fc1/linear_fc2,
+ * with biases) and its patch merger's linear_fc1/linear_fc2 (its norm,
+ * patch_embed and pos_embed kept). No Hessian group: encoded without
+ * calibration. */
+#define VLIN(scope, slot, key, in, out, slice) \
+	{ key, scope, X3_KIND_LINEAR, slot, X3_ROLE_VISION, in, out, X3_BIAS_ALWAYS, X3_WHEN_ALWAYS, \
+	  0, -1, NULL, NULL, 0, slice, NULL, NULL, X3_TIE_NONE }
+#define GV_(s) "vision_tower.vision_model.encoder.layers.{L}." s
+static const x3_module_desc gemma3_vis[] = {
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, GV_("self_attn.q_proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, NULL),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, GV_("self_attn.k_proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, NULL),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, GV_("self_attn.v_proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, NULL),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, GV_("self_attn.out_proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, NULL),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION_UNPADDED, GV_("mlp.fc1"), X3_DIM_V_HIDDEN, X3_DIM_V_INTER, NULL),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION_UNPADDED, GV_("mlp.fc2"), X3_DIM_V_INTER, X3_DIM_V_HIDDEN, NULL),
+};
+#define QV_(s) "model.visual.blocks.{L}." s
+static const x3_row_slice qwen_vq = { QV_("attn.qkv"), { X3_DIM_NONE, X3_DIM_NONE },
+	{ X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN } };
+static const x3_row_slice qwen_vk = { QV_("attn.qkv"), { X3_DIM_V_HIDDEN, X3_DIM_NONE },
+	{ X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN } };
+static const x3_row_slice qwen_vv = { QV_("attn.qkv"), { X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN },
+	{ X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN } };
+static const x3_module_desc qwen3_5_vis[] = {
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, QV_("attn.q_proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, &qwen_vq),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, QV_("attn.k_proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, &qwen_vk),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, QV_("attn.v_proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, &qwen_vv),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION, QV_("attn.proj"), X3_DIM_V_HIDDEN, X3_DIM_V_HIDDEN, NULL),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION_UNPADDED, QV_("mlp.linear_fc1"), X3_DIM_V_HIDDEN, X3_DIM_V_INTER, NULL),
+	VLIN(X3_SCOPE_VISION, X3_SLOT_VISION_UNPADDED, QV_("mlp.linear_fc2"), X3_DIM_V_INTER, X3_DIM_V_HIDDEN, NULL),
+	VLIN(X3_SCOPE_VISION_POST, X3_SLOT_VISION_UNPADDED, "model.visual.merger.linear_fc1", X3_DIM_V_MERGE, X3_DIM_V_MERGE, NULL),
+	VLIN(X3_SCOPE_VISION_POST, X3_SLOT_VISION_UNPADDED, "model.visual.merger.linear_fc2", X3_DIM_V_MERGE, X3_DIM_V_OUT, NULL),
+};
+#define NO_VIS NULL, 0
+#define GEMMA3_VIS gemma3_vis, N_(gemma3_vis)
+#define QWEN3_5_VIS qwen3_5_vis, N_(qwen3_5_vis)
+
 /* readers: ExLlamaV3 v1.4.1 has no Qwen2-MoE and no GLM-4.7-Flash (its
  * glm4_moe_lite.py is only in an unmerged pull request); GPT-OSS's reader is
  * ExLlamaV3's gpt_oss.py (GPTQModel's EXL3 path is not checked for it); GPTQModel loads through the
@@ -586,84 +630,85 @@ static const x3_module_desc dsv3_mtp_post[] = { MTP_VEC(L_("shared_head.norm"), 
 const x3_arch_desc x3_archs[] = {
 	{ X3_ARCH_LLAMA, "LlamaForCausalLM", "llama", "Llama", X3_AF_ATTN_BIAS | X3_AF_MLP_BIAS,
 	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_MISTRAL, "MistralForCausalLM", "mistral", "Mistral", X3_AF_SLIDING,
 	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", "Qwen2", X3_AF_QKV_BIAS | X3_AF_USE_SLIDING,
 	  "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", "Qwen3",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING, "model.layers.{L}", llama_mods, N_(llama_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_MIXTRAL, "MixtralForCausalLM", "mixtral", "Mixtral",
 	  X3_AF_SLIDING | X3_AF_MOE | X3_AF_MOE_RENORM, "model.layers.{L}", mixtral_mods, N_(mixtral_mods),
 	  "num_local_experts", NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe", "Qwen2-MoE",
 	  X3_AF_QKV_BIAS | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL,
-	  X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", "Qwen3-MoE",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_USE_SLIDING | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER,
 	  "model.layers.{L}", qwen_moe_mods, N_(qwen_moe_mods), "num_experts", NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_DEEPSEEK_V3, "DeepseekV3ForCausalLM", "deepseek_v3", "DeepSeek-V3",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
 	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL), DSV3_MTP, NO_VIS },
 	{ X3_ARCH_GEMMA2, "Gemma2ForCausalLM", "gemma2", "Gemma2", X3_AF_ATTN_BIAS | X3_AF_GEMMA,
 	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma2_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_GEMMA3, "Gemma3ForCausalLM", "gemma3_text", "Gemma3",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
 	  "model.layers.{L}", gemma_mods, N_(gemma_mods), NULL, gemma3_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, NO_VIS },
 	{ X3_ARCH_GEMMA3_MM, "Gemma3ForConditionalGeneration", "gemma3", "Gemma3 multimodal",
 	  X3_AF_ATTN_BIAS | X3_AF_QK_NORM | X3_AF_GEMMA | X3_AF_GEMMA3,
 	  "language_model.model.layers.{L}", gemma3_mm_mods, N_(gemma3_mm_mods), NULL, gemma3_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL) , NO_MTP, GEMMA3_VIS },
 	{ X3_ARCH_PHI3, "Phi3ForCausalLM", "phi3", "Phi3", X3_AF_SLIDING,
 	  "model.layers.{L}", phi3_mods, N_(phi3_mods), NULL, NULL,
-	  X3_RD(X3_READER_EXLLAMAV3) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) , NO_MTP, NO_VIS },
 	{ X3_ARCH_GLM4_MOE, "Glm4MoeForCausalLM", "glm4_moe", "GLM-4-MoE",
 	  X3_AF_QKV_ATTN_BIAS | X3_AF_USE_QK_NORM | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED,
 	  "model.layers.{L}", glm4_moe_mods, N_(glm4_moe_mods), "n_routed_experts", glm4_moe_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) | X3_RD(X3_READER_GPTQMODEL), DSV3_MTP, NO_VIS },
 	{ X3_ARCH_GLM4_MOE_LITE, "Glm4MoeLiteForCausalLM", "glm4_moe_lite", "GLM-4.7-Flash",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED |
 	  X3_AF_MLP_TYPES,
 	  "model.layers.{L}", deepseek_v3_mods, N_(deepseek_v3_mods), "n_routed_experts", glm4_moe_lite_defaults,
-	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
+	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP, NO_VIS },
 	{ X3_ARCH_GPT_OSS, "GptOssForCausalLM", "gpt_oss", "GPT-OSS", X3_AF_ATTN_BIAS | X3_AF_MOE | X3_AF_GPT_OSS,
 	  "model.layers.{L}", gpt_oss_mods, N_(gpt_oss_mods), "num_local_experts", gpt_oss_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3) , NO_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3) , NO_MTP, NO_VIS },
 	/* the Qwen3-Next / Qwen3.5 hybrids (Gated DeltaNet); ExLlamaV3 v1.4.1
 	 * registers Qwen3.5 under its ...ForConditionalGeneration names only
 	 * (architecture/qwen3_5.py), the text under model.language_model. */
 	{ X3_ARCH_QWEN3_NEXT, "Qwen3NextForCausalLM", "qwen3_next", "Qwen3-Next",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_STEP | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.layers.{L}", qwen3_next_mods, N_(qwen3_next_mods), "num_experts", qwen3_next_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP, NO_VIS },
 	{ X3_ARCH_QWEN3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", "Qwen3.5", X3_AF_HYBRID,
-	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), NULL, qwen3_5_defaults, 0, HYBRID_MTP },
+	  "model.layers.{L}", qwen3_5_mods, N_(qwen3_5_mods), NULL, qwen3_5_defaults, 0, HYBRID_MTP, NO_VIS },
 	{ X3_ARCH_QWEN3_5_MM, "Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3.5 multimodal", X3_AF_HYBRID,
 	  "model.language_model.layers.{L}", qwen3_5_mm_mods, N_(qwen3_5_mm_mods), NULL, qwen3_5_defaults,
-	  X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
+	  X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP, QWEN3_5_VIS },
 	{ X3_ARCH_QWEN3_5_MOE, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "Qwen3.5-MoE",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
-	  "model.layers.{L}", qwen3_5_moe_mods, N_(qwen3_5_moe_mods), "num_experts", qwen3_5_moe_defaults, 0, HYBRID_MTP },
+	  "model.layers.{L}", qwen3_5_moe_mods, N_(qwen3_5_moe_mods), "num_experts", qwen3_5_moe_defaults, 0, HYBRID_MTP,
+	  NO_VIS },
 	{ X3_ARCH_QWEN3_5_MOE_MM, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "Qwen3.5-MoE multimodal",
 	  X3_AF_HYBRID | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED,
 	  "model.language_model.layers.{L}", qwen3_5_moe_mm_mods, N_(qwen3_5_moe_mm_mods), "num_experts",
-	  qwen3_5_moe_defaults, X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP },
+	  qwen3_5_moe_defaults, X3_RD(X3_READER_EXLLAMAV3), HYBRID_MTP, QWEN3_5_VIS },
 	{ X3_ARCH_GLM_MOE_DSA, "GlmMoeDsaForCausalLM", "glm_moe_dsa", "GLM-5",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED | X3_AF_DSA,
 	  "model.layers.{L}", dsa_mods, N_(dsa_mods), "n_routed_experts", glm_moe_dsa_defaults,
-	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
+	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP, NO_VIS },
 	{ X3_ARCH_DEEPSEEK_V32, "DeepseekV32ForCausalLM", "deepseek_v32", "DeepSeek-V3.2",
 	  X3_AF_ATTN_BIAS | X3_AF_MLA | X3_AF_MOE | X3_AF_MOE_OWN_INTER | X3_AF_SHARED | X3_AF_GROUPED | X3_AF_DSA,
 	  "model.layers.{L}", dsa_mods, N_(dsa_mods), "n_routed_experts", deepseek_v32_defaults,
-	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP },
+	  X3_RD(X3_READER_GPTQMODEL), DSV3_MTP, NO_VIS },
 };
 const int x3_narchs = N_(x3_archs);

@@ -502,7 +502,7 @@ static int parse_layout(json_t *root, json_t *cj, x3_model_config *c)
 		if ((c->desc->flags & X3_AF_GPT_OSS) && qm && json_is_string(qm) && !strcmp(json_string_value(qm), "mxfp4"))
 			c->foreign_quant = 0;
 	}
-	return X3_OK;
+	return x3_config_vision_parse(root, c);
 }
 
 /* Gemma 2/3 (X3_AF_GEMMA; the defaults are the architecture's, filled in

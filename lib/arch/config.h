@@ -125,7 +125,24 @@ typedef struct x3_model_config {
 	 * model (arch.h x3_arch_desc.mtp_pre) */
 	int64_t mtp_cfg;
 	int n_mtp;
+	/* the vision tower (vision_config of the multimodal architectures,
+	 * arch.h x3_arch_desc.vis): v_layers blocks (num_hidden_layers, Qwen3.5
+	 * depth) of v_hidden, MLP v_inter, v_heads heads; Qwen3.5's merger
+	 * from v_merge (spatial_merge_size^2 * v_hidden) to v_out
+	 * (out_hidden_size). vision_bits: its linears' width when they are
+	 * modules (1..8: a pack's quantization_config.vision_bits, or
+	 * x3_config_vision for a conversion's --vision-bits), 0 when the
+	 * tower is passed through */
+	int64_t v_layers, v_hidden, v_inter, v_heads, v_merge, v_out;
+	double v_eps;            /* its LayerNorms' epsilon (layer_norm_eps,
+	                            default 1e-6) */
+	int vision_bits;
 } x3_model_config;
+
+/* Make the vision tower's linears modules at BITS (1..8), or not (16).
+ * X3_EUNSUP naming the architecture when it has no vision rows or the
+ * config no vision_config. */
+int x3_config_vision(x3_model_config *c, int bits);
 
 /* Parse config.json text (lib/arch/config.c, the toolkit's one parser). The
  * fields of the language model are read from "text_config" when the root

@@ -16,4 +16,7 @@ int x3_cfg_bool(json_t *o, const char *key, int *v);
 /* rope_scaling (GPT-OSS: rope_parameters where there is none) into c's
  * rope_* fields; c->desc set. */
 int x3_config_rope(json_t *root, x3_model_config *c);
+/* vision_config's sizes and quantization_config.vision_bits into c's v_*
+ * fields (config_vision.c); c->desc and c->quantized set. */
+int x3_config_vision_parse(json_t *root, x3_model_config *c);
 #endif

@@ -301,6 +301,12 @@ static int store_quantized(classify_ctx *c, const x3_module *M, const x3_tensor 
 			TRY(problem(L, "linear '%s': K=%d, but the multi-token prediction layer's other "
 			            "linears have K=%d", M->key, K, L->mtp_bits));
 		L->mtp_bits = K;
+	} else if (M->d->role == X3_ROLE_VISION) {
+		/* outside the budget, one K for the tower (ExLlamaV3's vision_bits) */
+		if (L->vision_bits && L->vision_bits != K)
+			TRY(problem(L, "linear '%s': K=%d, but the vision tower's other linears have K=%d",
+			            M->key, K, L->vision_bits));
+		L->vision_bits = K;
 	} else {
 		L->sum_k += (double)M->in * (double)M->out * K;
 		L->sum_n += (double)M->in * (double)M->out;

@@ -88,6 +88,8 @@ typedef struct {
 	int head_bits;               /* of the head stored; 0: none */
 	int mtp_bits;                /* of the MTP layer's linears (all one K,
 	                                outside sum_k/sum_n); 0: none */
+	int vision_bits;             /* of the vision tower's linears (all one
+	                                K, outside sum_k/sum_n); 0: none */
 	int skipped;                 /* SRC tensors left out: those of a
 	                                multi-token prediction layer that are
 	                                no module (x3_arch_skipped) */
@@ -115,6 +117,8 @@ typedef struct {
 	int head_bits;               /* 1..8 or 16 */
 	int mtp_bits;                /* the MTP layer's linears' K; 0: written
 	                                only when the pack has an MTP layer */
+	int vision_bits;             /* the vision tower's linears' K; 0: not
+	                                written (the tower passed through) */
 	int cal_rows, cal_cols;
 	const char *out_scales;      /* always | never | auto */
 	const char *codebook;        /* mul1 | mcg | 3inst */
@@ -182,6 +186,8 @@ int x3_pack_cmp(long m1, long r1, const char *n1, long m2, long r2, const char *
 typedef struct {
 	int head_bits;               /* 1..8 or 16 */
 	int mtp_bits;                /* the MTP layer's linears: 1..8 (0: 4) */
+	int vision_bits;             /* the vision tower's linears: 1..8, or 0
+	                                or 16 (passed through) */
 	const char *codebook;        /* mul1 (NULL), mcg, 3inst */
 	int cal_rows, cal_cols;      /* as pack-write's --cal-rows/--cal-cols */
 	const char *out_scales;      /* NULL: always */

@@ -20,6 +20,8 @@ static json_t *qcfg_block(x3_jw *w, const x3_pack_qcfg *q)
 	x3_jw_set(w, b, "head_bits", json_integer(q->head_bits));
 	if (q->mtp_bits)
 		x3_jw_set(w, b, "mtp_bits", json_integer(q->mtp_bits));
+	if (q->vision_bits)
+		x3_jw_set(w, b, "vision_bits", json_integer(q->vision_bits));
 	x3_jw_set(w, cal, "rows", json_integer(q->cal_rows));
 	x3_jw_set(w, cal, "cols", json_integer(q->cal_cols));
 	x3_jw_set(w, b, "calibration", cal);
@@ -55,6 +57,8 @@ int x3_pack_config_json(const char *src, const x3_pack_qcfg *q, char **out)
 		x3_jw_set(&w, old, "head_bits", json_integer(q->head_bits));
 		if (q->mtp_bits)
 			x3_jw_set(&w, old, "mtp_bits", json_integer(q->mtp_bits));
+		if (q->vision_bits)
+			x3_jw_set(&w, old, "vision_bits", json_integer(q->vision_bits));
 		x3_jw_set_str(&w, old, "codebook", q->codebook);
 	} else {
 		json_t *b = qcfg_block(&w, q);

@@ -58,6 +58,8 @@ int x3_pack_sizer_open(const char *src, const x3_pack_size_opts *o, x3_pack_size
 		x3_errprefix(rc, "%s", src);
 	else if (!rc && ((rc = x3_arch_fused_scan(&s->cfg, s->src)) || (rc = x3_arch_mtp_scan(&s->cfg, s->src))))
 		x3_errprefix(rc, "%s", src);
+	else if (!rc && o->vision_bits && (rc = x3_config_vision(&s->cfg, o->vision_bits)))
+		x3_errprefix(rc, "%s", src);
 	else if (!rc && (rc = x3_arch_modules(&s->cfg, &s->mods, &s->nmods)))
 		x3_errprefix(rc, "%s/config.json", src);
 	if (rc) {
@@ -102,7 +104,8 @@ static int size_stream(const x3_pack_sizer *sz, const int *K, int cb, unsigned c
 		if (m->d->kind != X3_KIND_LINEAR)
 			continue;
 		int k = m->d->role == X3_ROLE_HEAD ? sz->o.head_bits :
-		        m->d->role == X3_ROLE_MTP ? (sz->o.mtp_bits ? sz->o.mtp_bits : 4) : K[j];
+		        m->d->role == X3_ROLE_MTP ? (sz->o.mtp_bits ? sz->o.mtp_bits : 4) :
+		        m->d->role == X3_ROLE_VISION ? sz->cfg.vision_bits : K[j];
 		if (k == 16)
 			continue;
 		if (k < 1 || k > 8) {
@@ -185,8 +188,8 @@ static int size_json(const x3_pack_sizer *sz, const x3_pack_layout *L, x3_tensor
                      x3_pack_size_info *out)
 {
 	out->bits = L->sum_n > 0 ? L->sum_k / L->sum_n : 0;
-	/* the MTP layer's linears are encoded without a Hessian: each is a
-	 * "fallback" entry of quantization_config.json */
+	/* the MTP layer's and the vision tower's linears are encoded without
+	 * a Hessian: each is a "fallback" entry of quantization_config.json */
 	int nfb = 0, rc;
 	const char **fbk = calloc((size_t)sz->nmods + 1, sizeof *fbk), **fbw = calloc((size_t)sz->nmods + 1, sizeof *fbw);
 	if (!fbk || !fbw) {
@@ -194,13 +197,14 @@ static int size_json(const x3_pack_sizer *sz, const x3_pack_layout *L, x3_tensor
 		return x3_err(X3_ENOMEM, "out of memory");
 	}
 	for (int j = 0; j < sz->nmods; j++)
-		if (sz->mods[j].d->kind == X3_KIND_LINEAR && sz->mods[j].d->role == X3_ROLE_MTP) {
+		if (sz->mods[j].d->kind == X3_KIND_LINEAR &&
+		    (sz->mods[j].d->role == X3_ROLE_MTP || sz->mods[j].d->role == X3_ROLE_VISION)) {
 			fbk[nfb] = sz->mods[j].key;
 			fbw[nfb++] = X3_FALLBACK_NO_HESSIAN;
 		}
 	x3_pack_qcfg q = {
 		.bits = out->bits, .head_bits = L->head_bits ? L->head_bits : sz->o.head_bits ? sz->o.head_bits : 16,
-		.mtp_bits = L->mtp_bits, .nfallback = nfb, .fallback_key = fbk, .fallback_why = fbw,
+		.mtp_bits = L->mtp_bits, .vision_bits = L->vision_bits, .nfallback = nfb, .fallback_key = fbk, .fallback_why = fbw,
 		.cal_rows = sz->o.cal_rows, .cal_cols = sz->o.cal_cols,
 		.out_scales = sz->o.out_scales ? sz->o.out_scales : "always",
 		.codebook = sz->o.codebook ? sz->o.codebook : "mul1", .version = "1.4.1",

@@ -37,6 +37,8 @@ int x3_plan_build(const char *dir, const x3_plan_opts *o, x3_plan *p)
 	x3_model_config c;
 	if (x3_config_load_as(dir, X3_CONFIG_LAYOUT, &c))
 		return -1;
+	if (o->vision_bits && x3_config_vision(&c, o->vision_bits))
+		return x3_errprefix(X3_EUNSUP, "%s", dir);
 	if (x3_arch_modules(&c, &p->mods, &p->nmods))
 		return x3_errprefix(X3_EFORMAT, "%s", dir);
 	p->nlayers = c.n_layers;
@@ -54,7 +56,8 @@ int x3_plan_build(const char *dir, const x3_plan_opts *o, x3_plan *p)
 		x3_plan_lin *l = &p->lin[p->nlin++];
 		l->m = m;
 		l->head = head;
-		l->mtp = m->d->role == X3_ROLE_MTP;
+		l->vision = m->d->role == X3_ROLE_VISION;
+		l->mtp = m->d->role == X3_ROLE_MTP || l->vision;
 		if (m->sliced)
 			snprintf(l->rows, sizeof l->rows, "%lld:%lld", (long long)m->row0,
 			         (long long)(m->row0 + m->out));
@@ -893,7 +896,7 @@ int x3_plan_write_finals(const x3_plan *p, const char *plan_json, FILE *f)
 	                  "# written by convert-plan --finals from %s\n", plan_json) < 0;
 	for (int i = 0; i < p->nlin && !rc; i++) {
 		const x3_plan_lin *l = &p->lin[i];
-		int K = l->mtp ? o->mtp_bits : pl.K[l->m - p->mods];
+		int K = l->vision ? o->vision_bits : l->mtp ? o->mtp_bits : pl.K[l->m - p->mods];
 		if (!K)
 			continue;
 		err |= fprintf(f, "K.%s := %d\n", l->m->key, K) < 0;

@@ -20,6 +20,8 @@ enum { X3_SENS_BY_TENSOR, X3_SENS_BY_GROUP, X3_SENS_BY_LAYER };
 typedef struct {
 	int head_bits;          /* 1..8 or 16 (the head not encoded) */
 	int mtp_bits;           /* the MTP layer's linears: 1..8 (0: 4) */
+	int vision_bits;        /* the vision tower's linears: 1..8, or 0 or 16
+	                           (the tower passed through: no linears) */
 	int sequential;         /* --mode sequential */
 	char sample[32];        /* --sample F as convert spells it, "" for full */
 	int measure[8], nmeasure; /* the measured widths, ascending */
@@ -33,8 +35,10 @@ typedef struct {
 typedef struct {
 	const x3_module *m;     /* the module (key, weight, group, layer, bias) */
 	int head;               /* the head (encoded at head_bits, not measured) */
-	int mtp;                /* a linear of the MTP layer (encoded at
-	                           mtp_bits without a Hessian, not measured) */
+	int mtp;                /* a linear encoded without a Hessian at a
+	                           fixed width, not measured: the MTP layer's
+	                           (mtp_bits) or the vision tower's */
+	int vision;             /* ... the vision tower's (vision_bits) */
 	char rows[48];          /* "A:B" for a row slice of a fused tensor, else "" */
 } x3_plan_lin;
 

@@ -375,6 +375,12 @@ static void module_rules(struct ctx *x, const x3_st *st, const x3_model_config *
 				violation(x, d->key, "mtp-fc", "%lldx%lld (in x out) is not a multiple of 128: ExLlamaV3 "
 				          "loads the MTP projection unpadded and would not match its padded trellis",
 				          (long long)d->in, (long long)d->out);
+			/* ... and its vision towers' MLP and patch merger linears
+			 * (gemma3.py, qwen3_vl.py: pad_to 1) */
+			if (L[i].K > 0 && exl(x) && d->d->slot == X3_SLOT_VISION_UNPADDED && (d->in % 128 || d->out % 128))
+				violation(x, d->key, "vision-unpadded", "%lldx%lld (in x out) is not a multiple of 128: "
+				          "ExLlamaV3 loads the vision tower's MLP and merger linears unpadded and would "
+				          "not match their padded trellis", (long long)d->in, (long long)d->out);
 			if (L[i].K > 0 && gptq(x) && (d->in % 128 || d->out % 128))
 				violation(x, d->key, "aligned", "%lldx%lld (in x out) is not a multiple of 128: %s",
 				          (long long)d->in, (long long)d->out, x->reader == X3_READER_GPTQMODEL ?

@@ -417,6 +417,8 @@ int x3_model_open(const char *dir, const struct x3_model_opts *opts, x3_model **
 		m->slot[i] = -1;
 	for (int i = 0; i < m->nmods; i++) {
 		int l = m->mods[i].layer < 0 ? (int)c->n_layers : m->mods[i].layer;
+		if (m->mods[i].d->role == X3_ROLE_VISION)   /* no part of the text forward */
+			continue;
 		if (m->mods[i].expert <= 0)
 			m->slot[(size_t)l * X3_SLOT_COUNT + m->mods[i].d->slot] = i;
 	}
