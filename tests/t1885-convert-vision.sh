@@ -63,6 +63,11 @@ check "vision-eval: the six linears decoded, 3 seeds, the output post_layernorm'
 	test "$(jq -c '[.decoded, (.seeds | length), .output, .vision_bits]' <<<"$e4")" = '[6,3,"post_layernorm",4]'
 check "the error at 6 bits is below the error at 4, which is below 0.05" \
 	jq -en --argjson a "$e4" --argjson b "$e6" '$b.rel_rms_mean < $a.rel_rms_mean and $a.rel_rms_mean < 0.05 and $b.rel_rms_mean > 0'
+# back to 16 in the same work directory: the tower passed through again
+convert G GO16 --bits 2.5 -q --rows 8 --cols 64 --work GW 2>/dev/null || notok "convert at 16"
+check "the same work directory at --vision-bits 16: the tower passed through, no vision_bits" \
+	sh -c "test \"\$(jq .quantization_config.vision_bits GO16/config.json)\" = null &&
+	       tensor-ls GO16 | jq -r .name | grep -q '^$v\.mlp\.fc1\.weight\$' && exl3-info -q --check exllamav3 GO16"
 check_fail "vision-eval on a pack without an EXL3 tower refused" 1 "no quantization_config.vision_bits" \
 	vision-eval --model G "$(mkdir -p P16 && cp G/config.json P16/ && tensor-cat -q -o P16/model.safetensors G && echo P16)"
 
