@@ -120,8 +120,8 @@ int main(void)
 	const x3_module *sg = find(m, n, "model.layers.0.mlp.shared_expert_gate");
 	const x3_module *sd = find(m, n, "model.layers.3.mlp.shared_expert.down_proj");
 	CHECK(sg && sg->d->kind == X3_KIND_MATRIX && sg->out == 1 && sg->in == 64 &&
-	      sd && sd->d->role == X3_ROLE_SHARED_EXPERT && sd->in == 96 && sd->d->hq == 1,
-	      "shared expert (96 wide, --hq +1) and its 1x64 gate");
+	      sd && sd->d->role == X3_ROLE_SHARED_EXPERT && sd->in == 96 && sd->d->hq == 2,
+	      "shared expert (96 wide, --hq +2 as ExLlamaV3's Qwen MoE files) and its 1x64 gate");
 	free(m);
 
 	/* bad configs name the key */

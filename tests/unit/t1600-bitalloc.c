@@ -2,7 +2,12 @@
  * and its error cases. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "test.h"
+#include "arch.h"
+#include "config.h"
 #include "bitalloc.h"
 
 static uint64_t rs = 88172645463325252ull;
@@ -65,6 +70,29 @@ static x3_ba *model(int L, int k0, int k1, int64_t hidden, int64_t kv, int64_t i
 					printf("# add: %s\n", x3_errmsg());
 		}
 	return ba;
+}
+
+/* The modules of a Mixtral of L layers for ba (x3_ba_set_modules): its
+ * attention keys take --hq +2 from them (ExLlamaV3's mixtral.py), where a
+ * key alone is read by Llama's rows, which promote nothing; the dense MLP
+ * keys of model() are no Mixtral module and keep Llama's rows. Free the
+ * result after ba. */
+static x3_module *mixtral(x3_ba *ba, int L)
+{
+	char js[512];
+	snprintf(js, sizeof js, "{\"architectures\": [\"MixtralForCausalLM\"], \"num_hidden_layers\": %d, "
+	         "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+	         "\"num_key_value_heads\": 2, \"vocab_size\": 258, \"num_local_experts\": 2, "
+	         "\"num_experts_per_tok\": 1}", L);
+	x3_model_config c;
+	x3_module *m = NULL;
+	int n = 0;
+	if (x3_config_parse_as(js, strlen(js), X3_CONFIG_LAYOUT, &c) || x3_arch_modules(&c, &m, &n)) {
+		printf("# mixtral modules: %s\n", x3_errmsg());
+		return NULL;
+	}
+	x3_ba_set_modules(ba, m, n);
+	return m;
 }
 
 /* a size model for x3_ba_solve_size: FIXED bytes, the trellis bytes
@@ -210,14 +238,24 @@ int main(void)
 				printf("# %s: K %d want %d\n", ba->t[i].name, ba->t[i].K, want2[i]);
 			}
 		CHECK(ok, "exllamav3: round-robin skips groups that do not fit");
-		/* --hq: attention floored at min(3+2, 8) = 5 after the greedy */
+		/* --hq on a Llama: nothing promoted, the same plan */
+		CHECK_OK(x3_ba_solve(ba, 3.5, X3_BA_EXL3, 1), "exllamav3 --hq on Llama's rows");
+		ok = 1;
+		for (int i = 0; i < ba->n; i++)
+			ok &= ba->t[i].K == want2[i];
+		CHECK(ok, "exllamav3 --hq promotes nothing by Llama's rows (ExLlamaV3's llama.py)");
+		/* --hq with a Mixtral's rows: attention floored at min(3+2, 8) = 5
+		 * after the greedy */
+		x3_module *mx = mixtral(ba, 3);
 		CHECK_OK(x3_ba_solve(ba, 3.5, X3_BA_EXL3, 1), "exllamav3 --hq");
 		ok = 1;
 		for (int i = 0; i < ba->n; i++)
 			if ((i % 7) < 4 && ba->t[i].K != 5)
 				ok = 0;
-		CHECK(ok && x3_ba_bits(ba) > 3.5, "exllamav3 --hq floors attention at 5, exceeding the target as upstream does");
+		CHECK(mx && ok && x3_ba_bits(ba) > 3.5,
+		      "exllamav3 --hq floors a Mixtral's attention at 5, exceeding the target as upstream does");
 		x3_ba_free(ba);
+		free(mx);
 	}
 
 	/* 5. only measured K are candidates; head excluded from the budget */
@@ -240,6 +278,7 @@ int main(void)
 	/* 6. --set and --hq constraints */
 	{
 		x3_ba *ba = model(4, 1, 8, 256, 128, 512);
+		x3_module *mx = mixtral(ba, 4);
 		int nm;
 		CHECK_OK(x3_ba_set_fixed(ba, "mlp\\.down_proj$", 6, &nm), "--set down_proj=6");
 		CHECK(nm == 4, "regex matched the 4 down_proj (%d)", nm);
@@ -252,9 +291,10 @@ int main(void)
 			else if (strstr(t->name, "attn"))
 				ok &= t->K >= 6;
 		}
-		CHECK(ok && x3_ba_bits(ba) <= 4.0, "fixed K kept, attention floored at 6, within target (%.4f)",
+		CHECK(mx && ok && x3_ba_bits(ba) <= 4.0, "fixed K kept, a Mixtral's attention floored at 6, within target (%.4f)",
 		      x3_ba_bits(ba));
 		x3_ba_free(ba);
+		free(mx);
 	}
 
 	/* 7. bad input */

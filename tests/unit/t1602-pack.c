@@ -57,7 +57,7 @@ int main(void)
 	      !strcmp(l[14]->group, "lm_head.input"), "tied head reads the embedding, layer 2, group lm_head.input");
 	CHECK(!strcmp(l[8]->group, "model.layers.1.self_attn.input") && !strcmp(l[9]->group, l[8]->group) &&
 	      !strcmp(l[10]->group, "model.layers.1.self_attn.o_proj.input") && l[12]->d->role == X3_ROLE_MLP &&
-	      l[0]->d->hq == 2 && l[12]->d->hq == 0, "groups, roles, --hq");
+	      l[0]->d->hq == 0 && l[12]->d->hq == 0, "groups, roles, no --hq promotion (a dense family)");
 	const x3_module *qn = x3_modules_find(m, n, "model.layers.1.self_attn.q_norm");
 	CHECK(qn && qn->d->kind == X3_KIND_VECTOR && qn->out == 128, "q_norm (128) in a Qwen3 layer");
 	char mb[512];
